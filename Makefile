@@ -1,0 +1,34 @@
+# ferry — the two commands that matter are `make demo` and `make test` (see README.md).
+PRESET ?= default
+CTEST_ARGS ?=
+JOBS ?= $(shell nproc)
+
+.PHONY: all bootstrap configure build test test-asan demo clean ci
+
+all: build
+
+bootstrap:
+	@scripts/bootstrap.sh
+
+configure: bootstrap
+	@cmake --preset $(PRESET) >/dev/null
+
+build: configure
+	@cmake --build --preset $(PRESET) -j $(JOBS)
+
+# Every test tier: unit, integration (loopback), interop (Node.js http2, nghttpx).
+test: build
+	@cd build/$(PRESET) && ctest --output-on-failure --timeout 300 -j $(JOBS) $(CTEST_ARGS)
+
+# Unit and integration tiers under ASan + UBSan.
+test-asan:
+	@$(MAKE) --no-print-directory test PRESET=asan CTEST_ARGS="-L 'unit|integration' $(CTEST_ARGS)"
+
+demo: build
+	@scripts/demo.sh
+
+ci:
+	@bash .ci/run
+
+clean:
+	rm -rf build

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package ferry needs to build, test and run its lab.
+# Idempotent: when everything is present it only checks and returns (about a second).
+set -euo pipefail
+
+# Build toolchain and libraries (design.md §7).
+build_pkgs=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libboost1.81-dev libssl-dev libnghttp2-dev libabsl-dev libyaml-cpp-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  openssl
+)
+# BPF datapath: clang -target bpf, skeletons, libbpf.
+bpf_pkgs=(clang llvm libbpf-dev bpftool linux-libc-dev libelf-dev zlib1g-dev)
+# Tests and the lab: interop peers, traffic tools, capture, netns plumbing.
+test_pkgs=(nghttp2-proxy nghttp2-client curl iperf3 tcpdump iproute2 procps psmisc python3)
+
+want=("${build_pkgs[@]}" "${bpf_pkgs[@]}" "${test_pkgs[@]}")
+missing=()
+for p in "${want[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed'; then
+    missing+=("$p")
+  fi
+done
+# Node.js >= 18 is needed for the HTTP/2 interop client; the CI image ships 20.
+if ! command -v node >/dev/null 2>&1; then
+  missing+=(nodejs)
+fi
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "bootstrap: all packages present"
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "bootstrap: missing packages (${missing[*]}); run as root or install them" >&2
+  exit 1
+fi
+echo "bootstrap: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "bootstrap: done"
