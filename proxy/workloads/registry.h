@@ -46,6 +46,8 @@ class Registry {
                                                                std::string_view local_node);
   static std::shared_ptr<const Registry> empty(std::string_view local_node);
 
+  // nullptr when unknown. An IPv4-mapped IPv6 address (::ffff:a.b.c.d, as dual-stack
+  // sockets report IPv4 peers) finds the workload of a.b.c.d.
   const Workload* findByIp(const IpAddress& ip) const;
   // Only workloads whose node is the local node.
   const Workload* findLocalByIp(const IpAddress& ip) const;
@@ -77,6 +79,10 @@ class Watcher {
   uint64_t generation() const { return generation_.load(); }
 
  private:
+  // Reads and parses the file if its stamp changed, publishing the result. Returns false
+  // when unchanged; an error once per broken (or unreadable) version of the file.
+  absl::StatusOr<bool> reloadIfChanged();
+
   std::string path_;
   std::string local_node_;
   std::atomic<std::shared_ptr<const Registry>> current_;

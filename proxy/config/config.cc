@@ -1,0 +1,335 @@
+#include "proxy/config/config.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "proxy/common/duration.h"
+#include "proxy/common/strings.h"
+#include "proxy/config/yaml_reader.h"
+
+namespace ferry::config {
+namespace {
+
+// Node names are matched against the workloads file's `node` and printed in logs; the
+// Kubernetes node-name alphabet keeps both unambiguous.
+constexpr size_t kMaxNodeNameBytes = 253;
+// SPIFFE-ID spec §2.1 caps the trust domain at 255 bytes.
+constexpr size_t kMaxTrustDomainBytes = 255;
+// ztunnel's default is 100 streams per HTTP/2 connection; far beyond 1000 a single TCP
+// connection's head-of-line blocking costs more than the TLS handshake it saves.
+constexpr int64_t kMaxStreamsLimit = 1000;
+// One worker per core; more than 256 is a typo on any node ferryd runs on.
+constexpr int64_t kMaxWorkers = 256;
+
+bool isNodeName(std::string_view name) {
+  if (name.empty() || name.size() > kMaxNodeNameBytes) return false;
+  return name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789.-") == std::string_view::npos;
+}
+
+bool isTrustDomain(std::string_view name) {
+  if (name.empty() || name.size() > kMaxTrustDomainBytes) return false;
+  return name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789._-") ==
+         std::string_view::npos;
+}
+
+std::string resolvePath(std::string_view base_dir, const std::string& path) {
+  std::filesystem::path p(path);
+  if (p.is_absolute() || base_dir.empty()) return path;
+  return (std::filesystem::path(base_dir) / p).lexically_normal().string();
+}
+
+class ConfigParser {
+ public:
+  ConfigParser(std::string_view source_name, std::string_view base_dir)
+      : reader_(source_name), base_dir_(base_dir) {}
+
+  absl::StatusOr<Config> parse(std::string_view yaml_text) {
+    auto root = reader_.parseDocument(yaml_text);
+    if (!root.ok()) return root.status();
+    auto top = reader_.map(*root, {"node", "trust_domain", "workloads_file", "cert_dir", "listen",
+                                   "timeouts", "pool", "workers", "log_level", "transparent",
+                                   "original_destination", "hbone_port", "workloads_poll"});
+    if (!top.ok()) return top.status();
+    if (auto s = parseTop(*top); !s.ok()) return s;
+    return std::move(config_);
+  }
+
+ private:
+  // Where a listen address came from, to name both sides of a clash.
+  struct Bound {
+    HostPort address;
+    std::string path;
+    int line = 1;
+    bool is_default = false;
+  };
+
+  absl::Status parseTop(const YamlMap& top) {
+    auto node = requiredString(top, "node");
+    if (!node.ok()) return node.status();
+    if (!isNodeName(node->second)) {
+      return reader_.error(
+          node->first,
+          absl::StrCat("'", node->second,
+                       "' is not a valid node name (use lowercase letters, digits, '.' and '-')"));
+    }
+    config_.node = std::move(node->second);
+
+    auto trust_domain = requiredString(top, "trust_domain");
+    if (!trust_domain.ok()) return trust_domain.status();
+    if (!isTrustDomain(trust_domain->second)) {
+      return reader_.error(trust_domain->first,
+                           absl::StrCat("'", trust_domain->second,
+                                        "' is not a valid SPIFFE trust domain (1 to 255 lowercase "
+                                        "letters, digits, '.', '-', '_')"));
+    }
+    config_.trust_domain = std::move(trust_domain->second);
+
+    auto workloads_file = requiredString(top, "workloads_file");
+    if (!workloads_file.ok()) return workloads_file.status();
+    if (workloads_file->second.empty()) {
+      return reader_.error(workloads_file->first, "must not be empty");
+    }
+    config_.workloads_file = resolvePath(base_dir_, workloads_file->second);
+
+    auto cert_dir = requiredString(top, "cert_dir");
+    if (!cert_dir.ok()) return cert_dir.status();
+    if (cert_dir->second.empty()) return reader_.error(cert_dir->first, "must not be empty");
+    config_.cert_dir = resolvePath(base_dir_, cert_dir->second);
+
+    if (auto s = parseListen(top); !s.ok()) return s;
+    if (auto s = parseTimeouts(top.find("timeouts")); !s.ok()) return s;
+    if (auto s = parsePool(top.find("pool")); !s.ok()) return s;
+
+    if (auto field = top.find("workers")) {
+      auto workers = reader_.integer(*field, 0, kMaxWorkers);
+      if (!workers.ok()) return workers.status();
+      config_.workers = static_cast<uint32_t>(*workers);
+    }
+    if (auto field = top.find("log_level")) {
+      auto text = reader_.string(*field);
+      if (!text.ok()) return text.status();
+      auto level = common::parseLogLevel(*text);
+      if (!level.ok()) return reader_.error(*field, level.status().message());
+      config_.log_level = *level;
+    }
+    if (auto field = top.find("transparent")) {
+      auto transparent = reader_.boolean(*field);
+      if (!transparent.ok()) return transparent.status();
+      config_.transparent = *transparent;
+    }
+    if (auto field = top.find("original_destination")) {
+      auto text = reader_.string(*field);
+      if (!text.ok()) return text.status();
+      if (*text == "socket") {
+        config_.original_destination = OriginalDestination::kSocket;
+      } else if (*text == "proxy_protocol") {
+        config_.original_destination = OriginalDestination::kProxyProtocol;
+      } else {
+        return reader_.error(*field, absl::StrCat("unknown original_destination '", *text,
+                                                  "' (expected socket or proxy_protocol)"));
+      }
+    }
+    if (auto field = top.find("hbone_port")) {
+      auto port = reader_.integer(*field, 1, 65535);
+      if (!port.ok()) return port.status();
+      config_.hbone_port = static_cast<uint16_t>(*port);
+    }
+    if (auto s = optionalDuration(top, "workloads_poll", config_.workloads_poll); !s.ok()) return s;
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::pair<YamlField, std::string>> requiredString(const YamlMap& map,
+                                                                   std::string_view key) {
+    auto field = reader_.require(map, key);
+    if (!field.ok()) return field.status();
+    auto text = reader_.string(*field);
+    if (!text.ok()) return text.status();
+    return std::pair{*std::move(field), *std::move(text)};
+  }
+
+  absl::Status optionalDuration(const YamlMap& map, std::string_view key, Millis& out) {
+    auto field = map.find(key);
+    if (!field) return absl::OkStatus();
+    auto duration = reader_.positiveDuration(*field);
+    if (!duration.ok()) return duration.status();
+    out = *duration;
+    return absl::OkStatus();
+  }
+
+  absl::Status parseListen(const YamlMap& top) {
+    // Defaults are the well-known ztunnel ports (design §3); the struct itself stays empty so
+    // code that builds a Config by hand gets exactly the listeners it asks for.
+    const auto any = common::IpAddress(boost::asio::ip::address_v4::any());
+    const auto loopback = common::IpAddress(boost::asio::ip::address_v4::loopback());
+    Listen& listen = config_.listen;
+    listen.outbound = {HostPort{any, 15001}};
+    listen.inbound_plaintext = {HostPort{any, 15006}};
+    listen.hbone = {HostPort{any, 15008}};
+    listen.admin = HostPort{loopback, 15000};
+    listen.metrics = HostPort{any, 15020};
+    listen.readiness = HostPort{any, 15021};
+
+    std::optional<YamlMap> map;
+    int line = 1;
+    if (auto field = top.find("listen")) {
+      auto parsed = reader_.map(
+          *field, {"outbound", "inbound_plaintext", "hbone", "admin", "metrics", "readiness"});
+      if (!parsed.ok()) return parsed.status();
+      map = *std::move(parsed);
+      line = map->line();
+    }
+    auto list = [&](std::string_view key, std::vector<HostPort>& out) -> absl::Status {
+      std::optional<YamlField> field = map ? map->find(key) : std::nullopt;
+      if (!field) {
+        for (const auto& address : out) {
+          bound_.push_back(
+              Bound{address, absl::StrCat("listen.", common::toAbsl(key)), line, true});
+        }
+        return absl::OkStatus();
+      }
+      auto items = reader_.scalarOrSequence(*field);
+      if (!items.ok()) return items.status();
+      if (items->empty()) return reader_.error(*field, "needs at least one address");
+      out.clear();
+      for (const auto& item : *items) {
+        auto address = hostPort(item);
+        if (!address.ok()) return address.status();
+        out.push_back(*address);
+      }
+      return absl::OkStatus();
+    };
+    auto single = [&](std::string_view key, HostPort& out) -> absl::Status {
+      std::optional<YamlField> field = map ? map->find(key) : std::nullopt;
+      if (!field) {
+        bound_.push_back(Bound{out, absl::StrCat("listen.", common::toAbsl(key)), line, true});
+        return absl::OkStatus();
+      }
+      auto address = hostPort(*field);
+      if (!address.ok()) return address.status();
+      out = *address;
+      return absl::OkStatus();
+    };
+    if (auto s = list("outbound", listen.outbound); !s.ok()) return s;
+    if (auto s = list("inbound_plaintext", listen.inbound_plaintext); !s.ok()) return s;
+    if (auto s = list("hbone", listen.hbone); !s.ok()) return s;
+    if (auto s = single("admin", listen.admin); !s.ok()) return s;
+    if (auto s = single("metrics", listen.metrics); !s.ok()) return s;
+    if (auto s = single("readiness", listen.readiness); !s.ok()) return s;
+    return checkDistinctListeners();
+  }
+
+  absl::StatusOr<HostPort> hostPort(const YamlField& field) {
+    auto text = reader_.string(field);
+    if (!text.ok()) return text.status();
+    auto address = common::parseHostPort(*text);
+    if (!address.ok()) return reader_.error(field, address.status().message());
+    bound_.push_back(Bound{*address, field.path, field.line, false});
+    return *address;
+  }
+
+  // Two listeners on one address would fail at bind() far from the line that caused it.
+  absl::Status checkDistinctListeners() {
+    for (size_t i = 0; i < bound_.size(); ++i) {
+      for (size_t j = i + 1; j < bound_.size(); ++j) {
+        if (!(bound_[i].address == bound_[j].address)) continue;
+        // Point at the explicit entry; a default is only the other half of the clash.
+        const Bound& here = bound_[j].is_default ? bound_[i] : bound_[j];
+        const Bound& other = bound_[j].is_default ? bound_[j] : bound_[i];
+        return reader_.error(
+            here.line, here.path,
+            absl::StrCat(
+                common::formatHostPort(here.address), " is already used by ", other.path,
+                other.is_default ? " (its default)" : absl::StrCat(" (line ", other.line, ")")));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status parseTimeouts(const std::optional<YamlField>& field) {
+    if (!field) return absl::OkStatus();
+    auto map = reader_.map(*field, {"connect", "handshake", "idle", "drain"});
+    if (!map.ok()) return map.status();
+    Timeouts& t = config_.timeouts;
+    if (auto s = optionalDuration(*map, "connect", t.connect); !s.ok()) return s;
+    if (auto s = optionalDuration(*map, "handshake", t.handshake); !s.ok()) return s;
+    if (auto s = optionalDuration(*map, "idle", t.idle); !s.ok()) return s;
+    return optionalDuration(*map, "drain", t.drain);
+  }
+
+  absl::Status parsePool(const std::optional<YamlField>& field) {
+    if (!field) return absl::OkStatus();
+    auto map =
+        reader_.map(*field, {"max_streams", "idle_release", "ping_interval", "ping_timeout"});
+    if (!map.ok()) return map.status();
+    Pool& pool = config_.pool;
+    if (auto max_streams = map->find("max_streams")) {
+      auto value = reader_.integer(*max_streams, 1, kMaxStreamsLimit);
+      if (!value.ok()) return value.status();
+      pool.max_streams = static_cast<uint32_t>(*value);
+    }
+    if (auto s = optionalDuration(*map, "idle_release", pool.idle_release); !s.ok()) return s;
+    if (auto s = optionalDuration(*map, "ping_interval", pool.ping_interval); !s.ok()) return s;
+    if (auto s = optionalDuration(*map, "ping_timeout", pool.ping_timeout); !s.ok()) return s;
+    // A timeout no longer than the interval would declare a healthy peer dead between two
+    // PINGs. Blame the key the operator wrote (the timeout when both were written).
+    if (pool.ping_timeout <= pool.ping_interval) {
+      if (auto timeout = map->find("ping_timeout")) {
+        return reader_.error(*timeout,
+                             absl::StrCat(common::formatDuration(pool.ping_timeout),
+                                          " must be longer than pool.ping_interval (",
+                                          common::formatDuration(pool.ping_interval), ")"));
+      }
+      return reader_.error(
+          *map->find("ping_interval"),
+          absl::StrCat(common::formatDuration(pool.ping_interval),
+                       " must be shorter than pool.ping_timeout (",
+                       common::formatDuration(pool.ping_timeout), ", the default)"));
+    }
+    return absl::OkStatus();
+  }
+
+  YamlReader reader_;
+  std::string base_dir_;
+  Config config_;
+  std::vector<Bound> bound_;
+};
+
+}  // namespace
+
+absl::StatusOr<Config> parseConfig(std::string_view yaml_text, std::string_view source_name,
+                                   std::string_view base_dir) {
+  return ConfigParser(source_name, base_dir).parse(yaml_text);
+}
+
+absl::StatusOr<Config> loadConfigFile(const std::string& path) {
+  auto fail = [&](int err) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read config file '", path, "': ", std::strerror(err)));
+  };
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return fail(errno);
+  std::string text;
+  char buffer[16 * 1024];
+  for (;;) {
+    ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      return fail(err);
+    }
+    if (n == 0) break;
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return parseConfig(text, path, std::filesystem::path(path).parent_path().string());
+}
+
+}  // namespace ferry::config

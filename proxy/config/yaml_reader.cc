@@ -1,0 +1,197 @@
+#include "proxy/config/yaml_reader.h"
+
+#include <algorithm>
+#include <charconv>
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "proxy/common/strings.h"
+
+namespace ferry::config {
+namespace {
+
+const char* typeName(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+      return "an empty value";
+    case YAML::NodeType::Scalar:
+      return "a scalar";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Map:
+      return "a map";
+    case YAML::NodeType::Undefined:
+      break;
+  }
+  return "nothing";
+}
+
+// yaml-cpp gives an empty value the position of the *next* token (often the next line),
+// so for those the caller's line (the key's) is the one the operator wants to see.
+int lineOf(const YAML::Node& node, int fallback) {
+  if (!node.IsDefined() || node.IsNull()) return fallback;
+  YAML::Mark mark = node.Mark();
+  return mark.is_null() ? fallback : mark.line + 1;
+}
+
+std::string joinPath(std::string_view parent, std::string_view key) {
+  return parent.empty() ? std::string(key)
+                        : absl::StrCat(common::toAbsl(parent), ".", common::toAbsl(key));
+}
+
+}  // namespace
+
+std::optional<YamlField> YamlMap::find(std::string_view key) const {
+  for (const auto& [name, field] : fields_) {
+    if (name == key) return field;
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<YamlField> YamlReader::parseDocument(std::string_view text) const {
+  try {
+    std::vector<YAML::Node> docs = YAML::LoadAll(std::string(text));
+    if (docs.empty() || (docs.size() == 1 && docs[0].IsNull())) {
+      return error(1, "", "the document is empty");
+    }
+    if (docs.size() > 1) {
+      return error(lineOf(docs[1], 1), "", "only one YAML document is allowed per file");
+    }
+    return YamlField{"", docs[0], lineOf(docs[0], 1)};
+  } catch (const YAML::Exception& e) {
+    return error(e.mark.is_null() ? 1 : e.mark.line + 1, "",
+                 absl::StrCat("YAML syntax error: ", e.msg));
+  } catch (const std::exception& e) {
+    // yaml-cpp may also throw plain std:: exceptions (e.g. bad_alloc on absurd input).
+    return error(1, "", absl::StrCat("cannot parse YAML: ", e.what()));
+  }
+}
+
+absl::Status YamlReader::error(int line, std::string_view path, absl::string_view what) const {
+  if (path.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(source_name_, ":", line, ": ", what));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(source_name_, ":", line, ": ", common::toAbsl(path), ": ", what));
+}
+
+absl::StatusOr<YamlMap> YamlReader::map(
+    const YamlField& field, std::initializer_list<std::string_view> allowed_keys) const {
+  if (!field.node.IsMap()) {
+    return error(field, absl::StrCat("expected a map, got ", typeName(field.node)));
+  }
+  YamlMap out;
+  out.path_ = field.path;
+  out.line_ = field.line;
+  std::vector<int> key_lines;
+  for (auto it = field.node.begin(); it != field.node.end(); ++it) {
+    // Copies: yaml-cpp's iterator hands out a temporary pair, references would dangle.
+    YAML::Node key = it->first;
+    YAML::Node value = it->second;
+    int key_line = lineOf(key, field.line);
+    if (!key.IsScalar()) {
+      return error(key_line, field.path,
+                   absl::StrCat("keys must be plain strings, got ", typeName(key)));
+    }
+    const std::string& name = key.Scalar();
+    std::string path = joinPath(field.path, name);
+    if (std::find(allowed_keys.begin(), allowed_keys.end(), name) == allowed_keys.end()) {
+      return error(key_line, path,
+                   absl::StrCat("unknown key '", name, "' (expected one of: ",
+                                absl::StrJoin(allowed_keys, ", ",
+                                              [](std::string* out, std::string_view key) {
+                                                out->append(key);
+                                              }),
+                                ")"));
+    }
+    // yaml-cpp keeps both entries of a repeated key; which one wins would be an accident.
+    for (size_t i = 0; i < out.fields_.size(); ++i) {
+      if (out.fields_[i].first == name) {
+        return error(key_line, path,
+                     absl::StrCat("duplicate key (first defined at line ", key_lines[i], ")"));
+      }
+    }
+    key_lines.push_back(key_line);
+    out.fields_.emplace_back(name, YamlField{std::move(path), value, lineOf(value, key_line)});
+  }
+  return out;
+}
+
+absl::StatusOr<YamlField> YamlReader::require(const YamlMap& map, std::string_view key) const {
+  if (auto field = map.find(key)) return *std::move(field);
+  return error(map.line(), joinPath(map.path(), key), "required key is missing");
+}
+
+absl::StatusOr<std::vector<YamlField>> YamlReader::sequence(const YamlField& field) const {
+  if (!field.node.IsSequence()) {
+    return error(field, absl::StrCat("expected a list, got ", typeName(field.node)));
+  }
+  std::vector<YamlField> out;
+  out.reserve(field.node.size());
+  size_t index = 0;
+  for (auto it = field.node.begin(); it != field.node.end(); ++it, ++index) {
+    out.push_back(
+        YamlField{absl::StrCat(field.path, "[", index, "]"), *it, lineOf(*it, field.line)});
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<YamlField>> YamlReader::scalarOrSequence(const YamlField& field) const {
+  if (field.node.IsScalar()) return std::vector<YamlField>{field};
+  if (!field.node.IsSequence()) {
+    return error(
+        field, absl::StrCat("expected a string or a list of strings, got ", typeName(field.node)));
+  }
+  return sequence(field);
+}
+
+absl::StatusOr<std::string> YamlReader::string(const YamlField& field) const {
+  if (!field.node.IsScalar()) {
+    return error(field, absl::StrCat("expected a string, got ", typeName(field.node)));
+  }
+  return field.node.Scalar();
+}
+
+absl::StatusOr<int64_t> YamlReader::integer(const YamlField& field, int64_t min,
+                                            int64_t max) const {
+  auto text = string(field);
+  if (!text.ok()) return text.status();
+  std::string_view digits = *text;
+  bool negative = !digits.empty() && digits.front() == '-';
+  if (negative) digits.remove_prefix(1);
+  // 18 digits always fit in int64_t; every range we check is far smaller.
+  if (digits.empty() || digits.size() > 18 ||
+      digits.find_first_not_of("0123456789") != std::string_view::npos) {
+    return error(field, absl::StrCat("'", *text, "' is not a whole number"));
+  }
+  int64_t value = 0;
+  std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (negative) value = -value;
+  if (value < min || value > max) {
+    return error(field, absl::StrCat("must be between ", min, " and ", max, ", got ", value));
+  }
+  return value;
+}
+
+absl::StatusOr<bool> YamlReader::boolean(const YamlField& field) const {
+  auto text = string(field);
+  if (!text.ok()) return text.status();
+  // YAML 1.2 core schema only: YAML 1.1's yes/no/on/off are too easy to misread.
+  if (*text == "true" || *text == "True" || *text == "TRUE") return true;
+  if (*text == "false" || *text == "False" || *text == "FALSE") return false;
+  return error(field, absl::StrCat("'", *text, "' is not a boolean (use true or false)"));
+}
+
+absl::StatusOr<common::Millis> YamlReader::positiveDuration(const YamlField& field) const {
+  auto text = string(field);
+  if (!text.ok()) return text.status();
+  auto duration = common::parseDuration(*text);
+  if (!duration.ok()) return error(field, duration.status().message());
+  if (duration->count() <= 0) {
+    return error(field, absl::StrCat("'", *text, "' must be greater than zero"));
+  }
+  return *duration;
+}
+
+}  // namespace ferry::config

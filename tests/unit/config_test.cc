@@ -1,0 +1,363 @@
+#include "proxy/config/config.h"
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace ferry::config {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+constexpr char kSource[] = "ferry.yaml";
+
+// The four required keys; each test adds or breaks one thing.
+constexpr char kMinimal[] =
+    "node: n1\n"
+    "trust_domain: cluster.local\n"
+    "workloads_file: workloads.yaml\n"
+    "cert_dir: certs\n";
+
+absl::StatusOr<Config> parse(std::string_view text, std::string_view base_dir = "") {
+  return parseConfig(text, kSource, base_dir);
+}
+
+std::string withMinimal(const std::string& extra) { return kMinimal + extra; }
+
+HostPort hp(std::string_view text) { return *common::parseHostPort(text); }
+
+// The error is InvalidArgument and its message starts with "ferry.yaml:<line>: <prefix>".
+void expectError(const absl::StatusOr<Config>& result, int line, const std::string& prefix,
+                 const std::string& detail = "") {
+  ASSERT_FALSE(result.ok()) << "expected an error at line " << line;
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  std::string message(result.status().message());
+  EXPECT_THAT(message, StartsWith(absl::StrCat(kSource, ":", line, ": ", prefix)));
+  if (!detail.empty()) {
+    EXPECT_THAT(message, HasSubstr(detail));
+  }
+}
+
+TEST(ConfigTest, ParsesFullFile) {
+  auto config = parse(
+      "node: n1\n"
+      "trust_domain: cluster.local\n"
+      "workloads_file: /etc/ferry/workloads.yaml\n"
+      "cert_dir: /etc/ferry/certs\n"
+      "listen:\n"
+      "  outbound: [\"127.0.0.1:25001\", \"[::1]:25001\"]\n"
+      "  inbound_plaintext: [\"127.0.0.1:25006\"]\n"
+      "  hbone:\n"
+      "    - 10.0.0.1:25008\n"
+      "  admin: 127.0.0.1:25000\n"
+      "  metrics: 0.0.0.0:25020\n"
+      "  readiness: 0.0.0.0:25021\n"
+      "timeouts: {connect: 3s, handshake: 4s, idle: 2h, drain: 250ms}\n"
+      "pool: {max_streams: 50, idle_release: 1m, ping_interval: 5s, ping_timeout: 15s}\n"
+      "workers: 4\n"
+      "log_level: debug\n"
+      "transparent: false\n"
+      "original_destination: proxy_protocol\n"
+      "hbone_port: 25008\n"
+      "workloads_poll: 500ms\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->node, "n1");
+  EXPECT_EQ(config->trust_domain, "cluster.local");
+  EXPECT_EQ(config->workloads_file, "/etc/ferry/workloads.yaml");
+  EXPECT_EQ(config->cert_dir, "/etc/ferry/certs");
+  EXPECT_EQ(config->listen.outbound, (std::vector{hp("127.0.0.1:25001"), hp("[::1]:25001")}));
+  EXPECT_EQ(config->listen.inbound_plaintext, std::vector{hp("127.0.0.1:25006")});
+  EXPECT_EQ(config->listen.hbone, std::vector{hp("10.0.0.1:25008")});
+  EXPECT_EQ(config->listen.admin, hp("127.0.0.1:25000"));
+  EXPECT_EQ(config->listen.metrics, hp("0.0.0.0:25020"));
+  EXPECT_EQ(config->listen.readiness, hp("0.0.0.0:25021"));
+  EXPECT_EQ(config->timeouts.connect, Millis(3'000));
+  EXPECT_EQ(config->timeouts.handshake, Millis(4'000));
+  EXPECT_EQ(config->timeouts.idle, Millis(7'200'000));
+  EXPECT_EQ(config->timeouts.drain, Millis(250));
+  EXPECT_EQ(config->pool.max_streams, 50u);
+  EXPECT_EQ(config->pool.idle_release, Millis(60'000));
+  EXPECT_EQ(config->pool.ping_interval, Millis(5'000));
+  EXPECT_EQ(config->pool.ping_timeout, Millis(15'000));
+  EXPECT_EQ(config->workers, 4u);
+  EXPECT_EQ(config->log_level, common::LogLevel::kDebug);
+  EXPECT_FALSE(config->transparent);
+  EXPECT_EQ(config->original_destination, OriginalDestination::kProxyProtocol);
+  EXPECT_EQ(config->hbone_port, 25008);
+  EXPECT_EQ(config->workloads_poll, Millis(500));
+}
+
+TEST(ConfigTest, AppliesDefaultsForOptionalKeys) {
+  auto config = parse(kMinimal);
+  ASSERT_TRUE(config.ok()) << config.status();
+  const Config defaults;
+  EXPECT_EQ(config->listen.outbound, std::vector{hp("0.0.0.0:15001")});
+  EXPECT_EQ(config->listen.inbound_plaintext, std::vector{hp("0.0.0.0:15006")});
+  EXPECT_EQ(config->listen.hbone, std::vector{hp("0.0.0.0:15008")});
+  EXPECT_EQ(config->listen.admin, hp("127.0.0.1:15000"));
+  EXPECT_EQ(config->listen.metrics, hp("0.0.0.0:15020"));
+  EXPECT_EQ(config->listen.readiness, hp("0.0.0.0:15021"));
+  EXPECT_EQ(config->timeouts.connect, defaults.timeouts.connect);
+  EXPECT_EQ(config->timeouts.handshake, defaults.timeouts.handshake);
+  EXPECT_EQ(config->timeouts.idle, defaults.timeouts.idle);
+  EXPECT_EQ(config->timeouts.drain, defaults.timeouts.drain);
+  EXPECT_EQ(config->pool.max_streams, defaults.pool.max_streams);
+  EXPECT_EQ(config->pool.idle_release, defaults.pool.idle_release);
+  EXPECT_EQ(config->pool.ping_interval, defaults.pool.ping_interval);
+  EXPECT_EQ(config->pool.ping_timeout, defaults.pool.ping_timeout);
+  EXPECT_EQ(config->workers, 0u);
+  EXPECT_EQ(config->log_level, common::LogLevel::kInfo);
+  EXPECT_TRUE(config->transparent);
+  EXPECT_EQ(config->original_destination, OriginalDestination::kSocket);
+  EXPECT_EQ(config->hbone_port, 15008);
+  EXPECT_EQ(config->workloads_poll, Millis(1'000));
+}
+
+TEST(ConfigTest, KeepsDefaultsForListenKeysNotGiven) {
+  auto config = parse(withMinimal("listen:\n  admin: 127.0.0.1:9000\n"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->listen.admin, hp("127.0.0.1:9000"));
+  EXPECT_EQ(config->listen.outbound, std::vector{hp("0.0.0.0:15001")});
+}
+
+TEST(ConfigTest, AcceptsSingleStringForAddressList) {
+  auto config = parse(withMinimal("listen:\n  outbound: 127.0.0.1:25001\n"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->listen.outbound, std::vector{hp("127.0.0.1:25001")});
+}
+
+TEST(ConfigTest, ResolvesRelativePathsAgainstBaseDir) {
+  auto config = parse(kMinimal, "/etc/ferry");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->workloads_file, "/etc/ferry/workloads.yaml");
+  EXPECT_EQ(config->cert_dir, "/etc/ferry/certs");
+}
+
+TEST(ConfigTest, KeepsAbsolutePathsAsWritten) {
+  auto config =
+      parse("node: n1\ntrust_domain: td\nworkloads_file: /var/w.yaml\ncert_dir: /var/certs\n",
+            "/etc/ferry");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->workloads_file, "/var/w.yaml");
+  EXPECT_EQ(config->cert_dir, "/var/certs");
+}
+
+TEST(ConfigTest, KeepsRelativePathsWhenNoBaseDir) {
+  auto config = parse(kMinimal);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->workloads_file, "workloads.yaml");
+  EXPECT_EQ(config->cert_dir, "certs");
+}
+
+TEST(ConfigTest, LoadsFileAndResolvesPathsAgainstItsFolder) {
+  auto dir = std::filesystem::path(testing::TempDir()) / "config_test_load";
+  std::filesystem::create_directories(dir);
+  auto path = (dir / "ferry.yaml").string();
+  std::ofstream(path) << kMinimal;
+  auto config = loadConfigFile(path);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->workloads_file, (dir / "workloads.yaml").lexically_normal().string());
+  EXPECT_EQ(config->cert_dir, (dir / "certs").lexically_normal().string());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ConfigTest, LoadFileErrorsNamePathAndLine) {
+  auto dir = std::filesystem::path(testing::TempDir()) / "config_test_load_error";
+  std::filesystem::create_directories(dir);
+  auto path = (dir / "ferry.yaml").string();
+  std::ofstream(path) << kMinimal << "workers: many\n";
+  auto config = loadConfigFile(path);
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(std::string(config.status().message()), StartsWith(path + ":5: workers: "));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ConfigTest, ReportsUnreadableFileWithPathAndReason) {
+  std::string path = testing::TempDir() + "/config_test_does_not_exist.yaml";
+  auto config = loadConfigFile(path);
+  ASSERT_FALSE(config.ok());
+  std::string message(config.status().message());
+  EXPECT_THAT(message, HasSubstr(path));
+  EXPECT_THAT(message, HasSubstr("No such file or directory"));
+}
+
+class MissingRequiredKeyTest : public testing::TestWithParam<std::string> {};
+
+TEST_P(MissingRequiredKeyTest, RejectsMissingRequiredKey) {
+  std::string text;
+  for (std::string_view line : {"node: n1\n", "trust_domain: cluster.local\n",
+                                "workloads_file: workloads.yaml\n", "cert_dir: certs\n"}) {
+    if (!line.starts_with(GetParam() + ":")) text += line;
+  }
+  text += "workers: 1\n";
+  expectError(parse(text), 1, GetParam() + ": required key is missing");
+}
+
+INSTANTIATE_TEST_SUITE_P(ConfigTest, MissingRequiredKeyTest,
+                         testing::Values("node", "trust_domain", "workloads_file", "cert_dir"),
+                         [](const auto& info) { return info.param; });
+
+TEST(ConfigTest, RejectsUnknownTopLevelKeyWithLine) {
+  expectError(parse(withMinimal("workres: 2\n")), 5, "workres: unknown key 'workres'",
+              "expected one of: node,");
+}
+
+TEST(ConfigTest, RejectsUnknownNestedKeyWithLine) {
+  expectError(parse(withMinimal("timeouts:\n  connect: 1s\n  conect: 2s\n")), 7,
+              "timeouts.conect: unknown key 'conect'");
+  expectError(parse(withMinimal("listen:\n  outbund: [\"0.0.0.0:1\"]\n")), 6,
+              "listen.outbund: unknown key 'outbund'");
+  expectError(parse(withMinimal("pool: {max_stream: 1}\n")), 5, "pool.max_stream: unknown key");
+}
+
+TEST(ConfigTest, RejectsDuplicateKeyNamingFirstLine) {
+  expectError(parse(withMinimal("workers: 1\nworkers: 2\n")), 6, "workers: duplicate key",
+              "line 5");
+}
+
+TEST(ConfigTest, RejectsMapWhereScalarExpected) {
+  expectError(parse(withMinimal("log_level:\n  level: info\n")), 6,
+              "log_level: expected a string, got a map");
+}
+
+TEST(ConfigTest, RejectsScalarWhereMapExpected) {
+  expectError(parse(withMinimal("timeouts: 10s\n")), 5, "timeouts: expected a map, got a scalar");
+}
+
+TEST(ConfigTest, RejectsListWhereSingleAddressExpected) {
+  expectError(parse(withMinimal("listen:\n  admin: [\"127.0.0.1:1\"]\n")), 6,
+              "listen.admin: expected a string, got a list");
+}
+
+TEST(ConfigTest, RejectsEmptyValueForRequiredKey) {
+  expectError(parse("node:\ntrust_domain: td\nworkloads_file: w\ncert_dir: c\n"), 1,
+              "node: expected a string, got an empty value");
+}
+
+TEST(ConfigTest, RejectsTopLevelThatIsNotAMap) {
+  expectError(parse("- node\n- n1\n"), 1, "expected a map, got a list");
+}
+
+TEST(ConfigTest, RejectsDurationWithoutUnit) {
+  expectError(parse(withMinimal("timeouts:\n  handshake: 1s\n  connect: 10\n")), 7,
+              "timeouts.connect: '10' is not a duration");
+}
+
+TEST(ConfigTest, RejectsZeroDuration) {
+  expectError(parse(withMinimal("timeouts: {drain: 0s}\n")), 5,
+              "timeouts.drain: '0s' must be greater than zero");
+  expectError(parse(withMinimal("workloads_poll: 0ms\n")), 5, "workloads_poll: '0ms' must be");
+}
+
+TEST(ConfigTest, RejectsBadListenAddress) {
+  expectError(parse(withMinimal("listen:\n  hbone: [\"0.0.0.0:15008\", \"localhost:15008\"]\n")), 6,
+              "listen.hbone[1]: 'localhost:15008'");
+}
+
+TEST(ConfigTest, RejectsListenPortOutOfRange) {
+  expectError(parse(withMinimal("listen:\n  metrics: 0.0.0.0:70000\n")), 6,
+              "listen.metrics: '0.0.0.0:70000': port above 65535");
+  expectError(parse(withMinimal("listen:\n  metrics: 0.0.0.0:0\n")), 6,
+              "listen.metrics: '0.0.0.0:0': port 0");
+}
+
+TEST(ConfigTest, RejectsEmptyAddressList) {
+  expectError(parse(withMinimal("listen:\n  outbound: []\n")), 6,
+              "listen.outbound: needs at least one address");
+}
+
+TEST(ConfigTest, RejectsHbonePortOutOfRange) {
+  expectError(parse(withMinimal("hbone_port: 65536\n")), 5,
+              "hbone_port: must be between 1 and 65535, got 65536");
+  expectError(parse(withMinimal("hbone_port: 0\n")), 5, "hbone_port: must be between 1 and 65535");
+}
+
+TEST(ConfigTest, RejectsWorkersOutOfRangeOrNotANumber) {
+  expectError(parse(withMinimal("workers: 257\n")), 5, "workers: must be between 0 and 256");
+  expectError(parse(withMinimal("workers: -1\n")), 5, "workers: must be between 0 and 256");
+  expectError(parse(withMinimal("workers: 1.5\n")), 5, "workers: '1.5' is not a whole number");
+}
+
+TEST(ConfigTest, RejectsMaxStreamsOutOfRange) {
+  expectError(parse(withMinimal("pool:\n  max_streams: 0\n")), 6,
+              "pool.max_streams: must be between 1 and 1000");
+  expectError(parse(withMinimal("pool:\n  max_streams: 1001\n")), 6,
+              "pool.max_streams: must be between 1 and 1000");
+}
+
+TEST(ConfigTest, RejectsUnknownLogLevel) {
+  expectError(parse(withMinimal("log_level: verbose\n")), 5,
+              "log_level: unknown log level 'verbose'");
+}
+
+TEST(ConfigTest, RejectsUnknownOriginalDestination) {
+  expectError(parse(withMinimal("original_destination: tproxy\n")), 5,
+              "original_destination: unknown original_destination 'tproxy'",
+              "socket or proxy_protocol");
+}
+
+TEST(ConfigTest, RejectsNonBooleanTransparent) {
+  expectError(parse(withMinimal("transparent: yes\n")), 5, "transparent: 'yes' is not a boolean");
+}
+
+TEST(ConfigTest, RejectsPingTimeoutNotLongerThanInterval) {
+  expectError(parse(withMinimal("pool:\n  ping_interval: 10s\n  ping_timeout: 10s\n")), 7,
+              "pool.ping_timeout: 10s must be longer than pool.ping_interval (10s)");
+  // Only the interval written: the default timeout (20s) is now too short, blame the interval.
+  expectError(parse(withMinimal("pool:\n  ping_interval: 30s\n")), 6,
+              "pool.ping_interval: 30s must be shorter than pool.ping_timeout (20s, the default)");
+}
+
+TEST(ConfigTest, RejectsDuplicateListenAddressAcrossLists) {
+  expectError(parse(withMinimal("listen:\n"
+                                "  outbound: [\"0.0.0.0:16001\"]\n"
+                                "  inbound_plaintext: [\"0.0.0.0:16006\"]\n"
+                                "  hbone: [\"0.0.0.0:16008\", \"0.0.0.0:16001\"]\n")),
+              8, "listen.hbone[1]: 0.0.0.0:16001 is already used by listen.outbound[0] (line 6)");
+}
+
+TEST(ConfigTest, RejectsListenAddressThatClashesWithADefault) {
+  expectError(parse(withMinimal("listen:\n  metrics: 0.0.0.0:15001\n")), 6,
+              "listen.metrics: 0.0.0.0:15001 is already used by listen.outbound (its default)");
+}
+
+TEST(ConfigTest, RejectsBadNodeName) {
+  expectError(parse("node: Node_1\ntrust_domain: td\nworkloads_file: w\ncert_dir: c\n"), 1,
+              "node: 'Node_1' is not a valid node name");
+}
+
+TEST(ConfigTest, RejectsBadTrustDomain) {
+  expectError(parse("node: n1\ntrust_domain: Cluster.Local\nworkloads_file: w\ncert_dir: c\n"), 2,
+              "trust_domain: 'Cluster.Local' is not a valid SPIFFE trust domain");
+  std::string long_domain(256, 'a');
+  expectError(parse(absl::StrCat("node: n1\ntrust_domain: ", long_domain,
+                                 "\nworkloads_file: w\ncert_dir: c\n")),
+              2, "trust_domain: ");
+  EXPECT_TRUE(parse(absl::StrCat("node: n1\ntrust_domain: ", std::string(255, 'a'),
+                                 "\nworkloads_file: w\ncert_dir: c\n"))
+                  .ok());
+}
+
+TEST(ConfigTest, ReportsYamlSyntaxErrorWithLine) {
+  expectError(parse(withMinimal("listen:\n  outbound: [\"0.0.0.0:1\"\n  admin: x\n")), 7,
+              "YAML syntax error: ");
+}
+
+TEST(ConfigTest, RejectsEmptyDocument) {
+  expectError(parse(""), 1, "the document is empty");
+  expectError(parse("# nothing here\n"), 1, "the document is empty");
+  expectError(parse("---\n"), 1, "the document is empty");
+}
+
+TEST(ConfigTest, RejectsMoreThanOneDocument) {
+  expectError(parse(withMinimal("---\nnode: n2\n")), 6, "only one YAML document");
+}
+
+}  // namespace
+}  // namespace ferry::config
