@@ -1,0 +1,246 @@
+// ferryctl: operator tool. Today only a small CA for labs and tests:
+//   ferryctl ca init  --dir DIR --trust-domain TD [--lifetime 8760h] [--force]
+//   ferryctl ca issue --ca DIR --out CERTDIR --namespace NS --service-account SA [--lifetime 24h]
+//   ferryctl ca show  FILE
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "proxy/common/duration.h"
+#include "proxy/identity/ca.h"
+#include "proxy/identity/dir_cert_source.h"
+#include "proxy/identity/svid.h"
+
+namespace ferry::ferryctl {
+namespace {
+
+using identity::CertificateAuthority;
+using identity::SpiffeId;
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+
+// A root lives a year by default: long enough for a lab, short enough to exercise rotation.
+constexpr char kDefaultCaLifetime[] = "8760h";
+// security.md B8: 24 h, as ztunnel and the Istio agent use.
+constexpr char kDefaultLeafLifetime[] = "24h";
+
+constexpr char kUsage[] =
+    "usage:\n"
+    "  ferryctl ca init  --dir DIR --trust-domain TD [--lifetime 8760h] [--force]\n"
+    "  ferryctl ca issue --ca DIR --out CERTDIR --namespace NS --service-account SA [--lifetime 24h]\n"
+    "  ferryctl ca show  FILE\n";
+
+struct Args {
+  std::map<std::string, std::string> values;
+  std::set<std::string> switches;
+  std::vector<std::string> positional;
+};
+
+// --name VALUE, --name=VALUE and boolean --switch; anything else is a usage error.
+bool parseArgs(const std::vector<std::string>& argv, const std::set<std::string>& value_flags,
+               const std::set<std::string>& switch_flags, Args& out, std::string& error) {
+  for (size_t i = 0; i < argv.size(); ++i) {
+    const std::string& arg = argv[i];
+    if (!absl::StartsWith(arg, "--")) {
+      out.positional.push_back(arg);
+      continue;
+    }
+    std::string name = arg.substr(2);
+    std::string value;
+    bool has_value = false;
+    if (size_t eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    if (switch_flags.count(name) != 0) {
+      if (has_value) {
+        error = absl::StrCat("--", name, " takes no value");
+        return false;
+      }
+      out.switches.insert(name);
+      continue;
+    }
+    if (value_flags.count(name) == 0) {
+      error = absl::StrCat("unknown flag --", name);
+      return false;
+    }
+    if (!has_value) {
+      if (i + 1 >= argv.size()) {
+        error = absl::StrCat("--", name, " needs a value");
+        return false;
+      }
+      value = argv[++i];
+    }
+    if (out.values.count(name) != 0) {
+      error = absl::StrCat("--", name, " given twice");
+      return false;
+    }
+    out.values[name] = value;
+  }
+  return true;
+}
+
+int usage(absl::string_view error) {
+  std::fprintf(stderr, "ferryctl: %s\n%s", std::string(error).c_str(), kUsage);
+  return kExitUsage;
+}
+
+int fail(absl::string_view error) {
+  std::fprintf(stderr, "ferryctl: %s\n", std::string(error).c_str());
+  return kExitFailure;
+}
+
+bool exists(const std::string& path) {
+  struct stat st = {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+absl::StatusOr<std::chrono::seconds> parseLifetime(const std::string& text) {
+  auto d = common::parseDuration(text);
+  if (!d.ok()) return d.status();
+  auto secs = std::chrono::duration_cast<std::chrono::seconds>(*d);
+  if (secs.count() < 1) return absl::InvalidArgumentError(absl::StrCat("--lifetime ", text, " is shorter than 1s"));
+  return secs;
+}
+
+int caInit(const std::vector<std::string>& argv) {
+  Args args;
+  std::string error;
+  if (!parseArgs(argv, {"dir", "trust-domain", "lifetime"}, {"force"}, args, error)) return usage(error);
+  if (!args.positional.empty()) return usage(absl::StrCat("unexpected argument ", args.positional[0]));
+  if (args.values.count("dir") == 0) return usage("ca init needs --dir");
+  if (args.values.count("trust-domain") == 0) return usage("ca init needs --trust-domain");
+  const std::string& dir = args.values["dir"];
+  const std::string& td = args.values["trust-domain"];
+  if (absl::Status s = identity::validateTrustDomain(td); !s.ok()) return usage(s.message());
+  std::string lifetime_text = args.values.count("lifetime") ? args.values["lifetime"] : kDefaultCaLifetime;
+  auto lifetime = parseLifetime(lifetime_text);
+  if (!lifetime.ok()) return usage(lifetime.status().message());
+
+  std::string cert_path = dir + "/ca.pem";
+  std::string key_path = dir + "/ca.key";
+  if ((exists(cert_path) || exists(key_path)) && args.switches.count("force") == 0) {
+    return fail(absl::StrCat("a CA already exists in ", dir,
+                             " (ca.pem/ca.key); pass --force to replace it, which invalidates every "
+                             "certificate it issued"));
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return fail(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  auto ca = CertificateAuthority::createRoot(td, *lifetime);
+  if (!ca.ok()) return fail(ca.status().message());
+  if (absl::Status s = ca->writePem(cert_path, key_path); !s.ok()) return fail(s.message());
+  std::printf("wrote %s and %s: root CA for spiffe://%s, valid until %s\n", cert_path.c_str(),
+              key_path.c_str(), td.c_str(),
+              identity::formatTime(identity::asn1TimeToTimePoint(X509_get0_notAfter(ca->cert()))).c_str());
+  return kExitOk;
+}
+
+int caIssue(const std::vector<std::string>& argv) {
+  Args args;
+  std::string error;
+  if (!parseArgs(argv, {"ca", "out", "namespace", "service-account", "lifetime"}, {}, args, error)) {
+    return usage(error);
+  }
+  if (!args.positional.empty()) return usage(absl::StrCat("unexpected argument ", args.positional[0]));
+  for (const char* required : {"ca", "out", "namespace", "service-account"}) {
+    if (args.values.count(required) == 0) return usage(absl::StrCat("ca issue needs --", required));
+  }
+  std::string lifetime_text = args.values.count("lifetime") ? args.values["lifetime"] : kDefaultLeafLifetime;
+  auto lifetime = parseLifetime(lifetime_text);
+  if (!lifetime.ok()) return usage(lifetime.status().message());
+
+  const std::string& ca_dir = args.values["ca"];
+  const std::string& out = args.values["out"];
+  auto ca = CertificateAuthority::load(ca_dir + "/ca.pem", ca_dir + "/ca.key");
+  if (!ca.ok()) return fail(ca.status().message());
+  SpiffeId id = SpiffeId::forWorkload(ca->trustDomain(), args.values["namespace"],
+                                      args.values["service-account"]);
+  if (auto parsed = SpiffeId::parse(id.str()); !parsed.ok()) {
+    return usage(absl::StrCat("--namespace/--service-account: ", parsed.status().message()));
+  }
+  auto leaf = ca->issueLeaf(id, *lifetime);
+  if (!leaf.ok()) return fail(leaf.status().message());
+  // A CA that is not self-signed (an intermediate) must travel with the leaf.
+  std::vector<X509*> chain;
+  if (X509_check_issued(ca->cert(), ca->cert()) != X509_V_OK) chain.push_back(ca->cert());
+  if (absl::Status s = identity::writeSvidFiles(out, id, *leaf, chain); !s.ok()) return fail(s.message());
+
+  std::string bundle_path = out + "/bundle.pem";
+  if (!exists(bundle_path)) {
+    auto pem = identity::certToPem(ca->cert());
+    if (!pem.ok()) return fail(pem.status().message());
+    if (absl::Status s = identity::writeFileAtomic(bundle_path, *pem, 0644); !s.ok()) return fail(s.message());
+    std::printf("wrote %s\n", bundle_path.c_str());
+  }
+  auto dir = identity::svidDirectory(out, id);
+  std::printf("wrote %s/{cert.pem,key.pem} for %s, valid until %s\n", dir.ok() ? dir->c_str() : out.c_str(),
+              id.str().c_str(),
+              identity::formatTime(identity::asn1TimeToTimePoint(X509_get0_notAfter(leaf->cert.get()))).c_str());
+  return kExitOk;
+}
+
+int caShow(const std::vector<std::string>& argv) {
+  if (argv.size() != 1 || absl::StartsWith(argv[0], "--")) return usage("ca show takes exactly one FILE");
+  auto certs = identity::loadCertsPem(argv[0]);
+  if (!certs.ok()) return fail(certs.status().message());
+  auto now = std::chrono::system_clock::now();
+  for (size_t i = 0; i < certs->size(); ++i) {
+    X509* cert = (*certs)[i].get();
+    auto not_before = identity::asn1TimeToTimePoint(X509_get0_notBefore(cert));
+    auto not_after = identity::asn1TimeToTimePoint(X509_get0_notAfter(cert));
+    std::string validity = absl::StrCat(identity::formatTime(not_before), " .. ", identity::formatTime(not_after));
+    if (now >= not_after) absl::StrAppend(&validity, " (EXPIRED)");
+    if (now < not_before) absl::StrAppend(&validity, " (NOT YET VALID)");
+    std::vector<std::string> uris;
+    for (const std::string& uri : identity::uriSans(cert)) uris.push_back(absl::CHexEscape(uri));
+    std::string role;
+    if (X509_check_ca(cert) != 0) {
+      role = "CA";
+    } else if (auto id = identity::validateSvidLeaf(cert); id.ok()) {
+      role = absl::StrCat("X.509-SVID leaf for ", id->str());
+    } else {
+      role = std::string(id.status().message());
+    }
+    std::string subject = identity::nameToString(X509_get_subject_name(cert));
+    std::printf("certificate #%zu\n  subject:   %s\n  issuer:    %s\n  URI SANs:  %s\n  validity:  %s\n  role:      %s\n",
+                i + 1, subject.empty() ? "(empty)" : subject.c_str(),
+                identity::nameToString(X509_get_issuer_name(cert)).c_str(),
+                uris.empty() ? "(none)" : absl::StrJoin(uris, ", ").c_str(), validity.c_str(), role.c_str());
+  }
+  return kExitOk;
+}
+
+int run(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::fputs(kUsage, args.empty() ? stderr : stdout);
+    return args.empty() ? kExitUsage : kExitOk;
+  }
+  if (args[0] != "ca") return usage(absl::StrCat("unknown command '", args[0], "'"));
+  if (args.size() < 2) return usage("ca needs a subcommand: init, issue or show");
+  std::vector<std::string> rest(args.begin() + 2, args.end());
+  if (args[1] == "init") return caInit(rest);
+  if (args[1] == "issue") return caIssue(rest);
+  if (args[1] == "show") return caShow(rest);
+  return usage(absl::StrCat("unknown subcommand 'ca ", args[1], "'"));
+}
+
+}  // namespace
+}  // namespace ferry::ferryctl
+
+int main(int argc, char** argv) { return ferry::ferryctl::run(argc, argv); }

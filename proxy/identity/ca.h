@@ -1,0 +1,76 @@
+#pragma once
+// A small in-process certificate authority: `ferryctl ca` and tests use it to mint roots,
+// intermediates and X.509-SVIDs (well-formed ones, and deliberately broken ones for tests).
+#include <chrono>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proxy/identity/openssl_util.h"
+#include "proxy/identity/spiffe_id.h"
+
+namespace ferry::identity {
+
+struct IssuedCert {
+  X509Ptr cert;
+  EvpPkeyPtr key;
+};
+
+class CertificateAuthority {
+ public:
+  // New self-signed root: ECDSA P-256, cA=true, keyUsage critical keyCertSign+cRLSign, URI SAN
+  // spiffe://<td> (no path), given lifetime, random 128-bit serial, SKID/AKID.
+  static absl::StatusOr<CertificateAuthority> createRoot(std::string_view trust_domain,
+                                                         std::chrono::seconds lifetime);
+  // A CA certificate (first one in the file) with its key; the trust domain comes from its
+  // spiffe://<td> URI SAN.
+  static absl::StatusOr<CertificateAuthority> load(const std::string& cert_pem_path,
+                                                   const std::string& key_pem_path);
+
+  // Leaf X.509-SVID for id: ECDSA P-256 key generated in-process, URI SAN = id (critical, empty
+  // subject), cA=false (basicConstraints critical), keyUsage critical digitalSignature, EKU
+  // serverAuth+clientAuth, notBefore = now-60s, notAfter = now+lifetime.
+  absl::StatusOr<IssuedCert> issueLeaf(const SpiffeId& id, std::chrono::seconds lifetime) const;
+
+  // For tests of bad certificates: the same with overrides. notBefore = now+not_before_offset,
+  // notAfter = now+lifetime (a negative lifetime gives an expired certificate). Without
+  // digitalSignature and keyCertSign the keyUsage is keyEncipherment (it may not be empty).
+  struct LeafOptions {
+    std::vector<std::string> uri_sans;
+    bool is_ca = false;
+    bool digital_signature = true;
+    bool key_cert_sign = false;
+    bool eku = true;
+    bool eku_client = true;
+    bool eku_server = true;
+    std::chrono::seconds not_before_offset{-60};
+    std::chrono::seconds lifetime{3600};
+  };
+  absl::StatusOr<IssuedCert> issueLeafWith(const LeafOptions& opts) const;
+
+  // Intermediate CA signed by this CA (URI SAN spiffe://<td>, pathlen 0).
+  absl::StatusOr<CertificateAuthority> issueIntermediate(std::chrono::seconds lifetime) const;
+
+  X509* cert() const { return cert_.get(); }
+  EVP_PKEY* key() const { return key_.get(); }
+  const std::string& trustDomain() const { return trust_domain_; }
+
+  // Writes the certificate (0644) and the key (0600), each atomically.
+  absl::Status writePem(const std::string& cert_path, const std::string& key_path) const;
+
+ private:
+  CertificateAuthority(X509Ptr cert, EvpPkeyPtr key, std::string trust_domain)
+      : cert_(std::move(cert)), key_(std::move(key)), trust_domain_(std::move(trust_domain)) {}
+
+  X509Ptr cert_;
+  EvpPkeyPtr key_;
+  std::string trust_domain_;
+};
+
+// Writes an issued leaf (plus chain) into the DirCertSource layout:
+// <dir>/<ns>/<sa>/{cert.pem,key.pem}, each atomically (write temp + rename); key.pem is 0600.
+absl::Status writeSvidFiles(const std::string& dir, const SpiffeId& id, const IssuedCert& leaf,
+                            const std::vector<X509*>& chain);
+
+}  // namespace ferry::identity

@@ -1,0 +1,98 @@
+#include "proxy/identity/svid.h"
+
+#include <openssl/err.h>
+
+#include "absl/strings/str_cat.h"
+#include "proxy/identity/string_compat.h"
+
+namespace ferry::identity {
+namespace {
+
+absl::Status invalidSvid(std::string_view rule) {
+  return absl::InvalidArgumentError(absl::StrCat("not a valid X.509-SVID leaf: ", toAbsl(rule)));
+}
+
+}  // namespace
+
+std::vector<std::string> uriSans(X509* cert) {
+  std::vector<std::string> out;
+  GeneralNamesPtr names(
+      static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr)));
+  if (!names) return out;
+  for (int i = 0; i < sk_GENERAL_NAME_num(names.get()); ++i) {
+    const GENERAL_NAME* name = sk_GENERAL_NAME_value(names.get(), i);
+    if (name->type != GEN_URI) continue;
+    const ASN1_IA5STRING* uri = name->d.uniformResourceIdentifier;
+    out.emplace_back(reinterpret_cast<const char*>(ASN1_STRING_get0_data(uri)),
+                     static_cast<size_t>(ASN1_STRING_length(uri)));
+  }
+  return out;
+}
+
+absl::StatusOr<SpiffeId> validateSvidLeaf(X509* leaf) {
+  if (leaf == nullptr) return invalidSvid("no certificate");
+  // Computes and caches the parsed extensions; EXFLAG_INVALID means one of them is malformed
+  // or duplicated, and nothing else about the certificate can be trusted.
+  uint32_t flags = X509_get_extension_flags(leaf);
+  ERR_clear_error();
+  if ((flags & EXFLAG_INVALID) != 0) return invalidSvid("malformed or duplicate X.509v3 extension");
+
+  int crit = -1;
+  GeneralNamesPtr names(
+      static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(leaf, NID_subject_alt_name, &crit, nullptr)));
+  ERR_clear_error();
+  if (!names) {
+    if (crit == -2) return invalidSvid("more than one subjectAltName extension");
+    return invalidSvid("must have exactly one URI SAN (X509-SVID §2), found no subjectAltName");
+  }
+  const GENERAL_NAME* uri_name = nullptr;
+  int uri_count = 0;
+  for (int i = 0; i < sk_GENERAL_NAME_num(names.get()); ++i) {
+    const GENERAL_NAME* name = sk_GENERAL_NAME_value(names.get(), i);
+    if (name->type == GEN_URI) {
+      ++uri_count;
+      uri_name = name;
+    }
+  }
+  if (uri_count != 1) {
+    return invalidSvid(absl::StrCat("must have exactly one URI SAN (X509-SVID §2), found ", uri_count));
+  }
+  const ASN1_IA5STRING* uri = uri_name->d.uniformResourceIdentifier;
+  std::string_view uri_text(reinterpret_cast<const char*>(ASN1_STRING_get0_data(uri)),
+                            static_cast<size_t>(ASN1_STRING_length(uri)));
+  auto id = SpiffeId::parse(uri_text);
+  if (!id.ok()) return invalidSvid(absl::StrCat("URI SAN is not a SPIFFE ID: ", id.status().message()));
+  if (id->path().empty()) {
+    return invalidSvid(absl::StrCat("leaf SPIFFE ID must have a non-root path (X509-SVID §3.1), got ",
+                                    id->str()));
+  }
+
+  if ((flags & EXFLAG_CA) != 0) {
+    return invalidSvid("leaf must not be a CA: basicConstraints cA must be false (X509-SVID §4.1)");
+  }
+  if ((flags & EXFLAG_KUSAGE) == 0) {
+    return invalidSvid("keyUsage extension must be present (X509-SVID §4.3)");
+  }
+  uint32_t ku = X509_get_key_usage(leaf);
+  if ((ku & KU_DIGITAL_SIGNATURE) == 0) {
+    return invalidSvid("keyUsage must include digitalSignature (X509-SVID §4.3)");
+  }
+  if ((ku & KU_KEY_CERT_SIGN) != 0) {
+    return invalidSvid("keyUsage must not include keyCertSign in a leaf (X509-SVID §4.3)");
+  }
+  if ((ku & KU_CRL_SIGN) != 0) {
+    return invalidSvid("keyUsage must not include cRLSign in a leaf (X509-SVID §4.3)");
+  }
+  if ((flags & EXFLAG_XKUSAGE) != 0) {
+    uint32_t xku = X509_get_extended_key_usage(leaf);
+    if ((xku & XKU_SSL_SERVER) == 0) {
+      return invalidSvid("extendedKeyUsage must include serverAuth (X509-SVID §4.4)");
+    }
+    if ((xku & XKU_SSL_CLIENT) == 0) {
+      return invalidSvid("extendedKeyUsage must include clientAuth (X509-SVID §4.4)");
+    }
+  }
+  return *std::move(id);
+}
+
+}  // namespace ferry::identity
