@@ -1,0 +1,46 @@
+#pragma once
+// The HBONE CONNECT request: what a client sends (design §4, reference/hbone.md §2.4) and
+// how a server judges it (§2.5). Pure functions, no I/O: unit-tested on their own.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "proxy/common/net.h"
+#include "proxy/hbone/h2_connection.h"
+#include "proxy/workloads/registry.h"
+
+namespace ferry::hbone {
+
+using common::HostPort;
+using common::IpAddress;
+
+struct ConnectParams {
+  HostPort target;             // destination pod ip:port (the application port)
+  HostPort client;             // the application's own address (forwarded: for=)
+  const workloads::Workload* source = nullptr;  // for baggage; may be null
+};
+
+// `:method CONNECT`, `:authority`, `forwarded`, `baggage`, `traceparent` (random).
+std::vector<Header> buildConnectHeaders(const ConnectParams& params);
+// "00-<32 hex>-<16 hex>-00", random per call.
+std::string makeTraceparent();
+
+// What the server decided about one request.
+struct ConnectVerdict {
+  int status = 200;            // 200, or 400 / 503 to answer with
+  std::string reason;          // why (logged, and counted by `code`)
+  std::string code;            // short machine-readable reason, e.g. "authority_mismatch"
+  HostPort target;             // valid when status == 200
+  const workloads::Workload* workload = nullptr;  // the local workload being called
+};
+
+// Checks a request received on a connection whose original destination IP is `local_ip`:
+// CONNECT only; no :scheme/:path/:protocol; :authority is ip:port with port 1..65535;
+// its IP equals `local_ip`; the target is a local workload of `registry`; the port is not
+// one of `ferry_ports`.
+ConnectVerdict validateConnect(const std::vector<Header>& request, const IpAddress& local_ip,
+                               const workloads::Registry& registry,
+                               const std::vector<uint16_t>& ferry_ports);
+
+}  // namespace ferry::hbone

@@ -1,0 +1,549 @@
+#include "proxy/hbone/h2_connection.h"
+
+#include <nghttp2/nghttp2.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/ssl/error.hpp>
+#include <boost/asio/write.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "proxy/common/log.h"
+
+namespace ferry::hbone {
+namespace asio = boost::asio;
+using asio::awaitable;
+using asio::use_awaitable;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+// One TLS write gathers up to this many bytes of frames: several 16 KiB records per syscall.
+constexpr size_t kWriteBatch = 128 * 1024;
+// TLS read buffer per connection.
+constexpr size_t kReadBuffer = 64 * 1024;
+
+nghttp2_nv makeNv(const Header& h) {
+  return nghttp2_nv{reinterpret_cast<uint8_t*>(const_cast<char*>(h.name.data())),
+                    reinterpret_cast<uint8_t*>(const_cast<char*>(h.value.data())), h.name.size(),
+                    h.value.size(), NGHTTP2_NV_FLAG_NONE};
+}
+}  // namespace
+
+// --- nghttp2 callbacks -------------------------------------------------------------------
+struct H2Callbacks {
+
+static int onBeginHeaders(nghttp2_session*, const nghttp2_frame* frame, void* user) {
+  auto* self = static_cast<H2Connection*>(user);
+  if (self->role_ != H2Connection::Role::kServer || frame->hd.type != NGHTTP2_HEADERS ||
+      frame->headers.cat != NGHTTP2_HCAT_REQUEST) {
+    return 0;
+  }
+  if (self->closing_) {
+    nghttp2_submit_rst_stream(self->session_, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
+                              NGHTTP2_REFUSED_STREAM);
+    return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+  }
+  auto stream = std::make_shared<H2Stream>(*self, self->executor_);
+  stream->id_ = frame->hd.stream_id;
+  stream->keep_alive_ = self->shared_from_this();
+  self->streams_.emplace_back(stream->id_, stream);
+  nghttp2_session_set_stream_user_data(self->session_, stream->id_, stream.get());
+  return 0;
+}
+
+static int onHeader(nghttp2_session*, const nghttp2_frame* frame, const uint8_t* name,
+                    size_t namelen, const uint8_t* value, size_t valuelen, uint8_t, void* user) {
+  auto* self = static_cast<H2Connection*>(user);
+  if (frame->hd.type != NGHTTP2_HEADERS) return 0;
+  auto stream = self->findStream(frame->hd.stream_id);
+  if (!stream || stream->headers_done_) return 0;  // trailers are ignored
+  stream->header_bytes_ += namelen + valuelen + 32;
+  uint32_t cap = self->role_ == H2Connection::Role::kServer ? kServerMaxHeaderList : kClientMaxHeaderList;
+  if (stream->header_bytes_ > cap) {
+    stream->headers_too_large_ = true;
+    return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;  // resets this stream only
+  }
+  std::string n(reinterpret_cast<const char*>(name), namelen);
+  std::string v(reinterpret_cast<const char*>(value), valuelen);
+  if (self->role_ == H2Connection::Role::kClient && n == ":status") {
+    int status = 0;
+    for (char c : v) status = status * 10 + (c - '0');
+    stream->status_ = status;
+  }
+  stream->headers_.push_back(Header{std::move(n), std::move(v)});
+  return 0;
+}
+
+static int onFrameRecv(nghttp2_session*, const nghttp2_frame* frame, void* user) {
+  auto* self = static_cast<H2Connection*>(user);
+  switch (frame->hd.type) {
+    case NGHTTP2_GOAWAY:
+      self->closing_ = true;
+      return 0;
+    case NGHTTP2_HEADERS: {
+      auto stream = self->findStream(frame->hd.stream_id);
+      if (!stream) return 0;
+      bool first = !stream->headers_done_;
+      stream->headers_done_ = true;
+      if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) stream->remote_eof_ = true;
+      stream->recv_signal_.notify();
+      if (first && self->role_ == H2Connection::Role::kServer && self->on_request_) self->on_request_(stream);
+      return 0;
+    }
+    case NGHTTP2_DATA: {
+      if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) {
+        if (auto stream = self->findStream(frame->hd.stream_id)) {
+          stream->remote_eof_ = true;
+          stream->recv_signal_.notify();
+        }
+      }
+      return 0;
+    }
+    default:
+      return 0;
+  }
+}
+
+static int onDataChunk(nghttp2_session*, uint8_t, int32_t stream_id, const uint8_t* data,
+                              size_t len, void* user) {
+  auto* self = static_cast<H2Connection*>(user);
+  auto stream = self->findStream(stream_id);
+  if (!stream || stream->reset_) {
+    // Nobody will write these bytes out: return the window at once.
+    nghttp2_session_consume(self->session_, stream_id, len);
+    return 0;
+  }
+  stream->received_.append(reinterpret_cast<const char*>(data), len);
+  stream->bytes_received_ += len;
+  stream->recv_signal_.notify();
+  return 0;
+}
+
+// After an error answer (HEADERS with END_STREAM) the request side may still be open: tell
+// the client to stop sending (RFC 9113 §8.1). Queued any earlier, the RST_STREAM would
+// make nghttp2 drop the answer itself.
+static int onFrameSend(nghttp2_session*, const nghttp2_frame* frame, void* user) {
+  auto* self = static_cast<H2Connection*>(user);
+  if (self->role_ != H2Connection::Role::kServer || frame->hd.type != NGHTTP2_HEADERS ||
+      !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
+    return 0;
+  }
+  auto stream = self->findStream(frame->hd.stream_id);
+  if (stream && !stream->remote_eof_) {
+    nghttp2_submit_rst_stream(self->session_, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
+                              NGHTTP2_NO_ERROR);
+  }
+  return 0;
+}
+
+static int onStreamClose(nghttp2_session*, int32_t stream_id, uint32_t error_code,
+                                void* user) {
+  static_cast<H2Connection*>(user)->streamClosed(stream_id, error_code);
+  return 0;
+}
+
+static ssize_t readData(nghttp2_session*, int32_t, uint8_t* buf, size_t length,
+                        uint32_t* data_flags, nghttp2_data_source* source, void*) {
+  auto* stream = static_cast<H2Stream*>(source->ptr);
+  size_t avail = stream->pending_.size() - stream->pending_off_;
+  if (avail == 0) {
+    if (stream->local_eof_) {
+      *data_flags |= NGHTTP2_DATA_FLAG_EOF;
+      return 0;
+    }
+    stream->deferred_ = true;
+    return NGHTTP2_ERR_DEFERRED;
+  }
+  size_t n = std::min(length, avail);
+  std::memcpy(buf, stream->pending_.data() + stream->pending_off_, n);
+  stream->pending_off_ += n;
+  stream->bytes_sent_ += n;
+  if (stream->pending_off_ == stream->pending_.size()) {
+    stream->pending_off_ = 0;
+    stream->pending_.clear();
+    // Idle streams hold no send buffer.
+    if (stream->pending_.capacity() > 64 * 1024) stream->pending_.shrink_to_fit();
+    if (stream->local_eof_) *data_flags |= NGHTTP2_DATA_FLAG_EOF;
+  }
+  stream->send_signal_.notify();
+  return static_cast<long>(n);
+}
+
+};
+
+// ---------------------------------------------------------------------------------------
+// H2Stream
+
+H2Stream::H2Stream(H2Connection& conn, const asio::any_io_executor& ex)
+    : conn_(conn), send_signal_(ex), recv_signal_(ex) {}
+
+size_t H2Stream::sendSpace() const {
+  size_t queued = pending_.size() - pending_off_;
+  return queued >= kStreamSendBuffer ? 0 : kStreamSendBuffer - queued;
+}
+
+void H2Stream::send(const char* data, size_t size) {
+  if (closed_ || reset_ || local_eof_) return;
+  if (pending_off_ == pending_.size()) {
+    pending_.clear();
+    pending_off_ = 0;
+  }
+  pending_.append(data, size);
+  conn_.resume(*this);
+}
+
+void H2Stream::sendEof() {
+  if (closed_ || reset_ || local_eof_) return;
+  local_eof_ = true;
+  conn_.resume(*this);
+}
+
+void H2Stream::reset(uint32_t error_code) {
+  if (closed_ || reset_) return;
+  reset_ = error_code;
+  if (id_ > 0 && conn_.session_ && !conn_.dead_) {
+    nghttp2_submit_rst_stream(conn_.session_, NGHTTP2_FLAG_NONE, id_, error_code);
+    conn_.kick();
+  }
+  notifyAll();
+}
+
+std::string H2Stream::takeReceived() {
+  std::string out;
+  out.swap(received_);
+  return out;
+}
+
+void H2Stream::consumed(size_t size) {
+  if (size > 0) conn_.consume(id_, size);
+}
+
+std::string H2Stream::header(std::string_view name) const {
+  for (const auto& h : headers_) {
+    if (h.name == name) return h.value;
+  }
+  return "";
+}
+
+void H2Stream::respond(int status, const std::vector<Header>& extra) {
+  if (responded_ || closed_ || reset_ || conn_.dead_) return;
+  responded_ = true;
+  conn_.submitData(*this, status, extra, status == 200);
+}
+
+// ---------------------------------------------------------------------------------------
+// H2Connection
+
+std::shared_ptr<H2Connection> H2Connection::create(Role role, std::unique_ptr<TlsStream> tls,
+                                                   H2Options options) {
+  return std::shared_ptr<H2Connection>(new H2Connection(role, std::move(tls), options));
+}
+
+H2Connection::H2Connection(Role role, std::unique_ptr<TlsStream> tls, H2Options options)
+    : role_(role),
+      tls_(std::move(tls)),
+      options_(options),
+      executor_(tls_->get_executor()),
+      write_signal_(executor_),
+      keepalive_timer_(executor_) {
+  nghttp2_session_callbacks* cbs = nullptr;
+  nghttp2_session_callbacks_new(&cbs);
+  nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, &H2Callbacks::onBeginHeaders);
+  nghttp2_session_callbacks_set_on_header_callback(cbs, &H2Callbacks::onHeader);
+  nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, &H2Callbacks::onFrameRecv);
+  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, &H2Callbacks::onDataChunk);
+  nghttp2_session_callbacks_set_on_stream_close_callback(cbs, &H2Callbacks::onStreamClose);
+  nghttp2_session_callbacks_set_on_frame_send_callback(cbs, &H2Callbacks::onFrameSend);
+
+  nghttp2_option* opt = nullptr;
+  nghttp2_option_new(&opt);
+  // Window updates follow what was written to the application socket (backpressure).
+  nghttp2_option_set_no_auto_window_update(opt, 1);
+  // A peer may not flood us with SETTINGS or with frames that demand an ACK (CVE-2019-9515,
+  // -9512); these are nghttp2's defaults written down so that they cannot silently change.
+  nghttp2_option_set_max_settings(opt, 32);
+  nghttp2_option_set_max_outbound_ack(opt, 1000);
+  nghttp2_option_set_max_continuations(opt, 8);
+  // Rapid reset (CVE-2023-44487): GOAWAY after a burst of 1000 resets, 33/s sustained.
+  nghttp2_option_set_stream_reset_rate_limit(opt, 1000, 33);
+  if (role_ == H2Connection::Role::kServer) {
+    nghttp2_session_server_new2(&session_, cbs, this, opt);
+  } else {
+    nghttp2_option_set_peer_max_concurrent_streams(opt, options_.max_streams);
+    nghttp2_session_client_new2(&session_, cbs, this, opt);
+  }
+  nghttp2_option_del(opt);
+  nghttp2_session_callbacks_del(cbs);
+  last_read_ = idle_since_ = Clock::now();
+}
+
+H2Connection::~H2Connection() {
+  if (session_) nghttp2_session_del(session_);
+}
+
+void H2Connection::start() {
+  if (started_) return;
+  started_ = true;
+  std::vector<nghttp2_settings_entry> settings = {
+      {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, static_cast<uint32_t>(kStreamWindow)},
+      {NGHTTP2_SETTINGS_MAX_FRAME_SIZE, kMaxFrameSize},
+      {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
+  };
+  if (role_ == H2Connection::Role::kServer) {
+    settings.push_back({NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, kServerMaxConcurrentStreams});
+    settings.push_back({NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, kServerMaxHeaderList});
+  } else {
+    settings.push_back({NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, kClientMaxHeaderList});
+  }
+  nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings.data(), settings.size());
+  nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, kConnectionWindow);
+
+  auto self = shared_from_this();
+  auto log_exception = [self](std::exception_ptr e) {
+    if (!e) return;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      self->fail(absl::StrCat("internal error: ", ex.what()));
+    }
+  };
+  asio::co_spawn(executor_, readLoop(), log_exception);
+  asio::co_spawn(executor_, writeLoop(), log_exception);
+  asio::co_spawn(executor_, keepaliveLoop(), log_exception);
+}
+
+std::shared_ptr<H2Stream> H2Connection::findStream(int32_t id) const {
+  for (const auto& [sid, s] : streams_) {
+    if (sid == id) return s;
+  }
+  return nullptr;
+}
+
+void H2Connection::eraseStream(int32_t id) {
+  auto it = std::find_if(streams_.begin(), streams_.end(),
+                         [id](const auto& p) { return p.first == id; });
+  if (it == streams_.end()) return;
+  std::swap(*it, streams_.back());
+  streams_.pop_back();
+  if (streams_.empty()) idle_since_ = Clock::now();
+}
+
+size_t H2Connection::streamCapacity() const {
+  if (!usable()) return 0;
+  uint32_t peer = nghttp2_session_get_remote_settings(session_,
+                                                      NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS);
+  size_t limit = std::min<size_t>(options_.max_streams, peer);
+  return streams_.size() >= limit ? 0 : limit - streams_.size();
+}
+
+std::shared_ptr<H2Stream> H2Connection::openStream(const std::vector<Header>& headers) {
+  if (role_ != H2Connection::Role::kClient || !usable()) return nullptr;
+  auto stream = std::make_shared<H2Stream>(*this, executor_);
+  std::vector<nghttp2_nv> nva;
+  nva.reserve(headers.size());
+  for (const auto& h : headers) nva.push_back(makeNv(h));
+  nghttp2_data_provider provider{};
+  provider.source.ptr = stream.get();
+  provider.read_callback = &H2Callbacks::readData;
+  int32_t id = nghttp2_submit_request(session_, nullptr, nva.data(), nva.size(), &provider,
+                                      stream.get());
+  if (id < 0) {
+    FERRY_LOG(kDebug, "hbone: cannot open stream: %s", nghttp2_strerror(id));
+    if (id == NGHTTP2_ERR_STREAM_ID_NOT_AVAILABLE) closing_ = true;
+    return nullptr;
+  }
+  stream->id_ = id;
+  stream->keep_alive_ = shared_from_this();
+  streams_.emplace_back(id, stream);
+  kick();
+  return stream;
+}
+
+bool H2Connection::submitData(H2Stream& stream, int status, const std::vector<Header>& extra,
+                              bool with_body) {
+  std::string status_text = std::to_string(status);
+  std::vector<nghttp2_nv> nva;
+  Header status_header{":status", status_text};
+  nva.push_back(makeNv(status_header));
+  for (const auto& h : extra) nva.push_back(makeNv(h));
+  nghttp2_data_provider provider{};
+  provider.source.ptr = &stream;
+  provider.read_callback = &H2Callbacks::readData;
+  int rv = nghttp2_submit_response(session_, stream.id_, nva.data(), nva.size(),
+                                   with_body ? &provider : nullptr);
+  if (rv != 0) {
+    FERRY_LOG(kDebug, "hbone: cannot respond on stream %d: %s", stream.id_, nghttp2_strerror(rv));
+    return false;
+  }
+  kick();
+  return true;
+}
+
+void H2Connection::resume(H2Stream& stream) {
+  if (stream.deferred_ && session_ && !dead_ && stream.id_ > 0) {
+    stream.deferred_ = false;
+    nghttp2_session_resume_data(session_, stream.id_);
+  }
+  kick();
+}
+
+void H2Connection::consume(int32_t stream_id, size_t size) {
+  if (dead_) return;
+  if (stream_id > 0 && nghttp2_session_find_stream(session_, stream_id) != nullptr) {
+    nghttp2_session_consume(session_, stream_id, size);
+  } else {
+    nghttp2_session_consume_connection(session_, size);
+  }
+  kick();
+}
+
+void H2Connection::drain() {
+  if (dead_ || closing_) return;
+  closing_ = true;
+  if (role_ == H2Connection::Role::kServer) {
+    nghttp2_submit_shutdown_notice(session_);
+  }
+  nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE,
+                        nghttp2_session_get_last_proc_stream_id(session_), NGHTTP2_NO_ERROR,
+                        nullptr, 0);
+  kick();
+}
+
+void H2Connection::close(std::string_view why) { fail(why); }
+
+void H2Connection::fail(std::string_view why) {
+  if (dead_) return;
+  dead_ = true;
+  closing_ = true;
+  close_reason_ = std::string(why);
+  FERRY_LOG(kDebug, "hbone: connection closed: %s", why);
+  boost::system::error_code ignored;
+  tls_->next_layer().shutdown(Tcp::socket::shutdown_both, ignored);
+  tls_->next_layer().close(ignored);
+  keepalive_timer_.cancel();
+  write_signal_.notify();
+  auto streams = std::move(streams_);
+  streams_.clear();
+  for (auto& [id, s] : streams) {
+    s->closed_ = true;
+    if (!s->reset_ && !(s->remote_eof_ && s->local_eof_ && s->pending_off_ == s->pending_.size())) {
+      s->reset_ = kH2InternalError;
+    }
+    s->notifyAll();
+    s->keep_alive_.reset();
+  }
+  if (on_close_) {
+    auto cb = std::move(on_close_);
+    cb(*this);
+  }
+}
+
+void H2Connection::streamClosed(int32_t id, uint32_t error_code) {
+  auto stream = findStream(id);
+  if (!stream) return;
+  stream->closed_ = true;
+  // A stream that closes without both END_STREAMs ended abnormally.
+  if (!stream->reset_ && (error_code != NGHTTP2_NO_ERROR || !stream->remote_eof_)) {
+    stream->reset_ = error_code == NGHTTP2_NO_ERROR ? kH2Cancel : error_code;
+  }
+  stream->notifyAll();
+  auto keep = stream->keep_alive_;  // may be the last reference to *this
+  stream->keep_alive_.reset();
+  eraseStream(id);
+}
+
+awaitable<void> H2Connection::readLoop() {
+  auto self = shared_from_this();
+  std::vector<uint8_t> buf(kReadBuffer);
+  while (!dead_) {
+    auto [ec, n] = co_await tls_->async_read_some(asio::buffer(buf),
+                                                  asio::as_tuple(use_awaitable));
+    if (ec) {
+      fail(ec == asio::error::eof || ec == asio::ssl::error::stream_truncated
+               ? "peer closed the connection"
+               : absl::StrCat("read: ", ec.message()));
+      co_return;
+    }
+    last_read_ = Clock::now();
+    ssize_t rv = nghttp2_session_mem_recv(session_, buf.data(), n);
+    if (rv < 0) {
+      // nghttp2 queued a GOAWAY for protocol errors; give the writer a moment to send it.
+      closing_ = true;
+      FERRY_LOG(kDebug, "hbone: protocol error from peer: %s", nghttp2_strerror(static_cast<int>(rv)));
+      kick();
+      co_return;  // the writer closes the connection once the GOAWAY is out
+    }
+    if (nghttp2_session_get_remote_settings(session_, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS) == 0) {
+      // Peer allows no streams: treat as draining.
+      if (role_ == H2Connection::Role::kClient) closing_ = true;
+    }
+    kick();
+  }
+}
+
+awaitable<void> H2Connection::writeLoop() {
+  auto self = shared_from_this();
+  std::vector<uint8_t> out;
+  while (!dead_) {
+    out.clear();
+    while (out.size() < kWriteBatch) {
+      const uint8_t* data = nullptr;
+      ssize_t n = nghttp2_session_mem_send(session_, &data);
+      if (n < 0) {
+        fail(absl::StrCat("http2: ", nghttp2_strerror(static_cast<int>(n))));
+        co_return;
+      }
+      if (n == 0) break;
+      out.insert(out.end(), data, data + n);
+    }
+    if (!out.empty()) {
+      auto [ec, written] = co_await asio::async_write(*tls_, asio::buffer(out),
+                                                      asio::as_tuple(use_awaitable));
+      if (ec) {
+        fail(absl::StrCat("write: ", ec.message()));
+        co_return;
+      }
+      continue;
+    }
+    if (!nghttp2_session_want_read(session_) && !nghttp2_session_want_write(session_)) {
+      fail(closing_ ? "closed after GOAWAY" : "session finished");
+      co_return;
+    }
+    if (closing_ && streams_.empty() && !nghttp2_session_want_write(session_)) {
+      // Drained: GOAWAY sent (or protocol error), nothing in flight.
+      boost::system::error_code ignored;
+      tls_->next_layer().shutdown(Tcp::socket::shutdown_send, ignored);
+      fail(close_reason_.empty() ? "drained" : close_reason_);
+      co_return;
+    }
+    if (out.capacity() > kWriteBatch * 2) out.shrink_to_fit();
+    co_await write_signal_.wait();
+  }
+}
+
+awaitable<void> H2Connection::keepaliveLoop() {
+  auto self = shared_from_this();
+  while (!dead_) {
+    keepalive_timer_.expires_after(options_.ping_interval);
+    auto [ec] = co_await keepalive_timer_.async_wait(asio::as_tuple(use_awaitable));
+    if (dead_) co_return;
+    auto now = Clock::now();
+    if (now - last_read_ >= options_.ping_timeout) {
+      fail("peer silent for longer than the ping timeout");
+      co_return;
+    }
+    if (role_ == H2Connection::Role::kClient && options_.idle_release.count() > 0 && streams_.empty() &&
+        now - idle_since_ >= options_.idle_release) {
+      FERRY_LOG(kDebug, "hbone: releasing idle pool connection");
+      drain();
+      continue;
+    }
+    nghttp2_submit_ping(session_, NGHTTP2_FLAG_NONE, nullptr);
+    kick();
+  }
+}
+
+}  // namespace ferry::hbone

@@ -1,0 +1,221 @@
+#pragma once
+// One HBONE connection: HTTP/2 (nghttp2) over a TLS stream, carrying one CONNECT stream per
+// proxied TCP connection. Everything here runs on the io_context of one worker thread, so
+// nothing is locked. Data flow and backpressure:
+//   TCP -> peer: the relay appends to H2Stream::pending (bounded by kStreamSendBuffer);
+//                nghttp2 pulls it through a deferred data provider as the peer's window allows.
+//   peer -> TCP: DATA lands in H2Stream::received; the window is only given back
+//                (nghttp2_session_consume) after the bytes were written to the TCP socket, so
+//                the peer's sender stops when our application reads slowly.
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/stream.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "proxy/hbone/signal.h"
+
+struct nghttp2_session;
+
+namespace ferry::hbone {
+
+using Tcp = boost::asio::ip::tcp;
+using TlsStream = boost::asio::ssl::stream<Tcp::socket>;
+
+// How much TCP->peer data one stream may queue before the relay stops reading its socket.
+inline constexpr size_t kStreamSendBuffer = 256 * 1024;
+// HTTP/2 settings from design §4 (ztunnel's values, so that throughput matches).
+inline constexpr int32_t kStreamWindow = 4 * 1024 * 1024;
+inline constexpr int32_t kConnectionWindow = 16 * 1024 * 1024;
+inline constexpr uint32_t kMaxFrameSize = 1024 * 1024;
+inline constexpr uint32_t kServerMaxConcurrentStreams = 100;
+// Header list caps: a CONNECT needs a few hundred bytes; 16 KiB (client) / 64 KiB (server)
+// are ztunnel's and bound HPACK work per request (CONTINUATION floods).
+inline constexpr uint32_t kClientMaxHeaderList = 16 * 1024;
+inline constexpr uint32_t kServerMaxHeaderList = 64 * 1024;
+
+// HTTP/2 error codes we use (RFC 9113 §7).
+inline constexpr uint32_t kH2NoError = 0x0;
+inline constexpr uint32_t kH2InternalError = 0x2;
+inline constexpr uint32_t kH2Cancel = 0x8;
+inline constexpr uint32_t kH2ConnectError = 0xa;
+
+struct Header {
+  std::string name;
+  std::string value;
+};
+
+class H2Connection;
+
+class H2Stream {
+ public:
+  H2Stream(H2Connection& conn, const boost::asio::any_io_executor& ex);
+
+  int32_t id() const { return id_; }
+
+  // --- TCP -> peer ---
+  // Bytes the relay may still queue.
+  size_t sendSpace() const;
+  void send(const char* data, size_t size);
+  // END_STREAM once everything queued has been sent (TCP FIN from the application).
+  void sendEof();
+  // RST_STREAM with `error_code` (e.g. kH2ConnectError when the TCP side was reset).
+  void reset(uint32_t error_code);
+
+  // --- peer -> TCP ---
+  // Data received and not yet handed out. The caller must call consumed() once written.
+  std::string takeReceived();
+  bool hasReceived() const { return !received_.empty(); }
+  void consumed(size_t size);
+  bool receivedEof() const { return remote_eof_ && received_.empty(); }
+
+  // Set when the stream ended abnormally: RST_STREAM from the peer (its code) or the
+  // connection died (kH2InternalError).
+  std::optional<uint32_t> resetCode() const { return reset_; }
+  bool closed() const { return closed_; }
+
+  // Request (server side) or response (client side) headers, complete once headersDone().
+  bool headersDone() const { return headers_done_; }
+  const std::vector<Header>& headers() const { return headers_; }
+  // The value of a header, "" if absent.
+  std::string header(std::string_view name) const;
+  // Client side: the :status of the response, 0 until known.
+  int status() const { return status_; }
+
+  // Server side: answer the request. 200 keeps the stream open for data; anything else
+  // ends it.
+  void respond(int status, const std::vector<Header>& extra = {});
+
+  // Wakes the relay's TCP->peer loop: buffer space freed, stream ended.
+  Signal& sendReady() { return send_signal_; }
+  // Wakes the relay's peer->TCP loop: data, END_STREAM, reset, headers.
+  Signal& recvReady() { return recv_signal_; }
+
+  uint64_t bytesSent() const { return bytes_sent_; }
+  uint64_t bytesReceived() const { return bytes_received_; }
+
+ private:
+  friend class H2Connection;
+  friend struct H2Callbacks;
+  void notifyAll() {
+    send_signal_.notify();
+    recv_signal_.notify();
+  }
+
+  H2Connection& conn_;
+  std::shared_ptr<H2Connection> keep_alive_;  // the connection outlives its streams
+  int32_t id_ = -1;
+  std::string pending_;
+  size_t pending_off_ = 0;
+  bool local_eof_ = false;
+  bool deferred_ = false;
+  std::string received_;
+  bool remote_eof_ = false;
+  std::optional<uint32_t> reset_;
+  bool closed_ = false;
+  bool headers_done_ = false;
+  size_t header_bytes_ = 0;
+  bool headers_too_large_ = false;
+  std::vector<Header> headers_;
+  int status_ = 0;
+  bool responded_ = false;
+  uint64_t bytes_sent_ = 0;
+  uint64_t bytes_received_ = 0;
+  Signal send_signal_;
+  Signal recv_signal_;
+};
+
+struct H2Options {
+  std::chrono::milliseconds ping_interval{10'000};
+  std::chrono::milliseconds ping_timeout{20'000};
+  // Client pool connections: close after this long without streams. 0 = never.
+  std::chrono::milliseconds idle_release{0};
+  // Cap on streams we open on a client connection (the pool's limit).
+  uint32_t max_streams = 100;
+};
+
+class H2Connection : public std::enable_shared_from_this<H2Connection> {
+ public:
+  enum class Role { kClient, kServer };
+  using RequestHandler = std::function<void(std::shared_ptr<H2Stream>)>;
+  using CloseHandler = std::function<void(H2Connection&)>;
+
+  // `tls` must have completed its handshake with ALPN h2.
+  static std::shared_ptr<H2Connection> create(Role role, std::unique_ptr<TlsStream> tls,
+                                              H2Options options);
+  ~H2Connection();
+  H2Connection(const H2Connection&) = delete;
+  H2Connection& operator=(const H2Connection&) = delete;
+
+  // Server: called for every complete request (headers received). The handler owns the
+  // stream's fate: it must respond() or reset() it.
+  void setRequestHandler(RequestHandler handler) { on_request_ = std::move(handler); }
+  void setCloseHandler(CloseHandler handler) { on_close_ = std::move(handler); }
+
+  // Sends the SETTINGS preface and starts the read, write and keepalive loops.
+  void start();
+
+  // Client: opens a CONNECT stream with these headers (pseudo-headers first). Data flows
+  // after the caller sees status() == 200. Returns nullptr if no stream can be opened
+  // (connection closing, stream ids exhausted).
+  std::shared_ptr<H2Stream> openStream(const std::vector<Header>& headers);
+
+  // Sends GOAWAY and closes once in-flight streams ended; no new streams are accepted.
+  void drain();
+  // Closes now; every open stream ends with a reset.
+  void close(std::string_view why);
+
+  bool usable() const { return !closing_ && !dead_; }
+  bool dead() const { return dead_; }
+  size_t activeStreams() const { return streams_.size(); }
+  // How many more streams this client connection takes (pool limit and peer's setting).
+  size_t streamCapacity() const;
+  const std::string& closeReason() const { return close_reason_; }
+  TlsStream& tls() { return *tls_; }
+  const boost::asio::any_io_executor& executor() const { return executor_; }
+
+ private:
+  friend class H2Stream;
+  H2Connection(Role role, std::unique_ptr<TlsStream> tls, H2Options options);
+
+  boost::asio::awaitable<void> readLoop();
+  boost::asio::awaitable<void> writeLoop();
+  boost::asio::awaitable<void> keepaliveLoop();
+  void kick() { write_signal_.notify(); }
+  void fail(std::string_view why);
+  void streamClosed(int32_t id, uint32_t error_code);
+  void consume(int32_t stream_id, size_t size);
+  void resume(H2Stream& stream);
+  bool submitData(H2Stream& stream, int status, const std::vector<Header>& extra, bool with_body);
+
+  friend struct H2Callbacks;  // nghttp2 callbacks, defined in the .cc
+
+  Role role_;
+  std::unique_ptr<TlsStream> tls_;
+  H2Options options_;
+  boost::asio::any_io_executor executor_;
+  nghttp2_session* session_ = nullptr;
+  std::vector<std::pair<int32_t, std::shared_ptr<H2Stream>>> streams_;
+  RequestHandler on_request_;
+  CloseHandler on_close_;
+  Signal write_signal_;
+  boost::asio::steady_timer keepalive_timer_;
+  std::chrono::steady_clock::time_point last_read_;
+  std::chrono::steady_clock::time_point idle_since_;
+  bool closing_ = false;  // GOAWAY sent or received: no new streams
+  bool dead_ = false;
+  bool started_ = false;
+  std::string close_reason_;
+
+  std::shared_ptr<H2Stream> findStream(int32_t id) const;
+  void eraseStream(int32_t id);
+};
+
+}  // namespace ferry::hbone

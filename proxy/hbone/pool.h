@@ -1,0 +1,67 @@
+#pragma once
+// The HBONE client pool of one worker: one HTTP/2 connection per (source workload,
+// destination workload) key, shared by up to `max_streams` proxied connections. Outbound
+// connections are handed to the worker that owns their key, so a key has one pool entry in
+// the whole process. A burst of first connections to a key waits on a single handshake.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/awaitable.hpp>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "proxy/common/net.h"
+#include "proxy/hbone/h2_connection.h"
+#include "proxy/hbone/signal.h"
+
+namespace ferry::hbone {
+
+struct PoolKey {
+  std::string source_id;        // SPIFFE ID presented
+  common::IpAddress source_ip;  // outer TCP source (the source pod)
+  std::string destination_id;   // SPIFFE ID required of the server
+  common::HostPort destination; // destination pod ip:15008
+
+  std::string str() const;
+  friend bool operator==(const PoolKey&, const PoolKey&) = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const PoolKey& k) {
+    return H::combine(std::move(h), k.source_id, k.source_ip.to_string(), k.destination_id,
+                      k.destination.ip.to_string(), k.destination.port);
+  }
+};
+
+class Pool {
+ public:
+  using Connector =
+      std::function<boost::asio::awaitable<absl::StatusOr<std::shared_ptr<H2Connection>>>()>;
+
+  explicit Pool(boost::asio::any_io_executor ex) : executor_(std::move(ex)) {}
+
+  // A connection with room for one more stream, opening one with `connect` if needed.
+  // Concurrent callers for the same key wait for the handshake already in flight.
+  boost::asio::awaitable<absl::StatusOr<std::shared_ptr<H2Connection>>> acquire(
+      const PoolKey& key, const Connector& connect);
+
+  size_t connectionCount() const;
+  size_t keyCount() const { return entries_.size(); }
+  // GOAWAY to every pooled connection (shutdown).
+  void drainAll();
+  uint64_t handshakes() const { return handshakes_; }
+
+ private:
+  struct Entry {
+    std::vector<std::shared_ptr<H2Connection>> connections;
+    std::shared_ptr<Event> connecting;  // set while a handshake is in flight
+    absl::Status last_error;
+  };
+  void prune(Entry& entry);
+
+  boost::asio::any_io_executor executor_;
+  absl::flat_hash_map<PoolKey, Entry> entries_;
+  uint64_t handshakes_ = 0;
+};
+
+}  // namespace ferry::hbone
