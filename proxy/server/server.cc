@@ -1,0 +1,292 @@
+#include "proxy/server/server.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "proxy/common/duration.h"
+#include "proxy/common/log.h"
+
+namespace ferry::server {
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+namespace {
+
+constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
+
+using Handler = asio::awaitable<void> (*)(session::Worker&, tcp::socket);
+
+void logCoroutineError(std::exception_ptr e) {
+  if (!e) return;
+  try {
+    std::rethrow_exception(e);
+  } catch (const boost::system::system_error& ex) {
+    if (ex.code() != asio::error::operation_aborted) {
+      FERRY_LOG(kError, "connection handler failed: %s", ex.what());
+    }
+  } catch (const std::exception& ex) {
+    FERRY_LOG(kError, "connection handler failed: %s", ex.what());
+  }
+}
+
+asio::awaitable<void> acceptLoop(session::Worker& worker, tcp::acceptor& acceptor, Handler handler) {
+  for (;;) {
+    auto [ec, socket] = co_await acceptor.async_accept(kTuple);
+    if (!acceptor.is_open() || ec == asio::error::operation_aborted) co_return;
+    if (ec) {
+      // EMFILE and friends: back off briefly instead of spinning (Asio's examples).
+      worker.shared().stats.accept_errors.fetch_add(1, std::memory_order_relaxed);
+      FERRY_LOG(kWarn, "accept: %s", ec.message());
+      asio::steady_timer backoff(worker.io(), std::chrono::milliseconds(100));
+      co_await backoff.async_wait(kTuple);
+      continue;
+    }
+    if (worker.shared().draining.load(std::memory_order_relaxed)) {
+      session::abortSocket(socket);
+      continue;
+    }
+    asio::co_spawn(worker.io(), handler(worker, std::move(socket)), logCoroutineError);
+  }
+}
+
+std::vector<uint16_t> ferryPorts(const config::Config& c) {
+  std::vector<uint16_t> ports = {c.hbone_port, c.listen.admin.port, c.listen.metrics.port,
+                                 c.listen.readiness.port};
+  for (const auto* list : {&c.listen.outbound, &c.listen.inbound_plaintext, &c.listen.hbone}) {
+    for (const auto& hp : *list) ports.push_back(hp.port);
+  }
+  std::sort(ports.begin(), ports.end());
+  ports.erase(std::unique(ports.begin(), ports.end()), ports.end());
+  return ports;
+}
+
+}  // namespace
+
+Server::Server(config::Config config)
+    : config_(std::move(config)),
+      workloads_(config_.workloads_file, config_.node),
+      certs_(config_.cert_dir, config_.trust_domain),
+      tls_(certs_, config_.trust_domain),
+      sockets_(config_.transparent) {}
+
+Server::~Server() {
+  for (auto& w : workers_) w->io().stop();
+  for (auto& t : threads_) {
+    if (t.joinable()) t.join();
+  }
+}
+
+absl::Status Server::start() {
+  common::setLogLevel(config_.log_level);
+  started_at_ = std::chrono::steady_clock::now();
+  if (auto st = workloads_.loadInitial(); !st.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("workloads: ", st.message()));
+  }
+  size_t n = config_.workers != 0 ? config_.workers : std::max(1u, std::thread::hardware_concurrency());
+  shared_.reset(new session::Shared{config_, workloads_, tls_, sockets_, stats_, ferryPorts(config_)});
+  shared_->worker_count = n;
+  for (size_t i = 0; i < n; ++i) workers_.push_back(std::make_unique<session::Worker>(*shared_, i));
+  shared_->handoff = [this](size_t target, int fd, session::OutboundPlan plan) {
+    auto* w = workers_[target].get();
+    asio::post(w->io(), [w, fd, plan = std::move(plan)]() mutable {
+      tcp::socket socket(w->io());
+      boost::system::error_code ec;
+      socket.assign(plan.source.ip.is_v6() ? tcp::v6() : tcp::v4(), fd, ec);
+      if (ec) {
+        ::close(fd);
+        return;
+      }
+      asio::co_spawn(w->io(), session::serveOutboundPlanned(*w, std::move(socket), std::move(plan)),
+                     logCoroutineError);
+    });
+  };
+
+  acceptors_.resize(n);
+  struct Kind {
+    const std::vector<common::HostPort>* addrs;
+    Handler handler;
+    const char* name;
+  };
+  const Kind kinds[] = {{&config_.listen.outbound, &session::serveOutbound, "outbound"},
+                        {&config_.listen.inbound_plaintext, &session::servePlaintext, "inbound_plaintext"},
+                        {&config_.listen.hbone, &session::serveHbone, "hbone"}};
+  for (size_t i = 0; i < n; ++i) {
+    for (const auto& kind : kinds) {
+      for (const auto& addr : *kind.addrs) {
+        auto acceptor = sockets_.listen(workers_[i]->io().get_executor(), addr);
+        if (!acceptor.ok()) {
+          return absl::Status(acceptor.status().code(),
+                              absl::StrCat(kind.name, " listener: ", acceptor.status().message()));
+        }
+        acceptors_[i].push_back(std::make_unique<tcp::acceptor>(std::move(*acceptor)));
+        asio::co_spawn(workers_[i]->io(), acceptLoop(*workers_[i], *acceptors_[i].back(), kind.handler),
+                       logCoroutineError);
+      }
+    }
+  }
+
+  readiness_.route("/healthz/ready", [this] {
+    if (ready_.load()) return HttpResponse{200, "text/plain; charset=utf-8", "ready\n"};
+    return HttpResponse{503, "text/plain; charset=utf-8",
+                        stopping_.load() ? "draining\n" : "starting\n"};
+  });
+  metrics_.route("/metrics", [this] {
+    return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", renderMetrics()};
+  });
+  admin_.route("/workloads", [this] {
+    auto reg = workloads_.current();
+    std::string body;
+    for (const auto& w : reg->all()) {
+      std::string ips;
+      for (const auto& ip : w.ips) absl::StrAppend(&ips, ips.empty() ? "" : ",", ip.to_string());
+      absl::StrAppend(&body, w.displayName(), " node=", w.node, " ips=", ips,
+                      " identity=", w.spiffeId(config_.trust_domain), " hbone=", w.hbone ? "true" : "false",
+                      w.node == config_.node ? " local" : "", "\n");
+    }
+    return HttpResponse{200, "text/plain; charset=utf-8", body};
+  });
+  admin_.route("/config_dump", [this] {
+    std::string body = absl::StrCat(
+        "node: ", config_.node, "\ntrust_domain: ", config_.trust_domain,
+        "\nworkloads_file: ", config_.workloads_file, "\ncert_dir: ", config_.cert_dir,
+        "\nworkers: ", workers_.size(), "\nlog_level: ", common::toAbsl(common::logLevelName(config_.log_level)),
+        "\ntransparent: ", config_.transparent ? "true" : "false",
+        "\noriginal_destination: ",
+        config_.original_destination == config::OriginalDestination::kSocket ? "socket" : "proxy_protocol",
+        "\nhbone_port: ", config_.hbone_port,
+        "\ntimeouts: {connect: ", common::formatDuration(config_.timeouts.connect),
+        ", handshake: ", common::formatDuration(config_.timeouts.handshake),
+        ", idle: ", common::formatDuration(config_.timeouts.idle),
+        ", drain: ", common::formatDuration(config_.timeouts.drain), "}",
+        "\npool: {max_streams: ", config_.pool.max_streams,
+        ", idle_release: ", common::formatDuration(config_.pool.idle_release),
+        ", ping_interval: ", common::formatDuration(config_.pool.ping_interval),
+        ", ping_timeout: ", common::formatDuration(config_.pool.ping_timeout), "}\n");
+    return HttpResponse{200, "text/yaml; charset=utf-8", body};
+  });
+  if (auto st = readiness_.listen(config_.listen.readiness); !st.ok()) return st;
+  if (auto st = metrics_.listen(config_.listen.metrics); !st.ok()) return st;
+  if (auto st = admin_.listen(config_.listen.admin); !st.ok()) return st;
+
+  signals_.add(SIGINT);
+  signals_.add(SIGTERM);
+  signals_.add(SIGHUP);
+  armSignals();
+
+  poll_timer_.expires_after(config_.workloads_poll);
+  poll_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) pollWorkloads();
+  });
+
+  for (auto& w : workers_) {
+    threads_.emplace_back([w = w.get()] {
+      auto guard = asio::make_work_guard(w->io());
+      w->io().run();
+    });
+  }
+  ready_ = true;
+  FERRY_LOG(kInfo, "ferryd ready: node=%s trust_domain=%s workers=%d workloads=%d (local %d)",
+            config_.node, config_.trust_domain, n, workloads_.current()->all().size(),
+            workloads_.current()->localCount());
+  return absl::OkStatus();
+}
+
+void Server::pollWorkloads() {
+  if (workloads_.poll()) {
+    stats_.workloads_reloads.fetch_add(1, std::memory_order_relaxed);
+  }
+  stats_.workloads_reload_failures.store(workloads_.reloadFailures(), std::memory_order_relaxed);
+  if (stopping_.load()) return;
+  poll_timer_.expires_after(config_.workloads_poll);
+  poll_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) pollWorkloads();
+  });
+}
+
+void Server::armSignals() {
+  signals_.async_wait([this](const boost::system::error_code& ec, int sig) {
+    if (ec) return;
+    if (sig == SIGHUP) {
+      FERRY_LOG(kInfo, "SIGHUP: re-reading the workloads file");
+      if (workloads_.poll()) stats_.workloads_reloads.fetch_add(1, std::memory_order_relaxed);
+      armSignals();
+      return;
+    }
+    FERRY_LOG(kInfo, "signal %d: draining", sig);
+    beginDrain();
+  });
+}
+
+void Server::run() { control_.run(); }
+
+void Server::shutdown() {
+  asio::post(control_, [this] { beginDrain(); });
+}
+
+void Server::beginDrain() {
+  if (stopping_.exchange(true)) return;
+  ready_ = false;
+  shared_->draining = true;
+  poll_timer_.cancel();
+  readiness_.stop();
+  // Stop accepting and send GOAWAY on pooled connections; live connections may finish.
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    auto* w = workers_[i].get();
+    auto* acceptors = &acceptors_[i];
+    asio::post(w->io(), [w, acceptors] {
+      for (auto& a : *acceptors) {
+        boost::system::error_code ignored;
+        a->close(ignored);
+      }
+      w->pool().drainAll();
+    });
+  }
+  drain_deadline_ = std::chrono::steady_clock::now() + config_.timeouts.drain;
+  finishDrain();
+}
+
+void Server::finishDrain() {
+  int64_t live = 0;
+  for (auto& w : workers_) live += w->live().load();
+  if (live > 0 && std::chrono::steady_clock::now() < drain_deadline_) {
+    drain_timer_.expires_after(std::chrono::milliseconds(50));
+    drain_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec) finishDrain();
+    });
+    return;
+  }
+  if (live > 0) FERRY_LOG(kWarn, "drain timeout: closing %d live connections", live);
+  FERRY_LOG(kInfo, "ferryd stopped");
+  for (auto& w : workers_) w->io().stop();
+  metrics_.stop();
+  admin_.stop();
+  signals_.cancel();
+  control_.stop();
+}
+
+std::string Server::renderMetrics() {
+  std::string out = stats_.renderPrometheus();
+  auto reg = workloads_.current();
+  absl::StrAppend(&out, "# HELP ferry_workloads Workloads known, and those on this node\n",
+                  "# TYPE ferry_workloads gauge\nferry_workloads{scope=\"all\"} ", reg->all().size(),
+                  "\nferry_workloads{scope=\"local\"} ", reg->localCount(), "\n");
+  absl::StrAppend(&out, "# HELP ferry_ready 1 when ferryd accepts connections\n# TYPE ferry_ready gauge\nferry_ready ",
+                  ready_.load() ? 1 : 0, "\n");
+  absl::StrAppend(&out, "# HELP ferry_workers Worker threads\n# TYPE ferry_workers gauge\nferry_workers ",
+                  workers_.size(), "\n");
+  auto up = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_at_);
+  absl::StrAppend(&out, "# HELP ferry_uptime_seconds Seconds since start\n# TYPE ferry_uptime_seconds gauge\nferry_uptime_seconds ",
+                  up.count(), "\n");
+  return out;
+}
+
+}  // namespace ferry::server

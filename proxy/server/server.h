@@ -1,0 +1,75 @@
+#pragma once
+// ferryd's process: one control thread (signals, workloads file, operator endpoints) and N
+// workers, each with its own io_context and its own SO_REUSEPORT listeners on 15001, 15006
+// and 15008. A connection lives on one worker for life.
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "absl/status/status.h"
+#include "proxy/config/config.h"
+#include "proxy/identity/dir_cert_source.h"
+#include "proxy/identity/tls_context.h"
+#include "proxy/server/http_server.h"
+#include "proxy/session/context.h"
+#include "proxy/workloads/registry.h"
+
+namespace ferry::server {
+
+class Server {
+ public:
+  explicit Server(config::Config config);
+  ~Server();
+
+  // Loads workloads, binds every listener, starts the workers. Errors are start-up errors.
+  absl::Status start();
+  // Runs the control loop on the calling thread until SIGTERM/SIGINT (or shutdown()), then
+  // drains and stops the workers.
+  void run();
+  // Thread-safe: begins a graceful shutdown.
+  void shutdown();
+
+  bool ready() const { return ready_.load(); }
+  session::Stats& stats() { return stats_; }
+  // The bound address of the first listener of each kind (for tests that bind port 0).
+  size_t workerCount() const { return workers_.size(); }
+
+ private:
+  void pollWorkloads();
+  void armSignals();
+  void beginDrain();
+  void finishDrain();
+  std::string renderMetrics();
+
+  config::Config config_;
+  session::Stats stats_;
+  workloads::Watcher workloads_;
+  identity::DirCertSource certs_;
+  identity::TlsContextCache tls_;
+  session::KernelSocketFactory sockets_;
+  std::unique_ptr<session::Shared> shared_;
+  std::vector<std::unique_ptr<session::Worker>> workers_;
+  // acceptors_[worker] are only touched on that worker's thread after start().
+  std::vector<std::vector<std::unique_ptr<boost::asio::ip::tcp::acceptor>>> acceptors_;
+  std::vector<std::thread> threads_;
+
+  boost::asio::io_context control_{1};
+  boost::asio::signal_set signals_{control_};
+  boost::asio::steady_timer poll_timer_{control_};
+  boost::asio::steady_timer drain_timer_{control_};
+  std::chrono::steady_clock::time_point drain_deadline_;
+  HttpServer metrics_{control_, "metrics"};
+  HttpServer readiness_{control_, "readiness"};
+  HttpServer admin_{control_, "admin"};
+  std::atomic<bool> ready_{false};
+  std::atomic<bool> stopping_{false};
+  std::chrono::steady_clock::time_point started_at_;
+};
+
+}  // namespace ferry::server

@@ -1,0 +1,76 @@
+#include "proxy/session/common.h"
+
+#include <functional>
+
+#include "proxy/common/log.h"
+#include "proxy/session/proxy_protocol.h"
+
+namespace ferry::session {
+
+common::HostPort toHostPort(const Tcp::endpoint& ep) {
+  auto ip = ep.address();
+  // Dual-stack sockets report IPv4 peers as ::ffff:a.b.c.d; the registry holds plain IPv4.
+  if (ip.is_v6() && ip.to_v6().is_v4_mapped()) {
+    ip = boost::asio::ip::make_address_v4(boost::asio::ip::v4_mapped, ip.to_v6());
+  }
+  return {ip, ep.port()};
+}
+
+boost::asio::awaitable<absl::StatusOr<Endpoints>> originalEndpoints(Worker& worker,
+                                                                    Tcp::socket& socket) {
+  boost::system::error_code ec;
+  auto peer = socket.remote_endpoint(ec);
+  if (ec) co_return absl::UnavailableError("connection gone before it could be handled");
+  auto local = socket.local_endpoint(ec);
+  if (ec) co_return absl::UnavailableError("connection gone before it could be handled");
+  Endpoints out{toHostPort(peer), toHostPort(local)};
+  if (worker.shared().config.original_destination != config::OriginalDestination::kProxyProtocol) {
+    co_return out;
+  }
+  auto header = co_await readProxyV2(socket, worker.shared().config.timeouts.handshake);
+  if (!header.ok()) co_return header.status();
+  if (header->source.ip != out.peer.ip) {
+    co_return absl::PermissionDeniedError(
+        "PROXY header source " + header->source.ip.to_string() +
+        " is not the connection's source " + out.peer.ip.to_string());
+  }
+  out.peer = header->source;
+  out.destination = header->destination;
+  co_return out;
+}
+
+ConnectionRecord::ConnectionRecord(Worker& worker, Direction direction)
+    : worker_(worker), direction_(direction), start_(std::chrono::steady_clock::now()) {
+  auto& stats = worker_.shared().stats;
+  stats.opened[static_cast<size_t>(direction)].fetch_add(1, std::memory_order_relaxed);
+  stats.active[static_cast<size_t>(direction)].fetch_add(1, std::memory_order_relaxed);
+  worker_.live().fetch_add(1, std::memory_order_relaxed);
+}
+
+ConnectionRecord::~ConnectionRecord() {
+  if (!finished_) finish(CloseReason::kInternal);
+  worker_.live().fetch_sub(1, std::memory_order_relaxed);
+}
+
+void ConnectionRecord::finish(CloseReason reason, uint64_t sent, uint64_t received) {
+  if (finished_) return;
+  finished_ = true;
+  worker_.shared().stats.recordClose(direction_, reason, sent, received);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                std::chrono::steady_clock::now() - start_).count();
+  auto level = reason == CloseReason::kOk ? common::LogLevel::kInfo : common::LogLevel::kWarn;
+  if (common::logEnabled(level)) {
+    common::logLine(level, absl::StrFormat(
+        "access direction=%s src=%s dst=%s peer=%s reason=%s sent=%u received=%u duration_ms=%d%s%s",
+        directionLabel(direction_), src, dst, peer_identity.empty() ? "-" : peer_identity,
+        closeReasonLabel(reason), sent, received, ms, detail.empty() ? "" : " detail=",
+        detail.empty() ? "" : "\"" + detail + "\""));
+  }
+}
+
+size_t ownerOf(const hbone::PoolKey& key, size_t worker_count) {
+  if (worker_count <= 1) return 0;
+  return absl::HashOf(key) % worker_count;
+}
+
+}  // namespace ferry::session

@@ -1,0 +1,48 @@
+#pragma once
+// Pieces every handler uses: the original destination of a captured connection, the
+// per-connection record that feeds one close counter and one access-log line.
+#include <chrono>
+#include <string>
+
+#include <boost/asio/awaitable.hpp>
+
+#include "absl/status/statusor.h"
+#include "proxy/session/context.h"
+
+namespace ferry::session {
+
+struct Endpoints {
+  common::HostPort peer;         // who connected (the application or the HBONE client)
+  common::HostPort destination;  // where it meant to go
+};
+
+// getsockname() (tc sk_assign / TPROXY keep the original destination), or a PROXY v2
+// header in `original_destination: proxy_protocol` mode.
+boost::asio::awaitable<absl::StatusOr<Endpoints>> originalEndpoints(Worker& worker,
+                                                                    Tcp::socket& socket);
+
+common::HostPort toHostPort(const Tcp::endpoint& ep);
+
+// One per proxied connection: counts it open on construction, and on finish() records
+// the close reason, bytes and an access-log line.
+class ConnectionRecord {
+ public:
+  ConnectionRecord(Worker& worker, Direction direction);
+  ~ConnectionRecord();
+  ConnectionRecord(const ConnectionRecord&) = delete;
+  ConnectionRecord& operator=(const ConnectionRecord&) = delete;
+
+  std::string src;
+  std::string dst;
+  std::string peer_identity;
+  std::string detail;  // why it failed, for the log
+  void finish(CloseReason reason, uint64_t sent = 0, uint64_t received = 0);
+
+ private:
+  Worker& worker_;
+  Direction direction_;
+  std::chrono::steady_clock::time_point start_;
+  bool finished_ = false;
+};
+
+}  // namespace ferry::session

@@ -1,0 +1,183 @@
+// Inbound HBONE (15008): mTLS with the certificate of the local workload being called
+// (chosen by the connection's original destination IP), then one CONNECT per proxied
+// connection, validated, and re-originated to the workload from the client pod's IP
+// (design §2 step 6, §4).
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/ssl/stream.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "proxy/common/log.h"
+#include "proxy/hbone/connect_request.h"
+#include "proxy/identity/spiffe_id.h"
+#include "proxy/session/common.h"
+#include "proxy/session/context.h"
+
+namespace ferry::session {
+namespace asio = boost::asio;
+using namespace boost::asio::experimental::awaitable_operators;
+using asio::awaitable;
+
+namespace {
+
+constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
+
+// What the handshake established, shared by all streams of one HBONE connection.
+struct TunnelInfo {
+  common::HostPort client;         // outer TCP source: the client pod
+  common::IpAddress local_ip;      // outer TCP destination: the local pod being called
+  std::string peer_id;             // client certificate's SPIFFE ID
+  // Anti-spoofing (design §5): the identity must be that of the workload owning the
+  // client IP. Decided once per connection, answered per stream with 401.
+  std::string spoof_reason;
+};
+
+awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> stream,
+                            std::shared_ptr<const TunnelInfo> info) {
+  auto& shared = worker.shared();
+  const auto& cfg = shared.config;
+  ConnectionRecord record(worker, Direction::kInbound);
+  record.src = common::formatHostPort(info->client);
+  record.peer_identity = info->peer_id;
+  record.dst = stream->header(":authority");
+
+  auto reject = [&](int status, CloseReason reason, std::string why) {
+    shared.stats.hbone_streams_rejected.fetch_add(1, std::memory_order_relaxed);
+    record.detail = absl::StrCat(status, ": ", why);
+    stream->respond(status);
+    record.finish(reason);
+  };
+
+  auto registry = shared.workloads.current();
+  auto verdict = hbone::validateConnect(stream->headers(), info->local_ip, *registry,
+                                        shared.ferry_ports);
+  if (verdict.status != 200) {
+    reject(verdict.status, CloseReason::kBadRequest, verdict.reason);
+    co_return;
+  }
+  if (!info->spoof_reason.empty()) {
+    reject(401, CloseReason::kDenied, info->spoof_reason);
+    co_return;
+  }
+  if (shared.draining.load(std::memory_order_relaxed)) {
+    reject(503, CloseReason::kShutdown, "ferryd is shutting down");
+    co_return;
+  }
+
+  // Connect before answering, so a refusal is a 503 and not a 200 followed by a reset.
+  Tcp::socket upstream(worker.io());
+  auto ec = co_await shared.sockets.connect(upstream, info->client.ip, verdict.target,
+                                            cfg.timeouts.connect);
+  if (ec) {
+    reject(503, ec == asio::error::timed_out ? CloseReason::kConnectTimeout
+                                             : CloseReason::kConnectFailed,
+           absl::StrCat("connecting to ", common::formatHostPort(verdict.target), ": ",
+                        ec.message()));
+    co_return;
+  }
+  if (stream->resetCode()) {
+    record.detail = "client reset the stream while we connected";
+    abortSocket(upstream);
+    record.finish(CloseReason::kPeerReset);
+    co_return;
+  }
+  stream->respond(200);
+  shared.stats.hbone_streams_accepted.fetch_add(1, std::memory_order_relaxed);
+  auto result = co_await relayStream(upstream, *stream, cfg.timeouts.idle, worker.scratch());
+  // For the inbound record, "sent" is client -> workload, i.e. what the stream carried in.
+  record.finish(result.reason, result.received, result.sent);
+}
+
+}  // namespace
+
+awaitable<void> serveHbone(Worker& worker, Tcp::socket socket) {
+  auto& shared = worker.shared();
+  const auto& cfg = shared.config;
+  boost::system::error_code ec;
+  auto peer_ep = socket.remote_endpoint(ec);
+  auto local_ep = socket.local_endpoint(ec);
+  if (ec) co_return;
+  auto client = toHostPort(peer_ep);
+  auto local = toHostPort(local_ep);
+
+  auto registry = shared.workloads.current();
+  const auto* workload = registry->findLocalByIp(local.ip);
+  auto fail = [&](std::string why) {
+    shared.stats.hbone_handshake_failures.fetch_add(1, std::memory_order_relaxed);
+    FERRY_LOG(kWarn, "hbone: refused connection %s -> %s: %s", common::formatHostPort(client),
+              common::formatHostPort(local), why);
+  };
+  if (workload == nullptr) {
+    fail(absl::StrCat(local.ip.to_string(), " is not a workload on node ", cfg.node));
+    abortSocket(socket);
+    co_return;
+  }
+  auto local_id = identity::SpiffeId::forWorkload(cfg.trust_domain, workload->namespace_name,
+                                                  workload->service_account);
+  auto ctx = shared.tls.serverContext(local_id);
+  if (!ctx.ok()) {
+    fail(absl::StrCat("no certificate for ", local_id.str(), ": ", ctx.status().message()));
+    abortSocket(socket);
+    co_return;
+  }
+  socket.set_option(Tcp::no_delay(true), ec);
+  auto tls = std::make_unique<hbone::TlsStream>(std::move(socket), **ctx);
+  asio::steady_timer timer(worker.io());
+  timer.expires_after(cfg.timeouts.handshake);
+  auto hs = co_await (tls->async_handshake(asio::ssl::stream_base::server, kTuple) ||
+                      timer.async_wait(kTuple));
+  if (hs.index() == 1) {
+    fail("TLS handshake timed out");
+    co_return;
+  }
+  if (auto [hec] = std::get<0>(hs); hec) {
+    fail(absl::StrCat("TLS handshake: ", hec.message()));
+    co_return;
+  }
+  auto peer_id = identity::verifyPeer(tls->native_handle(), cfg.trust_domain);
+  if (!peer_id.ok()) {
+    fail(absl::StrCat("client certificate: ", peer_id.status().message()));
+    co_return;
+  }
+  if (identity::negotiatedAlpn(tls->native_handle()) != "h2") {
+    fail("client did not negotiate ALPN h2");
+    co_return;
+  }
+  shared.stats.hbone_connections_accepted.fetch_add(1, std::memory_order_relaxed);
+
+  auto info = std::make_shared<TunnelInfo>();
+  info->client = client;
+  info->local_ip = local.ip;
+  info->peer_id = peer_id->str();
+  const auto* source = registry->findByIp(client.ip);
+  if (source == nullptr) {
+    info->spoof_reason = absl::StrCat("client address ", client.ip.to_string(),
+                                      " is not a known workload");
+  } else if (source->spiffeId(cfg.trust_domain) != info->peer_id) {
+    info->spoof_reason = absl::StrCat("identity ", info->peer_id, " does not own ",
+                                      client.ip.to_string(), " (owned by ",
+                                      source->spiffeId(cfg.trust_domain), ")");
+  }
+
+  hbone::H2Options options;
+  options.ping_interval = cfg.pool.ping_interval;
+  options.ping_timeout = cfg.pool.ping_timeout;
+  auto conn = hbone::H2Connection::create(hbone::H2Connection::Role::kServer, std::move(tls), options);
+  Worker* w = &worker;
+  conn->setRequestHandler([w, info](std::shared_ptr<hbone::H2Stream> stream) {
+    asio::co_spawn(w->io(), serveStream(*w, std::move(stream), info), [](std::exception_ptr e) {
+      if (!e) return;
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& ex) {
+        FERRY_LOG(kError, "hbone: stream handler failed: %s", ex.what());
+      }
+    });
+  });
+  conn->start();
+}
+
+}  // namespace ferry::session

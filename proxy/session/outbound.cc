@@ -1,0 +1,233 @@
+// Outbound (15001): a connection captured as it left a local pod. HBONE-capable
+// destinations get a CONNECT stream over a pooled mTLS connection from the pod's own IP;
+// anything else is passed through as plain TCP, also from the pod's IP (design §2 step 3).
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/ssl/stream.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "proxy/common/duration.h"
+#include "proxy/common/log.h"
+#include "proxy/hbone/connect_request.h"
+#include "proxy/identity/spiffe_id.h"
+#include "proxy/session/common.h"
+#include "proxy/session/context.h"
+
+namespace ferry::session {
+namespace asio = boost::asio;
+using namespace boost::asio::experimental::awaitable_operators;
+using asio::awaitable;
+
+namespace {
+
+constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
+
+// Opens one HBONE connection for `plan`: TCP from the source pod's IP to the destination
+// pod's 15008, TLS 1.3 as the source identity, the server must prove the destination
+// identity, ALPN h2.
+awaitable<absl::StatusOr<std::shared_ptr<hbone::H2Connection>>> dialHbone(Worker& worker,
+                                                                         const OutboundPlan& plan) {
+  auto& shared = worker.shared();
+  const auto& cfg = shared.config;
+  auto source_id = identity::SpiffeId::forWorkload(
+      cfg.trust_domain, plan.source_workload->namespace_name, plan.source_workload->service_account);
+  auto ctx = shared.tls.clientContext(source_id);
+  if (!ctx.ok()) {
+    co_return absl::FailedPreconditionError(
+        absl::StrCat("no certificate for ", source_id.str(), ": ", ctx.status().message()));
+  }
+  Tcp::socket socket(worker.io());
+  auto target = plan.key.destination;
+  auto ec = co_await shared.sockets.connect(socket, plan.source.ip, target, cfg.timeouts.connect);
+  if (ec == asio::error::timed_out) {
+    co_return absl::DeadlineExceededError(absl::StrCat(
+        "connecting to ", common::formatHostPort(target), " timed out after ",
+        common::formatDuration(cfg.timeouts.connect),
+        "; is a NetworkPolicy blocking HBONE port ", target.port, "?"));
+  }
+  if (ec) {
+    co_return absl::UnavailableError(
+        absl::StrCat("connecting to ", common::formatHostPort(target), " (HBONE port ",
+                     target.port, "): ", ec.message()));
+  }
+  boost::system::error_code opt_ec;
+  socket.set_option(asio::socket_base::keep_alive(true), opt_ec);
+  auto tls = std::make_unique<hbone::TlsStream>(std::move(socket), **ctx);
+  asio::steady_timer timer(worker.io());
+  timer.expires_after(cfg.timeouts.handshake);
+  auto hs = co_await (tls->async_handshake(asio::ssl::stream_base::client, kTuple) ||
+                      timer.async_wait(kTuple));
+  if (hs.index() == 1) {
+    co_return absl::DeadlineExceededError(absl::StrCat(
+        "TLS handshake with ", common::formatHostPort(target), " timed out"));
+  }
+  if (auto [hec] = std::get<0>(hs); hec) {
+    co_return absl::UnavailableError(absl::StrCat("TLS handshake with ",
+                                                  common::formatHostPort(target), ": ",
+                                                  hec.message()));
+  }
+  auto peer = identity::verifyPeer(tls->native_handle(), cfg.trust_domain);
+  if (!peer.ok()) {
+    co_return absl::PermissionDeniedError(absl::StrCat(
+        "server ", common::formatHostPort(target), " failed identity checks: ", peer.status().message()));
+  }
+  if (peer->str() != plan.key.destination_id) {
+    co_return absl::PermissionDeniedError(absl::StrCat(
+        "server ", common::formatHostPort(target), " presented ", peer->str(), ", expected ",
+        plan.key.destination_id));
+  }
+  if (identity::negotiatedAlpn(tls->native_handle()) != "h2") {
+    co_return absl::PermissionDeniedError(absl::StrCat(
+        "server ", common::formatHostPort(target), " did not negotiate ALPN h2"));
+  }
+  hbone::H2Options options;
+  options.ping_interval = cfg.pool.ping_interval;
+  options.ping_timeout = cfg.pool.ping_timeout;
+  options.idle_release = cfg.pool.idle_release;
+  options.max_streams = cfg.pool.max_streams;
+  auto conn = hbone::H2Connection::create(hbone::H2Connection::Role::kClient, std::move(tls), options);
+  conn->start();
+  shared.stats.hbone_connections_opened.fetch_add(1, std::memory_order_relaxed);
+  FERRY_LOG(kDebug, "hbone: connected %s", plan.key.str());
+  co_return conn;
+}
+
+awaitable<void> passthrough(Worker& worker, Tcp::socket socket, const Endpoints& ends,
+                            ConnectionRecord& record) {
+  auto& shared = worker.shared();
+  shared.stats.passthrough_connections.fetch_add(1, std::memory_order_relaxed);
+  record.peer_identity = "passthrough";
+  Tcp::socket upstream(worker.io());
+  auto ec = co_await shared.sockets.connect(upstream, ends.peer.ip, ends.destination,
+                                            shared.config.timeouts.connect);
+  if (ec) {
+    record.detail = absl::StrCat("connect: ", ec.message());
+    abortSocket(socket);
+    record.finish(ec == asio::error::timed_out ? CloseReason::kConnectTimeout
+                                               : CloseReason::kConnectFailed);
+    co_return;
+  }
+  auto result = co_await relayTcp(socket, upstream, shared.config.timeouts.idle, worker.scratch());
+  record.finish(result.reason, result.sent, result.received);
+}
+
+}  // namespace
+
+awaitable<void> serveOutbound(Worker& worker, Tcp::socket socket) {
+  auto& shared = worker.shared();
+  const auto& cfg = shared.config;
+  auto ends = co_await originalEndpoints(worker, socket);
+  if (!ends.ok()) {
+    ConnectionRecord record(worker, Direction::kOutbound);
+    record.detail = std::string(ends.status().message());
+    abortSocket(socket);
+    record.finish(CloseReason::kBadProxyHeader);
+    co_return;
+  }
+  auto registry = shared.workloads.current();
+  const auto* dst = registry->findByIp(ends->destination.ip);
+  if (dst == nullptr || !dst->hbone) {
+    ConnectionRecord record(worker, Direction::kOutbound);
+    record.src = common::formatHostPort(ends->peer);
+    record.dst = common::formatHostPort(ends->destination);
+    co_await passthrough(worker, std::move(socket), *ends, record);
+    co_return;
+  }
+  OutboundPlan plan;
+  plan.source = ends->peer;
+  plan.destination = ends->destination;
+  plan.registry = registry;
+  plan.destination_workload = dst;
+  plan.source_workload = registry->findLocalByIp(ends->peer.ip);
+  if (plan.source_workload == nullptr) {
+    // No identity to present: fail closed, never plaintext to a mesh workload.
+    ConnectionRecord record(worker, Direction::kOutbound);
+    record.src = common::formatHostPort(ends->peer);
+    record.dst = common::formatHostPort(ends->destination);
+    record.detail = absl::StrCat(ends->peer.ip.to_string(),
+                                 " is not a workload of node ", cfg.node,
+                                 "; refusing to reach mesh workload ", dst->displayName());
+    abortSocket(socket);
+    record.finish(CloseReason::kUnknownSource);
+    co_return;
+  }
+  plan.key = hbone::PoolKey{plan.source_workload->spiffeId(cfg.trust_domain), ends->peer.ip,
+                            dst->spiffeId(cfg.trust_domain),
+                            common::HostPort{ends->destination.ip, cfg.hbone_port}};
+  size_t owner = ownerOf(plan.key, shared.worker_count);
+  if (owner != worker.index() && shared.handoff) {
+    // The pool entry for this key lives on another worker: move the socket there.
+    boost::system::error_code ec;
+    int fd = socket.release(ec);
+    if (!ec) {
+      shared.handoff(owner, fd, std::move(plan));
+      co_return;
+    }
+  }
+  co_await serveOutboundPlanned(worker, std::move(socket), std::move(plan));
+}
+
+awaitable<void> serveOutboundPlanned(Worker& worker, Tcp::socket socket, OutboundPlan plan) {
+  auto& shared = worker.shared();
+  const auto& cfg = shared.config;
+  ConnectionRecord record(worker, Direction::kOutbound);
+  record.src = common::formatHostPort(plan.source);
+  record.dst = common::formatHostPort(plan.destination);
+  record.peer_identity = plan.key.destination_id;
+
+  auto conn = co_await worker.pool().acquire(plan.key, [&]() { return dialHbone(worker, plan); });
+  if (!conn.ok()) {
+    record.detail = std::string(conn.status().message());
+    abortSocket(socket);
+    CloseReason reason = CloseReason::kConnectFailed;
+    if (absl::IsDeadlineExceeded(conn.status())) reason = CloseReason::kConnectTimeout;
+    if (absl::IsPermissionDenied(conn.status())) reason = CloseReason::kHandshakeFailed;
+    if (absl::IsFailedPrecondition(conn.status())) reason = CloseReason::kNoCertificate;
+    if (reason == CloseReason::kHandshakeFailed) {
+      shared.stats.hbone_handshake_failures.fetch_add(1, std::memory_order_relaxed);
+    }
+    record.finish(reason);
+    co_return;
+  }
+  hbone::ConnectParams params{plan.destination, plan.source, plan.source_workload};
+  auto stream = (*conn)->openStream(hbone::buildConnectHeaders(params));
+  if (!stream) {
+    record.detail = "could not open a stream on the pooled HBONE connection";
+    abortSocket(socket);
+    record.finish(CloseReason::kPeerReset);
+    co_return;
+  }
+  shared.stats.hbone_streams_opened.fetch_add(1, std::memory_order_relaxed);
+
+  // The server connects upstream before it answers: wait for the answer, bounded.
+  asio::steady_timer timer(worker.io());
+  timer.expires_after(cfg.timeouts.connect + cfg.timeouts.handshake);
+  auto wait_headers = [&]() -> awaitable<void> {
+    while (!stream->headersDone() && !stream->resetCode()) co_await stream->recvReady().wait();
+  };
+  auto answered = co_await (wait_headers() || timer.async_wait(kTuple));
+  if (answered.index() == 1) {
+    stream->reset(hbone::kH2Cancel);
+    record.detail = absl::StrCat("no answer to CONNECT ", record.dst, " within ",
+                                 common::formatDuration(cfg.timeouts.connect + cfg.timeouts.handshake));
+    abortSocket(socket);
+    record.finish(CloseReason::kConnectTimeout);
+    co_return;
+  }
+  if (stream->resetCode() || stream->status() != 200) {
+    // An upstream refusal reaches the application as a reset, never as connect-then-EOF.
+    record.detail = stream->status() != 0
+                        ? absl::StrCat("CONNECT answered ", stream->status())
+                        : absl::StrCat("stream reset (code ", stream->resetCode().value_or(0), ")");
+    stream->reset(hbone::kH2Cancel);
+    abortSocket(socket);
+    record.finish(stream->status() != 0 ? CloseReason::kTunnelRefused : CloseReason::kPeerReset);
+    co_return;
+  }
+  auto result = co_await relayStream(socket, *stream, cfg.timeouts.idle, worker.scratch());
+  record.finish(result.reason, result.sent, result.received);
+}
+
+}  // namespace ferry::session

@@ -1,0 +1,227 @@
+#include "proxy/session/relay.h"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+
+#include "proxy/session/socket_factory.h"
+
+namespace ferry::session {
+namespace asio = boost::asio;
+using namespace boost::asio::experimental::awaitable_operators;
+using asio::awaitable;
+using asio::use_awaitable;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr auto kTuple = asio::as_tuple(use_awaitable);
+
+// How one direction of a relay ended.
+enum class Leg { kEof, kReadReset, kWriteFailed, kPeerReset, kAborted };
+
+bool isReset(const boost::system::error_code& ec) {
+  return ec == asio::error::connection_reset || ec == asio::error::broken_pipe ||
+         ec == asio::error::connection_aborted;
+}
+
+struct Activity {
+  Clock::time_point last = Clock::now();
+  void touch() { last = Clock::now(); }
+};
+
+// Writes all of `data` to `to`: straight from the caller's buffer when the socket takes it
+// at once (the common case), else from a copy, since the scratch buffer is shared.
+awaitable<boost::system::error_code> writeAll(Tcp::socket& to, const char* data, size_t size) {
+  boost::system::error_code ec;
+  size_t done = to.write_some(asio::buffer(data, size), ec);
+  if (ec == asio::error::would_block || ec == asio::error::try_again) {
+    ec.clear();
+    done = 0;
+  }
+  if (ec) co_return ec;
+  if (done == size) co_return ec;
+  std::vector<char> rest(data + done, data + size);
+  auto [wec, n] = co_await asio::async_write(to, asio::buffer(rest), kTuple);
+  co_return wec;
+}
+
+// Reads whatever is available after waiting for readability, without a buffer of its own.
+// Returns bytes read (0 with ec == eof at end of stream).
+awaitable<std::pair<boost::system::error_code, size_t>> readSome(Tcp::socket& from,
+                                                                 Scratch& scratch,
+                                                                 size_t limit) {
+  for (;;) {
+    auto [wec] = co_await from.async_wait(Tcp::socket::wait_read, kTuple);
+    if (wec) co_return std::pair{wec, size_t{0}};
+    boost::system::error_code ec;
+    size_t n = from.read_some(asio::buffer(scratch.bytes.data(), std::min(limit, scratch.bytes.size())), ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) continue;
+    co_return std::pair{ec, n};
+  }
+}
+
+awaitable<Leg> copyTcp(Tcp::socket& from, Tcp::socket& to, uint64_t& counter, Activity& act,
+                       Scratch& scratch) {
+  for (;;) {
+    auto [ec, n] = co_await readSome(from, scratch, scratch.bytes.size());
+    if (ec == asio::error::eof) {
+      boost::system::error_code ignored;
+      to.shutdown(Tcp::socket::shutdown_send, ignored);
+      co_return Leg::kEof;
+    }
+    if (ec) co_return isReset(ec) ? Leg::kReadReset : Leg::kAborted;
+    act.touch();
+    auto wec = co_await writeAll(to, scratch.bytes.data(), n);
+    if (wec) co_return Leg::kWriteFailed;
+    counter += n;
+  }
+}
+
+awaitable<void> idleWatch(Activity& act, std::chrono::milliseconds idle) {
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  for (;;) {
+    timer.expires_at(act.last + idle);
+    auto [ec] = co_await timer.async_wait(kTuple);
+    if (ec) co_return;  // cancelled: the relay finished first
+    if (Clock::now() - act.last >= idle) co_return;
+  }
+}
+
+void setNonBlocking(Tcp::socket& s) {
+  boost::system::error_code ignored;
+  s.non_blocking(true, ignored);
+}
+
+}  // namespace
+
+awaitable<RelayResult> relayTcp(Tcp::socket& downstream, Tcp::socket& upstream,
+                                std::chrono::milliseconds idle, Scratch& scratch) {
+  RelayResult result;
+  Activity act;
+  setNonBlocking(downstream);
+  setNonBlocking(upstream);
+  // Each leg, when it sees a reset, resets the other side at once so that the other leg
+  // (waiting for readability) wakes up; a clean EOF only half-closes.
+  auto leg = [&](Tcp::socket& from, Tcp::socket& to, uint64_t& counter,
+                 CloseReason read_reset) -> awaitable<CloseReason> {
+    Leg l = co_await copyTcp(from, to, counter, act, scratch);
+    switch (l) {
+      case Leg::kEof:
+        co_return CloseReason::kOk;
+      case Leg::kReadReset:
+        abortSocket(to);
+        abortSocket(from);
+        co_return read_reset;
+      case Leg::kWriteFailed:
+        abortSocket(from);
+        abortSocket(to);
+        co_return read_reset == CloseReason::kDownstreamReset ? CloseReason::kUpstreamReset
+                                                              : CloseReason::kDownstreamReset;
+      default:
+        co_return CloseReason::kOk;
+    }
+  };
+  auto both = [&]() -> awaitable<CloseReason> {
+    auto [a, b] = co_await (leg(downstream, upstream, result.sent, CloseReason::kDownstreamReset) &&
+                            leg(upstream, downstream, result.received, CloseReason::kUpstreamReset));
+    co_return a != CloseReason::kOk ? a : b;
+  };
+  auto outcome = co_await (both() || idleWatch(act, idle));
+  if (outcome.index() == 1) {
+    result.reason = CloseReason::kIdleTimeout;
+    abortSocket(downstream);
+    abortSocket(upstream);
+    co_return result;
+  }
+  result.reason = std::get<0>(outcome);
+  boost::system::error_code ignored;
+  downstream.close(ignored);
+  upstream.close(ignored);
+  co_return result;
+}
+
+awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
+                                   std::chrono::milliseconds idle, Scratch& scratch) {
+  RelayResult result;
+  Activity act;
+  setNonBlocking(tcp);
+
+  // TCP -> stream.
+  auto up = [&]() -> awaitable<CloseReason> {
+    for (;;) {
+      if (stream.resetCode()) co_return CloseReason::kPeerReset;
+      size_t space = stream.sendSpace();
+      if (space == 0) {
+        co_await stream.sendReady().wait();
+        continue;
+      }
+      auto [ec, n] = co_await readSome(tcp, scratch, space);
+      if (ec == asio::error::eof) {
+        stream.sendEof();
+        co_return CloseReason::kOk;
+      }
+      if (ec) {
+        if (stream.resetCode()) co_return CloseReason::kPeerReset;  // we aborted the socket
+        if (isReset(ec)) {
+          // The application reset its connection: tell the far end to do the same.
+          stream.reset(hbone::kH2ConnectError);
+          abortSocket(tcp);
+          co_return CloseReason::kDownstreamReset;
+        }
+        co_return CloseReason::kInternal;
+      }
+      act.touch();
+      stream.send(scratch.bytes.data(), n);
+      result.sent += n;
+    }
+  };
+  // stream -> TCP.
+  auto down = [&]() -> awaitable<CloseReason> {
+    for (;;) {
+      if (stream.resetCode()) {
+        // The far end reset (or the tunnel died): reset the application's connection.
+        abortSocket(tcp);
+        co_return CloseReason::kPeerReset;
+      }
+      if (stream.hasReceived()) {
+        std::string data = stream.takeReceived();
+        act.touch();
+        auto ec = co_await writeAll(tcp, data.data(), data.size());
+        if (ec) {
+          stream.reset(hbone::kH2ConnectError);
+          abortSocket(tcp);
+          co_return CloseReason::kDownstreamReset;
+        }
+        stream.consumed(data.size());
+        result.received += data.size();
+        continue;
+      }
+      if (stream.receivedEof()) {
+        boost::system::error_code ignored;
+        tcp.shutdown(Tcp::socket::shutdown_send, ignored);
+        co_return CloseReason::kOk;
+      }
+      co_await stream.recvReady().wait();
+    }
+  };
+  auto both = [&]() -> awaitable<CloseReason> {
+    auto [a, b] = co_await (up() && down());
+    co_return a != CloseReason::kOk ? a : b;
+  };
+  auto outcome = co_await (both() || idleWatch(act, idle));
+  if (outcome.index() == 1) {
+    result.reason = CloseReason::kIdleTimeout;
+    stream.reset(hbone::kH2Cancel);
+    abortSocket(tcp);
+    co_return result;
+  }
+  result.reason = std::get<0>(outcome);
+  boost::system::error_code ignored;
+  tcp.close(ignored);
+  co_return result;
+}
+
+}  // namespace ferry::session

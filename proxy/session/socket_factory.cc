@@ -1,0 +1,88 @@
+#include "proxy/session/socket_factory.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "absl/strings/str_cat.h"
+
+namespace ferry::session {
+namespace asio = boost::asio;
+using namespace boost::asio::experimental::awaitable_operators;
+
+namespace {
+
+Tcp::endpoint toEndpoint(const HostPort& hp) { return Tcp::endpoint(hp.ip, hp.port); }
+
+bool setTransparent(int fd, bool v6) {
+  int one = 1;
+  if (v6) return ::setsockopt(fd, SOL_IPV6, IPV6_TRANSPARENT, &one, sizeof(one)) == 0;
+  return ::setsockopt(fd, SOL_IP, IP_TRANSPARENT, &one, sizeof(one)) == 0;
+}
+
+}  // namespace
+
+absl::StatusOr<Tcp::acceptor> KernelSocketFactory::listen(const asio::any_io_executor& ex,
+                                                          const HostPort& addr) {
+  Tcp::acceptor acceptor(ex);
+  boost::system::error_code ec;
+  auto ep = toEndpoint(addr);
+  auto where = common::formatHostPort(addr);
+  acceptor.open(ep.protocol(), ec);
+  if (ec) return absl::InternalError(absl::StrCat("socket for ", where, ": ", ec.message()));
+  acceptor.set_option(Tcp::acceptor::reuse_address(true), ec);
+  int one = 1;
+  if (::setsockopt(acceptor.native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0) {
+    return absl::InternalError(absl::StrCat("SO_REUSEPORT on ", where, ": ", strerror(errno)));
+  }
+  if (transparent_ && !setTransparent(acceptor.native_handle(), ep.address().is_v6())) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "IP_TRANSPARENT on ", where, ": ", strerror(errno),
+        " (needs CAP_NET_ADMIN; set `transparent: false` only where nothing is captured)"));
+  }
+  acceptor.bind(ep, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("bind ", where, ": ", ec.message()));
+  acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("listen ", where, ": ", ec.message()));
+  return acceptor;
+}
+
+asio::awaitable<boost::system::error_code> KernelSocketFactory::connect(
+    Tcp::socket& socket, const IpAddress& source, const HostPort& destination,
+    std::chrono::milliseconds timeout) {
+  boost::system::error_code ec;
+  auto dst = toEndpoint(destination);
+  socket.open(dst.protocol(), ec);
+  if (ec) co_return ec;
+  if (transparent_ && !setTransparent(socket.native_handle(), dst.address().is_v6())) {
+    co_return boost::system::error_code(errno, boost::system::system_category());
+  }
+  // The kernel picks the port at connect(); without this, bind() would reserve one per
+  // source address for the whole ephemeral range (connection-rate cost).
+  int one = 1;
+  ::setsockopt(socket.native_handle(), SOL_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+  socket.bind(Tcp::endpoint(source, 0), ec);
+  if (ec) co_return ec;
+  socket.set_option(Tcp::no_delay(true), ec);
+
+  asio::steady_timer timer(socket.get_executor());
+  timer.expires_after(timeout);
+  auto result = co_await (socket.async_connect(dst, asio::as_tuple(asio::use_awaitable)) ||
+                          timer.async_wait(asio::as_tuple(asio::use_awaitable)));
+  if (result.index() == 1) co_return asio::error::timed_out;
+  co_return std::get<0>(std::get<0>(result));
+}
+
+void abortSocket(Tcp::socket& socket) {
+  if (!socket.is_open()) return;
+  boost::system::error_code ignored;
+  socket.set_option(asio::socket_base::linger(true, 0), ignored);
+  socket.close(ignored);
+}
+
+}  // namespace ferry::session

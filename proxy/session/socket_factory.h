@@ -1,0 +1,54 @@
+#pragma once
+// The seam between ferryd and the kernel's sockets: every socket option the data plane
+// depends on is set here and nowhere else (ztunnel's SocketFactory).
+#include <chrono>
+#include <system_error>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include "absl/status/statusor.h"
+#include "proxy/common/net.h"
+
+namespace ferry::session {
+
+using Tcp = boost::asio::ip::tcp;
+using common::HostPort;
+using common::IpAddress;
+
+class SocketFactory {
+ public:
+  virtual ~SocketFactory() = default;
+
+  // A listening socket on `addr`: SO_REUSEADDR, SO_REUSEPORT (one listener per worker on
+  // the same address, the kernel spreads connections), IP_TRANSPARENT when transparent
+  // (accepts connections for any destination that the datapath assigns to it).
+  virtual absl::StatusOr<Tcp::acceptor> listen(const boost::asio::any_io_executor& ex,
+                                               const HostPort& addr) = 0;
+
+  // Connects `socket` from `source` (port chosen by the kernel) to `destination`, with
+  // IP_TRANSPARENT so that the source may be a pod's address, and gives up after
+  // `timeout` (returns boost::asio::error::timed_out).
+  virtual boost::asio::awaitable<boost::system::error_code> connect(
+      Tcp::socket& socket, const IpAddress& source, const HostPort& destination,
+      std::chrono::milliseconds timeout) = 0;
+};
+
+class KernelSocketFactory : public SocketFactory {
+ public:
+  explicit KernelSocketFactory(bool transparent) : transparent_(transparent) {}
+  absl::StatusOr<Tcp::acceptor> listen(const boost::asio::any_io_executor& ex,
+                                       const HostPort& addr) override;
+  boost::asio::awaitable<boost::system::error_code> connect(
+      Tcp::socket& socket, const IpAddress& source, const HostPort& destination,
+      std::chrono::milliseconds timeout) override;
+
+ private:
+  bool transparent_;
+};
+
+// Closes with SO_LINGER {1, 0}: the peer sees a TCP RST, not a FIN. Used to carry a reset
+// or a refusal to the application (ztunnel cannot; design §4).
+void abortSocket(Tcp::socket& socket);
+
+}  // namespace ferry::session

@@ -1,0 +1,75 @@
+#include "proxy/session/stats.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace ferry::session {
+
+const char* closeReasonLabel(CloseReason r) {
+  switch (r) {
+#define FERRY_X(name, label, help) \
+  case CloseReason::name:          \
+    return label;
+    FERRY_CLOSE_REASONS(FERRY_X)
+#undef FERRY_X
+    case CloseReason::kCount:
+      break;
+  }
+  return "unknown";
+}
+
+const char* directionLabel(Direction d) {
+  switch (d) {
+    case Direction::kOutbound: return "outbound";
+    case Direction::kInbound: return "inbound";
+    case Direction::kPlaintext: return "inbound_plaintext";
+    case Direction::kCount: break;
+  }
+  return "unknown";
+}
+
+void Stats::recordClose(Direction d, CloseReason r, uint64_t sent, uint64_t received) {
+  auto di = static_cast<size_t>(d);
+  closed[di][static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed);
+  active[di].fetch_sub(1, std::memory_order_relaxed);
+  bytes_sent[di].fetch_add(sent, std::memory_order_relaxed);
+  bytes_received[di].fetch_add(received, std::memory_order_relaxed);
+}
+
+std::string Stats::renderPrometheus() const {
+  std::string out;
+#define FERRY_X(name, help)                                                          \
+  absl::StrAppend(&out, "# HELP ferry_" #name "_total " help "\n# TYPE ferry_" #name \
+                  "_total counter\nferry_" #name "_total ",                          \
+                  name.load(std::memory_order_relaxed), "\n");
+  FERRY_COUNTERS(FERRY_X)
+#undef FERRY_X
+  auto per_direction = [&](const char* metric, const char* type, const char* help,
+                           auto& arr) {
+    absl::StrAppend(&out, "# HELP ", metric, " ", help, "\n# TYPE ", metric, " ", type, "\n");
+    for (size_t d = 0; d < static_cast<size_t>(Direction::kCount); ++d) {
+      absl::StrAppend(&out, metric, "{direction=\"", directionLabel(static_cast<Direction>(d)),
+                      "\"} ", arr[d].load(std::memory_order_relaxed), "\n");
+    }
+  };
+  per_direction("ferry_connections_opened_total", "counter", "Proxied connections accepted",
+                opened);
+  per_direction("ferry_connections_active", "gauge", "Proxied connections open now", active);
+  per_direction("ferry_bytes_sent_total", "counter",
+                "Bytes from the accepting side towards the far side", bytes_sent);
+  per_direction("ferry_bytes_received_total", "counter",
+                "Bytes from the far side back to the accepting side", bytes_received);
+  absl::StrAppend(&out,
+                  "# HELP ferry_connections_closed_total Proxied connections closed, by reason\n"
+                  "# TYPE ferry_connections_closed_total counter\n");
+  for (size_t d = 0; d < static_cast<size_t>(Direction::kCount); ++d) {
+    for (size_t r = 0; r < static_cast<size_t>(CloseReason::kCount); ++r) {
+      auto v = closed[d][r].load(std::memory_order_relaxed);
+      absl::StrAppend(&out, "ferry_connections_closed_total{direction=\"",
+                      directionLabel(static_cast<Direction>(d)), "\",reason=\"",
+                      closeReasonLabel(static_cast<CloseReason>(r)), "\"} ", v, "\n");
+    }
+  }
+  return out;
+}
+
+}  // namespace ferry::session

@@ -1,0 +1,75 @@
+#pragma once
+// Every counter ferryd exports, declared once (X-macros), rendered as Prometheus text by
+// the telemetry server. Counters are process-wide atomics: workers bump them, the control
+// thread reads them.
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace ferry::session {
+
+// Why a proxied connection ended: one per connection, one counter, one access-log field.
+#define FERRY_CLOSE_REASONS(X)                                                             \
+  X(kOk, "ok", "both sides finished cleanly")                                              \
+  X(kIdleTimeout, "idle_timeout", "no bytes either way for timeouts.idle")                 \
+  X(kConnectTimeout, "connect_timeout", "connecting to the next hop timed out")            \
+  X(kConnectFailed, "connect_failed", "the next hop refused or was unreachable")           \
+  X(kDownstreamReset, "downstream_reset", "the accepted side sent a TCP RST")              \
+  X(kUpstreamReset, "upstream_reset", "the upstream side sent a TCP RST")                  \
+  X(kPeerReset, "peer_reset", "the HBONE peer reset the stream or connection")             \
+  X(kTunnelRefused, "tunnel_refused", "the HBONE server answered CONNECT with an error")   \
+  X(kHandshakeFailed, "handshake_failed", "TLS handshake or peer identity check failed")   \
+  X(kNoCertificate, "no_certificate", "no certificate for the identity to present")        \
+  X(kUnknownSource, "unknown_source", "the source is not a local workload")                \
+  X(kBadRequest, "bad_request", "CONNECT rejected by validation (400/503)")                \
+  X(kDenied, "denied", "identity or policy check refused it (401)")                        \
+  X(kStrictPlaintext, "strict_plaintext", "plaintext to a STRICT workload was refused")    \
+  X(kBadProxyHeader, "bad_proxy_header", "PROXY protocol header missing or invalid")       \
+  X(kShutdown, "shutdown", "ferryd was shutting down")                                     \
+  X(kInternal, "internal", "an internal error; see the log")
+
+enum class CloseReason {
+#define FERRY_X(name, label, help) name,
+  FERRY_CLOSE_REASONS(FERRY_X)
+#undef FERRY_X
+  kCount
+};
+const char* closeReasonLabel(CloseReason r);
+
+// Which listener a connection came in on.
+enum class Direction { kOutbound, kInbound, kPlaintext, kCount };
+const char* directionLabel(Direction d);
+
+#define FERRY_COUNTERS(X)                                                                  \
+  X(hbone_connections_opened, "HBONE client connections opened (TLS handshakes as client)")\
+  X(hbone_connections_accepted, "HBONE server connections that completed the handshake")   \
+  X(hbone_handshake_failures, "HBONE handshakes that failed, both roles")                  \
+  X(hbone_streams_opened, "CONNECT streams opened as client")                              \
+  X(hbone_streams_accepted, "CONNECT streams answered 200 as server")                      \
+  X(hbone_streams_rejected, "CONNECT streams answered with an error status")               \
+  X(passthrough_connections, "outbound connections to non-mesh destinations, passed as TCP")\
+  X(workloads_reloads, "successful reloads of the workloads file")                         \
+  X(workloads_reload_failures, "workloads file reloads rejected (old state kept)")         \
+  X(accept_errors, "accept() errors on any listener")
+
+struct Stats {
+#define FERRY_X(name, help) std::atomic<uint64_t> name{0};
+  FERRY_COUNTERS(FERRY_X)
+#undef FERRY_X
+  // connections_closed{direction, reason}
+  std::array<std::array<std::atomic<uint64_t>, static_cast<size_t>(CloseReason::kCount)>,
+             static_cast<size_t>(Direction::kCount)>
+      closed{};
+  std::array<std::atomic<uint64_t>, static_cast<size_t>(Direction::kCount)> opened{};
+  std::array<std::atomic<int64_t>, static_cast<size_t>(Direction::kCount)> active{};
+  std::array<std::atomic<uint64_t>, static_cast<size_t>(Direction::kCount)> bytes_sent{};
+  std::array<std::atomic<uint64_t>, static_cast<size_t>(Direction::kCount)> bytes_received{};
+
+  void recordClose(Direction d, CloseReason r, uint64_t sent, uint64_t received);
+  // Prometheus text exposition of everything above.
+  std::string renderPrometheus() const;
+};
+
+}  // namespace ferry::session
