@@ -1,0 +1,273 @@
+#include "tests/integration/loopback_lab.h"
+
+#include <arpa/inet.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "proxy/config/config.h"
+#include "proxy/identity/ca.h"
+#include "proxy/identity/openssl_util.h"
+#include "proxy/session/proxy_protocol.h"
+
+namespace ferry::testing {
+
+namespace {
+
+// 1,000 concurrent connections need about 4 fds each in this one process.
+struct RaiseFdLimit {
+  RaiseFdLimit() {
+    rlimit rl{};
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+      rl.rlim_cur = rl.rlim_max;
+      setrlimit(RLIMIT_NOFILE, &rl);
+    }
+  }
+} raise_fd_limit;
+
+sockaddr_in addr(const std::string& ip, uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
+  return a;
+}
+
+void writeFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+}
+
+}  // namespace
+
+bool waitFor(const std::function<bool()>& cond, std::chrono::milliseconds timeout) {
+  auto deadline = Clock::now() + timeout;
+  while (!cond()) {
+    if (Clock::now() > deadline) return cond();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+std::vector<Pod> LabFiles::defaultPods() {
+  return {
+      {"c1", "client", "n1", "127.0.1.10"},
+      {"c2", "other", "n1", "127.0.1.11"},
+      {"s1", "server", "n2", "127.0.2.10"},
+      {"s2", "strict", "n2", "127.0.2.11", true, "strict"},
+      {"b1", "server3", "n3", "127.0.4.10"},
+  };
+}
+
+LabFiles::LabFiles() {
+  char tmpl[] = "/tmp/fy-it-XXXXXX";
+  dir_ = mkdtemp(tmpl);
+  auto ca = identity::CertificateAuthority::createRoot("cluster.local", std::chrono::hours(24));
+  EXPECT_TRUE(ca.ok()) << ca.status();
+  std::filesystem::create_directories(caDir());
+  EXPECT_TRUE(ca->writePem(caDir() + "/ca.pem", caDir() + "/ca.key").ok());
+  std::filesystem::create_directories(certDir());
+  writeFile(certDir() + "/bundle.pem", *identity::certToPem(ca->cert()));
+  std::string yaml = "workloads:\n";
+  for (const auto& p : defaultPods()) {
+    auto id = identity::SpiffeId::forWorkload("cluster.local", "default", p.sa);
+    auto leaf = ca->issueLeaf(id, std::chrono::hours(1));
+    EXPECT_TRUE(leaf.ok()) << leaf.status();
+    EXPECT_TRUE(identity::writeSvidFiles(certDir(), id, *leaf, {}).ok());
+    yaml += "  - {name: " + p.name + ", namespace: default, service_account: " + p.sa +
+            ", node: " + p.node + ", ips: [" + p.ip + "], hbone: " + (p.hbone ? "true" : "false") +
+            ", tls_mode: " + p.tls_mode + "}\n";
+  }
+  writeFile(dir_ + "/workloads.yaml", yaml);
+}
+
+LabFiles::~LabFiles() {
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+std::string LabFiles::configYaml(const std::string& node, const std::string& extra) const {
+  std::string n = node == "n1" ? "1" : "2";
+  std::string hbone;
+  for (const auto& p : defaultPods()) {
+    if (p.node == node) hbone += (hbone.empty() ? "\"" : ", \"") + p.ip + ":15008\"";
+  }
+  return "node: " + node + "\ntrust_domain: cluster.local\nworkloads_file: " + dir_ +
+         "/workloads.yaml\ncert_dir: " + certDir() + "\nlisten:\n  outbound: [\"127.0." + n +
+         ".1:15001\"]\n  inbound_plaintext: [\"127.0." + n + ".1:15006\"]\n  hbone: [" + hbone +
+         "]\n  admin: 127.0." + n + ".1:15000\n  metrics: 127.0." + n + ".1:15020\n  readiness: 127.0." +
+         n + ".1:15021\ntransparent: false\noriginal_destination: proxy_protocol\nworkers: 2\n" +
+         (extra.find("log_level:") != std::string::npos
+              ? ""
+              : std::string("log_level: ") +
+                    (std::getenv("FERRY_TEST_LOG") ? std::getenv("FERRY_TEST_LOG") : "error") + "\n") +
+         extra;
+}
+
+Node::Node(const LabFiles& files, const std::string& node, const std::string& extra) {
+  auto cfg = config::parseConfig(files.configYaml(node, extra), node + ".yaml");
+  if (!cfg.ok()) {
+    ADD_FAILURE() << cfg.status();
+    return;
+  }
+  server_ = std::make_unique<server::Server>(std::move(*cfg));
+  auto st = server_->start();
+  if (!st.ok()) {
+    ADD_FAILURE() << "start " << node << ": " << st;
+    return;
+  }
+  control_ = std::thread([this] { server_->run(); });
+  ok_ = server_->ready();
+}
+
+Node::~Node() {
+  if (control_.joinable()) {
+    server_->shutdown();
+    control_.join();
+  }
+  server_.reset();
+}
+
+AppServer::AppServer(const std::string& ip, uint16_t port, Behaviour behaviour)
+    : behaviour_(std::move(behaviour)) {
+  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  auto a = addr(ip, port);
+  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      ::listen(listen_fd_, 4096) != 0) {
+    ADD_FAILURE() << "app server " << ip << ":" << port << ": " << strerror(errno);
+    return;
+  }
+  acceptor_ = std::thread([this] {
+    for (;;) {
+      pollfd p{listen_fd_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) {
+        if (stop_) return;
+        continue;
+      }
+      sockaddr_in peer{};
+      socklen_t len = sizeof(peer);
+      int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      char buf[INET_ADDRSTRLEN];
+      inet_ntop(AF_INET, &peer.sin_addr, buf, sizeof(buf));
+      std::lock_guard lock(mu_);
+      peers_.push_back(buf);
+      ++accepted_;
+      handlers_.emplace_back([this, fd] {
+        behaviour_(fd);
+      });
+    }
+  });
+}
+
+AppServer::~AppServer() {
+  stop_ = true;
+  if (acceptor_.joinable()) acceptor_.join();
+  for (auto& t : handlers_) {
+    if (t.joinable()) t.join();
+  }
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+}
+
+std::vector<std::string> AppServer::peers() {
+  std::lock_guard lock(mu_);
+  return peers_;
+}
+
+void AppServer::echo(int fd) {
+  char buf[64 * 1024];
+  for (;;) {
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    if (!sendAll(fd, buf, static_cast<size_t>(n))) break;
+  }
+  ::shutdown(fd, SHUT_WR);
+  ::close(fd);
+}
+
+int connectCaptured(const std::string& src_ip, const std::string& listener_ip, uint16_t listener_port,
+                    const std::string& dst_ip, uint16_t dst_port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  auto src = addr(src_ip, 0);
+  auto dst = addr(listener_ip, listener_port);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof(src)) != 0 ||
+      ::connect(fd, reinterpret_cast<sockaddr*>(&dst), sizeof(dst)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  sockaddr_in local{};
+  socklen_t len = sizeof(local);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len);
+  auto header = session::encodeProxyV2(
+      {boost::asio::ip::make_address(src_ip), ntohs(local.sin_port)},
+      {boost::asio::ip::make_address(dst_ip), dst_port});
+  if (!sendAll(fd, reinterpret_cast<const char*>(header.data()), header.size())) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool sendAll(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    ssize_t n = ::send(fd, data, size, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+bool recvAll(int fd, std::string& out) {
+  char buf[64 * 1024];
+  for (;;) {
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n == 0) return true;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    out.append(buf, static_cast<size_t>(n));
+  }
+}
+
+bool recvExact(int fd, char* data, size_t n) {
+  while (n > 0) {
+    ssize_t r = ::recv(fd, data, n, 0);
+    if (r <= 0) {
+      if (r < 0 && errno == EINTR) continue;
+      return false;
+    }
+    data += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+void setRecvTimeout(int fd, std::chrono::milliseconds t) {
+  timeval tv{};
+  tv.tv_sec = t.count() / 1000;
+  tv.tv_usec = (t.count() % 1000) * 1000;
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+void abortClose(int fd) {
+  linger l{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+  ::close(fd);
+}
+
+}  // namespace ferry::testing

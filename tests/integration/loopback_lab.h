@@ -1,0 +1,118 @@
+#pragma once
+// An in-process "two node" lab on loopback: ferryd instances for node n1 and n2, pods as
+// loopback addresses (127.0.1.x on n1, 127.0.2.x on n2), real TLS and HBONE between them.
+// Capture is stood in for by PROXY protocol v2 on 15001/15006 (the tc datapath tier
+// exercises the real capture); everything after the original destination is the same
+// code path as in production.
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "proxy/server/server.h"
+
+namespace ferry::testing {
+
+using Clock = std::chrono::steady_clock;
+
+// Polls `cond` until it holds or `timeout` passes (for counters updated just after the
+// event a test waits on). Returns the last value of cond.
+bool waitFor(const std::function<bool()>& cond, std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+struct Pod {
+  std::string name;
+  std::string sa;
+  std::string node;
+  std::string ip;
+  bool hbone = true;
+  std::string tls_mode = "permissive";
+};
+
+// Temp dir with a CA, one SVID per service account, and the workloads file.
+class LabFiles {
+ public:
+  LabFiles();
+  ~LabFiles();
+  const std::string& dir() const { return dir_; }
+  std::string certDir() const { return dir_ + "/certs"; }
+  std::string caDir() const { return dir_ + "/ca"; }
+  // The standard pods: n1: c1 127.0.1.10 (sa client), c2 127.0.1.11 (sa other);
+  // n2: s1 127.0.2.10 (sa server), s2 127.0.2.11 (sa strict, STRICT);
+  // n3: b1 127.0.4.10 (sa server3; no ferryd runs for n3).
+  static std::vector<Pod> defaultPods();
+  // Config YAML for `node` (n1 or n2) plus `extra` top-level YAML lines.
+  std::string configYaml(const std::string& node, const std::string& extra = "") const;
+
+ private:
+  std::string dir_;
+};
+
+class Node {
+ public:
+  // Parses the YAML, starts the server and its control loop; fails the test on error.
+  Node(const LabFiles& files, const std::string& node, const std::string& extra = "");
+  ~Node();
+  server::Server& server() { return *server_; }
+  session::Stats& stats() { return server_->stats(); }
+  uint64_t closed(session::Direction d, session::CloseReason r) {
+    return stats().closed[static_cast<size_t>(d)][static_cast<size_t>(r)].load();
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  std::unique_ptr<server::Server> server_;
+  std::thread control_;
+  bool ok_ = false;
+};
+
+// A blocking TCP application server on a pod address; one thread per connection.
+class AppServer {
+ public:
+  using Behaviour = std::function<void(int fd)>;
+  AppServer(const std::string& ip, uint16_t port, Behaviour behaviour);
+  ~AppServer();
+  // Peer IPs seen so far.
+  std::vector<std::string> peers();
+  size_t accepted() const { return accepted_.load(); }
+
+  static void echo(int fd);
+
+ private:
+  int listen_fd_ = -1;
+  Behaviour behaviour_;
+  std::thread acceptor_;
+  std::mutex mu_;
+  std::vector<std::string> peers_;
+  std::vector<std::thread> handlers_;
+  std::atomic<bool> stop_{false};
+  std::atomic<size_t> accepted_{0};
+};
+
+// Opens a connection "captured" from pod `src_ip`: connects from src_ip to the node's
+// listener and sends the PROXY header naming `dst_ip:dst_port` as original destination.
+// Returns the fd or -1.
+int connectCaptured(const std::string& src_ip, const std::string& listener_ip, uint16_t listener_port,
+                    const std::string& dst_ip, uint16_t dst_port);
+inline int connectOutbound(const std::string& src_ip, const std::string& dst_ip, uint16_t dst_port) {
+  // n1's outbound listener unless the source is an n2 pod.
+  std::string listener = src_ip.rfind("127.0.2.", 0) == 0 ? "127.0.2.1" : "127.0.1.1";
+  return connectCaptured(src_ip, listener, 15001, dst_ip, dst_port);
+}
+
+bool sendAll(int fd, const char* data, size_t size);
+// Reads until EOF; returns false on error (errno kept).
+bool recvAll(int fd, std::string& out);
+// Reads exactly n bytes.
+bool recvExact(int fd, char* data, size_t n);
+void setRecvTimeout(int fd, std::chrono::milliseconds t);
+void abortClose(int fd);  // SO_LINGER {1,0}: RST
+
+}  // namespace ferry::testing

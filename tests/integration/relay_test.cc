@@ -1,0 +1,410 @@
+// Two ferryd instances on loopback with real TLS and HBONE between them: byte-exact data,
+// concurrency, half-close, resets, refusals, timeouts, pooling, backpressure.
+#include <arpa/inet.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "tests/integration/loopback_lab.h"
+
+namespace ferry::testing {
+namespace {
+
+using session::CloseReason;
+using session::Direction;
+
+constexpr uint16_t kAppPort = 8080;
+
+std::string randomBytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; i += 4) {
+    uint32_t v = rng();
+    std::memcpy(&s[i], &v, std::min<size_t>(4, n - i));
+  }
+  return s;
+}
+
+class RelayTest : public ::testing::Test {
+ protected:
+  void startNodes(const std::string& extra = "") {
+    n1_ = std::make_unique<Node>(files_, "n1", extra);
+    n2_ = std::make_unique<Node>(files_, "n2", extra);
+    ASSERT_TRUE(n1_->ok());
+    ASSERT_TRUE(n2_->ok());
+  }
+  void TearDown() override {
+    n1_.reset();
+    n2_.reset();
+  }
+
+  LabFiles files_;
+  std::unique_ptr<Node> n1_;
+  std::unique_ptr<Node> n2_;
+};
+
+TEST_F(RelayTest, EchoesSixtyFourMiBByteExactAndServerSeesClientPodAddress) {
+  startNodes();
+  AppServer app("127.0.2.10", kAppPort, AppServer::echo);
+  const size_t kSize = 64u << 20;
+  std::string payload = randomBytes(kSize, 1);
+  int fd = connectOutbound("127.0.1.10", "127.0.2.10", kAppPort);
+  ASSERT_GE(fd, 0);
+  auto start = Clock::now();
+  std::thread writer([&] {
+    EXPECT_TRUE(sendAll(fd, payload.data(), payload.size()));
+    ::shutdown(fd, SHUT_WR);
+  });
+  std::string echoed;
+  EXPECT_TRUE(recvAll(fd, echoed));
+  writer.join();
+  double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  ::close(fd);
+  ASSERT_EQ(echoed.size(), payload.size());
+  EXPECT_TRUE(echoed == payload) << "echoed bytes differ";
+  // Reported, never asserted: speed is the benchmarks' business.
+  std::printf("[ measure  ] 64 MiB echoed through two ferryd in %.3f s (%.1f MiB/s each way)\n",
+              secs, 64.0 / secs);
+  ASSERT_EQ(app.peers().size(), 1u);
+  EXPECT_EQ(app.peers()[0], "127.0.1.10");
+  EXPECT_TRUE(waitFor([&] { return n1_->closed(Direction::kOutbound, CloseReason::kOk) == 1; }));
+  EXPECT_TRUE(waitFor([&] { return n2_->closed(Direction::kInbound, CloseReason::kOk) == 1; }));
+  EXPECT_EQ(n2_->stats().hbone_streams_accepted.load(), 1u);
+}
+
+TEST_F(RelayTest, ThousandConcurrentConnectionsAllEchoAndShareFewTunnels) {
+  startNodes();
+  AppServer app("127.0.2.10", kAppPort, AppServer::echo);
+  constexpr int kConns = 1000;
+  std::vector<int> fds(kConns, -1);
+  auto start = Clock::now();
+  // All connected and holding a stream before any finishes: truly concurrent.
+  for (int i = 0; i < kConns; ++i) {
+    fds[i] = connectOutbound("127.0.1.10", "127.0.2.10", kAppPort);
+    ASSERT_GE(fds[i], 0) << "connection " << i;
+  }
+  std::atomic<int> good{0};
+  std::vector<std::thread> threads;
+  constexpr int kThreads = 20;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = t; i < kConns; i += kThreads) {
+        std::string msg = "connection " + std::to_string(i) + " " + randomBytes(1000, i);
+        setRecvTimeout(fds[i], std::chrono::seconds(30));
+        if (!sendAll(fds[i], msg.data(), msg.size())) continue;
+        std::string back(msg.size(), '\0');
+        if (recvExact(fds[i], back.data(), back.size()) && back == msg) ++good;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int fd : fds) ::close(fd);
+  double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  std::printf("[ measure  ] 1000 concurrent connections opened and echoed in %.3f s\n", secs);
+  EXPECT_EQ(good.load(), kConns);
+  EXPECT_EQ(app.accepted(), static_cast<size_t>(kConns));
+  // 1000 streams at 100 per connection: 10 tunnels, not 1000 handshakes.
+  EXPECT_EQ(n1_->stats().hbone_connections_opened.load(), 10u);
+  EXPECT_TRUE(waitFor([&] { return n1_->closed(Direction::kOutbound, CloseReason::kOk) == kConns; }));
+}
+
+TEST_F(RelayTest, BurstOfFirstConnectionsWaitsOnOneHandshake) {
+  startNodes();
+  AppServer app("127.0.2.10", kAppPort, AppServer::echo);
+  constexpr int kBurst = 50;
+  std::vector<std::thread> threads;
+  std::atomic<int> good{0};
+  for (int i = 0; i < kBurst; ++i) {
+    threads.emplace_back([&] {
+      int fd = connectOutbound("127.0.1.10", "127.0.2.10", kAppPort);
+      if (fd < 0) return;
+      const char msg[] = "ping";
+      char back[4];
+      if (sendAll(fd, msg, 4) && recvExact(fd, back, 4) && std::memcmp(msg, back, 4) == 0) ++good;
+      ::close(fd);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(good.load(), kBurst);
+  EXPECT_EQ(n1_->stats().hbone_connections_opened.load(), 1u);
+  EXPECT_EQ(n2_->stats().hbone_connections_accepted.load(), 1u);
+}
+
+TEST_F(RelayTest, ClientHalfCloseReachesServerAndAnswerStillFlows) {
+  startNodes();
+  // The server reads until the client's FIN, then answers and closes.
+  AppServer app("127.0.2.10", kAppPort, [](int fd) {
+    std::string got;
+    recvAll(fd, got);
+    std::string answer = "got " + std::to_string(got.size()) + " bytes";
+    sendAll(fd, answer.data(), answer.size());
+    ::close(fd);
+  });
+  int fd = connectOutbound("127.0.1.10", "127.0.2.10", kAppPort);
+  ASSERT_GE(fd, 0);
+  std::string msg(100000, 'x');
+  ASSERT_TRUE(sendAll(fd, msg.data(), msg.size()));
+  ::shutdown(fd, SHUT_WR);
+  std::string answer;
+  setRecvTimeout(fd, std::chrono::seconds(10));
+  EXPECT_TRUE(recvAll(fd, answer));
+  EXPECT_EQ(answer, "got 100000 bytes");
+  ::close(fd);
+}
+
+TEST_F(RelayTest, ServerHalfCloseReachesClientAndClientCanStillSend) {
+  startNodes();
+  std::atomic<bool> server_got_late_data{false};
+  AppServer app("127.0.2.10", kAppPort, [&](int fd) {
+    sendAll(fd, "hello", 5);
+    ::shutdown(fd, SHUT_WR);  // server is done talking
+    std::string got;
+    recvAll(fd, got);
+    server_got_late_data = got == "after your FIN";
+    ::close(fd);
+  });
+  int fd = connectOutbound("127.0.1.10", "127.0.2.10", kAppPort);
+  ASSERT_GE(fd, 0);
+  std::string greeting;
+  setRecvTimeout(fd, std::chrono::seconds(10));
+  EXPECT_TRUE(recvAll(fd, greeting));  // EOF arrives: END_STREAM became a FIN
+  EXPECT_EQ(greeting, "hello");
+  std::string late = "after your FIN";
+  EXPECT_TRUE(sendAll(fd, late.data(), late.size()));
+  ::shutdown(fd, SHUT_WR);
+  ::close(fd);
+  EXPECT_TRUE(waitFor([&] { return server_got_late_data.load(); }));
+}
+
+TEST_F(RelayTest, ServerResetReachesClientAsReset) {
+  startNodes();
+  AppServer app("127.0.2.10", kAppPort, [](int fd) {
+    char buf[16];
+    ::recv(fd, buf, sizeof(buf), 0);
+    abortClose(fd);
+  });
+  int fd = connectOutbound("127.0.1.10", "127.0.2.10", kAppPort);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(sendAll(fd, "boom", 4));
+  setRecvTimeout(fd, std::chrono::seconds(10));
+  char buf[16];
+  ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+  EXPECT_EQ(n, -1);
+  EXPECT_EQ(errno, ECONNRESET) << "expected a TCP RST, got " << (n == 0 ? "EOF" : strerror(errno));
+  ::close(fd);
+  EXPECT_TRUE(waitFor([&] { return n2_->closed(Direction::kInbound, CloseReason::kUpstreamReset) +
+                                       n2_->closed(Direction::kInbound, CloseReason::kDownstreamReset) ==
+                                   1; }));
+}
+
+TEST_F(RelayTest, ClientResetReachesServerAsReset) {
+  startNodes();
+  std::atomic<int> server_errno{0};
+  std::atomic<bool> server_done{false};
+  AppServer app("127.0.2.10", kAppPort, [&](int fd) {
+    char buf[16];
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);  // "hi"
+    setRecvTimeout(fd, std::chrono::seconds(10));
+    n = ::recv(fd, buf, sizeof(buf), 0);
+    server_errno = n < 0 ? errno : 0;
+    server_done = true;
+    ::close(fd);
+  });
+  int fd = connectOutbound("127.0.1.10", "127.0.2.10", kAppPort);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(sendAll(fd, "hi", 2));
+  ASSERT_TRUE(waitFor([&] { return app.accepted() == 1; }));
+  // Make sure "hi" went through before resetting.
+  ASSERT_TRUE(waitFor([&] { return n2_->stats().hbone_streams_accepted.load() == 1; }));
+  abortClose(fd);
+  ASSERT_TRUE(waitFor([&] { return server_done.load(); }));
+  EXPECT_EQ(server_errno.load(), ECONNRESET);
+}
+
+TEST_F(RelayTest, RefusedUpstreamIsSeenAsResetNeverAsEof) {
+  startNodes();
+  // Nothing listens on s1:9.
+  int fd = connectOutbound("127.0.1.10", "127.0.2.10", 9);
+  ASSERT_GE(fd, 0);
+  setRecvTimeout(fd, std::chrono::seconds(10));
+  char buf[16];
+  ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+  EXPECT_EQ(n, -1);
+  EXPECT_EQ(errno, ECONNRESET);
+  ::close(fd);
+  EXPECT_TRUE(waitFor([&] { return n1_->closed(Direction::kOutbound, CloseReason::kTunnelRefused) == 1; }));
+  EXPECT_EQ(n2_->stats().hbone_streams_rejected.load(), 1u);
+}
+
+TEST_F(RelayTest, IdleConnectionIsClosedAfterIdleTimeout) {
+  startNodes("timeouts: {idle: 1s}\n");
+  AppServer app("127.0.2.10", kAppPort, AppServer::echo);
+  int fd = connectOutbound("127.0.1.10", "127.0.2.10", kAppPort);
+  ASSERT_GE(fd, 0);
+  char back[2];
+  ASSERT_TRUE(sendAll(fd, "hi", 2));
+  ASSERT_TRUE(recvExact(fd, back, 2));
+  setRecvTimeout(fd, std::chrono::seconds(15));
+  auto start = Clock::now();
+  char buf[16];
+  ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+  EXPECT_LE(n, 0) << "the idle connection must be closed";
+  EXPECT_NE(errno, EAGAIN) << "recv timed out instead of seeing the idle close";
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(15));
+  ::close(fd);
+  EXPECT_TRUE(waitFor([&] {
+    return n1_->closed(Direction::kOutbound, CloseReason::kIdleTimeout) +
+               n2_->closed(Direction::kInbound, CloseReason::kIdleTimeout) >= 1;
+  }));
+}
+
+TEST_F(RelayTest, HboneConnectTimeoutResetsClientAndNamesPort15008) {
+  startNodes("timeouts: {connect: 1s}\n");
+  // b1 (127.0.4.10, node n3) "has" an HBONE port whose accept queue is full: SYNs are
+  // dropped, so connecting times out instead of being refused.
+  int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(15008);
+  inet_pton(AF_INET, "127.0.4.10", &a.sin_addr);
+  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0) << strerror(errno);
+  ASSERT_EQ(::listen(lfd, 0), 0);
+  std::vector<int> fillers;
+  for (int i = 0; i < 4; ++i) {
+    int f = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    ::connect(f, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    fillers.push_back(f);
+  }
+  // The real check, with warn-level logging so the error text is visible.
+  n1_.reset();
+  ::testing::internal::CaptureStderr();
+  n1_ = std::make_unique<Node>(files_, "n1", "timeouts: {connect: 1s}\nlog_level: warn\n");
+  int fd = connectOutbound("127.0.1.10", "127.0.4.10", kAppPort);
+  ASSERT_GE(fd, 0);
+  setRecvTimeout(fd, std::chrono::seconds(15));
+  char buf[16];
+  ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+  int err = errno;
+  ASSERT_TRUE(waitFor([&] { return n1_->closed(Direction::kOutbound, CloseReason::kConnectTimeout) == 1; }));
+  n1_.reset();
+  std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(n, -1);
+  EXPECT_EQ(err, ECONNRESET);
+  EXPECT_NE(log.find("timed out"), std::string::npos) << log;
+  EXPECT_NE(log.find("HBONE port 15008"), std::string::npos) << log;
+  ::close(fd);
+  for (int f : fillers) ::close(f);
+  ::close(lfd);
+}
+
+TEST_F(RelayTest, PassthroughToNonMeshDestinationKeepsPodAddress) {
+  startNodes();
+  AppServer app("127.0.3.10", kAppPort, AppServer::echo);
+  int fd = connectOutbound("127.0.1.10", "127.0.3.10", kAppPort);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(sendAll(fd, "plain", 5));
+  char back[5];
+  ASSERT_TRUE(recvExact(fd, back, 5));
+  ::close(fd);
+  ASSERT_EQ(app.peers().size(), 1u);
+  EXPECT_EQ(app.peers()[0], "127.0.1.10");
+  EXPECT_EQ(n1_->stats().passthrough_connections.load(), 1u);
+  EXPECT_EQ(n1_->stats().hbone_connections_opened.load(), 0u);
+}
+
+TEST_F(RelayTest, UnknownSourceToMeshDestinationIsResetNotSentInPlaintext) {
+  startNodes();
+  AppServer app("127.0.2.10", kAppPort, AppServer::echo);
+  // 127.0.1.99 is no workload: ferryd has no identity to present for it.
+  int fd = connectOutbound("127.0.1.99", "127.0.2.10", kAppPort);
+  ASSERT_GE(fd, 0);
+  setRecvTimeout(fd, std::chrono::seconds(10));
+  char buf[4];
+  EXPECT_EQ(::recv(fd, buf, sizeof(buf), 0), -1);
+  EXPECT_EQ(errno, ECONNRESET);
+  ::close(fd);
+  EXPECT_EQ(app.accepted(), 0u);
+  EXPECT_TRUE(waitFor([&] { return n1_->closed(Direction::kOutbound, CloseReason::kUnknownSource) == 1; }));
+}
+
+TEST_F(RelayTest, PermissivePlaintextIsForwardedFromClientAddress) {
+  startNodes();
+  AppServer app("127.0.2.10", kAppPort, AppServer::echo);
+  int fd = connectCaptured("127.0.1.10", "127.0.2.1", 15006, "127.0.2.10", kAppPort);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(sendAll(fd, "abc", 3));
+  char back[3];
+  ASSERT_TRUE(recvExact(fd, back, 3));
+  ::close(fd);
+  ASSERT_EQ(app.peers().size(), 1u);
+  EXPECT_EQ(app.peers()[0], "127.0.1.10");
+}
+
+TEST_F(RelayTest, StrictWorkloadRefusesPlaintextWithReset) {
+  startNodes();
+  AppServer app("127.0.2.11", kAppPort, AppServer::echo);
+  int fd = connectCaptured("127.0.1.10", "127.0.2.1", 15006, "127.0.2.11", kAppPort);
+  ASSERT_GE(fd, 0);
+  setRecvTimeout(fd, std::chrono::seconds(10));
+  char buf[4];
+  EXPECT_EQ(::recv(fd, buf, sizeof(buf), 0), -1);
+  EXPECT_EQ(errno, ECONNRESET);
+  ::close(fd);
+  EXPECT_EQ(app.accepted(), 0u);
+  EXPECT_TRUE(waitFor([&] { return n2_->closed(Direction::kPlaintext, CloseReason::kStrictPlaintext) == 1; }));
+  // The same workload is reachable through HBONE.
+  int fd2 = connectOutbound("127.0.1.10", "127.0.2.11", kAppPort);
+  ASSERT_GE(fd2, 0);
+  ASSERT_TRUE(sendAll(fd2, "mtls", 4));
+  char back[4];
+  EXPECT_TRUE(recvExact(fd2, back, 4));
+  ::close(fd2);
+}
+
+TEST_F(RelayTest, SlowReaderBoundsWhatTheWriterCanPushIn) {
+  startNodes();
+  std::atomic<bool> release{false};
+  std::atomic<size_t> drained{0};
+  AppServer app("127.0.2.10", kAppPort, [&](int fd) {
+    // Reads nothing until released, then drains everything.
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    char buf[65536];
+    for (;;) {
+      ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) break;
+      drained += static_cast<size_t>(n);
+    }
+    ::close(fd);
+  });
+  int fd = connectOutbound("127.0.1.10", "127.0.2.10", kAppPort);
+  ASSERT_GE(fd, 0);
+  // Push until the kernel refuses more for a full second.
+  timeval tv{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  std::string chunk(64 * 1024, 'z');
+  size_t pushed = 0;
+  for (;;) {
+    ssize_t n = ::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL);
+    if (n <= 0) break;
+    pushed += static_cast<size_t>(n);
+    ASSERT_LT(pushed, 256u << 20) << "no backpressure: 256 MiB accepted while nobody reads";
+  }
+  std::printf("[ measure  ] writer blocked after %.1f MiB in flight (socket buffers + windows)\n",
+              pushed / 1048576.0);
+  // Four socket buffers on the path plus one 4 MiB stream window and ferryd's 256 KiB
+  // queue: far below what an unbounded relay would swallow.
+  EXPECT_LT(pushed, 48u << 20);
+  release = true;
+  ::shutdown(fd, SHUT_WR);
+  EXPECT_TRUE(waitFor([&] { return drained.load() == pushed; }, std::chrono::seconds(20)));
+  ::close(fd);
+}
+
+}  // namespace
+}  // namespace ferry::testing
