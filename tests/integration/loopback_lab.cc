@@ -163,6 +163,7 @@ AppServer::AppServer(const std::string& ip, uint16_t port, Behaviour behaviour)
       std::lock_guard lock(mu_);
       peers_.push_back(buf);
       ++accepted_;
+      fds_.push_back(::dup(fd));  // ours: shutdown() through it reaches the same socket
       handlers_.emplace_back([this, fd] {
         behaviour_(fd);
       });
@@ -173,9 +174,15 @@ AppServer::AppServer(const std::string& ip, uint16_t port, Behaviour behaviour)
 AppServer::~AppServer() {
   stop_ = true;
   if (acceptor_.joinable()) acceptor_.join();
+  {
+    // Unblock handlers still waiting on a peer (a test that failed half way).
+    std::lock_guard lock(mu_);
+    for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
+  }
   for (auto& t : handlers_) {
     if (t.joinable()) t.join();
   }
+  for (int fd : fds_) ::close(fd);
   if (listen_fd_ >= 0) ::close(listen_fd_);
 }
 

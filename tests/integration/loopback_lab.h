@@ -92,6 +92,7 @@ class AppServer {
   std::mutex mu_;
   std::vector<std::string> peers_;
   std::vector<std::thread> handlers_;
+  std::vector<int> fds_;
   std::atomic<bool> stop_{false};
   std::atomic<size_t> accepted_{0};
 };

@@ -1,0 +1,42 @@
+#include <gtest/gtest.h>
+
+#include "proxy/common/duration.h"
+#include "proxy/common/net.h"
+
+namespace ferry::common {
+namespace {
+
+TEST(HostPort, ParsesIpv4AndBracketedIpv6) {
+  auto a = parseHostPort("10.0.0.1:80");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->port, 80);
+  EXPECT_EQ(a->ip.to_string(), "10.0.0.1");
+  auto b = parseHostPort("[fd00::1]:443");
+  ASSERT_TRUE(b.ok());
+  EXPECT_TRUE(b->ip.is_v6());
+  EXPECT_EQ(formatHostPort(*b), "[fd00::1]:443");
+}
+
+TEST(HostPort, RejectsMalformedInput) {
+  for (const char* bad : {"", "10.0.0.1", "10.0.0.1:", ":80", "10.0.0.1:0", "10.0.0.1:65536",
+                          "10.0.0.1:8o", "fd00::1:80", "[fd00::1]80", "[10.0.0.1]:80", "host:80",
+                          "10.0.0.1:+80", "10.0.0.1:123456", "[fe80::1%eth0]:80"}) {
+    EXPECT_FALSE(parseHostPort(bad).ok()) << bad;
+  }
+  EXPECT_TRUE(parseHostPort("10.0.0.1:0", /*allow_zero_port=*/true).ok());
+}
+
+TEST(Duration, ParsesUnitsAndRejectsBareNumbers) {
+  EXPECT_EQ(*parseDuration("250ms"), Millis(250));
+  EXPECT_EQ(*parseDuration("10s"), Millis(10000));
+  EXPECT_EQ(*parseDuration("5m"), Millis(300000));
+  EXPECT_EQ(*parseDuration("24h"), Millis(86400000));
+  for (const char* bad : {"", "10", "s", "-1s", "1.5s", "10 s", "1d", "9999999999s"}) {
+    EXPECT_FALSE(parseDuration(bad).ok()) << bad;
+  }
+  EXPECT_EQ(formatDuration(Millis(300000)), "5m");
+  EXPECT_EQ(formatDuration(Millis(1500)), "1500ms");
+}
+
+}  // namespace
+}  // namespace ferry::common
