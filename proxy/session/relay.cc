@@ -6,6 +6,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
+#include "proxy/common/log.h"
 #include "proxy/session/socket_factory.h"
 
 namespace ferry::session {
@@ -48,18 +49,23 @@ awaitable<boost::system::error_code> writeAll(Tcp::socket& to, const char* data,
   co_return wec;
 }
 
-// Reads whatever is available after waiting for readability, without a buffer of its own.
-// Returns bytes read (0 with ec == eof at end of stream).
+// Reads whatever is available into the worker's scratch buffer, waiting for readability
+// only when the socket is drained. The read comes first because Asio's reactor is
+// edge-triggered and does not remember readiness for a wait: waiting while bytes are
+// already queued (left over from a short read, or from before a hand-over to this worker)
+// would sleep until the peer sends more. Returns bytes read (ec == eof at end of stream).
 awaitable<std::pair<boost::system::error_code, size_t>> readSome(Tcp::socket& from,
                                                                  Scratch& scratch,
                                                                  size_t limit) {
   for (;;) {
+    boost::system::error_code ec;
+    size_t n = from.read_some(
+        asio::buffer(scratch.bytes.data(), std::min(limit, scratch.bytes.size())), ec);
+    if (ec != asio::error::would_block && ec != asio::error::try_again) {
+      co_return std::pair{ec, n};
+    }
     auto [wec] = co_await from.async_wait(Tcp::socket::wait_read, kTuple);
     if (wec) co_return std::pair{wec, size_t{0}};
-    boost::system::error_code ec;
-    size_t n = from.read_some(asio::buffer(scratch.bytes.data(), std::min(limit, scratch.bytes.size())), ec);
-    if (ec == asio::error::would_block || ec == asio::error::try_again) continue;
-    co_return std::pair{ec, n};
   }
 }
 
@@ -159,6 +165,7 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
         continue;
       }
       auto [ec, n] = co_await readSome(tcp, scratch, space);
+      FERRY_LOG(kTrace, "relay: tcp read %d bytes: %s", n, ec.message());
       if (ec == asio::error::eof) {
         stream.sendEof();
         co_return CloseReason::kOk;
