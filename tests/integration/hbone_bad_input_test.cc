@@ -330,7 +330,7 @@ TEST_F(HboneBadInputTest, StreamResetMidTransferResetsTheApplication) {
     n = ::recv(fd, buf, sizeof(buf), 0);
     app_errno = n < 0 ? errno : 0;
     app_done = true;
-    ::close(fd);
+    // the AppServer closes fd when this returns
   });
   TestClient c;
   ASSERT_TRUE(c.connect("127.0.1.10", "127.0.2.10", *good_ctx_));

@@ -163,9 +163,13 @@ AppServer::AppServer(const std::string& ip, uint16_t port, Behaviour behaviour)
       std::lock_guard lock(mu_);
       peers_.push_back(buf);
       ++accepted_;
-      fds_.push_back(::dup(fd));  // ours: shutdown() through it reaches the same socket
+      open_fds_.insert(fd);
       handlers_.emplace_back([this, fd] {
         behaviour_(fd);
+        // Closed here, under the lock, so the destructor never shuts down a reused fd.
+        std::lock_guard lock(mu_);
+        open_fds_.erase(fd);
+        ::close(fd);
       });
     }
   });
@@ -177,12 +181,11 @@ AppServer::~AppServer() {
   {
     // Unblock handlers still waiting on a peer (a test that failed half way).
     std::lock_guard lock(mu_);
-    for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
+    for (int fd : open_fds_) ::shutdown(fd, SHUT_RDWR);
   }
   for (auto& t : handlers_) {
     if (t.joinable()) t.join();
   }
-  for (int fd : fds_) ::close(fd);
   if (listen_fd_ >= 0) ::close(listen_fd_);
 }
 
@@ -199,7 +202,7 @@ void AppServer::echo(int fd) {
     if (!sendAll(fd, buf, static_cast<size_t>(n))) break;
   }
   ::shutdown(fd, SHUT_WR);
-  ::close(fd);
+  // the AppServer closes fd when this returns
 }
 
 int connectCaptured(const std::string& src_ip, const std::string& listener_ip, uint16_t listener_port,
@@ -271,9 +274,13 @@ void setRecvTimeout(int fd, std::chrono::milliseconds t) {
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 }
 
-void abortClose(int fd) {
+void setAbortOnClose(int fd) {
   linger l{1, 0};
   setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+}
+
+void abortClose(int fd) {
+  setAbortOnClose(fd);
   ::close(fd);
 }
 

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -73,7 +74,8 @@ class Node {
   bool ok_ = false;
 };
 
-// A blocking TCP application server on a pod address; one thread per connection.
+// A blocking TCP application server on a pod address; one thread per connection. A
+// behaviour must not close its fd: the server closes it when the behaviour returns.
 class AppServer {
  public:
   using Behaviour = std::function<void(int fd)>;
@@ -92,7 +94,7 @@ class AppServer {
   std::mutex mu_;
   std::vector<std::string> peers_;
   std::vector<std::thread> handlers_;
-  std::vector<int> fds_;
+  std::set<int> open_fds_;
   std::atomic<bool> stop_{false};
   std::atomic<size_t> accepted_{0};
 };
@@ -114,6 +116,7 @@ bool recvAll(int fd, std::string& out);
 // Reads exactly n bytes.
 bool recvExact(int fd, char* data, size_t n);
 void setRecvTimeout(int fd, std::chrono::milliseconds t);
-void abortClose(int fd);  // SO_LINGER {1,0}: RST
+void setAbortOnClose(int fd);  // SO_LINGER {1,0}: close() will send a RST
+void abortClose(int fd);
 
 }  // namespace ferry::testing

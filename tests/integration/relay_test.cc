@@ -144,7 +144,7 @@ TEST_F(RelayTest, ClientHalfCloseReachesServerAndAnswerStillFlows) {
     recvAll(fd, got);
     std::string answer = "got " + std::to_string(got.size()) + " bytes";
     sendAll(fd, answer.data(), answer.size());
-    ::close(fd);
+    // the AppServer closes fd when this returns
   });
   int fd = connectOutbound("127.0.1.10", "127.0.2.10", kAppPort);
   ASSERT_GE(fd, 0);
@@ -167,7 +167,7 @@ TEST_F(RelayTest, ServerHalfCloseReachesClientAndClientCanStillSend) {
     std::string got;
     recvAll(fd, got);
     server_got_late_data = got == "after your FIN";
-    ::close(fd);
+    // the AppServer closes fd when this returns
   });
   int fd = connectOutbound("127.0.1.10", "127.0.2.10", kAppPort);
   ASSERT_GE(fd, 0);
@@ -187,7 +187,7 @@ TEST_F(RelayTest, ServerResetReachesClientAsReset) {
   AppServer app("127.0.2.10", kAppPort, [](int fd) {
     char buf[16];
     ::recv(fd, buf, sizeof(buf), 0);
-    abortClose(fd);
+    setAbortOnClose(fd);  // RST when the AppServer closes it
   });
   int fd = connectOutbound("127.0.1.10", "127.0.2.10", kAppPort);
   ASSERT_GE(fd, 0);
@@ -214,7 +214,7 @@ TEST_F(RelayTest, ClientResetReachesServerAsReset) {
     n = ::recv(fd, buf, sizeof(buf), 0);
     server_errno = n < 0 ? errno : 0;
     server_done = true;
-    ::close(fd);
+    // the AppServer closes fd when this returns
   });
   int fd = connectOutbound("127.0.1.10", "127.0.2.10", kAppPort);
   ASSERT_GE(fd, 0);
@@ -380,7 +380,7 @@ TEST_F(RelayTest, SlowReaderBoundsWhatTheWriterCanPushIn) {
       if (n <= 0) break;
       drained += static_cast<size_t>(n);
     }
-    ::close(fd);
+    // the AppServer closes fd when this returns
   });
   int fd = connectOutbound("127.0.1.10", "127.0.2.10", kAppPort);
   ASSERT_GE(fd, 0);
