@@ -169,6 +169,32 @@ absl::StatusOr<std::shared_ptr<boost::asio::ssl::context>> TlsContextCache::get(
   return entry.context;
 }
 
+namespace {
+int expectedIdentityIndex() {
+  static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+  return index;
+}
+
+int verifyExpectedIdentity(int preverify_ok, X509_STORE_CTX* store) {
+  if (!preverify_ok) return 0;
+  if (X509_STORE_CTX_get_error_depth(store) != 0) return 1;
+  auto* ssl = static_cast<SSL*>(
+      X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx()));
+  const auto* expected =
+      ssl ? static_cast<const std::string*>(SSL_get_ex_data(ssl, expectedIdentityIndex())) : nullptr;
+  if (expected == nullptr) return 1;
+  auto sans = uriSans(X509_STORE_CTX_get_current_cert(store));
+  if (sans.size() == 1 && sans[0] == *expected) return 1;
+  X509_STORE_CTX_set_error(store, X509_V_ERR_APPLICATION_VERIFICATION);
+  return 0;
+}
+}  // namespace
+
+void requirePeerIdentity(SSL* ssl, const std::string* expected) {
+  SSL_set_ex_data(ssl, expectedIdentityIndex(), const_cast<std::string*>(expected));
+  SSL_set_verify(ssl, SSL_get_verify_mode(ssl), &verifyExpectedIdentity);
+}
+
 absl::StatusOr<SpiffeId> verifyPeer(SSL* ssl, std::string_view trust_domain) {
   if (ssl == nullptr || SSL_is_init_finished(ssl) != 1) {
     return absl::FailedPreconditionError("TLS handshake has not completed");

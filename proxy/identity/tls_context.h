@@ -47,6 +47,12 @@ class TlsContextCache {
 // Returns the peer's ID or why not.
 absl::StatusOr<SpiffeId> verifyPeer(SSL* ssl, std::string_view trust_domain);
 
+// Client side: makes the handshake itself fail unless the server's leaf carries exactly
+// `expected` as its URI SAN, so that our certificate is never sent to the wrong server
+// (TLS 1.3 sends the client certificate after the server is verified). `expected` must
+// outlive the handshake. verifyPeer still runs afterwards for the full SVID rules.
+void requirePeerIdentity(SSL* ssl, const std::string* expected);
+
 // The ALPN protocol negotiated ("" if none).
 std::string negotiatedAlpn(SSL* ssl);
 

@@ -1,6 +1,8 @@
 // Outbound (15001): a connection captured as it left a local pod. HBONE-capable
 // destinations get a CONNECT stream over a pooled mTLS connection from the pod's own IP;
 // anything else is passed through as plain TCP, also from the pod's IP (design §2 step 3).
+#include <openssl/x509.h>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/ssl/stream.hpp>
@@ -52,9 +54,8 @@ awaitable<absl::StatusOr<std::shared_ptr<hbone::H2Connection>>> dialHbone(Worker
         absl::StrCat("connecting to ", common::formatHostPort(target), " (HBONE port ",
                      target.port, "): ", ec.message()));
   }
-  boost::system::error_code opt_ec;
-  socket.set_option(asio::socket_base::keep_alive(true), opt_ec);
   auto tls = std::make_unique<hbone::TlsStream>(std::move(socket), **ctx);
+  identity::requirePeerIdentity(tls->native_handle(), &plan.key.destination_id);
   asio::steady_timer timer(worker.io());
   timer.expires_after(cfg.timeouts.handshake);
   auto hs = co_await (tls->async_handshake(asio::ssl::stream_base::client, kTuple) ||
@@ -64,6 +65,13 @@ awaitable<absl::StatusOr<std::shared_ptr<hbone::H2Connection>>> dialHbone(Worker
         "TLS handshake with ", common::formatHostPort(target), " timed out"));
   }
   if (auto [hec] = std::get<0>(hs); hec) {
+    long verify = SSL_get_verify_result(tls->native_handle());
+    if (verify != X509_V_OK) {
+      // The server's certificate failed: a wrong or untrusted identity, not a network error.
+      co_return absl::PermissionDeniedError(absl::StrCat(
+          "server ", common::formatHostPort(target), " failed verification (",
+          X509_verify_cert_error_string(verify), "); expected ", plan.key.destination_id));
+    }
     co_return absl::UnavailableError(absl::StrCat("TLS handshake with ",
                                                   common::formatHostPort(target), ": ",
                                                   hec.message()));
@@ -175,7 +183,7 @@ awaitable<void> serveOutboundPlanned(Worker& worker, Tcp::socket socket, Outboun
   ConnectionRecord record(worker, Direction::kOutbound);
   record.src = common::formatHostPort(plan.source);
   record.dst = common::formatHostPort(plan.destination);
-  record.peer_identity = plan.key.destination_id;
+  record.peer_identity = "expected:" + plan.key.destination_id;
 
   auto conn = co_await worker.pool().acquire(plan.key, [&]() { return dialHbone(worker, plan); });
   if (!conn.ok()) {
@@ -226,6 +234,7 @@ awaitable<void> serveOutboundPlanned(Worker& worker, Tcp::socket socket, Outboun
     record.finish(stream->status() != 0 ? CloseReason::kTunnelRefused : CloseReason::kPeerReset);
     co_return;
   }
+  record.peer_identity = plan.key.destination_id;  // proven by the handshake
   auto result = co_await relayStream(socket, *stream, cfg.timeouts.idle, worker.scratch());
   record.finish(result.reason, result.sent, result.received);
 }
