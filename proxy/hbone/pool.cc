@@ -17,8 +17,21 @@ void Pool::prune(Entry& entry) {
           c.end());
 }
 
+void Pool::sweep() {
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    prune(it->second);
+    if (it->second.connections.empty() && !it->second.connecting) {
+      entries_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+}
+
 boost::asio::awaitable<absl::StatusOr<std::shared_ptr<H2Connection>>> Pool::acquire(
     const PoolKey& key, const Connector& connect) {
+  // Keys of workloads that went away would otherwise stay forever.
+  if (++acquires_ % kSweepEvery == 0) sweep();
   for (;;) {
     Entry& entry = entries_[key];
     prune(entry);

@@ -58,6 +58,11 @@ class Pool {
     absl::Status last_error;
   };
   void prune(Entry& entry);
+  // Drops entries with no live connection and no handshake in flight.
+  void sweep();
+  // Sweeping is O(keys); every 256 acquisitions keeps it off the per-connection path.
+  static constexpr uint64_t kSweepEvery = 256;
+  uint64_t acquires_ = 0;
 
   boost::asio::any_io_executor executor_;
   absl::flat_hash_map<PoolKey, Entry> entries_;

@@ -8,6 +8,7 @@
 
 #include "proxy/common/log.h"
 #include "proxy/config/config.h"
+#include "proxy/identity/dir_cert_source.h"
 #include "proxy/server/server.h"
 #include "proxy/workloads/registry.h"
 
@@ -54,6 +55,12 @@ int main(int argc, char** argv) {
     std::printf("%s: OK (node %s, %zu workloads, %zu local)\n", config_path.c_str(),
                 config->node.c_str(), watcher.current()->all().size(),
                 watcher.current()->localCount());
+    // Certificates may legitimately appear later (written by an agent), so a missing
+    // bundle is a warning here, not an error; ferryd itself fails closed without it.
+    ferry::identity::DirCertSource certs(config->cert_dir, config->trust_domain);
+    if (auto bundle = certs.bundle(); !bundle.ok()) {
+      std::printf("warning: trust bundle: %s\n", std::string(bundle.status().message()).c_str());
+    }
     return 0;
   }
   // Writes to a peer that reset must return EPIPE, not kill the process.

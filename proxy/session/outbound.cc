@@ -96,6 +96,11 @@ awaitable<absl::StatusOr<std::shared_ptr<hbone::H2Connection>>> dialHbone(Worker
   options.idle_release = cfg.pool.idle_release;
   options.max_streams = cfg.pool.max_streams;
   auto conn = hbone::H2Connection::create(hbone::H2Connection::Role::kClient, std::move(tls), options);
+  Stats* stats = &shared.stats;
+  conn->setCloseHandler([stats](hbone::H2Connection& c) {
+    stats->hbone_connections_closed.fetch_add(1, std::memory_order_relaxed);
+    FERRY_LOG(kDebug, "hbone: pooled connection closed: %s", c.closeReason());
+  });
   conn->start();
   shared.stats.hbone_connections_opened.fetch_add(1, std::memory_order_relaxed);
   FERRY_LOG(kDebug, "hbone: connected %s", plan.key.str());

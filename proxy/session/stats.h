@@ -44,6 +44,7 @@ const char* directionLabel(Direction d);
 
 #define FERRY_COUNTERS(X)                                                                  \
   X(hbone_connections_opened, "HBONE client connections opened (TLS handshakes as client)")\
+  X(hbone_connections_closed, "HBONE client connections closed (idle release, GOAWAY, errors)")\
   X(hbone_connections_accepted, "HBONE server connections that completed the handshake")   \
   X(hbone_handshake_failures, "HBONE handshakes that failed, both roles")                  \
   X(hbone_streams_opened, "CONNECT streams opened as client")                              \
