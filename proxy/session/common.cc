@@ -2,6 +2,7 @@
 
 #include <functional>
 
+#include "absl/strings/str_cat.h"
 #include "proxy/common/log.h"
 #include "proxy/session/proxy_protocol.h"
 
@@ -66,6 +67,24 @@ void ConnectionRecord::finish(CloseReason reason, uint64_t sent, uint64_t receiv
         closeReasonLabel(reason), sent, received, ms, detail.empty() ? "" : " detail=",
         detail.empty() ? "" : "\"" + detail + "\""));
   }
+}
+
+boost::asio::awaitable<void> forwardTcp(Worker& worker, Tcp::socket& socket,
+                                        const common::IpAddress& source,
+                                        const common::HostPort& destination,
+                                        ConnectionRecord& record) {
+  const auto& cfg = worker.shared().config;
+  Tcp::socket upstream(worker.io());
+  auto ec = co_await worker.shared().sockets.connect(upstream, source, destination, cfg.timeouts.connect);
+  if (ec) {
+    record.detail = absl::StrCat("connect: ", ec.message());
+    abortSocket(socket);
+    record.finish(ec == boost::asio::error::timed_out ? CloseReason::kConnectTimeout
+                                                      : CloseReason::kConnectFailed);
+    co_return;
+  }
+  auto result = co_await relayTcp(socket, upstream, cfg.timeouts.idle, worker.scratch());
+  record.finish(result.reason, result.sent, result.received);
 }
 
 size_t ownerOf(const hbone::PoolKey& key, size_t worker_count) {

@@ -45,4 +45,11 @@ class ConnectionRecord {
   bool finished_ = false;
 };
 
+// Connects from `source` to `destination` and relays `socket` to it as plain TCP; a failed
+// connect resets `socket`. Finishes `record` either way.
+boost::asio::awaitable<void> forwardTcp(Worker& worker, Tcp::socket& socket,
+                                        const common::IpAddress& source,
+                                        const common::HostPort& destination,
+                                        ConnectionRecord& record);
+
 }  // namespace ferry::session

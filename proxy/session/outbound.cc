@@ -112,18 +112,7 @@ awaitable<void> passthrough(Worker& worker, Tcp::socket socket, const Endpoints&
   auto& shared = worker.shared();
   shared.stats.passthrough_connections.fetch_add(1, std::memory_order_relaxed);
   record.peer_identity = "passthrough";
-  Tcp::socket upstream(worker.io());
-  auto ec = co_await shared.sockets.connect(upstream, ends.peer.ip, ends.destination,
-                                            shared.config.timeouts.connect);
-  if (ec) {
-    record.detail = absl::StrCat("connect: ", ec.message());
-    abortSocket(socket);
-    record.finish(ec == asio::error::timed_out ? CloseReason::kConnectTimeout
-                                               : CloseReason::kConnectFailed);
-    co_return;
-  }
-  auto result = co_await relayTcp(socket, upstream, shared.config.timeouts.idle, worker.scratch());
-  record.finish(result.reason, result.sent, result.received);
+  co_await forwardTcp(worker, socket, ends.peer.ip, ends.destination, record);
 }
 
 }  // namespace

@@ -46,18 +46,7 @@ awaitable<void> servePlaintext(Worker& worker, Tcp::socket socket) {
     record.finish(CloseReason::kStrictPlaintext);
     co_return;
   }
-  Tcp::socket upstream(worker.io());
-  auto ec = co_await shared.sockets.connect(upstream, ends->peer.ip, ends->destination,
-                                            cfg.timeouts.connect);
-  if (ec) {
-    record.detail = absl::StrCat("connect: ", ec.message());
-    abortSocket(socket);
-    record.finish(ec == asio::error::timed_out ? CloseReason::kConnectTimeout
-                                               : CloseReason::kConnectFailed);
-    co_return;
-  }
-  auto result = co_await relayTcp(socket, upstream, cfg.timeouts.idle, worker.scratch());
-  record.finish(result.reason, result.sent, result.received);
+  co_await forwardTcp(worker, socket, ends->peer.ip, ends->destination, record);
 }
 
 }  // namespace ferry::session
