@@ -2,6 +2,9 @@
 PRESET ?= default
 CTEST_ARGS ?=
 JOBS ?= $(shell nproc)
+# ccache hits across checkouts (CI builds a fresh clone in another folder each time).
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := true
 
 .PHONY: all bootstrap configure build test test-asan demo clean ci
 
