@@ -1,0 +1,162 @@
+// pod_egress: tc ingress of an enrolled pod's host-side device (design §2).
+#include <linux/bpf.h>
+
+#include "tests/bpf/datapath_fixture.h"
+
+namespace ferry::bpftest {
+namespace {
+
+class PodEgressTest : public DatapathTest {
+ protected:
+  void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(DatapathTest::SetUp());
+    if (IsSkipped()) return;
+    ASSERT_NO_FATAL_FAILURE(enroll(kPodA));
+    ASSERT_NO_FATAL_FAILURE(addCaptureDestination(kRemotePod));
+  }
+
+  RunResult runPodEgress(const Bytes& frame) { return run(skel_->progs.pod_egress, frame); }
+
+  void expectIntoProxy(const RunResult& result, ferry_reason reason) {
+    EXPECT_EQ(result.verdict, kRedirect);
+    const auto redirects = calls(FERRY_TEST_CALL_REDIRECT_PEER);
+    ASSERT_EQ(redirects.size(), 1u);
+    EXPECT_EQ(redirects[0].ifindex, kProxyHostIfindex);
+    EXPECT_EQ(redirects[0].flags, 0u) << "into the proxy is ingress to ingress: no flags";
+    EXPECT_TRUE(calls(FERRY_TEST_CALL_REDIRECT).empty());
+    EXPECT_EQ(packets(FERRY_PROG_POD_EGRESS, FERRY_VERDICT_REDIRECT, reason), 1u);
+  }
+
+  void expectPassed(const RunResult& result, const Bytes& frame, ferry_reason reason) {
+    EXPECT_EQ(result.verdict, kPass) << "pass must be TC_ACT_UNSPEC (TCX_NEXT), never TC_ACT_OK";
+    EXPECT_EQ(result.data, frame);
+    EXPECT_TRUE(calls(FERRY_TEST_CALL_REDIRECT_PEER).empty());
+    EXPECT_TRUE(calls(FERRY_TEST_CALL_REDIRECT).empty());
+    EXPECT_EQ(packets(FERRY_PROG_POD_EGRESS, FERRY_VERDICT_PASS, reason), 1u);
+  }
+};
+
+TEST_F(PodEgressTest, SynToCaptureDestinationGoesIntoProxy) {
+  const RunResult result = runPodEgress(tcpFrame(fromPod(kPodA, kRemotePod), 40000, 80, kSyn));
+  expectIntoProxy(result, FERRY_REASON_CAPTURE_SYN);
+}
+
+TEST_F(PodEgressTest, SynToNonCaptureDestinationPasses) {
+  const Bytes frame = tcpFrame(fromPod(kPodA, kExternal), 40000, 80, kSyn);
+  expectPassed(runPodEgress(frame), frame, FERRY_REASON_NOT_CAPTURED);
+}
+
+TEST_F(PodEgressTest, CaptureAllSendsSynToAnyDestinationIntoProxy) {
+  ASSERT_NO_FATAL_FAILURE(setCaptureAll(true));
+  const RunResult result = runPodEgress(tcpFrame(fromPod(kPodA, kExternal), 40000, 443, kSyn));
+  expectIntoProxy(result, FERRY_REASON_CAPTURE_SYN);
+}
+
+TEST_F(PodEgressTest, ConnectionOpenedBeforeCaptureKeepsItsDirectPath) {
+  // An ACK to a capture destination that ferryd does not hold: the connection
+  // predates enrollment (or capture), so it is not taken over mid-stream.
+  const Bytes frame = tcpFrame(fromPod(kPodA, kRemotePod), 40000, 80, kAck, 100);
+  expectPassed(runPodEgress(frame), frame, FERRY_REASON_NOT_CAPTURED);
+}
+
+TEST_F(PodEgressTest, SynAckIsNotTreatedAsNewConnection) {
+  const Bytes frame = tcpFrame(fromPod(kPodA, kRemotePod), 80, 40000, kSyn | kAck);
+  expectPassed(runPodEgress(frame), frame, FERRY_REASON_NOT_CAPTURED);
+}
+
+TEST_F(PodEgressTest, UdpPassesUntouched) {
+  const Bytes frame = udpFrame(fromPod(kPodA, kRemotePod), 5353, 53);
+  expectPassed(runPodEgress(frame), frame, FERRY_REASON_NOT_TCP);
+  EXPECT_TRUE(calls(FERRY_TEST_CALL_SKC_LOOKUP).empty()) << "non-TCP costs no socket lookup";
+}
+
+TEST_F(PodEgressTest, IcmpPassesUntouched) {
+  const Bytes frame = icmpEchoFrame(fromPod(kPodA, kRemotePod));
+  expectPassed(runPodEgress(frame), frame, FERRY_REASON_NOT_TCP);
+}
+
+TEST_F(PodEgressTest, ArpPassesUntouched) {
+  const Bytes frame = arpFrame(fromPod(kPodA, kRemotePod));
+  expectPassed(runPodEgress(frame), frame, FERRY_REASON_NOT_IPV4);
+}
+
+TEST_F(PodEgressTest, TruncatedTcpHeaderPassesToTheKernel) {
+  const Bytes frame = truncatedTcpFrame(fromPod(kPodA, kRemotePod), 40000, 80);
+  expectPassed(runPodEgress(frame), frame, FERRY_REASON_MALFORMED);
+}
+
+TEST_F(PodEgressTest, SourcePort15008ToNonCaptureDestinationPasses) {
+  // ferryd listens on 0.0.0.0:15008. An app that binds source port 15008 makes
+  // the reverse lookup hit that listener; a listener is not "ferryd holds it",
+  // so this is not mistaken for ferryd's own traffic (nor captured).
+  Fd hbone_listener = tcpListener(FERRY_PORT_HBONE);
+  const Bytes frame = tcpFrame(fromPod(kPodA, kExternal), FERRY_PORT_HBONE, 80, kSyn);
+  expectPassed(runPodEgress(frame), frame, FERRY_REASON_NOT_CAPTURED);
+  EXPECT_EQ(packets(FERRY_PROG_POD_EGRESS, FERRY_VERDICT_PASS, FERRY_REASON_OWN_TRAFFIC), 0u);
+}
+
+TEST_F(PodEgressTest, SourcePort15008ToCaptureDestinationIsStillCaptured) {
+  Fd hbone_listener = tcpListener(FERRY_PORT_HBONE);
+  const RunResult result = runPodEgress(tcpFrame(fromPod(kPodA, kRemotePod), FERRY_PORT_HBONE, 80, kSyn));
+  expectIntoProxy(result, FERRY_REASON_CAPTURE_SYN);
+}
+
+TEST_F(PodEgressTest, DirectConnectionToHbonePortOfCaptureDestinationIsCaptured) {
+  Fd hbone_listener = tcpListener(FERRY_PORT_HBONE);
+  const RunResult result = runPodEgress(tcpFrame(fromPod(kPodA, kRemotePod), 40000, FERRY_PORT_HBONE, kSyn));
+  expectIntoProxy(result, FERRY_REASON_CAPTURE_SYN);
+}
+
+TEST_F(PodEgressTest, PacketOfConnectionFerrydHoldsGoesIntoProxy) {
+  // ferryd accepted podA:40000 -> external:80 on 15001 (capture: all at the
+  // time): its socket is local=external:80 remote=podA:40000.
+  Fd accepted = tcpConnection(kExternal, 80, kPodA.ip, 40000);
+  const RunResult result = runPodEgress(tcpFrame(fromPod(kPodA, kExternal), 40000, 80, kAck | kPsh, 10));
+  expectIntoProxy(result, FERRY_REASON_HELD);
+}
+
+TEST_F(PodEgressTest, FerrydsOwnInjectedTrafficPasses) {
+  // Step 4: ferryd's HBONE leg from podA's address (local=podA:40001,
+  // remote=remote:15008) re-enters podA's device after injection. It goes to a
+  // capture destination and is a SYN, yet it must pass.
+  Fd upstream = tcpConnection(kPodA.ip, 40001, kRemotePod, FERRY_PORT_HBONE);
+  const Bytes frame = tcpFrame(fromPod(kPodA, kRemotePod), 40001, FERRY_PORT_HBONE, kSyn);
+  expectPassed(runPodEgress(frame), frame, FERRY_REASON_OWN_TRAFFIC);
+}
+
+TEST_F(PodEgressTest, AsksTheProxyNetnsByIdReverseTupleFirst) {
+  runPodEgress(tcpFrame(fromPod(kPodA, kExternal), 40000, 80, kSyn));
+  const auto lookups = calls(FERRY_TEST_CALL_SKC_LOOKUP);
+  ASSERT_EQ(lookups.size(), 2u);
+  // Reverse: would ferryd have sent this (socket local=podA:40000)?
+  EXPECT_EQ(lookups[0].netns, static_cast<uint64_t>(kTestNsid));
+  EXPECT_EQ(lookups[0].saddr, kExternal);
+  EXPECT_EQ(lookups[0].sport, htons(80));
+  EXPECT_EQ(lookups[0].daddr, kPodA.ip);
+  EXPECT_EQ(lookups[0].dport, htons(40000));
+  // Forward: does ferryd hold this connection (socket local=external:80)?
+  EXPECT_EQ(lookups[1].netns, static_cast<uint64_t>(kTestNsid));
+  EXPECT_EQ(lookups[1].saddr, kPodA.ip);
+  EXPECT_EQ(lookups[1].sport, htons(40000));
+  EXPECT_EQ(lookups[1].daddr, kExternal);
+  EXPECT_EQ(lookups[1].dport, htons(80));
+}
+
+TEST_F(PodEgressTest, CountsBytesOfEveryVerdict) {
+  const Bytes syn = tcpFrame(fromPod(kPodA, kRemotePod), 40000, 80, kSyn);
+  const Bytes udp = udpFrame(fromPod(kPodA, kRemotePod), 5353, 53, 100);
+  runPodEgress(syn);
+  runPodEgress(udp);
+  runPodEgress(udp);
+  const ferry_counter captured = counter(FERRY_PROG_POD_EGRESS, FERRY_VERDICT_REDIRECT, FERRY_REASON_CAPTURE_SYN);
+  EXPECT_EQ(captured.packets, 1u);
+  EXPECT_EQ(captured.bytes, syn.size());
+  const ferry_counter passed = counter(FERRY_PROG_POD_EGRESS, FERRY_VERDICT_PASS, FERRY_REASON_NOT_TCP);
+  EXPECT_EQ(passed.packets, 2u);
+  EXPECT_EQ(passed.bytes, 2 * udp.size());
+  EXPECT_EQ(packets(FERRY_PROG_POD_INGRESS, FERRY_VERDICT_PASS, FERRY_REASON_NOT_TCP), 0u)
+      << "counters are per program";
+}
+
+}  // namespace
+}  // namespace ferry::bpftest

@@ -1,0 +1,138 @@
+// pod_ingress: tc egress of an enrolled pod's host-side device (design §2).
+#include <linux/bpf.h>
+
+#include "tests/bpf/datapath_fixture.h"
+
+namespace ferry::bpftest {
+namespace {
+
+class PodIngressTest : public DatapathTest {
+ protected:
+  RunResult runPodIngress(const Bytes& frame) { return run(skel_->progs.pod_ingress, frame); }
+
+  void expectIntoProxy(const RunResult& result, ferry_reason reason) {
+    EXPECT_EQ(result.verdict, kRedirect);
+    const auto redirects = calls(FERRY_TEST_CALL_REDIRECT);
+    ASSERT_EQ(redirects.size(), 1u);
+    EXPECT_EQ(redirects[0].ifindex, kProxyHostIfindex);
+    EXPECT_EQ(redirects[0].flags, 0u) << "out of the proxy's host-side device, no flags";
+    EXPECT_TRUE(calls(FERRY_TEST_CALL_REDIRECT_PEER).empty())
+        << "bpf_redirect_peer is not allowed from an egress hook";
+    EXPECT_EQ(packets(FERRY_PROG_POD_INGRESS, FERRY_VERDICT_REDIRECT, reason), 1u);
+  }
+
+  void expectPassed(const RunResult& result, const Bytes& frame, ferry_reason reason) {
+    EXPECT_EQ(result.verdict, kPass) << "pass must be TC_ACT_UNSPEC (TCX_NEXT), never TC_ACT_OK";
+    EXPECT_EQ(result.data, frame);
+    EXPECT_TRUE(calls(FERRY_TEST_CALL_REDIRECT).empty());
+    EXPECT_TRUE(calls(FERRY_TEST_CALL_REDIRECT_PEER).empty());
+    EXPECT_EQ(packets(FERRY_PROG_POD_INGRESS, FERRY_VERDICT_PASS, reason), 1u);
+  }
+};
+
+TEST_F(PodIngressTest, SynToHbonePortGoesIntoProxy) {
+  ASSERT_NO_FATAL_FAILURE(enroll(kPodA));
+  // ferryd's HBONE listener matches every SYN to port 15008; it must not make
+  // the SYN look "held" (that would also send it to the proxy, for the wrong reason).
+  Fd hbone_listener = tcpListener(FERRY_PORT_HBONE);
+  const RunResult result = runPodIngress(tcpFrame(toPod(kRemotePod, kPodA), 40000, FERRY_PORT_HBONE, kSyn));
+  expectIntoProxy(result, FERRY_REASON_HBONE_SYN);
+}
+
+TEST_F(PodIngressTest, StrictPodSynToOtherPortGoesIntoProxy) {
+  ASSERT_NO_FATAL_FAILURE(enroll(kPodA, FERRY_POD_STRICT));
+  const RunResult result = runPodIngress(tcpFrame(toPod(kRemotePod, kPodA), 40000, 80, kSyn));
+  expectIntoProxy(result, FERRY_REASON_STRICT_SYN);
+}
+
+TEST_F(PodIngressTest, PermissivePodSynToOtherPortPasses) {
+  ASSERT_NO_FATAL_FAILURE(enroll(kPodA));
+  const Bytes frame = tcpFrame(toPod(kRemotePod, kPodA), 40000, 80, kSyn);
+  expectPassed(runPodIngress(frame), frame, FERRY_REASON_NOT_CAPTURED);
+}
+
+TEST_F(PodIngressTest, StrictPodPacketOfUnheldConnectionPasses) {
+  // Only new connections are refused plaintext; an ACK of a connection that
+  // predates STRICT is left to the pod.
+  ASSERT_NO_FATAL_FAILURE(enroll(kPodA, FERRY_POD_STRICT));
+  const Bytes frame = tcpFrame(toPod(kRemotePod, kPodA), 40000, 80, kAck, 20);
+  expectPassed(runPodIngress(frame), frame, FERRY_REASON_NOT_CAPTURED);
+}
+
+TEST_F(PodIngressTest, StrictPodUdpPassesUntouched) {
+  ASSERT_NO_FATAL_FAILURE(enroll(kPodA, FERRY_POD_STRICT));
+  const Bytes frame = udpFrame(toPod(kRemotePod, kPodA), 5353, 53);
+  expectPassed(runPodIngress(frame), frame, FERRY_REASON_NOT_TCP);
+}
+
+TEST_F(PodIngressTest, StrictPodIcmpPassesUntouched) {
+  ASSERT_NO_FATAL_FAILURE(enroll(kPodA, FERRY_POD_STRICT));
+  const Bytes frame = icmpEchoFrame(toPod(kRemotePod, kPodA));
+  expectPassed(runPodIngress(frame), frame, FERRY_REASON_NOT_TCP);
+}
+
+TEST_F(PodIngressTest, PacketOfConnectionFerrydHoldsGoesIntoProxy) {
+  // Step 10: the tunnel's reply to ferryd's HBONE leg, whose socket in the
+  // proxy is local=podA:40000 remote=remote:15008.
+  ASSERT_NO_FATAL_FAILURE(enroll(kPodA));
+  Fd upstream = tcpConnection(kPodA.ip, 40000, kRemotePod, FERRY_PORT_HBONE);
+  const RunResult result = runPodIngress(tcpFrame(toPod(kRemotePod, kPodA), FERRY_PORT_HBONE, 40000, kAck, 64));
+  expectIntoProxy(result, FERRY_REASON_HELD);
+  const auto lookups = calls(FERRY_TEST_CALL_SKC_LOOKUP);
+  ASSERT_FALSE(lookups.empty());
+  EXPECT_EQ(lookups[0].netns, static_cast<uint64_t>(kTestNsid)) << "looked up in the proxy netns by id";
+}
+
+TEST_F(PodIngressTest, SynAckToFerrydsLegGoesIntoProxy) {
+  // Step 8's mirror on the client node: the server's SYN-ACK to ferryd's leg.
+  ASSERT_NO_FATAL_FAILURE(enroll(kPodA, FERRY_POD_STRICT));
+  Fd upstream = tcpConnection(kPodA.ip, 40000, kRemotePod, FERRY_PORT_HBONE);
+  const RunResult result =
+      runPodIngress(tcpFrame(toPod(kRemotePod, kPodA), FERRY_PORT_HBONE, 40000, kSyn | kAck));
+  expectIntoProxy(result, FERRY_REASON_HELD);
+}
+
+TEST_F(PodIngressTest, FerrydsOwnConnectionToStrictPodPasses) {
+  // Same node: ferryd connects to podA:80 from podB's address (step 6); the
+  // SYN leaves the proxy as podB's traffic and reaches podA's device. ferryd
+  // holds the reverse tuple (local=podB:40002 remote=podA:80): deliver it,
+  // do not send it back to 15006 as a new plaintext connection.
+  ASSERT_NO_FATAL_FAILURE(enroll(kPodA, FERRY_POD_STRICT));
+  ASSERT_NO_FATAL_FAILURE(enroll(kPodB));
+  Fd leg = tcpConnection(kPodB.ip, 40002, kPodA.ip, 80);
+  const Bytes frame = tcpFrame(toPod(kPodB.ip, kPodA), 40002, 80, kSyn);
+  expectPassed(runPodIngress(frame), frame, FERRY_REASON_OWN_TRAFFIC);
+}
+
+TEST_F(PodIngressTest, FerrydsOwnSameNodeHboneSynGoesIntoProxyNotToThePod) {
+  // Same node: ferryd's HBONE client leg podB:40004 -> podA:15008 exists (SYN_SENT), so
+  // the reverse tuple is held; the SYN must still reach ferryd's HBONE listener, since
+  // podA itself has nothing on 15008 (found in the lab: "connection refused").
+  ASSERT_NO_FATAL_FAILURE(enroll(kPodA));
+  ASSERT_NO_FATAL_FAILURE(enroll(kPodB));
+  Fd client_leg = tcpConnection(kPodB.ip, 40004, kPodA.ip, FERRY_PORT_HBONE);
+  const RunResult result = runPodIngress(tcpFrame(toPod(kPodB.ip, kPodA), 40004, FERRY_PORT_HBONE, kSyn));
+  expectIntoProxy(result, FERRY_REASON_HBONE_SYN);
+}
+
+TEST_F(PodIngressTest, HeldConnectionWinsOverOwnTrafficWhenBothLegsAreLocal) {
+  // Same node, tunnel: ferryd holds both ends of podB:40003 -> podA:15008 (its
+  // HBONE client leg and the accepted HBONE server socket). Packets to podA
+  // on it belong to the proxy.
+  ASSERT_NO_FATAL_FAILURE(enroll(kPodA));
+  ASSERT_NO_FATAL_FAILURE(enroll(kPodB));
+  Fd client_leg = tcpConnection(kPodB.ip, 40003, kPodA.ip, FERRY_PORT_HBONE);
+  Fd server_side = tcpConnection(kPodA.ip, FERRY_PORT_HBONE, kPodB.ip, 40003);
+  const RunResult result = runPodIngress(tcpFrame(toPod(kPodB.ip, kPodA), 40003, FERRY_PORT_HBONE, kAck, 10));
+  expectIntoProxy(result, FERRY_REASON_HELD);
+}
+
+TEST_F(PodIngressTest, UnknownDestinationSynPasses) {
+  // Attached only to enrolled pods' devices, but a packet to an address not in
+  // ferry_pods (say, a second address of the pod) is not STRICT-checked.
+  const Bytes frame = tcpFrame(toPod(kRemotePod, kPodA), 40000, 80, kSyn);
+  expectPassed(runPodIngress(frame), frame, FERRY_REASON_NOT_CAPTURED);
+}
+
+}  // namespace
+}  // namespace ferry::bpftest
