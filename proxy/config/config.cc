@@ -55,7 +55,7 @@ class ConfigParser {
     if (!root.ok()) return root.status();
     auto top = reader_.map(*root, {"node", "trust_domain", "workloads_file", "cert_dir", "listen",
                                    "timeouts", "pool", "workers", "log_level", "transparent",
-                                   "original_destination", "hbone_port", "workloads_poll"});
+                                   "original_destination", "hbone_port", "workloads_poll", "datapath"});
     if (!top.ok()) return top.status();
     if (auto s = parseTop(*top); !s.ok()) return s;
     return std::move(config_);
@@ -106,6 +106,7 @@ class ConfigParser {
     if (auto s = parseListen(top); !s.ok()) return s;
     if (auto s = parseTimeouts(top.find("timeouts")); !s.ok()) return s;
     if (auto s = parsePool(top.find("pool")); !s.ok()) return s;
+    if (auto s = parseDatapath(top.find("datapath")); !s.ok()) return s;
 
     if (auto field = top.find("workers")) {
       auto workers = reader_.integer(*field, 0, kMaxWorkers);
@@ -291,6 +292,94 @@ class ConfigParser {
           absl::StrCat(common::formatDuration(pool.ping_interval),
                        " must be shorter than pool.ping_timeout (",
                        common::formatDuration(pool.ping_timeout), ", the default)"));
+    }
+    return absl::OkStatus();
+  }
+
+  // One of `names` (the config spelling), mapped to the enum value at the same index.
+  template <typename E>
+  absl::Status optionalEnum(const YamlMap& map, std::string_view key,
+                            std::initializer_list<std::pair<const char*, E>> names, E& out) {
+    auto field = map.find(key);
+    if (!field) return absl::OkStatus();
+    auto text = reader_.string(*field);
+    if (!text.ok()) return text.status();
+    std::string expected;
+    for (const auto& [name, value] : names) {
+      if (*text == name) {
+        out = value;
+        return absl::OkStatus();
+      }
+      absl::StrAppend(&expected, expected.empty() ? "" : ", ", name);
+    }
+    return reader_.error(*field, absl::StrCat("'", *text, "' is not one of: ", expected));
+  }
+
+  absl::Status optionalString(const YamlMap& map, std::string_view key, std::string& out) {
+    auto field = map.find(key);
+    if (!field) return absl::OkStatus();
+    auto text = reader_.string(*field);
+    if (!text.ok()) return text.status();
+    if (text->empty()) return reader_.error(*field, "must not be empty");
+    out = *text;
+    return absl::OkStatus();
+  }
+
+  absl::Status parseDatapath(const std::optional<YamlField>& field) {
+    if (!field) return absl::OkStatus();
+    auto map = reader_.map(*field, {"enabled", "injection", "egress_flag", "proxy_netns",
+                                    "proxy_interface", "host_proxy_interface", "bpffs", "capture",
+                                    "failure_mode", "mark"});
+    if (!map.ok()) return map.status();
+    Datapath& d = config_.datapath;
+    if (auto enabled = map->find("enabled")) {
+      auto v = reader_.boolean(*enabled);
+      if (!v.ok()) return v.status();
+      d.enabled = *v;
+    }
+    if (auto s = optionalEnum<Injection>(*map, "injection",
+                                         {{"auto", Injection::kAuto},
+                                          {"peer-egress", Injection::kPeerEgress},
+                                          {"ingress-redirect", Injection::kIngressRedirect},
+                                          {"none", Injection::kNone}},
+                                         d.injection);
+        !s.ok()) {
+      return s;
+    }
+    if (auto s = optionalEnum<Capture>(*map, "capture",
+                                       {{"hbone", Capture::kHbone}, {"all", Capture::kAll}}, d.capture);
+        !s.ok()) {
+      return s;
+    }
+    if (auto s = optionalEnum<FailureMode>(
+            *map, "failure_mode", {{"closed", FailureMode::kClosed}, {"open", FailureMode::kOpen}},
+            d.failure_mode);
+        !s.ok()) {
+      return s;
+    }
+    if (auto flag = map->find("egress_flag")) {
+      // A single bit above the ones bpf_redirect_peer already knows (BPF_F_INGRESS = 1).
+      auto v = reader_.integer(*flag, 2, int64_t{1} << 31);
+      if (!v.ok()) return v.status();
+      if ((*v & (*v - 1)) != 0) return reader_.error(*flag, "must be a single bit (a power of two)");
+      d.egress_flag = static_cast<uint32_t>(*v);
+    }
+    if (auto mark = map->find("mark")) {
+      auto v = reader_.integer(*mark, 1, 0xffffffffLL);
+      if (!v.ok()) return v.status();
+      d.mark = static_cast<uint32_t>(*v);
+    }
+    if (auto s = optionalString(*map, "proxy_netns", d.proxy_netns); !s.ok()) return s;
+    if (auto s = optionalString(*map, "proxy_interface", d.proxy_interface); !s.ok()) return s;
+    if (auto s = optionalString(*map, "host_proxy_interface", d.host_proxy_interface); !s.ok()) return s;
+    if (auto s = optionalString(*map, "bpffs", d.bpffs); !s.ok()) return s;
+    if (d.enabled) {
+      if (d.proxy_netns.empty()) return reader_.error(*field, "datapath.proxy_netns is required when enabled");
+      if (d.host_proxy_interface.empty()) {
+        return reader_.error(*field, "datapath.host_proxy_interface is required when enabled");
+      }
+      d.proxy_netns = resolvePath(base_dir_, d.proxy_netns);
+      d.bpffs = resolvePath(base_dir_, d.bpffs);
     }
     return absl::OkStatus();
   }

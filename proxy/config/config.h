@@ -49,6 +49,29 @@ struct Pool {
   Millis ping_timeout{20'000};            // silence after which a connection is dead
 };
 
+// The tc datapath (design §2). Disabled, ferryd is a plain proxy whose listeners get
+// connections some other way (tests on loopback, TPROXY).
+enum class Injection { kAuto, kPeerEgress, kIngressRedirect, kNone };
+enum class Capture { kHbone, kAll };
+enum class FailureMode { kClosed, kOpen };
+
+struct Datapath {
+  bool enabled = false;
+  Injection injection = Injection::kAuto;  // auto = the probe decides
+  // Numeric value of the proposed BPF_F_EGRESS flag for bpf_redirect_peer: not settled
+  // upstream (design §2), so it is configurable. Bit 5 is what the kernel lab's patch uses.
+  uint32_t egress_flag = 1u << 5;
+  std::string proxy_netns;           // path, e.g. /run/netns/fy-n1-proxy (required)
+  std::string proxy_interface = "eth0";  // ferryd's device inside proxy_netns
+  std::string host_proxy_interface;  // its peer in the node netns (required)
+  std::string bpffs = "/run/ferry/bpffs";  // pins live here (ip netns exec hides /sys/fs/bpf)
+  Capture capture = Capture::kHbone;  // which SYNs leaving a pod are captured
+  FailureMode failure_mode = FailureMode::kClosed;  // pods without ferryd: cut off or routed
+  // skb->mark that makes the proxy netns route captured packets `local` (bpf_sk_assign
+  // needs it): ip rule fwmark <mark>/<mark> lookup <table>; ip route add local 0/0 dev lo.
+  uint32_t mark = 0x539;  // FERRY_DEFAULT_PROXY_MARK (bpf/shared/datapath.h), Istio's TPROXY mark
+};
+
 struct Config {
   std::string node;               // required; matches workloads' `node`
   std::string trust_domain;       // required; e.g. cluster.local
@@ -63,6 +86,7 @@ struct Config {
   OriginalDestination original_destination = OriginalDestination::kSocket;
   uint16_t hbone_port = 15008;    // port of peers' HBONE listeners (destination pod IP:port)
   Millis workloads_poll{1'000};   // how often the workloads file is checked for changes
+  Datapath datapath;
 };
 
 // Parses and validates. `source_name` (usually the path) prefixes every error, which also

@@ -110,6 +110,127 @@ absl::Status Server::start() {
     });
   };
 
+  if (config_.datapath.enabled) {
+    auto ns = datapath::NetnsFd::open(config_.datapath.proxy_netns);
+    if (!ns.ok()) return absl::FailedPreconditionError(absl::StrCat("datapath.proxy_netns: ", ns.status().message()));
+    proxy_netns_.emplace(std::move(*ns));
+    auto dp = datapath::Datapath::create(config_, *proxy_netns_);
+    if (!dp.ok()) return absl::Status(dp.status().code(), absl::StrCat("datapath: ", dp.status().message()));
+    datapath_ = std::move(*dp);
+    if (auto st = datapath_->sync(*workloads_.current()); !st.ok()) return st;
+  }
+  {
+    // Every socket of the data plane and of the operator endpoints lives in the proxy
+    // netns; the control thread returns to the node netns afterwards.
+    std::optional<datapath::ScopedNetns> in_proxy;
+    if (proxy_netns_) {
+      auto scoped = datapath::ScopedNetns::enter(*proxy_netns_);
+      if (!scoped.ok()) return scoped.status();
+      in_proxy.emplace(std::move(*scoped));
+    }
+    if (auto st = bindListeners(); !st.ok()) return st;
+  }
+  readiness_.route("/healthz/ready", [this] {
+    if (ready_.load()) return HttpResponse{200, "text/plain; charset=utf-8", "ready\n"};
+    return HttpResponse{503, "text/plain; charset=utf-8",
+                        stopping_.load() ? "draining\n" : "starting\n"};
+  });
+  metrics_.route("/metrics", [this] {
+    return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", renderMetrics()};
+  });
+  admin_.route("/workloads", [this] {
+    auto reg = workloads_.current();
+    std::string body;
+    for (const auto& w : reg->all()) {
+      std::string ips;
+      for (const auto& ip : w.ips) absl::StrAppend(&ips, ips.empty() ? "" : ",", ip.to_string());
+      absl::StrAppend(&body, w.displayName(), " node=", w.node, " ips=", ips,
+                      " identity=", w.spiffeId(config_.trust_domain), " hbone=", w.hbone ? "true" : "false",
+                      w.node == config_.node ? " local" : "", "\n");
+    }
+    return HttpResponse{200, "text/plain; charset=utf-8", body};
+  });
+  admin_.route("/datapath", [this] {
+    if (!datapath_) return HttpResponse{200, "text/plain; charset=utf-8", "datapath: disabled\n"};
+    std::string body = absl::StrCat("kernel: ", datapath::describe(datapath_->features()),
+                                    "\ninjection: ", datapath::injectionName(datapath_->injection().mode),
+                                    " (", datapath_->injection().why, ")\nenrolled_pods: ",
+                                    datapath_->enrolledPods(), "\n");
+    return HttpResponse{200, "text/plain; charset=utf-8", body};
+  });
+  admin_.route("/config_dump", [this] {
+    std::string body = absl::StrCat(
+        "node: ", config_.node, "\ntrust_domain: ", config_.trust_domain,
+        "\nworkloads_file: ", config_.workloads_file, "\ncert_dir: ", config_.cert_dir,
+        "\nworkers: ", workers_.size(), "\nlog_level: ", common::toAbsl(common::logLevelName(config_.log_level)),
+        "\ntransparent: ", config_.transparent ? "true" : "false",
+        "\noriginal_destination: ",
+        config_.original_destination == config::OriginalDestination::kSocket ? "socket" : "proxy_protocol",
+        "\nhbone_port: ", config_.hbone_port,
+        "\ntimeouts: {connect: ", common::formatDuration(config_.timeouts.connect),
+        ", handshake: ", common::formatDuration(config_.timeouts.handshake),
+        ", idle: ", common::formatDuration(config_.timeouts.idle),
+        ", drain: ", common::formatDuration(config_.timeouts.drain), "}",
+        "\npool: {max_streams: ", config_.pool.max_streams,
+        ", idle_release: ", common::formatDuration(config_.pool.idle_release),
+        ", ping_interval: ", common::formatDuration(config_.pool.ping_interval),
+        ", ping_timeout: ", common::formatDuration(config_.pool.ping_timeout), "}\n");
+    return HttpResponse{200, "text/yaml; charset=utf-8", body};
+  });
+
+  signals_.add(SIGINT);
+  signals_.add(SIGTERM);
+  signals_.add(SIGHUP);
+  armSignals();
+
+  poll_timer_.expires_after(config_.workloads_poll);
+  poll_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) pollWorkloads();
+  });
+
+  for (auto& w : workers_) {
+    threads_.emplace_back([w = w.get(), ns = proxy_netns_ ? &*proxy_netns_ : nullptr] {
+      // Upstream sockets opened by this worker must be in the proxy netns too.
+      if (ns != nullptr) {
+        if (auto st = datapath::enterNetns(*ns); !st.ok()) {
+          FERRY_LOG(kError, "worker %d: %s", w->index(), st.message());
+          return;
+        }
+      }
+      auto guard = asio::make_work_guard(w->io());
+      w->io().run();
+    });
+  }
+  ready_ = true;
+  FERRY_LOG(kInfo, "ferryd ready: node=%s trust_domain=%s workers=%d workloads=%d (local %d)",
+            config_.node, config_.trust_domain, n, workloads_.current()->all().size(),
+            workloads_.current()->localCount());
+  return absl::OkStatus();
+}
+
+void Server::pollOnce() {
+  if (workloads_.poll()) {
+    stats_.workloads_reloads.fetch_add(1, std::memory_order_relaxed);
+    if (datapath_) {
+      if (auto st = datapath_->sync(*workloads_.current()); !st.ok()) {
+        FERRY_LOG(kWarn, "datapath: %s", st.message());
+      }
+    }
+  }
+  stats_.workloads_reload_failures.store(workloads_.reloadFailures(), std::memory_order_relaxed);
+}
+
+void Server::pollWorkloads() {
+  pollOnce();
+  if (stopping_.load()) return;
+  poll_timer_.expires_after(config_.workloads_poll);
+  poll_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) pollWorkloads();
+  });
+}
+
+absl::Status Server::bindListeners() {
+  size_t n = workers_.size();
   acceptors_.resize(n);
   struct Kind {
     const std::vector<common::HostPort>* addrs;
@@ -134,82 +255,9 @@ absl::Status Server::start() {
     }
   }
 
-  readiness_.route("/healthz/ready", [this] {
-    if (ready_.load()) return HttpResponse{200, "text/plain; charset=utf-8", "ready\n"};
-    return HttpResponse{503, "text/plain; charset=utf-8",
-                        stopping_.load() ? "draining\n" : "starting\n"};
-  });
-  metrics_.route("/metrics", [this] {
-    return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", renderMetrics()};
-  });
-  admin_.route("/workloads", [this] {
-    auto reg = workloads_.current();
-    std::string body;
-    for (const auto& w : reg->all()) {
-      std::string ips;
-      for (const auto& ip : w.ips) absl::StrAppend(&ips, ips.empty() ? "" : ",", ip.to_string());
-      absl::StrAppend(&body, w.displayName(), " node=", w.node, " ips=", ips,
-                      " identity=", w.spiffeId(config_.trust_domain), " hbone=", w.hbone ? "true" : "false",
-                      w.node == config_.node ? " local" : "", "\n");
-    }
-    return HttpResponse{200, "text/plain; charset=utf-8", body};
-  });
-  admin_.route("/config_dump", [this] {
-    std::string body = absl::StrCat(
-        "node: ", config_.node, "\ntrust_domain: ", config_.trust_domain,
-        "\nworkloads_file: ", config_.workloads_file, "\ncert_dir: ", config_.cert_dir,
-        "\nworkers: ", workers_.size(), "\nlog_level: ", common::toAbsl(common::logLevelName(config_.log_level)),
-        "\ntransparent: ", config_.transparent ? "true" : "false",
-        "\noriginal_destination: ",
-        config_.original_destination == config::OriginalDestination::kSocket ? "socket" : "proxy_protocol",
-        "\nhbone_port: ", config_.hbone_port,
-        "\ntimeouts: {connect: ", common::formatDuration(config_.timeouts.connect),
-        ", handshake: ", common::formatDuration(config_.timeouts.handshake),
-        ", idle: ", common::formatDuration(config_.timeouts.idle),
-        ", drain: ", common::formatDuration(config_.timeouts.drain), "}",
-        "\npool: {max_streams: ", config_.pool.max_streams,
-        ", idle_release: ", common::formatDuration(config_.pool.idle_release),
-        ", ping_interval: ", common::formatDuration(config_.pool.ping_interval),
-        ", ping_timeout: ", common::formatDuration(config_.pool.ping_timeout), "}\n");
-    return HttpResponse{200, "text/yaml; charset=utf-8", body};
-  });
   if (auto st = readiness_.listen(config_.listen.readiness); !st.ok()) return st;
   if (auto st = metrics_.listen(config_.listen.metrics); !st.ok()) return st;
-  if (auto st = admin_.listen(config_.listen.admin); !st.ok()) return st;
-
-  signals_.add(SIGINT);
-  signals_.add(SIGTERM);
-  signals_.add(SIGHUP);
-  armSignals();
-
-  poll_timer_.expires_after(config_.workloads_poll);
-  poll_timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (!ec) pollWorkloads();
-  });
-
-  for (auto& w : workers_) {
-    threads_.emplace_back([w = w.get()] {
-      auto guard = asio::make_work_guard(w->io());
-      w->io().run();
-    });
-  }
-  ready_ = true;
-  FERRY_LOG(kInfo, "ferryd ready: node=%s trust_domain=%s workers=%d workloads=%d (local %d)",
-            config_.node, config_.trust_domain, n, workloads_.current()->all().size(),
-            workloads_.current()->localCount());
-  return absl::OkStatus();
-}
-
-void Server::pollWorkloads() {
-  if (workloads_.poll()) {
-    stats_.workloads_reloads.fetch_add(1, std::memory_order_relaxed);
-  }
-  stats_.workloads_reload_failures.store(workloads_.reloadFailures(), std::memory_order_relaxed);
-  if (stopping_.load()) return;
-  poll_timer_.expires_after(config_.workloads_poll);
-  poll_timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (!ec) pollWorkloads();
-  });
+  return admin_.listen(config_.listen.admin);
 }
 
 void Server::armSignals() {
@@ -217,7 +265,7 @@ void Server::armSignals() {
     if (ec) return;
     if (sig == SIGHUP) {
       FERRY_LOG(kInfo, "SIGHUP: re-reading the workloads file");
-      if (workloads_.poll()) stats_.workloads_reloads.fetch_add(1, std::memory_order_relaxed);
+      pollOnce();
       armSignals();
       return;
     }
@@ -279,6 +327,7 @@ std::string Server::renderMetrics() {
   absl::StrAppend(&out, "# HELP ferry_workloads Workloads known, and those on this node\n",
                   "# TYPE ferry_workloads gauge\nferry_workloads{scope=\"all\"} ", reg->all().size(),
                   "\nferry_workloads{scope=\"local\"} ", reg->localCount(), "\n");
+  if (datapath_) absl::StrAppend(&out, datapath_->renderPrometheus());
   absl::StrAppend(&out, "# HELP ferry_ready 1 when ferryd accepts connections\n# TYPE ferry_ready gauge\nferry_ready ",
                   ready_.load() ? 1 : 0, "\n");
   absl::StrAppend(&out, "# HELP ferry_workers Worker threads\n# TYPE ferry_workers gauge\nferry_workers ",

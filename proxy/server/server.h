@@ -4,6 +4,7 @@
 // and 15008. A connection lives on one worker for life.
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -14,6 +15,8 @@
 
 #include "absl/status/status.h"
 #include "proxy/config/config.h"
+#include "proxy/datapath/datapath.h"
+#include "proxy/datapath/netns.h"
 #include "proxy/identity/dir_cert_source.h"
 #include "proxy/identity/tls_context.h"
 #include "proxy/server/http_server.h"
@@ -42,6 +45,7 @@ class Server {
 
  private:
   void pollWorkloads();
+  void pollOnce();
   void armSignals();
   void beginDrain();
   void finishDrain();
@@ -70,6 +74,10 @@ class Server {
   std::atomic<bool> ready_{false};
   std::atomic<bool> stopping_{false};
   std::chrono::steady_clock::time_point started_at_;
+  // With the tc datapath: the proxy netns (sockets live there) and the loaded programs.
+  std::optional<datapath::NetnsFd> proxy_netns_;
+  std::unique_ptr<datapath::Datapath> datapath_;
+  absl::Status bindListeners();
 };
 
 }  // namespace ferry::server

@@ -361,3 +361,64 @@ TEST(ConfigTest, RejectsMoreThanOneDocument) {
 
 }  // namespace
 }  // namespace ferry::config
+
+namespace ferry::config {
+namespace {
+
+constexpr char kMinimalForDatapath[] =
+    "node: n1\ntrust_domain: cluster.local\nworkloads_file: w.yaml\ncert_dir: certs\n";
+
+TEST(DatapathConfigTest, IsDisabledByDefault) {
+  auto config = parseConfig(kMinimalForDatapath, "f.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_FALSE(config->datapath.enabled);
+  EXPECT_EQ(config->datapath.injection, Injection::kAuto);
+  EXPECT_EQ(config->datapath.egress_flag, 32u);
+  EXPECT_EQ(config->datapath.failure_mode, FailureMode::kClosed);
+}
+
+TEST(DatapathConfigTest, ParsesEveryKey) {
+  auto config = parseConfig(std::string(kMinimalForDatapath) +
+                                "datapath:\n  enabled: true\n  injection: ingress-redirect\n"
+                                "  egress_flag: 64\n  proxy_netns: /run/netns/p\n  proxy_interface: veth0\n"
+                                "  host_proxy_interface: fy1-px\n  bpffs: /run/ferry/bpffs/n1\n"
+                                "  capture: all\n  failure_mode: open\n  mark: 4096\n",
+                            "f.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  const auto& d = config->datapath;
+  EXPECT_TRUE(d.enabled);
+  EXPECT_EQ(d.injection, Injection::kIngressRedirect);
+  EXPECT_EQ(d.egress_flag, 64u);
+  EXPECT_EQ(d.proxy_netns, "/run/netns/p");
+  EXPECT_EQ(d.proxy_interface, "veth0");
+  EXPECT_EQ(d.host_proxy_interface, "fy1-px");
+  EXPECT_EQ(d.capture, Capture::kAll);
+  EXPECT_EQ(d.failure_mode, FailureMode::kOpen);
+  EXPECT_EQ(d.mark, 4096u);
+}
+
+TEST(DatapathConfigTest, RejectsBadValuesWithKeyAndLine) {
+  struct Case {
+    const char* yaml;
+    const char* expect;
+  } cases[] = {
+      {"datapath:\n  injection: sideways\n", "f.yaml:6: datapath.injection: 'sideways' is not one of"},
+      {"datapath:\n  egress_flag: 3\n", "datapath.egress_flag: must be a single bit"},
+      {"datapath:\n  egress_flag: 1\n", "datapath.egress_flag"},
+      {"datapath:\n  capture: some\n", "datapath.capture"},
+      {"datapath:\n  failure_mode: maybe\n", "datapath.failure_mode"},
+      {"datapath:\n  enabled: true\n  host_proxy_interface: fy1-px\n", "proxy_netns is required"},
+      {"datapath:\n  enabled: true\n  proxy_netns: /run/netns/p\n", "host_proxy_interface is required"},
+      {"datapath:\n  bogus: 1\n", "unknown key 'bogus'"},
+      {"datapath:\n  mark: 0\n", "datapath.mark"},
+  };
+  for (const auto& c : cases) {
+    auto config = parseConfig(std::string(kMinimalForDatapath) + c.yaml, "f.yaml");
+    ASSERT_FALSE(config.ok()) << c.yaml;
+    EXPECT_NE(std::string(config.status().message()).find(c.expect), std::string::npos)
+        << c.yaml << " -> " << config.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace ferry::config

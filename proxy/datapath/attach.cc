@@ -1,0 +1,140 @@
+#include "proxy/datapath/attach.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <linux/bpf.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "proxy/common/log.h"
+
+namespace ferry::datapath {
+namespace {
+
+// Kernel 6.6 UAPI that Debian 12's headers (6.1) and libbpf 1.1 lack.
+constexpr uint32_t kTcxIngress = 46;
+constexpr uint32_t kTcxEgress = 47;
+constexpr uint32_t kFlagBefore = 1u << 3;  // BPF_F_BEFORE: relative to relative_fd; 0 = head
+// cls_bpf priority 1 is the first filter to run; ferry must come before a CNI's.
+constexpr uint32_t kTcPriority = 1;
+constexpr uint32_t kTcHandle = 0xf0;  // "f0" for ferry; ours to find again on detach
+
+// union bpf_attr's link_create as of 6.6, with the tcx member.
+struct LinkCreateTcx {
+  uint32_t prog_fd;
+  uint32_t target_ifindex;
+  uint32_t attach_type;
+  uint32_t flags;
+  uint32_t relative_fd;
+  uint32_t pad;
+  uint64_t expected_revision;
+  uint8_t rest[64];
+};
+
+int tcxLinkCreate(int prog_fd, int ifindex, Hook hook) {
+  LinkCreateTcx attr{};
+  attr.prog_fd = static_cast<uint32_t>(prog_fd);
+  attr.target_ifindex = static_cast<uint32_t>(ifindex);
+  attr.attach_type = hook == Hook::kIngress ? kTcxIngress : kTcxEgress;
+  attr.flags = kFlagBefore;  // before every program already there, i.e. first
+  return static_cast<int>(syscall(__NR_bpf, BPF_LINK_CREATE, &attr, sizeof(attr)));
+}
+
+}  // namespace
+
+Attachment& Attachment::operator=(Attachment&& other) noexcept {
+  if (this != &other) {
+    detach();
+    link_fd_ = other.link_fd_;
+    pin_path_ = std::move(other.pin_path_);
+    tc_ifindex_ = other.tc_ifindex_;
+    hook_ = other.hook_;
+    tc_attached_ = other.tc_attached_;
+    what_ = std::move(other.what_);
+    other.link_fd_ = -1;
+    other.tc_attached_ = false;
+    other.pin_path_.clear();
+  }
+  return *this;
+}
+
+absl::StatusOr<Attachment> Attachment::attach(int prog_fd, int ifindex, Hook hook, bool tcx,
+                                              const std::string& what, const std::string& pin_path) {
+  Attachment a;
+  a.what_ = what;
+  a.hook_ = hook;
+  if (tcx) {
+    if (!pin_path.empty()) {
+      int old = bpf_obj_get(pin_path.c_str());
+      if (old >= 0) {
+        // A link pinned by an earlier ferryd: point it at the new program, no gap.
+        if (bpf_link_update(old, prog_fd, nullptr) == 0) {
+          a.link_fd_ = old;
+          a.pin_path_ = pin_path;
+          FERRY_LOG(kInfo, "datapath: adopted pinned link %s for %s", pin_path, what);
+          return a;
+        }
+        FERRY_LOG(kWarn, "datapath: pinned link %s unusable (%s); replacing it", pin_path, strerror(errno));
+        ::close(old);
+        ::unlink(pin_path.c_str());
+      }
+    }
+    int fd = tcxLinkCreate(prog_fd, ifindex, hook);
+    if (fd < 0) {
+      return absl::InternalError(absl::StrCat("attaching ", what, " with TCX: ", strerror(errno)));
+    }
+    a.link_fd_ = fd;
+    if (!pin_path.empty()) {
+      if (bpf_obj_pin(fd, pin_path.c_str()) != 0) {
+        return absl::InternalError(absl::StrCat("pinning the link of ", what, " at ", pin_path, ": ",
+                                                strerror(errno)));
+      }
+      a.pin_path_ = pin_path;
+    }
+    return a;
+  }
+  LIBBPF_OPTS(bpf_tc_hook, h, .ifindex = ifindex,
+              .attach_point = hook == Hook::kIngress ? BPF_TC_INGRESS : BPF_TC_EGRESS);
+  int rc = bpf_tc_hook_create(&h);
+  if (rc != 0 && rc != -EEXIST) {
+    return absl::InternalError(absl::StrCat("creating the clsact qdisc for ", what, ": ", strerror(-rc)));
+  }
+  LIBBPF_OPTS(bpf_tc_opts, o, .prog_fd = prog_fd, .flags = BPF_TC_F_REPLACE, .handle = kTcHandle,
+              .priority = kTcPriority);
+  rc = bpf_tc_attach(&h, &o);
+  if (rc != 0) {
+    return absl::InternalError(absl::StrCat("attaching ", what, " with cls_bpf: ", strerror(-rc)));
+  }
+  a.tc_ifindex_ = ifindex;
+  a.tc_attached_ = true;
+  return a;
+}
+
+void Attachment::detach() {
+  if (link_fd_ >= 0) {
+    if (!pin_path_.empty()) ::unlink(pin_path_.c_str());
+    ::close(link_fd_);  // closing the last reference to an unpinned link detaches it
+    link_fd_ = -1;
+    pin_path_.clear();
+  }
+  if (tc_attached_) {
+    LIBBPF_OPTS(bpf_tc_hook, h, .ifindex = tc_ifindex_,
+                .attach_point = hook_ == Hook::kIngress ? BPF_TC_INGRESS : BPF_TC_EGRESS);
+    LIBBPF_OPTS(bpf_tc_opts, o, .handle = kTcHandle, .priority = kTcPriority);
+    bpf_tc_detach(&h, &o);
+    tc_attached_ = false;
+  }
+}
+
+void Attachment::release() {
+  if (link_fd_ >= 0) ::close(link_fd_);  // the pin keeps it attached
+  link_fd_ = -1;
+  pin_path_.clear();
+  tc_attached_ = false;
+}
+
+}  // namespace ferry::datapath

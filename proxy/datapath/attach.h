@@ -1,0 +1,42 @@
+#pragma once
+// Attaching tc programs so that they run before anything else on the device (design §2
+// "Ordering with a CNI"): TCX with BPF_F_BEFORE where the kernel has it (6.6+; libbpf 1.1
+// has no wrapper, so BPF_LINK_CREATE is issued directly), else cls_bpf at the lowest
+// priority. Each Attachment detaches exactly what it attached when destroyed.
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace ferry::datapath {
+
+enum class Hook { kIngress, kEgress };
+
+class Attachment {
+ public:
+  // `pin_path` (TCX only): also pin the link there, so that it outlives ferryd (fail
+  // closed); an existing pin at that path is taken over and pointed at `prog_fd`.
+  static absl::StatusOr<Attachment> attach(int prog_fd, int ifindex, Hook hook, bool tcx,
+                                           const std::string& what,
+                                           const std::string& pin_path = "");
+  Attachment() = default;  // attached to nothing
+  Attachment(Attachment&& other) noexcept { *this = std::move(other); }
+  Attachment& operator=(Attachment&& other) noexcept;
+  ~Attachment() { detach(); }
+
+  // Detaches now (unpinning a pinned link).
+  void detach();
+  // Forgets the attachment without detaching: a pinned link stays in the kernel.
+  void release();
+  const std::string& what() const { return what_; }
+  bool usesTcx() const { return link_fd_ >= 0; }
+
+ private:
+  int link_fd_ = -1;      // TCX link
+  std::string pin_path_;  // where the link is pinned, if it is
+  int tc_ifindex_ = 0;    // cls_bpf: where to detach from
+  Hook hook_ = Hook::kIngress;
+  bool tc_attached_ = false;
+  std::string what_;
+};
+
+}  // namespace ferry::datapath

@@ -1,0 +1,342 @@
+#include "proxy/datapath/datapath.h"
+
+#include <arpa/inet.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <ifaddrs.h>
+#include <linux/magic.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bpf/shared/datapath.h"
+#include "ferry_datapath.skel.h"
+#include "proxy/common/log.h"
+#include "proxy/datapath/netlink.h"
+
+namespace ferry::datapath {
+namespace {
+
+int libbpfPrint(enum libbpf_print_level level, const char* format, va_list args) {
+  if (level == LIBBPF_DEBUG && !common::logEnabled(common::LogLevel::kTrace)) return 0;
+  char buf[1024];
+  int n = vsnprintf(buf, sizeof(buf), format, args);
+  std::string line(buf, n > 0 ? std::min<size_t>(n, sizeof(buf) - 1) : 0);
+  while (!line.empty() && line.back() == '\n') line.pop_back();
+  common::logLine(level == LIBBPF_WARN ? common::LogLevel::kWarn : common::LogLevel::kDebug,
+                  absl::StrCat("libbpf: ", line));
+  return n;
+}
+
+uint32_t ipv4Key(const common::IpAddress& ip) {
+  return htonl(ip.to_v4().to_uint());
+}
+
+absl::StatusOr<uint32_t> interfaceIpv4(const std::string& ifname) {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return absl::InternalError(absl::StrCat("getifaddrs: ", strerror(errno)));
+  uint32_t found = 0;
+  for (auto* a = list; a; a = a->ifa_next) {
+    if (a->ifa_addr && a->ifa_addr->sa_family == AF_INET && ifname == a->ifa_name) {
+      found = reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr;
+      break;
+    }
+  }
+  freeifaddrs(list);
+  if (found == 0) return absl::NotFoundError(absl::StrCat("no IPv4 address on ", ifname));
+  return found;
+}
+
+absl::Status ensureBpffsDir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("creating ", dir, ": ", ec.message()));
+  struct statfs st {};
+  if (statfs(dir.c_str(), &st) != 0 || st.f_type != BPF_FS_MAGIC) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        dir, " is not on a bpffs; mount one (mount -t bpf bpf <dir>) where `ip netns exec` does not "
+             "hide it (it remounts /sys)"));
+  }
+  return absl::OkStatus();
+}
+
+const char* reasonName(uint32_t reason) {
+  switch (reason) {
+#define FERRY_X(name, value, text) \
+  case value:                      \
+    return #name;
+    FERRY_REASONS(FERRY_X)
+#undef FERRY_X
+  }
+  return "UNKNOWN";
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Datapath>> Datapath::create(const config::Config& config,
+                                                           const NetnsFd& proxy_netns) {
+  libbpf_set_print(libbpfPrint);
+  std::unique_ptr<Datapath> dp(new Datapath());
+  dp->cfg_ = config.datapath;
+  const auto& cfg = dp->cfg_;
+  dp->features_ = probeKernel(cfg.egress_flag);
+  dp->injection_ = chooseInjection(dp->features_, cfg.injection, cfg.egress_flag);
+  FERRY_LOG(kInfo, "datapath: kernel %s", describe(dp->features_));
+  FERRY_LOG(kInfo, "datapath: injection %s (%s)", injectionName(dp->injection_.mode), dp->injection_.why);
+
+  dp->pin_dir_ = cfg.bpffs;
+  if (auto st = ensureBpffsDir(dp->pin_dir_); !st.ok()) return st;
+
+  auto host_proxy = linkByName(cfg.host_proxy_interface);
+  if (!host_proxy.ok()) return absl::Status(host_proxy.status().code(),
+                                            absl::StrCat("datapath.host_proxy_interface: ", host_proxy.status().message()));
+  auto nsid = netnsIdOf(proxy_netns);
+  if (!nsid.ok()) return nsid.status();
+  uint32_t proxy_ip = 0;
+  int proxy_ifindex = 0;
+  {
+    auto in_proxy = ScopedNetns::enter(proxy_netns);
+    if (!in_proxy.ok()) return in_proxy.status();
+    auto ip = interfaceIpv4(cfg.proxy_interface);
+    if (!ip.ok()) return absl::Status(ip.status().code(), absl::StrCat("datapath.proxy_interface: ", ip.status().message()));
+    proxy_ip = *ip;
+    proxy_ifindex = static_cast<int>(if_nametoindex(cfg.proxy_interface.c_str()));
+  }
+
+  LIBBPF_OPTS(bpf_object_open_opts, open_opts, .pin_root_path = dp->pin_dir_.c_str());
+  dp->skel_ = ferry_datapath__open_opts(&open_opts);
+  if (dp->skel_ == nullptr) {
+    return absl::InternalError(absl::StrCat("opening the BPF programs: ", strerror(errno)));
+  }
+  auto* ro = dp->skel_->rodata;
+  switch (dp->injection_.mode) {
+    case config::Injection::kPeerEgress: ro->injection_mode = FERRY_INJECT_PEER_EGRESS; break;
+    case config::Injection::kIngressRedirect: ro->injection_mode = FERRY_INJECT_INGRESS_REDIRECT; break;
+    default: ro->injection_mode = FERRY_INJECT_NONE; break;
+  }
+  ro->egress_flag = cfg.egress_flag;
+  ro->proxy_netns_id = static_cast<uint64_t>(*nsid);
+  ro->proxy_host_ifindex = static_cast<uint32_t>(host_proxy->ifindex);
+  ro->proxy_ipv4 = proxy_ip;
+  ro->proxy_mark = cfg.mark;
+  auto firstPort = [](const std::vector<common::HostPort>& v, uint16_t dflt) {
+    return v.empty() ? dflt : v.front().port;
+  };
+  ro->port_outbound = firstPort(config.listen.outbound, FERRY_PORT_OUTBOUND);
+  ro->port_inbound_plain = firstPort(config.listen.inbound_plaintext, FERRY_PORT_INBOUND_PLAIN);
+  ro->port_hbone = firstPort(config.listen.hbone, FERRY_PORT_HBONE);
+  if (int rc = ferry_datapath__load(dp->skel_); rc != 0) {
+    return absl::InternalError(absl::StrCat(
+        "loading the BPF programs (verifier or pinned-map mismatch; see libbpf's messages above): ",
+        strerror(-rc)));
+  }
+
+  uint32_t zero = 0;
+  ferry_settings settings{};
+  if (cfg.capture == config::Capture::kAll) settings.flags |= FERRY_SETTING_CAPTURE_ALL;
+  bpf_map__update_elem(dp->skel_->maps.ferry_settings, &zero, sizeof(zero), &settings,
+                       sizeof(settings), BPF_ANY);
+
+  bool tcx = dp->features_.tcx;
+  // Links are pinned when failing closed: if ferryd dies, pods stay steered into the
+  // (now empty) proxy netns, so mesh traffic stops instead of leaving in plaintext.
+  bool pin_links = tcx && cfg.failure_mode == config::FailureMode::kClosed;
+  auto pinFor = [&](const std::string& name) {
+    return pin_links ? absl::StrCat(dp->pin_dir_, "/link_", name) : std::string();
+  };
+  auto from = Attachment::attach(bpf_program__fd(dp->skel_->progs.from_proxy), host_proxy->ifindex,
+                                 Hook::kIngress, tcx, absl::StrCat("from_proxy on ", cfg.host_proxy_interface),
+                                 pinFor(cfg.host_proxy_interface + "_in"));
+  if (!from.ok()) return from.status();
+  dp->from_proxy_ = std::make_unique<Attachment>(std::move(*from));
+  {
+    auto in_proxy = ScopedNetns::enter(proxy_netns);
+    if (!in_proxy.ok()) return in_proxy.status();
+    // The pin path is on the bpffs, which is the same mount in both netns.
+    auto to = Attachment::attach(bpf_program__fd(dp->skel_->progs.to_proxy), proxy_ifindex, Hook::kIngress,
+                                 tcx, absl::StrCat("to_proxy on ", cfg.proxy_interface, " (proxy netns)"),
+                                 pinFor("proxy_" + cfg.proxy_interface + "_in"));
+    if (!to.ok()) return to.status();
+    dp->to_proxy_ = std::make_unique<Attachment>(std::move(*to));
+  }
+  FERRY_LOG(kInfo, "datapath: attached with %s; maps pinned under %s", tcx ? "TCX (first)" : "cls_bpf (priority 1)",
+            dp->pin_dir_);
+  return dp;
+}
+
+Datapath::~Datapath() {
+  bool keep = cfg_.failure_mode == config::FailureMode::kClosed;
+  for (auto& [ip, pod] : pods_) {
+    if (keep) {
+      pod.egress_side.release();
+      pod.ingress_side.release();
+    }
+  }
+  if (keep && from_proxy_) from_proxy_->release();
+  if (keep && to_proxy_) to_proxy_->release();
+  pods_.clear();
+  from_proxy_.reset();
+  to_proxy_.reset();
+  if (skel_) ferry_datapath__destroy(skel_);
+}
+
+absl::Status Datapath::enroll(uint32_t ip, const workloads::Workload& w, Pod& pod) {
+  auto host = linkByName(w.host_interface);
+  if (!host.ok()) return host.status();
+  ferry_pod value{};
+  value.host_ifindex = static_cast<uint32_t>(host->ifindex);
+  std::memcpy(value.host_mac, host->mac.data(), 6);
+  if (host->peer_netnsid >= 0) {
+    auto peer = linkByIndexInNetns(host->peer_ifindex, host->peer_netnsid);
+    if (peer.ok()) std::memcpy(value.pod_mac, peer->mac.data(), 6);
+  }
+  if (w.tls_mode == workloads::TlsMode::kStrict) value.flags |= FERRY_POD_STRICT;
+  bool tcx = features_.tcx;
+  bool pin = tcx && cfg_.failure_mode == config::FailureMode::kClosed;
+  pod.ifname = w.host_interface;
+  pod.ifindex = host->ifindex;
+  auto eg = Attachment::attach(bpf_program__fd(skel_->progs.pod_egress), host->ifindex, Hook::kIngress, tcx,
+                               absl::StrCat("pod_egress on ", w.host_interface),
+                               pin ? absl::StrCat(pin_dir_, "/link_", w.host_interface, "_in") : "");
+  if (!eg.ok()) return eg.status();
+  auto in = Attachment::attach(bpf_program__fd(skel_->progs.pod_ingress), host->ifindex, Hook::kEgress, tcx,
+                               absl::StrCat("pod_ingress on ", w.host_interface),
+                               pin ? absl::StrCat(pin_dir_, "/link_", w.host_interface, "_eg") : "");
+  if (!in.ok()) return in.status();
+  pod.egress_side = std::move(*eg);
+  pod.ingress_side = std::move(*in);
+  if (bpf_map__update_elem(skel_->maps.ferry_pods, &ip, sizeof(ip), &value, sizeof(value), BPF_ANY) != 0) {
+    return absl::InternalError(absl::StrCat("ferry_pods update: ", strerror(errno)));
+  }
+  FERRY_LOG(kInfo, "datapath: enrolled %s (%s ifindex %d, pod mac %s)", w.displayName(), w.host_interface,
+            host->ifindex, formatMac(MacAddress{value.pod_mac[0], value.pod_mac[1], value.pod_mac[2],
+                                                value.pod_mac[3], value.pod_mac[4], value.pod_mac[5]}));
+  return absl::OkStatus();
+}
+
+absl::Status Datapath::sync(const workloads::Registry& registry) {
+  std::map<uint32_t, const workloads::Workload*> want;
+  std::map<uint32_t, uint32_t> capture;
+  for (const auto& w : registry.all()) {
+    for (const auto& ip : w.ips) {
+      if (!ip.is_v4()) continue;  // IPv6 steering is not implemented yet
+      uint32_t key = ipv4Key(ip);
+      if (w.hbone) capture[key] = FERRY_DST_HBONE;
+      if (w.node == registry.localNode() && !w.host_interface.empty()) want[key] = &w;
+    }
+  }
+  // Leave first: a pod that left must not keep being steered.
+  for (auto it = pods_.begin(); it != pods_.end();) {
+    auto w = want.find(it->first);
+    if (w == want.end() || w->second->host_interface != it->second.ifname) {
+      uint32_t key = it->first;
+      bpf_map__delete_elem(skel_->maps.ferry_pods, &key, sizeof(key), 0);
+      FERRY_LOG(kInfo, "datapath: released %s", it->second.ifname);
+      it = pods_.erase(it);  // the Attachments detach
+    } else {
+      ++it;
+    }
+  }
+  for (const auto& [key, w] : want) {
+    if (pods_.count(key)) continue;
+    Pod pod;
+    if (auto st = enroll(key, *w, pod); !st.ok()) {
+      FERRY_LOG(kWarn, "datapath: cannot enroll %s: %s", w->displayName(), st.message());
+      continue;
+    }
+    pods_.emplace(key, std::move(pod));
+  }
+  // Capture destinations: replace the set.
+  auto* map = skel_->maps.ferry_capture;
+  std::vector<uint32_t> stale;
+  uint32_t cur = 0;
+  uint32_t next = 0;
+  const void* prev = nullptr;
+  while (bpf_map__get_next_key(map, prev, &next, sizeof(next)) == 0) {
+    if (!capture.count(next)) stale.push_back(next);
+    cur = next;
+    prev = &cur;
+  }
+  for (auto k : stale) bpf_map__delete_elem(map, &k, sizeof(k), 0);
+  for (const auto& [k, flags] : capture) {
+    ferry_capture_dst v{flags};
+    bpf_map__update_elem(map, &k, sizeof(k), &v, sizeof(v), BPF_ANY);
+  }
+  return absl::OkStatus();
+}
+
+DatapathCounters Datapath::counters() const {
+  DatapathCounters out;
+  int ncpu = libbpf_num_possible_cpus();
+  if (ncpu <= 0) return out;
+  std::vector<ferry_counter> values(static_cast<size_t>(ncpu));
+  for (uint32_t prog = 0; prog < FERRY_PROG_COUNT; ++prog) {
+    for (uint32_t verdict = 0; verdict < FERRY_VERDICT_COUNT; ++verdict) {
+      for (uint32_t reason = 0; reason < FERRY_REASON_SLOTS; ++reason) {
+        uint32_t idx = ferry_counter_index(prog, verdict, reason);
+        if (bpf_map__lookup_elem(skel_->maps.ferry_counters, &idx, sizeof(idx), values.data(),
+                                 values.size() * sizeof(ferry_counter), 0) != 0) {
+          continue;
+        }
+        uint64_t packets = 0;
+        for (const auto& v : values) packets += v.packets;
+        if (packets == 0) continue;
+        out.packets[prog][verdict] += packets;
+        const char* name = reasonName(reason);
+        out.by_reason[name] += packets;
+      }
+    }
+  }
+  return out;
+}
+
+std::string Datapath::renderPrometheus() const {
+  static const char* const kProgs[] = {"pod_egress", "pod_ingress", "to_proxy", "from_proxy"};
+  static const char* const kVerdicts[] = {"pass", "redirect", "drop"};
+  auto c = counters();
+  std::string out =
+      "# HELP ferry_datapath_packets_total Packets seen by ferry's tc programs, by verdict\n"
+      "# TYPE ferry_datapath_packets_total counter\n";
+  for (int p = 0; p < 4; ++p) {
+    for (int v = 0; v < 3; ++v) {
+      absl::StrAppend(&out, "ferry_datapath_packets_total{program=\"", kProgs[p], "\",verdict=\"",
+                      kVerdicts[v], "\"} ", c.packets[p][v], "\n");
+    }
+  }
+  absl::StrAppend(&out,
+                  "# HELP ferry_datapath_reason_packets_total Packets by the reason of their verdict\n"
+                  "# TYPE ferry_datapath_reason_packets_total counter\n");
+  for (const auto& [reason, n] : c.by_reason) {
+    absl::StrAppend(&out, "ferry_datapath_reason_packets_total{reason=\"", reason, "\"} ", n, "\n");
+  }
+  absl::StrAppend(&out,
+                  "# HELP ferry_datapath_injection_mode The injection mode in use (1 for the active one)\n"
+                  "# TYPE ferry_datapath_injection_mode gauge\n");
+  for (auto mode : {config::Injection::kPeerEgress, config::Injection::kIngressRedirect, config::Injection::kNone}) {
+    absl::StrAppend(&out, "ferry_datapath_injection_mode{mode=\"", injectionName(mode), "\"} ",
+                    injection_.mode == mode ? 1 : 0, "\n");
+  }
+  absl::StrAppend(&out, "# HELP ferry_datapath_enrolled_pods Local pods whose devices carry ferry's programs\n",
+                  "# TYPE ferry_datapath_enrolled_pods gauge\nferry_datapath_enrolled_pods ", pods_.size(), "\n");
+  auto feature = [&](const char* name, bool v) {
+    absl::StrAppend(&out, "ferry_datapath_kernel_feature{feature=\"", name, "\"} ", v ? 1 : 0, "\n");
+  };
+  absl::StrAppend(&out, "# HELP ferry_datapath_kernel_feature Kernel features found by the start-up probe\n",
+                  "# TYPE ferry_datapath_kernel_feature gauge\n");
+  feature("tcx", features_.tcx);
+  feature("redirect_peer", features_.redirect_peer);
+  feature("egress_flag", features_.egress_flag);
+  feature("netkit", features_.netkit);
+  feature("ktls", features_.ktls);
+  return out;
+}
+
+}  // namespace ferry::datapath

@@ -1,0 +1,69 @@
+#pragma once
+// The tc datapath as ferryd runs it: probes the kernel, loads the programs with their
+// load-time constants, pins the maps (adopting pins a previous ferryd left), attaches
+// from_proxy / to_proxy once and pod_egress / pod_ingress per local pod, and keeps the
+// maps in step with the workload registry. Runs on the control thread, in the node netns.
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "proxy/config/config.h"
+#include "proxy/datapath/attach.h"
+#include "proxy/datapath/kernel_probe.h"
+#include "proxy/datapath/netns.h"
+#include "proxy/workloads/registry.h"
+
+struct ferry_datapath;
+
+namespace ferry::datapath {
+
+struct DatapathCounters {
+  // [program][verdict] packets, summed over CPUs and reasons.
+  uint64_t packets[4][3] = {};
+  // packets by reason (all programs).
+  std::map<std::string, uint64_t> by_reason;
+};
+
+class Datapath {
+ public:
+  // `proxy_netns` is where ferryd's sockets live; the caller stays in the node netns.
+  static absl::StatusOr<std::unique_ptr<Datapath>> create(const config::Config& config,
+                                                          const NetnsFd& proxy_netns);
+  ~Datapath();
+  Datapath(const Datapath&) = delete;
+  Datapath& operator=(const Datapath&) = delete;
+
+  // Local pods join and leave (programs attached/detached on their host-side device,
+  // the pods map updated); capture destinations follow the registry. A pod that cannot
+  // be enrolled (device missing) is logged and skipped; the others are unaffected.
+  absl::Status sync(const workloads::Registry& registry);
+
+  const KernelFeatures& features() const { return features_; }
+  const InjectionChoice& injection() const { return injection_; }
+  size_t enrolledPods() const { return pods_.size(); }
+  DatapathCounters counters() const;
+  // Prometheus text: ferry_datapath_* metrics.
+  std::string renderPrometheus() const;
+
+ private:
+  Datapath() = default;
+  struct Pod {
+    std::string ifname;
+    int ifindex = 0;
+    Attachment egress_side;   // pod_egress on tc ingress of the host-side device
+    Attachment ingress_side;  // pod_ingress on tc egress of the host-side device
+  };
+  absl::Status enroll(uint32_t ip, const workloads::Workload& w, Pod& pod);
+
+  config::Datapath cfg_;
+  ferry_datapath* skel_ = nullptr;
+  KernelFeatures features_;
+  InjectionChoice injection_;
+  std::string pin_dir_;
+  std::unique_ptr<Attachment> from_proxy_;
+  std::unique_ptr<Attachment> to_proxy_;
+  std::map<uint32_t, Pod> pods_;  // by IPv4 (network order)
+};
+
+}  // namespace ferry::datapath
