@@ -13,7 +13,7 @@ build_pkgs=(
 # BPF datapath: clang -target bpf, skeletons, libbpf.
 bpf_pkgs=(clang llvm libbpf-dev bpftool linux-libc-dev libelf-dev zlib1g-dev)
 # Tests and the lab: interop peers, traffic tools, capture, netns plumbing.
-test_pkgs=(nghttp2-proxy nghttp2-client curl iperf3 tcpdump iproute2 procps psmisc python3)
+test_pkgs=(nghttp2-proxy nghttp2-client curl iperf3 tcpdump iproute2 iputils-ping procps psmisc python3)
 
 want=("${build_pkgs[@]}" "${bpf_pkgs[@]}" "${test_pkgs[@]}")
 missing=()

@@ -1,99 +1,58 @@
 #!/usr/bin/env bash
-# A two-"node" ferry demo on loopback: two ferryd instances, pods as loopback addresses,
-# real TLS 1.3 mTLS and HBONE between them, a real HTTP server. (The network-namespace
-# lab with the tc datapath is the full demo; this one needs no BPF.)
+# make demo: the two-node network-namespace lab with ferryd and the tc datapath on each
+# node, real servers in pods (an HTTP server and iperf3) and real clients across nodes.
+# Leaves the lab up; `scripts/ferry-lab down` removes it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-B=${FERRY_BUILD_DIR:-build/default}
-FERRYD=$B/proxy/main/ferryd
-FERRYCTL=$B/proxy/ferryctl/ferryctl
-D=/tmp/ferry-demo
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT
+LAB=scripts/ferry-lab
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
-
-rm -rf "$D" && mkdir -p "$D/www"
-say "A CA for trust domain cluster.local and one SVID per workload (ferryctl ca)"
-$FERRYCTL ca init --dir "$D/ca" --trust-domain cluster.local
-$FERRYCTL ca issue --ca "$D/ca" --out "$D/certs" --namespace default --service-account client
-$FERRYCTL ca issue --ca "$D/ca" --out "$D/certs" --namespace default --service-account web
-cat > "$D/workloads.yaml" <<YAML
-workloads:
-  - {name: client, namespace: default, service_account: client, node: n1, ips: [127.0.1.10], hbone: true}
-  - {name: web, namespace: default, service_account: web, node: n2, ips: [127.0.2.10], hbone: true}
-YAML
-for n in 1 2; do
-  cat > "$D/n$n.yaml" <<YAML
-node: n$n
-trust_domain: cluster.local
-workloads_file: workloads.yaml
-cert_dir: certs
-listen:
-  outbound: ["127.0.$n.1:15001"]
-  inbound_plaintext: ["127.0.$n.1:15006"]
-  hbone: ["127.0.$n.10:15008"]
-  admin: 127.0.$n.1:15000
-  metrics: 127.0.$n.1:15020
-  readiness: 127.0.$n.1:15021
-transparent: false
-original_destination: proxy_protocol
-log_level: info
-YAML
-  $FERRYD --check-config "$D/n$n.yaml"
-done
-
-say "Starting ferryd for node n1 (client pod 127.0.1.10) and n2 (web pod 127.0.2.10)"
-for n in 1 2; do
-  $FERRYD --config "$D/n$n.yaml" >"$D/n$n.log" 2>&1 &
-  PIDS+=($!)
-done
-for n in 1 2; do
-  for _ in $(seq 100); do
-    curl -sf "http://127.0.$n.1:15021/healthz/ready" >/dev/null && break
-    sleep 0.1
-  done
-  curl -sf "http://127.0.$n.1:15021/healthz/ready" >/dev/null || { echo "ferryd n$n not ready"; cat "$D/n$n.log"; exit 1; }
-done
-echo "both ready"
-
-say "A real HTTP server in the web pod (python3 -m http.server on 127.0.2.10:8080)"
-echo "hello from the web pod, over HBONE" > "$D/www/index.html"
-python3 -m http.server 8080 --bind 127.0.2.10 --directory "$D/www" >"$D/http.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 50); do curl -sf http://127.0.2.10:8080/ >/dev/null 2>&1 && break; sleep 0.1; done
-
-say "Capturing port 15008 on loopback while the client pod calls the web pod"
-CAP=""
-if command -v tcpdump >/dev/null && [ "$(id -u)" = 0 ]; then
-  tcpdump -i lo --immediate-mode -w "$D/wire.pcap" -U 'tcp port 15008' >/dev/null 2>"$D/tcpdump.log" &
-  CAP=$!
-  PIDS+=($CAP)
-  for _ in $(seq 100); do grep -q "listening on" "$D/tcpdump.log" && break; sleep 0.1; done
+if [ "$(id -u)" != 0 ]; then
+  echo "make demo builds network namespaces and loads BPF programs: run it as root" >&2
+  echo "(scripts/demo-loopback.sh shows ferryd without the datapath, as any user)" >&2
+  exit 1
 fi
-python3 scripts/demo_client.py 127.0.1.10 127.0.1.1:15001 127.0.2.10 8080 /index.html | tee "$D/answer.txt"
-grep -q "hello from the web pod" "$D/answer.txt"
-if [ -n "$CAP" ]; then kill -INT "$CAP"; wait "$CAP" 2>/dev/null || true; fi
+T=/run/ferry-lab-demo
+rm -rf "$T" && mkdir -p "$T"
 
-say "What the web server saw (the client pod's own address, not ferryd's)"
-grep "GET /index.html" "$D/http.log"
+say "Bringing up the lab: nodes fy-n1, fy-n2; pods 10.77.1.11/12 and 10.77.2.11/12; ferryd on each node"
+$LAB up
 
-if [ -n "$CAP" ]; then
-  say "What the wire carried on 15008"
-  pkts=$(tcpdump -r "$D/wire.pcap" 2>/dev/null | wc -l)
-  [ "$pkts" -gt 0 ] || { echo "the capture saw no packets on 15008"; exit 1; }
-  tcpdump -r "$D/wire.pcap" -nn 2>/dev/null | head -4
-  if tcpdump -r "$D/wire.pcap" -A 2>/dev/null | grep -q "hello from the web pod"; then
-    echo "PLAINTEXT FOUND ON THE WIRE"; exit 1
-  fi
-  echo "$pkts packets on port 15008, none contains the page: TLS 1.3 only"
+say "Kernel features and the injection mode ferryd chose (node n1)"
+$LAB exec n1/proxy -- curl -s http://127.0.0.1:15000/datapath
+
+say "Servers in pod n2/p1 (10.77.2.11): an HTTP server on :8080 and iperf3 on :5201"
+echo "hello from pod n2/p1, reached over HBONE" > "$T/index.html"
+$LAB exec n2/p1 -- sh -c "cd $T && exec python3 -m http.server 8080 --bind 10.77.2.11 >$T/http.log 2>&1" &
+$LAB exec n2/p1 -- iperf3 -s -B 10.77.2.11 -D --logfile "$T/iperf3-server.log"
+for _ in $(seq 100); do
+  $LAB exec n2/p1 -- curl -sf -o /dev/null http://10.77.2.11:8080/ 2>/dev/null && break
+  sleep 0.1
+done
+
+say "Capturing the wire between the nodes (fy-wire1) while pod n1/p1 calls pod n2/p1"
+$LAB exec n1 -- tcpdump -ni fy-wire1 --immediate-mode -U -w "$T/wire.pcap" tcp >/dev/null 2>"$T/tcpdump.log" &
+CAP=$!
+for _ in $(seq 100); do grep -q "listening on" "$T/tcpdump.log" 2>/dev/null && break; sleep 0.1; done
+$LAB exec n1/p1 -- curl -s http://10.77.2.11:8080/index.html | tee "$T/answer.txt"
+grep -q "reached over HBONE" "$T/answer.txt"
+kill -INT "$CAP" 2>/dev/null || true
+wait "$CAP" 2>/dev/null || true
+
+say "What the HTTP server saw: the client pod's own address"
+grep "GET /index.html" "$T/http.log"
+
+say "What the wire carried"
+tcpdump -nr "$T/wire.pcap" 2>/dev/null | awk '{print $3, $4, $5}' | sort | uniq -c | sort -rn | head -4
+if tcpdump -r "$T/wire.pcap" -A 2>/dev/null | grep -q "reached over HBONE"; then
+  echo "PLAINTEXT ON THE WIRE"; exit 1
 fi
+echo "only port 15008 (HBONE, TLS 1.3) between the pods; the page never appears in plaintext"
 
-say "Access logs"
-grep access "$D/n1.log" "$D/n2.log" | sed 's/^[^ ]* //'
-say "Counters (n1 /metrics)"
-curl -s http://127.0.1.1:15020/metrics | grep -E '^ferry_(hbone_connections_opened|hbone_streams_opened|connections_closed_total\{direction="outbound",reason="ok"\}|bytes_(sent|received)_total\{direction="outbound"\})'
-say "Done. Files are in $D; ferryd and the server are stopped."
+say "iperf3 from pod n1/p1 to pod n2/p1 through the mesh (5 s)"
+$LAB exec n1/p1 -- iperf3 -c 10.77.2.11 -t 5 | tail -4
+
+say "Counters on node n1"
+$LAB exec n1/proxy -- curl -s http://127.0.0.1:15020/metrics |
+  grep -E '^ferry_(hbone_connections_opened|hbone_streams_opened|bytes_(sent|received)_total\{direction="outbound"|connections_closed_total\{direction="outbound",reason="ok"|datapath_packets_total\{.*redirect|datapath_injection_mode.*1$)'
+
+say "The lab stays up. Try: scripts/ferry-lab exec n1/p2 -- curl http://10.77.2.11:8080/   Remove it: scripts/ferry-lab down"
