@@ -146,6 +146,17 @@ absl::StatusOr<std::unique_ptr<Datapath>> Datapath::create(const config::Config&
                        sizeof(settings), BPF_ANY);
 
   bool tcx = dp->features_.tcx;
+  if (cfg.failure_mode == config::FailureMode::kOpen) {
+    // A ferryd that failed closed before left its links pinned; failing open, nothing may
+    // keep steering pods once this ferryd is gone: removing the pins detaches them.
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(dp->pin_dir_, ec)) {
+      auto name = entry.path().filename().string();
+      if (name.rfind("link_", 0) == 0 && ::unlink(entry.path().c_str()) == 0) {
+        FERRY_LOG(kInfo, "datapath: failure_mode open: removed pinned link %s", name);
+      }
+    }
+  }
   // Links are pinned when failing closed: if ferryd dies, pods stay steered into the
   // (now empty) proxy netns, so mesh traffic stops instead of leaving in plaintext.
   bool pin_links = tcx && cfg.failure_mode == config::FailureMode::kClosed;
