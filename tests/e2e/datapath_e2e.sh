@@ -1,0 +1,831 @@
+#!/usr/bin/env bash
+# End-to-end tests of ferry's tc datapath in the network-namespace lab (issue 3, "Tests
+# that must exist and pass"; design.md §2): real applications (curl, python servers,
+# iperf3) in lab pods, ferryd on both nodes, captures on the wire between the nodes.
+#
+#   1  cross-node curl n1/p1 -> n2/p1: 200, the server sees 10.77.1.11, through the mesh
+#   2  same-node curl n2/p2 -> n2/p1: 200, the server sees 10.77.2.12, through the mesh
+#   3  the wire carries TLS to port 15008 (handshake included) and no plaintext of a
+#      64 KiB marker payload (n1/p2 -> n2/p1)
+#   4  iperf3 across nodes through the mesh (and, at the end, without ferryd: 4b)
+#   5  a CNI policy stand-in (cni_standin.bpf.c) after ferry on fy1-p1's tc ingress sees
+#      the tunnel's packets (ferry's injection) and its drop policy on <dst>:15008 breaks
+#      exactly that destination
+#   6  capture cannot be dodged: source port 15008 is still captured; a direct connection
+#      to <pod>:15008 is refused; neither puts plaintext on the wire
+#   7  UDP and ICMP pass untouched (reason NOT_TCP counted)
+#   7b a pod leaves and rejoins through the workloads file: while out it works directly
+#      (unenrolled), the other pod and a connection open across the change are untouched
+#   8  ferryd stopped with failure_mode closed: mesh TCP is cut off, nothing leaks, ICMP
+#      works; restarted ferryd adopts its pins; failure_mode open: direct plaintext
+#   9  after `ferry-lab down`: no namespace, link, pin or process left
+#
+# Exit 0 all passed, 1 any failed, 77 skip (not root; under CI=true not being root fails).
+# shellcheck disable=SC2016  # single-quoted programs for python3 -c are meant literally
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+HERE=$ROOT/tests/e2e
+LAB=$ROOT/scripts/ferry-lab
+STATE=/run/ferry-lab
+BPFFS=/run/ferry/bpffs
+CNI_PIN=$BPFFS/e2e-cni          # the CNI stand-in's program and maps (case 5)
+ME=datapath_e2e
+LAB_WAIT=${FERRY_E2E_LAB_WAIT:-180}   # seconds to wait for another lab run to finish
+
+if [ "$(id -u)" -ne 0 ]; then
+  if [ "${CI:-}" = true ]; then echo "$ME: FAIL: must run as root in CI" >&2; exit 1; fi
+  echo "$ME: SKIP: needs root (network namespaces, BPF)"
+  exit 77
+fi
+for c in ip tc curl python3 tcpdump iperf3 clang bpftool jq ss flock mountpoint; do
+  command -v "$c" >/dev/null || { echo "$ME: FAIL: '$c' missing (make bootstrap)" >&2; exit 1; }
+done
+
+# One run of this test at a time. (The lab itself is one per machine: see wait_no_lab.)
+exec 8<"${BASH_SOURCE[0]}"
+flock -w 600 8 || { echo "$ME: FAIL: another $ME run holds the lock" >&2; exit 1; }
+
+TMP=$(mktemp -d /tmp/fy-datapath-e2e.XXXXXX)
+PIDS=$TMP/pids                  # every background process this test starts: "PID STARTTIME" lines
+: >"$PIDS"
+PASSED=0
+FAILED=0
+FAILED_NAMES=()
+CASE_PID=
+
+cleanup() {
+  local rc=$? pid st
+  set +e
+  # The running case, the processes this test started (by PID, as recorded), the CNI
+  # stand-in, then the lab (whose `down` also stops anything left in its namespaces).
+  if [ -n "${CASE_PID:-}" ]; then kill "$CASE_PID" 2>/dev/null; wait "$CASE_PID" 2>/dev/null; fi
+  while read -r pid st; do [ "$(starttime "$pid")" = "$st" ] && kill "$pid" 2>/dev/null; done <"$PIDS"
+  if [ -e "$CNI_PIN" ]; then
+    ip netns exec fy-n1 tc filter del dev fy1-p1 ingress pref 100 2>/dev/null
+    rm -rf -- "$CNI_PIN"
+  fi
+  "$LAB" down >/dev/null 2>&1 || echo "$ME: 'ferry-lab down' failed in cleanup" >&2
+  while read -r pid st; do wait "$pid" 2>/dev/null; done <"$PIDS"
+  rm -rf -- "$TMP"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ---------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------
+note() { printf '    %s\n' "$*"; }
+ok() { printf '    ok      %s\n' "$*"; }
+die_case() { printf '    NOT OK  %s\n' "$*"; exit 1; }   # ends the case (cases run in subshells)
+
+# assert DESCRIPTION CMD...: CMD must succeed; its output is shown when it does not.
+assert() {
+  local d=$1; shift
+  if "$@" >"$TMP/assert.out" 2>&1; then
+    ok "$d"
+  else
+    printf '    NOT OK  %s\n' "$d"
+    sed 's/^/            /' "$TMP/assert.out" | tail -n 30
+    exit 1
+  fi
+}
+
+# track PID: recorded with its start time, so that cleanup never signals a recycled PID.
+starttime() { awk '{print $22}' "/proc/$1/stat" 2>/dev/null; }
+track() { echo "$1 $(starttime "$1")" >>"$PIDS"; }
+alive() {
+  local st
+  st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+  [ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]
+}
+
+# wait_for SECONDS DESCRIPTION CMD...: poll CMD every 0.1 s until it succeeds.
+wait_for() {
+  local t=$1 d=$2 deadline
+  shift 2
+  deadline=$((SECONDS + t))
+  until "$@" >/dev/null 2>&1; do
+    if [ $SECONDS -ge $deadline ]; then echo "timed out after ${t}s waiting for: $d"; return 1; fi
+    sleep 0.1
+  done
+}
+
+# stop_pid PID: SIGTERM (or the given signal), then wait up to 5 s, then SIGKILL.
+stop_pid() {
+  local pid=$1 sig=${2:-TERM}
+  kill "-$sig" "$pid" 2>/dev/null || return 0
+  wait_for 5 "pid $pid to exit" bash -c "! { st=\$(awk '{print \$3}' /proc/$pid/stat 2>/dev/null) && [ \"\$st\" != Z ]; }" \
+    || kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+
+# bg TARGET LOG CMD...: run CMD in a lab netns in the background, its PID recorded.
+# `ferry-lab exec` ends in `exec ip netns exec`, which execs in place: $! is CMD's PID.
+# fd 8 (this test's lock) is not inherited.
+BG_PID=
+bg() {
+  local t=$1 log=$2
+  shift 2
+  "$LAB" exec "$t" -- "$@" >"$log" 2>&1 8<&- &
+  BG_PID=$!
+  track "$BG_PID"
+}
+
+pod_ns() { case $1 in */*) echo "fy-${1%%/*}-${1##*/}" ;; *) echo "fy-$1" ;; esac; }  # n1/p2 -> fy-n1-p2
+listening() { [ -n "$(ip netns exec "$(pod_ns "$1")" ss -Hltn "sport = :$2")" ]; }  # TCP listener up?
+
+# The HTTP server of the tests: GET answers "hello from NAME; you are CLIENT-IP", POST
+# echoes the body. Each request is logged as "CLIENT-IP METHOD PATH". Process name fy-httpd.
+HTTPD_PY='
+import http.server, sys
+try:
+    open("/proc/self/comm", "w").write("fy-httpd")
+except OSError:
+    pass
+ip, port, name = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+class H(http.server.BaseHTTPRequestHandler):
+    def reply(self, body):
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def do_GET(self):
+        self.reply(("hello from %s; you are %s\n" % (name, self.client_address[0])).encode())
+    def do_POST(self):
+        n = int(self.headers.get("Content-Length", "0"))
+        self.reply(self.rfile.read(n))
+    def log_message(self, fmt, *args):
+        sys.stderr.write("%s:%d %s %s %s\n" % (self.client_address[0], self.client_address[1],
+                         getattr(self, "command", "-"), getattr(self, "path", "-"),
+                         args[1] if len(args) > 1 else "-"))
+        sys.stderr.flush()
+http.server.ThreadingHTTPServer.allow_reuse_address = True
+http.server.ThreadingHTTPServer((ip, port), H).serve_forever()
+'
+HTTP_PORT=8080
+# start_httpd TARGET IP: the server on IP:8080 in TARGET, unless it already answers; returns
+# when it answers (asked from inside its own pod over lo: no tc hook, not the mesh).
+start_httpd() {
+  local t=$1 ip=$2 log
+  log=$TMP/httpd-$(pod_ns "$t").log
+  if "$LAB" exec "$t" -- curl -sf --max-time 1 -o /dev/null "http://$ip:$HTTP_PORT/ready"; then return 0; fi
+  bg "$t" "$log" python3 -c "$HTTPD_PY" "$ip" "$HTTP_PORT" "$(pod_ns "$t")"
+  wait_for 10 "HTTP server on $ip:$HTTP_PORT in $t" \
+    "$LAB" exec "$t" -- curl -sf --max-time 1 -o /dev/null "http://$ip:$HTTP_PORT/ready" \
+    || { cat "$log"; return 1; }
+}
+httpd_log() { echo "$TMP/httpd-$(pod_ns "$1").log"; }
+
+# ferryd's access log lines, with the line count at a mark (to look only at new lines).
+flog() { echo "$STATE/$1/ferryd.log"; }
+flog_mark() { wc -l <"$(flog "$1")"; }
+flog_since() { tail -n +"$(($2 + 1))" "$(flog "$1")"; }
+# flog_wait NODE MARK PATTERN: ferryd writes an access line when a connection closes, which
+# can be just after the client returns: poll for it (bounded).
+flog_wait() {
+  local n=$1 m=$2 pat=$3
+  wait_for 5 "'$pat' in $(flog "$n")" bash -c 'tail -n +"$(($2 + 1))" "$1" | grep -qE -- "$3"' _ "$(flog "$n")" "$m" "$pat" \
+    || { echo "no line matching '$pat' in $(flog "$n") since line $m; new lines:"; flog_since "$n" "$m" | tail -n 20; return 1; }
+}
+
+# metric NODE SERIES: the value of one metrics series of node N's ferryd (0 when absent).
+metric() {
+  local v
+  v=$("$LAB" exec "$1/proxy" -- curl -sf --max-time 2 http://127.0.0.1:15020/metrics | awk -v s="$2" '$1 == s {print $2; exit}') || true
+  echo "${v:-0}"
+}
+
+# Captures on node 1's end of the wire. cap_start NAME returns once tcpdump says it
+# listens; cap_stop NAME ends it (SIGINT: it flushes) and leaves $TMP/NAME.pcap.
+cap_start() {
+  local name=$1
+  bg n1 "$TMP/$name.tcpdump" tcpdump -i fy-wire1 -n -s 0 -U --immediate-mode -w "$TMP/$name.pcap"
+  echo "$BG_PID" >"$TMP/$name.cappid"
+  wait_for 10 "tcpdump on fy-wire1 listening" grep -q "listening on" "$TMP/$name.tcpdump" \
+    || { cat "$TMP/$name.tcpdump"; return 1; }
+}
+cap_stop() {
+  local name=$1
+  stop_pid "$(cat "$TMP/$name.cappid")" INT
+  grep -E 'captured|received|dropped' "$TMP/$name.tcpdump" | sed 's/^/      tcpdump: /' || true
+}
+
+# pcap_stats PCAP MARKER APP_PORT: one JSON object about an Ethernet/IPv4 pcap.
+PCAP_PY='
+import json, struct, sys
+path, marker, app_port = sys.argv[1], sys.argv[2].encode(), int(sys.argv[3])
+raw = open(path, "rb").read()
+out = {"packets": 0, "tcp": 0, "udp": 0, "icmp": 0, "to_15008": 0, "from_15008": 0,
+       "app_port": 0, "tls_handshake": 0, "tls_appdata": 0, "tcp_payload_bytes": 0,
+       "marker_in_file": marker in raw, "marker_packets": 0, "ports": {}}
+if len(raw) >= 24:
+    magic = struct.unpack("<I", raw[:4])[0]
+    end = "<" if magic in (0xa1b2c3d4, 0xa1b23c4d) else ">"
+    linktype = struct.unpack(end + "I", raw[20:24])[0]
+    assert linktype == 1, "link type %d, expected Ethernet" % linktype
+    off = 24
+    while off + 16 <= len(raw):
+        _, _, caplen, _ = struct.unpack(end + "IIII", raw[off:off + 16])
+        pkt = raw[off + 16:off + 16 + caplen]
+        off += 16 + caplen
+        out["packets"] += 1
+        if len(pkt) < 34 or pkt[12:14] != b"\x08\x00":
+            continue
+        ihl = (pkt[14] & 15) * 4
+        proto = pkt[23]
+        l4 = pkt[14 + ihl:]
+        if proto == 1:
+            out["icmp"] += 1
+        elif proto == 17:
+            out["udp"] += 1
+        if proto != 6 or len(l4) < 20:
+            continue
+        out["tcp"] += 1
+        sport, dport = struct.unpack("!HH", l4[:4])
+        payload = l4[(l4[12] >> 4) * 4:]
+        key = "%d>%d" % (sport if sport < 32768 else 0, dport if dport < 32768 else 0)
+        out["ports"][key] = out["ports"].get(key, 0) + 1
+        out["to_15008"] += dport == 15008
+        out["from_15008"] += sport == 15008
+        out["app_port"] += app_port in (sport, dport)
+        out["tcp_payload_bytes"] += len(payload)
+        if len(payload) >= 5 and payload[1] == 3:
+            out["tls_handshake"] += payload[0] == 0x16
+            out["tls_appdata"] += payload[0] == 0x17
+        out["marker_packets"] += marker in payload
+print(json.dumps(out, sort_keys=True))
+'
+pcap_stats() { python3 -c "$PCAP_PY" "$@"; }
+# jqt JSON EXPR: jq -e on a JSON string (for asserts).
+jqt() { jq -e "$2" <<<"$1"; }
+
+# A marker that cannot occur by chance, and a payload made of it.
+new_marker() { echo "FERRY-E2E-PLAINTEXT-$1-$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')"; }
+make_payload() {  # make_payload FILE MARKER BYTES
+  python3 -c 'import sys; m = (sys.argv[2] + "\n").encode(); n = int(sys.argv[3]); open(sys.argv[1], "wb").write((m * (n // len(m) + 1))[:n])' "$@"
+}
+
+# ICMP echo from a lab namespace (python raw socket: iputils ping is not installed in CI).
+PING_PY='
+import os, socket, struct, sys, time
+dst = sys.argv[1]
+def csum(b):
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    s = (s >> 16) + (s & 0xffff); s += s >> 16
+    return ~s & 0xffff
+ident = os.getpid() & 0xffff
+s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+for seq in range(1, 7):
+    data = b"ferry-e2e-ping!!"
+    hdr = struct.pack("!BBHHH", 8, 0, 0, ident, seq)
+    s.sendto(struct.pack("!BBHHH", 8, 0, csum(hdr + data), ident, seq) + data, (dst, 0))
+    end = time.time() + 0.5
+    while True:
+        left = end - time.time()
+        if left <= 0: break
+        s.settimeout(left)
+        try: r, a = s.recvfrom(2048)
+        except socket.timeout: break
+        ihl = (r[0] & 15) * 4
+        t, _, _, i, q = struct.unpack("!BBHHH", r[ihl:ihl + 8])
+        if a[0] == dst and t == 0 and i == ident:
+            print("echo reply from %s seq %d" % (dst, q)); sys.exit(0)
+print("no echo reply from %s" % dst); sys.exit(1)
+'
+lab_ping() {  # lab_ping TARGET DST
+  if command -v ping >/dev/null; then "$LAB" exec "$1" -- ping -c 1 -w 3 "$2"
+  else "$LAB" exec "$1" -- python3 -c "$PING_PY" "$2"; fi
+}
+
+# curl_get TARGET URL: prints "CODE LOCAL_PORT" and the body; fails on a transport error.
+curl_get() { "$LAB" exec "$1" -- curl -sS --max-time "${CURL_TIMEOUT:-5}" -w '\n%{http_code} %{local_port}\n' "$2"; }
+
+run_case() {  # run_case ID DESCRIPTION FUNCTION
+  local id=$1 d=$2 fn=$3 rc t0=$SECONDS
+  printf '\n== case %s: %s\n' "$id" "$d"
+  # In the background and waited for: a SIGTERM/SIGINT to the test is handled at once
+  # (bash defers traps while a foreground child runs); cleanup then ends the case.
+  ( set -eE; trap 'echo "    error: line $LINENO: $BASH_COMMAND (exit $?)"' ERR; "$fn" ) &
+  CASE_PID=$!
+  rc=0
+  wait "$CASE_PID" || rc=$?
+  CASE_PID=
+  if [ $rc -eq 0 ]; then
+    echo "PASS  case $id: $d ($((SECONDS - t0)) s)"
+    PASSED=$((PASSED + 1))
+  else
+    echo "FAIL  case $id: $d ($((SECONDS - t0)) s)"
+    FAILED=$((FAILED + 1))
+    FAILED_NAMES+=("$id")
+  fi
+}
+
+# ---------------------------------------------------------------------------------------
+# Cases
+# ---------------------------------------------------------------------------------------
+case_cross_node_curl() {
+  local out m1 m2
+  start_httpd n2/p1 10.77.2.11
+  m1=$(flog_mark n1); m2=$(flog_mark n2)
+  out=$(curl_get n1/p1 http://10.77.2.11:8080/case1)
+  note "curl: $(tr '\n' ' ' <<<"$out")"
+  assert "HTTP 200" grep -qE '^200 ' <<<"$out"
+  assert "the answer names the client pod's IP (no NAT)" grep -qF "hello from fy-n2-p1; you are 10.77.1.11" <<<"$out"
+  assert "the server's log shows 10.77.1.11" grep -qE '^10\.77\.1\.11:[0-9]+ GET /case1 200' "$(httpd_log n2/p1)"
+  local port
+  port=$(tail -n 1 <<<"$out" | awk '{print $2}')
+  assert "n1 ferryd proxied it (outbound 10.77.1.11:$port -> 10.77.2.11:8080, reason=ok)" \
+    flog_wait n1 "$m1" "direction=outbound src=10\.77\.1\.11:$port dst=10\.77\.2\.11:8080 peer=spiffe://cluster\.local/ns/default/sa/n2-p1 reason=ok"
+  assert "n2 ferryd accepted it over HBONE from n1-p1's identity" \
+    flog_wait n2 "$m2" "direction=inbound src=10\.77\.1\.11:[0-9]+ dst=10\.77\.2\.11:8080 peer=spiffe://cluster\.local/ns/default/sa/n1-p1 reason=ok"
+}
+
+case_same_node_curl() {
+  local out m2
+  start_httpd n2/p1 10.77.2.11
+  m2=$(flog_mark n2)
+  out=$(curl_get n2/p2 http://10.77.2.11:8080/case2)
+  note "curl: $(tr '\n' ' ' <<<"$out")"
+  assert "HTTP 200" grep -qE '^200 ' <<<"$out"
+  assert "the answer names the client pod's IP" grep -qF "you are 10.77.2.12" <<<"$out"
+  assert "the server's log shows 10.77.2.12" grep -qE '^10\.77\.2\.12:[0-9]+ GET /case2 200' "$(httpd_log n2/p1)"
+  assert "n2 ferryd proxied it: outbound leg (as n2-p2, to n2-p1's identity)" \
+    flog_wait n2 "$m2" "direction=outbound src=10\.77\.2\.12:[0-9]+ dst=10\.77\.2\.11:8080 peer=spiffe://cluster\.local/ns/default/sa/n2-p1 reason=ok"
+  assert "... and inbound HBONE leg on the same node (peer n2-p2)" \
+    flog_wait n2 "$m2" "direction=inbound src=10\.77\.2\.12:[0-9]+ dst=10\.77\.2\.11:8080 peer=spiffe://cluster\.local/ns/default/sa/n2-p2 reason=ok"
+}
+
+case_wire_capture() {
+  local marker st
+  marker=$(new_marker case3)
+  make_payload "$TMP/case3.payload" "$marker" 65536
+  start_httpd n2/p1 10.77.2.11
+  cap_start case3
+  # POST 64 KiB of marker lines; the server echoes them back. The client is n1/p2, which no
+  # other case uses towards n2/p1: ferryd pools one HBONE connection per (source, destination)
+  # workload, so this pair's TLS handshake happens while the capture runs.
+  "$LAB" exec n1/p2 -- curl -sS --max-time 10 --data-binary "@$TMP/case3.payload" \
+    -H 'Content-Type: application/octet-stream' -o "$TMP/case3.echo" http://10.77.2.11:8080/case3 \
+    || { cap_stop case3; die_case "the POST through the mesh failed"; }
+  cap_stop case3
+  assert "64 KiB sent and read back intact" cmp "$TMP/case3.payload" "$TMP/case3.echo"
+  assert "the server saw 10.77.1.12" grep -qE '^10\.77\.1\.12:[0-9]+ POST /case3 200' "$(httpd_log n2/p1)"
+  st=$(pcap_stats "$TMP/case3.pcap" "$marker" 8080)
+  note "wire: $st"
+  assert "the wire carries TCP to port 15008" jqt "$st" '.to_15008 > 0'
+  assert "the wire carries a TLS handshake (record 0x16 0x03 at a payload start)" jqt "$st" '.tls_handshake > 0'
+  assert "the wire carries TLS application data, at least the payload's size in TCP bytes" \
+    jqt "$st" '.tls_appdata > 0 and .tcp_payload_bytes >= 2 * 65536'
+  assert "no packet to or from port 8080 on the wire" jqt "$st" '.app_port == 0'
+  assert "the marker is nowhere in the capture (no plaintext)" jqt "$st" '.marker_in_file == false'
+}
+
+case_iperf3() {
+  local m1 bytes bps
+  m1=$(flog_mark n1)
+  bg n2/p1 "$TMP/iperf3-server.log" iperf3 -s -1 -B 10.77.2.11 -p 5201
+  local spid=$BG_PID
+  # Readiness without connecting (a connection would use up the one-off server).
+  wait_for 10 "iperf3 -s listening in n2/p1" listening n2/p1 5201 || { cat "$TMP/iperf3-server.log"; exit 1; }
+  "$LAB" exec n1/p1 -- timeout 30 iperf3 -c 10.77.2.11 -p 5201 -t 3 -J >"$TMP/iperf3-mesh.json" \
+    || { cat "$TMP/iperf3-mesh.json"; die_case "iperf3 client failed"; }
+  bytes=$(jq '.end.sum_received.bytes' "$TMP/iperf3-mesh.json")
+  bps=$(jq '.end.sum_received.bits_per_second' "$TMP/iperf3-mesh.json")
+  echo "$bps" >"$TMP/iperf3-mesh.bps"
+  note "iperf3 through the mesh: $bytes bytes in 3 s, $(awk -v b="$bps" 'BEGIN{printf "%.2f", b/1e9}') Gbit/s"
+  assert "iperf3 moved bytes" test "${bytes%.*}" -gt 0
+  assert "n1 ferryd carried it (outbound ... dst=10.77.2.11:5201)" \
+    flog_wait n1 "$m1" "direction=outbound src=10\.77\.1\.11:[0-9]+ dst=10\.77\.2\.11:5201 peer=spiffe://cluster\.local/ns/default/sa/n2-p1"
+  # -1: the server exits after its one client.
+  wait_for 10 "iperf3 -s -1 to exit" bash -c "! kill -0 $spid 2>/dev/null || [ \"\$(awk '{print \$3}' /proc/$spid/stat)\" = Z ]" \
+    || stop_pid "$spid"
+}
+
+# The stand-in on fy1-p1 tc ingress, behind ferry's TCX program (cls_bpf runs after TCX).
+CNI_QDISC_ADDED=$TMP/cni-qdisc-added
+cni_attach() {
+  local inc
+  inc=/usr/include/$(uname -m)-linux-gnu
+  clang -O2 -g -target bpf -I"$inc" -Wall -Werror -c "$HERE/cni_standin.bpf.c" -o "$TMP/cni_standin.o"
+  rm -rf -- "$CNI_PIN"
+  mkdir -p "$CNI_PIN/maps"
+  bpftool prog load "$TMP/cni_standin.o" "$CNI_PIN/prog" type classifier pinmaps "$CNI_PIN/maps"
+  if ! ip netns exec fy-n1 tc qdisc show dev fy1-p1 | grep clsact >/dev/null; then
+    ip netns exec fy-n1 tc qdisc add dev fy1-p1 clsact
+    touch "$CNI_QDISC_ADDED"
+  fi
+  ip netns exec fy-n1 tc filter add dev fy1-p1 ingress pref 100 bpf da object-pinned "$CNI_PIN/prog"
+}
+cni_detach() {
+  ip netns exec fy-n1 tc filter del dev fy1-p1 ingress pref 100 2>/dev/null || true
+  if [ -f "$CNI_QDISC_ADDED" ]; then
+    ip netns exec fy-n1 tc qdisc del dev fy1-p1 clsact 2>/dev/null || true
+    rm -f "$CNI_QDISC_ADDED"
+  fi
+  rm -rf -- "$CNI_PIN"
+}
+cni_seen() {  # cni_seen PORT: TCP packets to PORT seen by the stand-in
+  bpftool -j map dump pinned "$CNI_PIN/maps/cni_seen" | jq --argjson p "$1" '[.[] | select(.formatted.key == $p) | .formatted.value] | add // 0'
+}
+cni_dropped() { bpftool -j map dump pinned "$CNI_PIN/maps/cni_dropped" | jq '[.[].formatted.value] | add // 0'; }
+
+case_cni_standin() {
+  local out seen app dropped rc
+  start_httpd n2/p1 10.77.2.11
+  start_httpd n2/p2 10.77.2.12
+  cni_attach
+  # Detach even when an assertion ends the case early.
+  trap 'cni_detach' EXIT
+  assert "stand-in attached after ferry (cls_bpf pref 100 on fy1-p1 ingress)" \
+    bash -c "ip netns exec fy-n1 tc filter show dev fy1-p1 ingress | grep -q 'cni_standin'"
+  out=$(curl_get n1/p1 http://10.77.2.11:8080/case5-before)
+  assert "curl n1/p1 -> n2/p1 with the stand-in in place: 200" grep -qE '^200 ' <<<"$out"
+  seen=$(cni_seen 15008); app=$(cni_seen 8080)
+  note "stand-in on fy1-p1 saw $seen packets to port 15008 and $app to port 8080"
+  echo "$seen" >"$TMP/cni-seen-15008"
+  assert "tunnel packets (-> :15008) re-entered n1-p1's egress path (count > 0)" test "$seen" -gt 0
+  assert "no packet to the app port reached the CNI (ferry redirected them first)" test "$app" -eq 0
+
+  bpftool map update pinned "$CNI_PIN/maps/cni_deny" key 10 77 2 11 value 1 0 0 0
+  note "policy: drop TCP to 10.77.2.11:15008"
+  rc=0
+  CURL_TIMEOUT=4 curl_get n1/p1 http://10.77.2.11:8080/case5-denied >"$TMP/case5-denied.out" 2>&1 || rc=$?
+  note "curl n1/p1 -> n2/p1: exit $rc ($(tr '\n' ' ' <"$TMP/case5-denied.out"))"
+  assert "curl n1/p1 -> n2/p1 fails within 4 s" test "$rc" -ne 0
+  assert "the server never saw it" bash -c "! grep -q 'case5-denied' '$(httpd_log n2/p1)'"
+  out=$(curl_get n1/p1 http://10.77.2.12:8080/case5-other)
+  assert "curl n1/p1 -> n2/p2 (10.77.2.12) still works: 200, server sees 10.77.1.11" \
+    grep -qF "you are 10.77.1.11" <<<"$out"
+  dropped=$(cni_dropped)
+  note "stand-in dropped $dropped packets to 10.77.2.11:15008; saw $(cni_seen 15008) to :15008 in all"
+  echo "$dropped" >"$TMP/cni-dropped"
+  assert "the stand-in's drop counter moved" test "$dropped" -gt 0
+
+  bpftool map delete pinned "$CNI_PIN/maps/cni_deny" key 10 77 2 11
+  cni_detach
+  trap - EXIT
+  assert "stand-in removed (no cls_bpf filter on fy1-p1, no pins)" \
+    bash -c "! ip netns exec fy-n1 tc filter show dev fy1-p1 ingress | grep -q . && [ ! -e '$CNI_PIN' ]"
+  # The pooled HBONE connection to n2-p1 lost packets while the policy dropped them; TCP
+  # retransmission (or ferryd's 20 s dead-peer detection) recovers it: poll.
+  assert "n1/p1 -> n2/p1 works again once the policy is gone (within 25 s)" \
+    wait_for 25 "curl n1/p1 -> n2/p1" "$LAB" exec n1/p1 -- curl -sf --max-time 3 -o /dev/null http://10.77.2.11:8080/case5-after
+}
+
+# A pod listener on 10.77.2.11:15008 that records what reaches it (case 6b): if ferry let
+# a direct connection through in plaintext, the bytes would land here.
+SINK_PY='
+import socket, sys, threading
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(16)
+def serve(c, a):
+    with c:
+        while True:
+            d = c.recv(65536)
+            if not d: break
+            sys.stdout.buffer.write(b"%s:%d %d bytes: %s\n" % (a[0].encode(), a[1], len(d), d[:64])); sys.stdout.flush()
+            c.sendall(d)
+while True:
+    c, a = s.accept()
+    threading.Thread(target=serve, args=(c, a), daemon=True).start()
+'
+# Connects to DST:PORT (optionally from SRC_PORT), sends the payload file, half-closes and
+# reads; prints what happened. Exit 0 when the echo/answer came back, 3 when refused/reset
+# or closed without an answer.
+CLIENT_PY='
+import socket, sys
+dst, port, payload = sys.argv[1], int(sys.argv[2]), open(sys.argv[3], "rb").read()
+s = socket.socket(); s.settimeout(5)
+try:
+    s.connect((dst, port))
+    s.sendall(payload); s.shutdown(socket.SHUT_WR)
+    got = b""
+    while True:
+        d = s.recv(65536)
+        if not d: break
+        got += d
+except (ConnectionError, socket.timeout, OSError) as e:
+    print("refused/reset/failed: %r" % e); sys.exit(3)
+print("received %d bytes" % len(got)); sys.exit(0 if got else 3)
+'
+
+case_no_dodging() {
+  local marker_a marker_b st out rc m1
+  start_httpd n2/p1 10.77.2.11
+  marker_a=$(new_marker case6a); marker_b=$(new_marker case6b)
+  make_payload "$TMP/case6a.payload" "$marker_a" 16384
+  make_payload "$TMP/case6b.payload" "$marker_b" 16384
+  bg n2/p1 "$TMP/sink15008.log" python3 -c "$SINK_PY" 10.77.2.11 15008
+  wait_for 10 "plain listener on 10.77.2.11:15008 in n2/p1" listening n2/p1 15008
+
+  note "(a) the app binds source port 15008 and POSTs to 10.77.2.11:8080"
+  m1=$(flog_mark n1)
+  cap_start case6a
+  rc=0
+  "$LAB" exec n1/p1 -- curl -sS --max-time 10 --local-port 15008 --data-binary "@$TMP/case6a.payload" \
+    -o "$TMP/case6a.echo" -w '%{http_code} %{local_port}\n' http://10.77.2.11:8080/case6a >"$TMP/case6a.out" 2>&1 || rc=$?
+  cap_stop case6a
+  note "curl --local-port 15008: exit $rc, $(cat "$TMP/case6a.out")"
+  assert "the request was answered: 200 from local port 15008, echo intact" \
+    bash -c "grep -qx '200 15008' '$TMP/case6a.out' && cmp '$TMP/case6a.payload' '$TMP/case6a.echo'"
+  assert "the server logged it from 10.77.1.11" grep -qE '^10\.77\.1\.11:[0-9]+ POST /case6a 200' "$(httpd_log n2/p1)"
+  assert "it was captured: n1 ferryd proxied 10.77.1.11:15008 -> 10.77.2.11:8080" \
+    flog_wait n1 "$m1" "direction=outbound src=10\.77\.1\.11:15008 dst=10\.77\.2\.11:8080 .*reason=ok"
+  st=$(pcap_stats "$TMP/case6a.pcap" "$marker_a" 8080)
+  note "wire: $st"
+  assert "wire: TLS to 15008, nothing on port 8080, no marker" \
+    jqt "$st" '.to_15008 > 0 and .tls_appdata > 0 and .app_port == 0 and .marker_in_file == false'
+
+  note "(b) the app connects straight to 10.77.2.11:15008 (plain TCP) and sends a marker"
+  m1=$(flog_mark n1)
+  cap_start case6b
+  rc=0
+  "$LAB" exec n1/p1 -- python3 -c "$CLIENT_PY" 10.77.2.11 15008 "$TMP/case6b.payload" >"$TMP/case6b.out" 2>&1 || rc=$?
+  cap_stop case6b
+  note "client: exit $rc, $(cat "$TMP/case6b.out")"
+  assert "refused: reset or closed without an answer" test "$rc" -eq 3
+  assert "the pod's own :15008 listener received nothing" bash -c "! grep -q bytes '$TMP/sink15008.log'"
+  assert "ferryd refused it (n1: tunnel_refused / n2: targets a ferry port)" \
+    flog_wait n1 "$m1" "direction=outbound src=10\.77\.1\.11:[0-9]+ dst=10\.77\.2\.11:15008 .*reason=(tunnel_refused|bad_request|denied)"
+  st=$(pcap_stats "$TMP/case6b.pcap" "$marker_b" 15008)
+  note "wire: $st"
+  assert "wire: the marker never appears in plaintext" jqt "$st" '.marker_in_file == false'
+  assert "wire: what went to 15008 was TLS" jqt "$st" '.to_15008 == 0 or .tls_handshake + .tls_appdata > 0'
+}
+
+UDP_ECHO_PY='
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((sys.argv[1], int(sys.argv[2])))
+while True:
+    d, a = s.recvfrom(65536)
+    sys.stdout.write("%s:%d %d bytes\n" % (a[0], a[1], len(d))); sys.stdout.flush()
+    s.sendto(d, a)
+'
+# Sends a datagram every 0.3 s until the echo comes back (readiness and test in one), 10 s max.
+UDP_CLIENT_PY='
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(0.3)
+msg = sys.argv[3].encode()
+end = time.time() + 10
+while time.time() < end:
+    s.sendto(msg, (sys.argv[1], int(sys.argv[2])))
+    try:
+        d, a = s.recvfrom(65536)
+    except socket.timeout:
+        continue
+    if d == msg:
+        print("echo from %s:%d" % a); sys.exit(0)
+print("no UDP echo"); sys.exit(1)
+'
+
+case_udp_icmp() {
+  local n1_before n2_before n1_after n2_after m
+  n1_before=$(metric n1 'ferry_datapath_reason_packets_total{reason="NOT_TCP"}')
+  n2_before=$(metric n2 'ferry_datapath_reason_packets_total{reason="NOT_TCP"}')
+  assert "ICMP echo n1/p1 -> n2/p1" lab_ping n1/p1 10.77.2.11
+  assert "ICMP echo n2/p2 -> n2/p1 (same node)" lab_ping n2/p2 10.77.2.11
+  bg n2/p1 "$TMP/udp-echo.log" python3 -u -c "$UDP_ECHO_PY" 10.77.2.11 9999
+  local upid=$BG_PID
+  wait_for 10 "UDP echo server bound to 10.77.2.11:9999 in n2/p1" \
+    bash -c '[ -n "$(ip netns exec fy-n2-p1 ss -Hlun "sport = :9999")" ]' \
+    || { cat "$TMP/udp-echo.log"; die_case "the UDP echo server did not start"; }
+  m=$(new_marker udp)
+  if ! "$LAB" exec n1/p1 -- python3 -c "$UDP_CLIENT_PY" 10.77.2.11 9999 "$m" >"$TMP/udp-client.out" 2>&1; then
+    note "UDP client: $(cat "$TMP/udp-client.out")"
+    note "UDP server (pid $upid, $(alive "$upid" && echo alive || echo gone)) log:"; sed 's/^/      /' "$TMP/udp-echo.log"
+    ip netns exec fy-n2-p1 ss -Huan | sed 's/^/      n2-p1 ss: /'
+    die_case "UDP echo n1/p1 -> n2/p1:9999"
+  fi
+  ok "UDP echo n1/p1 -> n2/p1:9999 ($(cat "$TMP/udp-client.out"))"
+  assert "the UDP server saw 10.77.1.11 (no NAT)" grep -qE '^10\.77\.1\.11:[0-9]+ ' "$TMP/udp-echo.log"
+  n1_after=$(metric n1 'ferry_datapath_reason_packets_total{reason="NOT_TCP"}')
+  n2_after=$(metric n2 'ferry_datapath_reason_packets_total{reason="NOT_TCP"}')
+  note "reason NOT_TCP: n1 $n1_before -> $n1_after, n2 $n2_before -> $n2_after"
+  assert "n1 counted the packets as NOT_TCP (passed untouched)" test "$n1_after" -gt "$n1_before"
+  assert "n2 counted the packets as NOT_TCP (passed untouched)" test "$n2_after" -gt "$n2_before"
+}
+
+case_failure_modes() {
+  local pid marker st out rc
+  start_httpd n2/p1 10.77.2.11
+  assert "n1/p1 -> n2/p1 works before" "$LAB" exec n1/p1 -- curl -sf --max-time 5 -o /dev/null http://10.77.2.11:8080/case8-before
+
+  note "failure_mode closed (lab default): SIGTERM n1's ferryd"
+  grep -qE '^  failure_mode: closed' "$STATE/n1/ferryd.yaml" || die_case "n1's config is not failure_mode: closed"
+  pid=$(cat "$STATE/n1/ferryd.pid")
+  kill -TERM "$pid"
+  assert "ferryd n1 (pid $pid) exits on SIGTERM within 10 s" \
+    wait_for 10 "ferryd to exit" bash -c "! { st=\$(awk '{print \$3}' /proc/$pid/stat 2>/dev/null) && [ \"\$st\" != Z ]; }"
+  assert "its links stay pinned (closed: pods stay steered into the empty proxy)" \
+    test -e "$BPFFS/n1/link_fy1-p1_in"
+  marker=$(new_marker case8)
+  make_payload "$TMP/case8.payload" "$marker" 16384
+  cap_start case8
+  rc=0
+  "$LAB" exec n1/p1 -- curl -sS --max-time 3 --data-binary "@$TMP/case8.payload" -o /dev/null \
+    http://10.77.2.11:8080/case8-closed >"$TMP/case8.out" 2>&1 || rc=$?
+  cap_stop case8
+  note "curl n1/p1 -> n2/p1 with ferryd down: exit $rc ($(tr '\n' ' ' <"$TMP/case8.out"))"
+  assert "curl fails (cut off)" test "$rc" -ne 0
+  assert "the server never saw it" bash -c "! grep -q case8-closed '$(httpd_log n2/p1)'"
+  st=$(pcap_stats "$TMP/case8.pcap" "$marker" 8080)
+  note "wire: $st"
+  assert "wire: no packet to port 8080 and no marker (nothing leaked)" jqt "$st" '.app_port == 0 and .marker_in_file == false'
+  assert "ICMP n1/p1 -> n2/p1 still works" lab_ping n1/p1 10.77.2.11
+
+  note "restart ferryd n1 (ferry-lab start n1), closed mode"
+  local m1
+  m1=$(flog_mark n1)
+  "$LAB" start n1 8<&- | sed 's/^/      /'
+  assert "the restarted ferryd adopted its pinned links" \
+    bash -c "tail -n +$((m1 + 1)) '$(flog n1)' | grep -q 'adopted pinned link /run/ferry/bpffs/n1/link_fy1-p1_in'"
+  assert "curl n1/p1 -> n2/p1 works again (within 10 s)" \
+    wait_for 10 "curl n1/p1 -> n2/p1" "$LAB" exec n1/p1 -- curl -sf --max-time 3 -o /dev/null http://10.77.2.11:8080/case8-restarted
+
+  note "failure_mode open: stop n1's ferryd, set failure_mode: open, start it"
+  "$LAB" stop n1 8<&- | sed 's/^/      /'
+  sed -i -E 's/^(  failure_mode:) closed( *)/\1 open  \2/' "$STATE/n1/ferryd.yaml"
+  assert "n1's config now says failure_mode: open" grep -qE '^  failure_mode: open' "$STATE/n1/ferryd.yaml"
+  "$LAB" start n1 8<&- | sed 's/^/      /'
+  m1=$(flog_mark n1)
+  assert "open mode, ferryd up: n1/p1 -> n2/p1 through the mesh" \
+    "$LAB" exec n1/p1 -- curl -sf --max-time 5 -o /dev/null http://10.77.2.11:8080/case8-open-up
+  assert "... n1 ferryd carried it" flog_wait n1 "$m1" "direction=outbound src=10\.77\.1\.11:[0-9]+ dst=10\.77\.2\.11:8080 .*reason=ok"
+  "$LAB" stop n1 8<&- | sed 's/^/      /'
+  # An open-mode ferryd neither adopts nor removes the links that the closed-mode ferryd
+  # before it pinned: they stay attached and keep the pods steered into an empty proxy.
+  # An open-mode ferryd removes the links a closed-mode one pinned (else they would keep
+  # steering pods into the empty proxy after it stops).
+  assert "no ferry link pinned on n1 after the open-mode ferryd stopped" bash -c "[ -z \"\$(find $BPFFS/n1 -maxdepth 1 -name 'link_*')\" ]"
+  marker=$(new_marker case8open)
+  make_payload "$TMP/case8open.payload" "$marker" 16384
+  local m2
+  m2=$(flog_mark n2)
+  cap_start case8open
+  rc=0
+  "$LAB" exec n1/p1 -- curl -sS --max-time 5 --data-binary "@$TMP/case8open.payload" -o "$TMP/case8open.echo" \
+    http://10.77.2.11:8080/case8-open-down >"$TMP/case8open.out" 2>&1 || rc=$?
+  cap_stop case8open
+  assert "open mode, ferryd down: curl n1/p1 -> n2/p1 works (direct routing)" \
+    bash -c "[ $rc -eq 0 ] && cmp '$TMP/case8open.payload' '$TMP/case8open.echo'"
+  assert "the server saw 10.77.1.11" grep -qE '^10\.77\.1\.11:[0-9]+ POST /case8-open-down 200' "$(httpd_log n2/p1)"
+  st=$(pcap_stats "$TMP/case8open.pcap" "$marker" 8080)
+  note "wire: $st"
+  # The earlier tunnel's teardown (FIN/RST to or from :15008) may still cross; no TLS data may.
+  assert "wire: port 8080 in plaintext, not the tunnel (by design of failure_mode open)" \
+    jqt "$st" '.app_port > 0 and .tls_appdata == 0 and .marker_in_file == true'
+  assert "n2 ferryd was not involved (no inbound access line)" \
+    bash -c "! tail -n +$((m2 + 1)) '$(flog n2)' | grep -q 'direction=inbound.*dst=10.77.2.11:8080'"
+}
+
+# 4b: the same iperf3 in a lab without ferryd (plain routing), for comparison.
+case_iperf3_plaintext() {
+  local bytes bps mesh
+  "$LAB" up --no-ferryd 8<&- >"$TMP/up-plain.log" 2>&1 || { cat "$TMP/up-plain.log"; die_case "ferry-lab up --no-ferryd failed"; }
+  bg n2/p1 "$TMP/iperf3-server-plain.log" iperf3 -s -1 -B 10.77.2.11 -p 5201
+  wait_for 10 "iperf3 -s listening in n2/p1" listening n2/p1 5201
+  "$LAB" exec n1/p1 -- timeout 30 iperf3 -c 10.77.2.11 -p 5201 -t 3 -J >"$TMP/iperf3-plain.json" \
+    || { cat "$TMP/iperf3-plain.json"; die_case "iperf3 client failed"; }
+  bytes=$(jq '.end.sum_received.bytes' "$TMP/iperf3-plain.json")
+  bps=$(jq '.end.sum_received.bits_per_second' "$TMP/iperf3-plain.json")
+  mesh=$(cat "$TMP/iperf3-mesh.bps" 2>/dev/null || echo 0)
+  echo "$bps" >"$TMP/iperf3-plain.bps"
+  note "iperf3 plaintext (no ferryd): $bytes bytes, $(awk -v b="$bps" 'BEGIN{printf "%.2f", b/1e9}') Gbit/s;" \
+    "mesh: $(awk -v b="$mesh" 'BEGIN{printf "%.2f", b/1e9}') Gbit/s"
+  assert "iperf3 moved bytes without ferryd" test "${bytes%.*}" -gt 0
+}
+
+case_leaks() {
+  "$LAB" down 8<&- >"$TMP/down.log" 2>&1 || { cat "$TMP/down.log"; die_case "ferry-lab down failed"; }
+  assert "no fy-* network namespace" bash -c '! ip netns list | grep -E "^fy-"'
+  assert "no fy* link in the root netns" bash -c "! ip -o link show | awk -F': ' '{print \$2}' | grep -E '^fy'"
+  assert "no lab pins ($BPFFS/n1, $BPFFS/n2, $CNI_PIN)" bash -c "[ ! -e $BPFFS/n1 ] && [ ! -e $BPFFS/n2 ] && [ ! -e $CNI_PIN ]"
+  assert "no state directory $STATE" test ! -e "$STATE"
+  assert "no ferryd of the lab running" bash -c '! pgrep -af -- "--config /run/ferry-la[b]/"'
+  # Everything this test started (servers, iperf3, tcpdump) is gone (or a zombie that is
+  # only waiting for this shell to reap it).
+  assert "no process started by the test ($(wc -l <"$PIDS") recorded) is alive" bash -c '
+    bad=0
+    while read -r p _; do
+      st=$(awk "{print \$3}" /proc/$p/stat 2>/dev/null || true)
+      if [ -n "$st" ] && [ "$st" != Z ]; then echo "pid $p alive: $(tr "\0" " " </proc/$p/cmdline)"; bad=1; fi
+    done <"$1"
+    exit $bad' _ "$PIDS"
+}
+
+# ---------------------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------------------
+wait_no_lab() {
+  # Never tear down someone else's lab: wait for it to go away.
+  local deadline=$((SECONDS + LAB_WAIT))
+  while ip netns list | grep -E '^fy-n[12]( |$)' >/dev/null; do
+    if [ $SECONDS -ge $deadline ]; then
+      echo "$ME: FAIL: a ferry lab is still up after ${LAB_WAIT}s (fy-n1/fy-n2 exist);" \
+        "if it is a leftover, run 'scripts/ferry-lab down'" >&2
+      trap - EXIT; rm -rf -- "$TMP"; exit 1
+    fi
+    [ $((SECONDS % 15)) -eq 0 ] && echo "$ME: another lab is up; waiting (at most ${LAB_WAIT}s)"
+    sleep 1   # no signal to wait on: another run's lab goes away when it is done
+  done
+}
+
+T0=$SECONDS
+wait_no_lab
+echo "== ferry-lab up"
+if ! "$LAB" up 8<&- 2>&1 | sed 's/^/    /'; then echo "$ME: FAIL: ferry-lab up failed"; exit 1; fi
+note "$("$LAB" exec n1/proxy -- curl -s --max-time 2 http://127.0.0.1:15000/datapath | tr '\n' ';')"
+
+# Pods leave and join at run time through the workloads file. A pod that left is an
+# unenrolled pod: it keeps working (directly, in plaintext, as before ferry), and the other
+# pods' connections, including one open across the change, are not touched.
+case_join_leave() {
+  local wl="$STATE/workloads.yaml" saved="$TMP/workloads.saved" out m1 go="$TMP/longlived.go"
+  enrolled_is() { [ "$(metric "$1" ferry_datapath_enrolled_pods)" = "$2" ]; }
+  no_line_since() { ! flog_since "$1" "$2" | grep -q -- "$3"; }
+  count_at_least() { [ "$(grep -c -- "$2" "$1" 2>/dev/null || true)" -ge "$3" ]; }
+  start_httpd n2/p1 10.77.2.11
+  cp "$wl" "$saved"
+  assert "two pods enrolled on n1 before" wait_for 10 "2 enrolled" enrolled_is n1 2
+  # A connection of n1/p1 held open across the change, to an echo server on n2/p1:9090;
+  # it speaks again once $go exists.
+  rm -f "$go"
+  bg n2/p1 "$TMP/echo9090.log" python3 -c '
+import socket, threading
+srv = socket.create_server(("10.77.2.11", 9090))
+def serve(c):
+    while True:
+        d = c.recv(4096)
+        if not d: break
+        c.sendall(d)
+    c.close()
+while True:
+    c, _ = srv.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()'
+  assert "echo server on n2/p1:9090 listening" wait_for 10 "listener" listening n2/p1 9090
+  bg n1/p1 "$TMP/longlived.out" python3 -c '
+import os, socket, sys, time
+go = sys.argv[1]
+s = socket.create_connection(("10.77.2.11", 9090))
+s.sendall(b"echo-before\n")
+print(s.recv(4096).decode().strip(), flush=True)
+deadline = time.time() + 60
+while not os.path.exists(go) and time.time() < deadline:
+    time.sleep(0.05)  # the test creates the file; no other signal crosses the netns
+s.sendall(b"echo-after\n")
+print(s.recv(4096).decode().strip(), flush=True)' "$go"
+  assert "long-lived connection echoed before the change" wait_for 10 "first echo" count_at_least "$TMP/longlived.out" "echo-before" 1
+  # n1-p2 leaves the mesh: its entry is removed from the workloads file (atomic rename).
+  python3 - "$wl" <<'EOF'
+import sys
+path = sys.argv[1]
+out, skip = [], False
+for line in open(path).read().splitlines(keepends=True):
+    if line.lstrip().startswith("- "):
+        skip = "n1-p2" in line
+    if not skip:
+        out.append(line)
+open(path + ".tmp", "w").write("".join(out))
+EOF
+  mv "$wl.tmp" "$wl"
+  assert "n1 released n1-p2 (one pod enrolled)" wait_for 10 "1 enrolled" enrolled_is n1 1
+  m1=$(flog_mark n1)
+  out=$(curl_get n1/p2 http://10.77.2.11:8080/unenrolled)
+  assert "the unenrolled pod n1/p2 still reaches n2/p1 (200)" grep -qE '^200 ' <<<"$out"
+  assert "... directly: n1's ferryd has no access line for 10.77.1.12" no_line_since n1 "$m1" "src=10.77.1.12"
+  out=$(curl_get n1/p1 http://10.77.2.11:8080/still-enrolled)
+  assert "the enrolled pod n1/p1 still works (200)" grep -qE '^200 ' <<<"$out"
+  touch "$go"
+  assert "the connection held open across the change still works" wait_for 10 "second echo" count_at_least "$TMP/longlived.out" "echo-after" 1
+  # n1-p2 joins again.
+  cp "$saved" "$wl.tmp" && mv "$wl.tmp" "$wl"
+  assert "n1 enrolled n1-p2 again" wait_for 10 "2 enrolled" enrolled_is n1 2
+  m1=$(flog_mark n1)
+  out=$(curl_get n1/p2 http://10.77.2.11:8080/rejoined)
+  assert "the rejoined pod reaches n2/p1 (200)" grep -qE '^200 ' <<<"$out"
+  assert "... through the mesh again" flog_wait n1 "$m1" "direction=outbound src=10\.77\.1\.12:[0-9]+ dst=10\.77\.2\.11:8080 .*reason=ok"
+}
+run_case 1 "cross-node curl n1/p1 -> n2/p1, server sees 10.77.1.11" case_cross_node_curl
+run_case 2 "same-node curl n2/p2 -> n2/p1, server sees 10.77.2.12" case_same_node_curl
+run_case 3 "the wire (n1/p2 -> n2/p1): TLS to :15008, no plaintext of a 64 KiB marker, nothing on :8080" case_wire_capture
+run_case 4 "iperf3 across nodes through the mesh" case_iperf3
+run_case 5 "CNI stand-in after ferry on fy1-p1 ingress: counts the tunnel, its drop policy bites" case_cni_standin
+run_case 6 "capture cannot be dodged (source port 15008; direct :15008)" case_no_dodging
+run_case 7 "UDP and ICMP untouched (reason NOT_TCP)" case_udp_icmp
+run_case 7b "pods leave and join at run time; an unenrolled pod keeps working; others untouched" case_join_leave
+run_case 8 "ferryd stopped: closed cuts off without leaking, restart adopts, open routes directly" case_failure_modes
+run_case 4b "iperf3 across nodes without ferryd (plaintext baseline)" case_iperf3_plaintext
+run_case 9 "leak check after ferry-lab down" case_leaks
+
+echo
+mesh=$(cat "$TMP/iperf3-mesh.bps" 2>/dev/null || echo 0)
+plain=$(cat "$TMP/iperf3-plain.bps" 2>/dev/null || echo 0)
+awk -v m="$mesh" -v p="$plain" 'BEGIN{printf "iperf3 n1/p1 -> n2/p1: mesh %.2f Gbit/s, plaintext %.2f Gbit/s\n", m/1e9, p/1e9}'
+echo "CNI stand-in on fy1-p1: $(cat "$TMP/cni-seen-15008" 2>/dev/null || echo ?) tunnel packets seen for one curl," \
+  "$(cat "$TMP/cni-dropped" 2>/dev/null || echo ?) dropped by its policy"
+echo "$ME: $PASSED passed, $FAILED failed ($((SECONDS - T0)) s)${FAILED_NAMES[*]:+; failed: ${FAILED_NAMES[*]}}"
+[ "$FAILED" -eq 0 ]
