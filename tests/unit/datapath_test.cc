@@ -108,3 +108,120 @@ TEST(Netns, AssignsAndReadsThePeerIdThatBpfLookupsNeed) {
 
 }  // namespace
 }  // namespace ferry::datapath
+
+// Attaching, both ways, on a veth of a namespace of our own.
+#include <bpf/bpf.h>
+#include <linux/bpf.h>
+#include <net/if.h>
+
+#include <array>
+#include <cstdio>
+
+#include "proxy/datapath/attach.h"
+
+namespace ferry::datapath {
+namespace {
+
+std::string run(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return out;
+  std::array<char, 512> buf{};
+  while (fgets(buf.data(), buf.size(), p)) out += buf.data();
+  pclose(p);
+  return out;
+}
+
+int loadPassProgram() {
+  // return TC_ACT_UNSPEC (-1): lets every other program run.
+  const bpf_insn insns[] = {{BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, -1},
+                            {BPF_JMP | BPF_EXIT, 0, 0, 0, 0}};
+  return bpf_prog_load(BPF_PROG_TYPE_SCHED_CLS, "fy_test_pass", "GPL", insns, 2, nullptr);
+}
+
+TEST(Attachment, ClsBpfFallbackAttachesAtPriorityOneAndDetachesExactlyItsFilter) {
+  if (!mustRunAsRoot()) GTEST_SKIP() << "attaching tc programs needs root";
+  std::string before, during, after, error;
+  std::thread t([&] {
+    if (unshare(CLONE_NEWNET) != 0) {
+      error = "unshare failed";
+      return;
+    }
+    // Children of this thread (system/popen) share its network namespace.
+    run("ip link add fy-at0 type veth peer name fy-at1");
+    // A "CNI" filter that must survive ferry's detach.
+    run("tc qdisc add dev fy-at0 clsact");
+    run("tc filter add dev fy-at0 ingress pref 100 bpf bytecode '1,6 0 0 0,'");
+    int ifindex = static_cast<int>(if_nametoindex("fy-at0"));
+    int prog = loadPassProgram();
+    if (ifindex == 0 || prog < 0) {
+      error = "setup failed";
+      return;
+    }
+    before = run("tc filter show dev fy-at0 ingress");
+    {
+      auto a = Attachment::attach(prog, ifindex, Hook::kIngress, /*tcx=*/false, "test");
+      if (!a.ok()) {
+        error = std::string(a.status().message());
+        return;
+      }
+      during = run("tc filter show dev fy-at0 ingress");
+    }
+    after = run("tc filter show dev fy-at0 ingress");
+    close(prog);
+  });
+  t.join();
+  ASSERT_TRUE(error.empty()) << error;
+  EXPECT_EQ(before.find("pref 1 "), std::string::npos) << before;
+  EXPECT_NE(during.find("pref 1 bpf"), std::string::npos) << during;
+  EXPECT_NE(during.find("fy_test_pass"), std::string::npos) << during;
+  EXPECT_NE(during.find("pref 100 bpf"), std::string::npos) << during;
+  EXPECT_EQ(after.find("fy_test_pass"), std::string::npos) << "ferry's filter is gone:\n" << after;
+  EXPECT_NE(after.find("bytecode '1,6 0 0 0'"), std::string::npos) << "the CNI's filter stays:\n" << after;
+}
+
+TEST(Attachment, TcxLinkIsPinnedAdoptedAndDetachedWithItsPin) {
+  if (!mustRunAsRoot()) GTEST_SKIP() << "attaching tc programs needs root";
+  std::string error;
+  bool pinned_during = false, adopted = false, pin_gone = false;
+  std::thread t([&] {
+    if (unshare(CLONE_NEWNET) != 0 || unshare(CLONE_NEWNS) != 0) {
+      error = "unshare failed";
+      return;
+    }
+    // A private bpffs for the pin (this thread's own mount namespace).
+    run("mount --make-rprivate / && mkdir -p /run/fy-attach-test && mount -t bpf bpf /run/fy-attach-test");
+    run("ip link add fy-at0 type veth peer name fy-at1");
+    int ifindex = static_cast<int>(if_nametoindex("fy-at0"));
+    int prog = loadPassProgram();
+    if (ifindex == 0 || prog < 0) {
+      error = "setup failed";
+      return;
+    }
+    const std::string pin = "/run/fy-attach-test/link_fy-at0_in";
+    {
+      auto a = Attachment::attach(prog, ifindex, Hook::kIngress, /*tcx=*/true, "first", pin);
+      if (!a.ok()) {
+        error = std::string(a.status().message());
+        return;
+      }
+      pinned_during = access(pin.c_str(), F_OK) == 0;
+      a->release();  // as a closed-mode ferryd leaving: the pinned link stays
+    }
+    {
+      auto b = Attachment::attach(prog, ifindex, Hook::kIngress, /*tcx=*/true, "second", pin);
+      adopted = b.ok() && access(pin.c_str(), F_OK) == 0;
+    }  // detached, pin removed
+    pin_gone = access(pin.c_str(), F_OK) != 0;
+    run("umount /run/fy-attach-test; rmdir /run/fy-attach-test");
+    close(prog);
+  });
+  t.join();
+  ASSERT_TRUE(error.empty()) << error;
+  EXPECT_TRUE(pinned_during);
+  EXPECT_TRUE(adopted);
+  EXPECT_TRUE(pin_gone);
+}
+
+}  // namespace
+}  // namespace ferry::datapath
