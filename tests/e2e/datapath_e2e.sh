@@ -269,35 +269,8 @@ make_payload() {  # make_payload FILE MARKER BYTES
 }
 
 # ICMP echo from a lab namespace (python raw socket: iputils ping is not installed in CI).
-PING_PY='
-import os, socket, struct, sys, time
-dst = sys.argv[1]
-def csum(b):
-    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
-    s = (s >> 16) + (s & 0xffff); s += s >> 16
-    return ~s & 0xffff
-ident = os.getpid() & 0xffff
-s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
-for seq in range(1, 7):
-    data = b"ferry-e2e-ping!!"
-    hdr = struct.pack("!BBHHH", 8, 0, 0, ident, seq)
-    s.sendto(struct.pack("!BBHHH", 8, 0, csum(hdr + data), ident, seq) + data, (dst, 0))
-    end = time.time() + 0.5
-    while True:
-        left = end - time.time()
-        if left <= 0: break
-        s.settimeout(left)
-        try: r, a = s.recvfrom(2048)
-        except socket.timeout: break
-        ihl = (r[0] & 15) * 4
-        t, _, _, i, q = struct.unpack("!BBHHH", r[ihl:ihl + 8])
-        if a[0] == dst and t == 0 and i == ident:
-            print("echo reply from %s seq %d" % (dst, q)); sys.exit(0)
-print("no echo reply from %s" % dst); sys.exit(1)
-'
-lab_ping() {  # lab_ping TARGET DST
-  if command -v ping >/dev/null; then "$LAB" exec "$1" -- ping -c 1 -w 3 "$2"
-  else "$LAB" exec "$1" -- python3 -c "$PING_PY" "$2"; fi
+lab_ping() {  # lab_ping TARGET DST (iputils-ping is installed by scripts/bootstrap.sh)
+  "$LAB" exec "$1" -- ping -c 1 -w 3 "$2"
 }
 
 # curl_get TARGET URL: prints "CODE LOCAL_PORT" and the body; fails on a transport error.
