@@ -12,36 +12,6 @@
 namespace ferry::identity {
 namespace {
 
-absl::Status verifyChain(X509* leaf, const std::vector<X509Ptr>& intermediates,
-                         const TrustBundle& bundle) {
-  X509StorePtr store(X509_STORE_new());
-  X509StackPtr untrusted(sk_X509_new_null());
-  X509StoreCtxPtr ctx(X509_STORE_CTX_new());
-  if (!store || !untrusted || !ctx) return openSslError("cannot allocate X509 store");
-  for (const X509Ptr& root : bundle.roots) {
-    if (X509_STORE_add_cert(store.get(), root.get()) != 1) {
-      // Duplicate roots in a bundle are harmless.
-      unsigned long err = ERR_peek_last_error();
-      if (ERR_GET_REASON(err) != X509_R_CERT_ALREADY_IN_HASH_TABLE) return openSslError("cannot add root");
-      ERR_clear_error();
-    }
-  }
-  for (const X509Ptr& cert : intermediates) {
-    X509Ptr ref = upRef(cert.get());
-    if (sk_X509_push(untrusted.get(), ref.get()) <= 0) return openSslError("cannot build chain");
-    ref.release();  // now owned by the stack
-  }
-  if (X509_STORE_CTX_init(ctx.get(), store.get(), leaf, untrusted.get()) != 1) {
-    return openSslError("cannot initialise chain verification");
-  }
-  if (X509_verify_cert(ctx.get()) != 1) {
-    int err = X509_STORE_CTX_get_error(ctx.get());
-    ERR_clear_error();
-    return absl::FailedPreconditionError(absl::StrCat(X509_verify_cert_error_string(err), " (at depth ",
-                                                      X509_STORE_CTX_get_error_depth(ctx.get()), ")"));
-  }
-  return absl::OkStatus();
-}
 
 }  // namespace
 
@@ -208,7 +178,9 @@ absl::StatusOr<std::shared_ptr<const Svid>> DirCertSource::load(const SpiffeId& 
   }
   std::vector<X509Ptr> intermediates;
   for (size_t i = 1; i < certs->size(); ++i) intermediates.push_back(std::move((*certs)[i]));
-  if (absl::Status s = verifyChain(leaf, intermediates, bundle); !s.ok()) {
+  std::vector<X509*> untrusted;
+  for (const X509Ptr& cert : intermediates) untrusted.push_back(cert.get());
+  if (absl::Status s = verifyChain(leaf, untrusted, bundle); !s.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(cert_path, ": chain does not verify against ",
                                                       dir_, "/bundle.pem: ", s.message()));
   }

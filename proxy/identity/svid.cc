@@ -1,6 +1,7 @@
 #include "proxy/identity/svid.h"
 
 #include <openssl/err.h>
+#include <openssl/x509_vfy.h>
 
 #include "absl/strings/str_cat.h"
 #include "proxy/identity/string_compat.h"
@@ -93,6 +94,40 @@ absl::StatusOr<SpiffeId> validateSvidLeaf(X509* leaf) {
     }
   }
   return *std::move(id);
+}
+
+absl::Status verifyChain(X509* leaf, const std::vector<X509*>& untrusted_certs,
+                         const TrustBundle& bundle,
+                         std::optional<std::chrono::system_clock::time_point> at) {
+  X509StorePtr store(X509_STORE_new());
+  X509StackPtr untrusted(sk_X509_new_null());
+  X509StoreCtxPtr ctx(X509_STORE_CTX_new());
+  if (!store || !untrusted || !ctx) return openSslError("cannot allocate X509 store");
+  for (const X509Ptr& root : bundle.roots) {
+    if (X509_STORE_add_cert(store.get(), root.get()) != 1) {
+      // Duplicate roots in a bundle are harmless.
+      if (ERR_GET_REASON(ERR_peek_last_error()) != X509_R_CERT_ALREADY_IN_HASH_TABLE) {
+        return openSslError("cannot add root");
+      }
+      ERR_clear_error();
+    }
+  }
+  for (X509* cert : untrusted_certs) {
+    X509Ptr ref = upRef(cert);
+    if (sk_X509_push(untrusted.get(), ref.get()) <= 0) return openSslError("cannot build chain");
+    ref.release();  // now owned by the stack
+  }
+  if (X509_STORE_CTX_init(ctx.get(), store.get(), leaf, untrusted.get()) != 1) {
+    return openSslError("cannot initialise chain verification");
+  }
+  if (at) X509_STORE_CTX_set_time(ctx.get(), 0, std::chrono::system_clock::to_time_t(*at));
+  if (X509_verify_cert(ctx.get()) != 1) {
+    int err = X509_STORE_CTX_get_error(ctx.get());
+    ERR_clear_error();
+    return absl::FailedPreconditionError(absl::StrCat(X509_verify_cert_error_string(err), " (at depth ",
+                                                      X509_STORE_CTX_get_error_depth(ctx.get()), ")"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace ferry::identity

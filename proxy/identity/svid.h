@@ -1,6 +1,7 @@
 #pragma once
 // X.509-SVIDs (shared/reference/spiffe.md B5.2) and the trust bundle they chain to.
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,11 @@ struct TrustBundle {
 // keyCertSign/cRLSign, EKU (if present) includes serverAuth and clientAuth. Returns the ID or an
 // error naming the rule. Does not check the chain or the validity period.
 absl::StatusOr<SpiffeId> validateSvidLeaf(X509* leaf);
+
+// RFC 5280 path validation of `leaf` through `untrusted` (intermediates, any order) to one
+// of `bundle`'s roots, at `at` (now when unset). The error names OpenSSL's reason and depth.
+absl::Status verifyChain(X509* leaf, const std::vector<X509*>& untrusted, const TrustBundle& bundle,
+                         std::optional<std::chrono::system_clock::time_point> at = std::nullopt);
 
 // Every URI SAN of `cert`, in order (for diagnostics and CA loading).
 std::vector<std::string> uriSans(X509* cert);
