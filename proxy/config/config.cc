@@ -55,7 +55,8 @@ class ConfigParser {
     if (!root.ok()) return root.status();
     auto top = reader_.map(*root, {"node", "trust_domain", "workloads_file", "cert_dir", "listen",
                                    "timeouts", "pool", "workers", "log_level", "transparent",
-                                   "original_destination", "hbone_port", "workloads_poll", "datapath"});
+                                   "original_destination", "hbone_port", "workloads_poll", "datapath",
+                                   "identity"});
     if (!top.ok()) return top.status();
     if (auto s = parseTop(*top); !s.ok()) return s;
     return std::move(config_);
@@ -107,6 +108,7 @@ class ConfigParser {
     if (auto s = parseTimeouts(top.find("timeouts")); !s.ok()) return s;
     if (auto s = parsePool(top.find("pool")); !s.ok()) return s;
     if (auto s = parseDatapath(top.find("datapath")); !s.ok()) return s;
+    if (auto s = parseIdentity(top.find("identity")); !s.ok()) return s;
 
     if (auto field = top.find("workers")) {
       auto workers = reader_.integer(*field, 0, kMaxWorkers);
@@ -322,6 +324,28 @@ class ConfigParser {
     if (!text.ok()) return text.status();
     if (text->empty()) return reader_.error(*field, "must not be empty");
     out = *text;
+    return absl::OkStatus();
+  }
+
+  absl::Status parseIdentity(const std::optional<YamlField>& field) {
+    if (!field) return absl::OkStatus();
+    auto map = reader_.map(*field, {"source", "ca_cert", "ca_key", "leaf_lifetime"});
+    if (!map.ok()) return map.status();
+    Identity& id = config_.identity;
+    if (auto s = optionalEnum<CertSourceKind>(
+            *map, "source", {{"files", CertSourceKind::kFiles}, {"ca", CertSourceKind::kCa}}, id.source);
+        !s.ok()) {
+      return s;
+    }
+    if (auto s = optionalString(*map, "ca_cert", id.ca_cert); !s.ok()) return s;
+    if (auto s = optionalString(*map, "ca_key", id.ca_key); !s.ok()) return s;
+    if (auto s = optionalDuration(*map, "leaf_lifetime", id.leaf_lifetime); !s.ok()) return s;
+    if (id.source == CertSourceKind::kCa) {
+      if (id.ca_cert.empty()) return reader_.error(*field, "identity.ca_cert is required with source: ca");
+      if (id.ca_key.empty()) return reader_.error(*field, "identity.ca_key is required with source: ca");
+      id.ca_cert = resolvePath(base_dir_, id.ca_cert);
+      id.ca_key = resolvePath(base_dir_, id.ca_key);
+    }
     return absl::OkStatus();
   }
 

@@ -72,6 +72,19 @@ struct Datapath {
   uint32_t mark = 0x539;  // FERRY_DEFAULT_PROXY_MARK (bpf/shared/datapath.h), Istio's TPROXY mark
 };
 
+// Where workload certificates come from (design §5).
+enum class CertSourceKind {
+  kFiles,  // cert_dir/<ns>/<sa>/{cert,key}.pem written by an agent (cert-manager, SPIRE helper)
+  kCa,     // issued in-process by ferryd from a CA (the lab: a per-node intermediate)
+};
+
+struct Identity {
+  CertSourceKind source = CertSourceKind::kFiles;
+  std::string ca_cert;  // PEM: the issuing CA first, then its chain up to (not incl.) the root
+  std::string ca_key;   // PEM private key of the issuing CA
+  Millis leaf_lifetime{24 * 3600 * 1000};  // 24 h: ztunnel's and Istio's default
+};
+
 struct Config {
   std::string node;               // required; matches workloads' `node`
   std::string trust_domain;       // required; e.g. cluster.local
@@ -87,6 +100,7 @@ struct Config {
   uint16_t hbone_port = 15008;    // port of peers' HBONE listeners (destination pod IP:port)
   Millis workloads_poll{1'000};   // how often the workloads file is checked for changes
   Datapath datapath;
+  Identity identity;  // trust roots always come from cert_dir/bundle.pem
 };
 
 // Parses and validates. `source_name` (usually the path) prefixes every error, which also

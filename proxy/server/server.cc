@@ -74,8 +74,6 @@ std::vector<uint16_t> ferryPorts(const config::Config& c) {
 Server::Server(config::Config config)
     : config_(std::move(config)),
       workloads_(config_.workloads_file, config_.node),
-      certs_(config_.cert_dir, config_.trust_domain),
-      tls_(certs_, config_.trust_domain),
       sockets_(config_.transparent) {}
 
 Server::~Server() {
@@ -91,8 +89,9 @@ absl::Status Server::start() {
   if (auto st = workloads_.loadInitial(); !st.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("workloads: ", st.message()));
   }
+  if (auto st = makeCertSource(); !st.ok()) return st;
   size_t n = config_.workers != 0 ? config_.workers : std::max(1u, std::thread::hardware_concurrency());
-  shared_.reset(new session::Shared{config_, workloads_, tls_, sockets_, stats_, ferryPorts(config_)});
+  shared_.reset(new session::Shared{config_, workloads_, *tls_, sockets_, stats_, ferryPorts(config_)});
   shared_->worker_count = n;
   for (size_t i = 0; i < n; ++i) workers_.push_back(std::make_unique<session::Worker>(*shared_, i));
   shared_->handoff = [this](size_t target, int fd, session::OutboundPlan plan) {
@@ -205,6 +204,35 @@ absl::Status Server::start() {
   FERRY_LOG(kInfo, "ferryd ready: node=%s trust_domain=%s workers=%d workloads=%d (local %d)",
             config_.node, config_.trust_domain, n, workloads_.current()->all().size(),
             workloads_.current()->localCount());
+  return absl::OkStatus();
+}
+
+absl::Status Server::makeCertSource() {
+  if (config_.identity.source == config::CertSourceKind::kFiles) {
+    certs_ = std::make_unique<identity::DirCertSource>(config_.cert_dir, config_.trust_domain);
+  } else {
+    const auto& id = config_.identity;
+    auto ca = identity::CertificateAuthority::load(id.ca_cert, id.ca_key);
+    if (!ca.ok()) return absl::FailedPreconditionError(absl::StrCat("identity.ca_cert/ca_key: ", ca.status().message()));
+    auto ca_pem = identity::readFile(id.ca_cert);
+    auto certs = ca_pem.ok() ? identity::parseCertsPem(*ca_pem) : ca_pem.status();
+    if (!certs.ok()) return absl::FailedPreconditionError(absl::StrCat("identity.ca_cert: ", certs.status().message()));
+    std::vector<identity::X509Ptr> chain;
+    for (size_t i = 1; i < certs->size(); ++i) chain.push_back(std::move((*certs)[i]));
+    std::string bundle_path = config_.cert_dir + "/bundle.pem";
+    auto bundle_pem = identity::readFile(bundle_path);
+    auto roots = bundle_pem.ok() ? identity::parseCertsPem(*bundle_pem) : bundle_pem.status();
+    if (!roots.ok()) return absl::FailedPreconditionError(absl::StrCat(bundle_path, ": ", roots.status().message()));
+    auto source = identity::CaCertSource::create(
+        std::move(*ca), std::move(chain), std::move(*roots), config_.trust_domain,
+        std::chrono::duration_cast<std::chrono::seconds>(id.leaf_lifetime));
+    if (!source.ok()) return source.status();
+    ca_source_ = source->get();
+    certs_ = std::move(*source);
+    FERRY_LOG(kInfo, "identity: issuing workload certificates from the built-in CA %s (leaf lifetime %s)",
+              id.ca_cert, common::formatDuration(id.leaf_lifetime));
+  }
+  tls_ = std::make_unique<identity::TlsContextCache>(*certs_, config_.trust_domain);
   return absl::OkStatus();
 }
 
@@ -328,6 +356,18 @@ std::string Server::renderMetrics() {
                   "# TYPE ferry_workloads gauge\nferry_workloads{scope=\"all\"} ", reg->all().size(),
                   "\nferry_workloads{scope=\"local\"} ", reg->localCount(), "\n");
   if (datapath_) absl::StrAppend(&out, datapath_->renderPrometheus());
+  if (ca_source_ != nullptr) {
+    absl::StrAppend(&out,
+                    "# HELP ferry_certificates_issued_total Workload SVIDs issued by the built-in CA\n"
+                    "# TYPE ferry_certificates_issued_total counter\nferry_certificates_issued_total ",
+                    ca_source_->issued(),
+                    "\n# HELP ferry_certificates_refreshed_total SVIDs re-issued at half life (or after a CA change)\n"
+                    "# TYPE ferry_certificates_refreshed_total counter\nferry_certificates_refreshed_total ",
+                    ca_source_->refreshes(),
+                    "\n# HELP ferry_certificate_issue_failures_total Failed issuance attempts\n"
+                    "# TYPE ferry_certificate_issue_failures_total counter\nferry_certificate_issue_failures_total ",
+                    ca_source_->failures(), "\n");
+  }
   absl::StrAppend(&out, "# HELP ferry_ready 1 when ferryd accepts connections\n# TYPE ferry_ready gauge\nferry_ready ",
                   ready_.load() ? 1 : 0, "\n");
   absl::StrAppend(&out, "# HELP ferry_workers Worker threads\n# TYPE ferry_workers gauge\nferry_workers ",

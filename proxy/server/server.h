@@ -17,6 +17,7 @@
 #include "proxy/config/config.h"
 #include "proxy/datapath/datapath.h"
 #include "proxy/datapath/netns.h"
+#include "proxy/identity/ca_cert_source.h"
 #include "proxy/identity/dir_cert_source.h"
 #include "proxy/identity/tls_context.h"
 #include "proxy/server/http_server.h"
@@ -39,6 +40,8 @@ class Server {
   void shutdown();
 
   bool ready() const { return ready_.load(); }
+  // The Prometheus text served on /metrics.
+  std::string renderMetrics();
   session::Stats& stats() { return stats_; }
   // The bound address of the first listener of each kind (for tests that bind port 0).
   size_t workerCount() const { return workers_.size(); }
@@ -49,13 +52,14 @@ class Server {
   void armSignals();
   void beginDrain();
   void finishDrain();
-  std::string renderMetrics();
 
   config::Config config_;
   session::Stats stats_;
   workloads::Watcher workloads_;
-  identity::DirCertSource certs_;
-  identity::TlsContextCache tls_;
+  std::unique_ptr<identity::CertSource> certs_;
+  identity::CaCertSource* ca_source_ = nullptr;  // certs_, when it is the built-in CA
+  std::unique_ptr<identity::TlsContextCache> tls_;
+  absl::Status makeCertSource();
   session::KernelSocketFactory sockets_;
   std::unique_ptr<session::Shared> shared_;
   std::vector<std::unique_ptr<session::Worker>> workers_;

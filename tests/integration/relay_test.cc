@@ -6,11 +6,13 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <thread>
 
 #include <gtest/gtest.h>
 
+#include "proxy/identity/ca.h"
 #include "tests/integration/loopback_lab.h"
 
 namespace ferry::testing {
@@ -443,6 +445,56 @@ TEST_F(RelayTest, AnsweredPingsKeepAnIdleTunnelAlivePastThePingTimeout) {
   ::close(fd);
   EXPECT_EQ(n1_->stats().hbone_connections_opened.load(), 1u);
   EXPECT_EQ(n1_->stats().hbone_connections_closed.load(), 0u);
+}
+
+TEST_F(RelayTest, BuiltInCaIssuesWorkloadCertificatesInProcessAndRefreshesThem) {
+  // Each node issues from its own intermediate of the lab root; no leaf files exist.
+  auto root = identity::CertificateAuthority::load(files_.caDir() + "/ca.pem", files_.caDir() + "/ca.key");
+  ASSERT_TRUE(root.ok()) << root.status();
+  for (const char* node : {"n1", "n2"}) {
+    auto inter = root->issueIntermediate(std::chrono::hours(1));
+    ASSERT_TRUE(inter.ok()) << inter.status();
+    ASSERT_TRUE(inter->writePem(files_.caDir() + "/" + node + "-ca.pem", files_.caDir() + "/" + node + "-ca.key").ok());
+  }
+  for (const auto& pod : LabFiles::defaultPods()) {
+    std::filesystem::remove_all(files_.certDir() + "/default/" + pod.sa);
+  }
+  auto identity = [&](const char* node) {
+    return "identity: {source: ca, ca_cert: " + files_.caDir() + "/" + node + "-ca.pem, ca_key: " +
+           files_.caDir() + "/" + node + "-ca.key, leaf_lifetime: 2s}\n";
+  };
+  n1_ = std::make_unique<Node>(files_, "n1", identity("n1"));
+  n2_ = std::make_unique<Node>(files_, "n2", identity("n2"));
+  ASSERT_TRUE(n1_->ok() && n2_->ok());
+  AppServer app("127.0.2.10", kAppPort, AppServer::echo);
+  auto roundTrip = [&](const char* msg) {
+    int fd = connectOutbound("127.0.1.10", "127.0.2.10", kAppPort);
+    if (fd < 0) return false;
+    char back[8] = {};
+    bool ok = sendAll(fd, msg, 4) && recvExact(fd, back, 4) && std::memcmp(back, msg, 4) == 0;
+    ::close(fd);
+    return ok;
+  };
+  ASSERT_TRUE(roundTrip("ca-1"));
+  auto metric = [](Node& n, const std::string& name) {
+    std::string text = n.server().renderMetrics();
+    auto pos = text.find("\n" + name + " ");
+    return pos == std::string::npos ? -1 : std::stol(text.substr(pos + name.size() + 2));
+  };
+  EXPECT_GE(metric(*n1_, "ferry_certificates_issued_total"), 1);
+  EXPECT_GE(metric(*n2_, "ferry_certificates_issued_total"), 1);
+  // Half of the 2 s lifetime must pass for a refresh; the behaviour is the passage of time.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  // A new handshake is needed to use a new certificate: a new client pod's key.
+  int fd = connectOutbound("127.0.1.11", "127.0.2.10", kAppPort);
+  ASSERT_GE(fd, 0);
+  char back[4];
+  ASSERT_TRUE(sendAll(fd, "ca-2", 4) && recvExact(fd, back, 4));
+  ::close(fd);
+  EXPECT_TRUE(roundTrip("ca-3"));
+  EXPECT_GE(metric(*n2_, "ferry_certificates_refreshed_total"), 1)
+      << "n2's server certificate is past half life: the new handshake re-issued it";
+  EXPECT_EQ(metric(*n1_, "ferry_certificate_issue_failures_total"), 0);
 }
 
 }  // namespace

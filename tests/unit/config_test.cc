@@ -422,3 +422,32 @@ TEST(DatapathConfigTest, RejectsBadValuesWithKeyAndLine) {
 
 }  // namespace
 }  // namespace ferry::config
+
+namespace ferry::config {
+namespace {
+
+TEST(IdentityConfigTest, DefaultsToFilesAndParsesTheBuiltInCa) {
+  constexpr char kBase[] = "node: n1\ntrust_domain: cluster.local\nworkloads_file: w.yaml\ncert_dir: certs\n";
+  auto files = parseConfig(kBase, "f.yaml");
+  ASSERT_TRUE(files.ok());
+  EXPECT_EQ(files->identity.source, CertSourceKind::kFiles);
+  auto ca = parseConfig(std::string(kBase) +
+                            "identity: {source: ca, ca_cert: ca/int.pem, ca_key: ca/int.key, leaf_lifetime: 1h}\n",
+                        "f.yaml", "/etc/ferry");
+  ASSERT_TRUE(ca.ok()) << ca.status();
+  EXPECT_EQ(ca->identity.source, CertSourceKind::kCa);
+  EXPECT_EQ(ca->identity.ca_cert, "/etc/ferry/ca/int.pem");
+  EXPECT_EQ(ca->identity.ca_key, "/etc/ferry/ca/int.key");
+  EXPECT_EQ(ca->identity.leaf_lifetime, std::chrono::hours(1));
+  for (const char* bad : {"identity: {source: ca, ca_key: k}\n", "identity: {source: ca, ca_cert: c}\n",
+                          "identity: {source: vault}\n", "identity: {leaf_lifetime: 0s}\n",
+                          "identity: {what: 1}\n"}) {
+    auto r = parseConfig(std::string(kBase) + bad, "f.yaml");
+    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_NE(std::string(r.status().message()).find("f.yaml:5: identity"), std::string::npos)
+        << bad << " -> " << r.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace ferry::config
