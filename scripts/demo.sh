@@ -53,6 +53,6 @@ $LAB exec n1/p1 -- iperf3 -c 10.77.2.11 -t 5 | tail -4
 
 say "Counters on node n1"
 $LAB exec n1/proxy -- curl -s http://127.0.0.1:15020/metrics |
-  grep -E '^ferry_(hbone_connections_opened|hbone_streams_opened|bytes_(sent|received)_total\{direction="outbound"|connections_closed_total\{direction="outbound",reason="ok"|datapath_packets_total\{.*redirect|datapath_injection_mode.*1$)'
+  grep -E '^ferry_(certificates_issued|hbone_connections_opened|hbone_streams_opened|bytes_(sent|received)_total\{direction="outbound"|connections_closed_total\{direction="outbound",reason="ok"|datapath_packets_total\{.*redirect|datapath_injection_mode.*1$)'
 
 say "The lab stays up. Try: scripts/ferry-lab exec n1/p2 -- curl http://10.77.2.11:8080/   Remove it: scripts/ferry-lab down"

@@ -2,6 +2,7 @@
 //   ferryctl ca init  --dir DIR --trust-domain TD [--lifetime 8760h] [--force]
 //   ferryctl ca issue --ca DIR --out CERTDIR --namespace NS --service-account SA [--lifetime 24h]
 //   ferryctl ca show  FILE
+//   ferryctl ca intermediate --ca DIR --out DIR [--lifetime 720h] [--force]
 #include <sys/stat.h>
 
 #include <chrono>
@@ -41,7 +42,8 @@ constexpr char kUsage[] =
     "usage:\n"
     "  ferryctl ca init  --dir DIR --trust-domain TD [--lifetime 8760h] [--force]\n"
     "  ferryctl ca issue --ca DIR --out CERTDIR --namespace NS --service-account SA [--lifetime 24h]\n"
-    "  ferryctl ca show  FILE\n";
+    "  ferryctl ca show  FILE\n"
+    "  ferryctl ca intermediate --ca DIR --out DIR [--lifetime 720h] [--force]\n";
 
 struct Args {
   std::map<std::string, std::string> values;
@@ -225,6 +227,45 @@ int caShow(const std::vector<std::string>& argv) {
   return kExitOk;
 }
 
+// A per-node intermediate: ferryd issues its workloads' SVIDs from it (identity.source: ca),
+// so a node's key can sign only for as long as the intermediate lives.
+int caIntermediate(const std::vector<std::string>& argv) {
+  Args args;
+  std::string error;
+  if (!parseArgs(argv, {"ca", "out", "lifetime"}, {"force"}, args, error)) return usage(error);
+  if (!args.positional.empty()) return usage(absl::StrCat("unexpected argument ", args.positional[0]));
+  for (const char* required : {"ca", "out"}) {
+    if (args.values.count(required) == 0) return usage(absl::StrCat("ca intermediate needs --", required));
+  }
+  auto lifetime = parseLifetime(args.values.count("lifetime") ? args.values["lifetime"] : "720h");
+  if (!lifetime.ok()) return usage(lifetime.status().message());
+  const std::string& out = args.values["out"];
+  if (exists(out + "/ca.pem") && args.switches.count("force") == 0) {
+    return fail(absl::StrCat(out, "/ca.pem exists; pass --force to replace it"));
+  }
+  auto parent = CertificateAuthority::load(args.values["ca"] + "/ca.pem", args.values["ca"] + "/ca.key");
+  if (!parent.ok()) return fail(parent.status().message());
+  auto inter = parent->issueIntermediate(*lifetime);
+  if (!inter.ok()) return fail(inter.status().message());
+  std::error_code ec;
+  std::filesystem::create_directories(out, ec);
+  if (ec) return fail(absl::StrCat("creating ", out, ": ", ec.message()));
+  if (absl::Status s = inter->writePem(out + "/ca.pem", out + "/ca.key"); !s.ok()) return fail(s.message());
+  if (X509_check_issued(parent->cert(), parent->cert()) != X509_V_OK) {
+    // The parent is an intermediate too: the chain up to the root travels in ca.pem.
+    auto mine = identity::readFile(out + "/ca.pem");
+    auto theirs = identity::certToPem(parent->cert());
+    if (!mine.ok() || !theirs.ok()) return fail("cannot append the parent certificate");
+    if (absl::Status s = identity::writeFileAtomic(out + "/ca.pem", *mine + *theirs, 0644); !s.ok()) {
+      return fail(s.message());
+    }
+  }
+  std::printf("wrote %s/ca.pem and %s/ca.key: intermediate CA for spiffe://%s, valid until %s\n", out.c_str(),
+              out.c_str(), inter->trustDomain().c_str(),
+              identity::formatTime(identity::asn1TimeToTimePoint(X509_get0_notAfter(inter->cert()))).c_str());
+  return kExitOk;
+}
+
 int run(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
@@ -232,11 +273,12 @@ int run(int argc, char** argv) {
     return args.empty() ? kExitUsage : kExitOk;
   }
   if (args[0] != "ca") return usage(absl::StrCat("unknown command '", args[0], "'"));
-  if (args.size() < 2) return usage("ca needs a subcommand: init, issue or show");
+  if (args.size() < 2) return usage("ca needs a subcommand: init, issue, show or intermediate");
   std::vector<std::string> rest(args.begin() + 2, args.end());
   if (args[1] == "init") return caInit(rest);
   if (args[1] == "issue") return caIssue(rest);
   if (args[1] == "show") return caShow(rest);
+  if (args[1] == "intermediate") return caIntermediate(rest);
   return usage(absl::StrCat("unknown subcommand 'ca ", args[1], "'"));
 }
 
