@@ -528,7 +528,7 @@ awaitable<void> H2Connection::keepaliveLoop() {
   auto self = shared_from_this();
   while (!dead_) {
     keepalive_timer_.expires_after(options_.ping_interval);
-    auto [ec] = co_await keepalive_timer_.async_wait(asio::as_tuple(use_awaitable));
+    co_await keepalive_timer_.async_wait(asio::as_tuple(use_awaitable));  // cancelled on close
     if (dead_) co_return;
     auto now = Clock::now();
     if (now - last_read_ >= options_.ping_timeout) {

@@ -91,8 +91,8 @@ absl::Status Server::start() {
   }
   if (auto st = makeCertSource(); !st.ok()) return st;
   size_t n = config_.workers != 0 ? config_.workers : std::max(1u, std::thread::hardware_concurrency());
-  shared_.reset(new session::Shared{config_, workloads_, *tls_, sockets_, stats_, ferryPorts(config_)});
-  shared_->worker_count = n;
+  shared_.reset(new session::Shared{config_, workloads_, *tls_, sockets_, stats_, ferryPorts(config_),
+                                    /*draining=*/{}, /*handoff=*/{}, /*worker_count=*/n});
   for (size_t i = 0; i < n; ++i) workers_.push_back(std::make_unique<session::Worker>(*shared_, i));
   shared_->handoff = [this](size_t target, int fd, session::OutboundPlan plan) {
     auto* w = workers_[target].get();
