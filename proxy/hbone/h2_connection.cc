@@ -535,9 +535,10 @@ awaitable<void> H2Connection::keepaliveLoop() {
       fail("peer silent for longer than the ping timeout");
       co_return;
     }
-    if (role_ == H2Connection::Role::kClient && options_.idle_release.count() > 0 && streams_.empty() &&
+    if (options_.idle_release.count() > 0 && streams_.empty() &&
         now - idle_since_ >= options_.idle_release) {
-      FERRY_LOG(kDebug, "hbone: releasing idle pool connection");
+      FERRY_LOG(kDebug, "hbone: releasing idle %s connection",
+                role_ == H2Connection::Role::kClient ? "pool" : "server");
       drain();
       continue;
     }

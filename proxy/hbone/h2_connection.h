@@ -136,7 +136,8 @@ class H2Stream {
 struct H2Options {
   std::chrono::milliseconds ping_interval{10'000};
   std::chrono::milliseconds ping_timeout{20'000};
-  // Client pool connections: close after this long without streams. 0 = never.
+  // Close (GOAWAY) after this long without streams. 0 = never. Clients release pooled
+  // connections; servers reclaim connections a client keeps open but never uses.
   std::chrono::milliseconds idle_release{0};
   // Cap on streams we open on a client connection (the pool's limit).
   uint32_t max_streams = 100;

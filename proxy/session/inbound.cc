@@ -165,6 +165,9 @@ awaitable<void> serveHbone(Worker& worker, Tcp::socket socket) {
   hbone::H2Options options;
   options.ping_interval = cfg.pool.ping_interval;
   options.ping_timeout = cfg.pool.ping_timeout;
+  // Twice the clients' own release time: a well-behaved pool lets go first, and a client
+  // that completes a handshake and then sends nothing cannot hold the connection forever.
+  options.idle_release = cfg.pool.idle_release * 2;
   auto conn = hbone::H2Connection::create(hbone::H2Connection::Role::kServer, std::move(tls), options);
   Worker* w = &worker;
   conn->setRequestHandler([w, info](std::shared_ptr<hbone::H2Stream> stream) {

@@ -344,5 +344,17 @@ TEST_F(HboneBadInputTest, StreamResetMidTransferResetsTheApplication) {
   expectServing();
 }
 
+TEST_F(HboneBadInputTest, ConnectionThatNeverOpensAStreamIsReclaimed) {
+  // Server side releases after twice pool.idle_release without streams (here 2 x 200 ms).
+  n2_.reset();
+  n2_ = std::make_unique<Node>(files_, "n2", "pool: {idle_release: 200ms, ping_interval: 100ms, ping_timeout: 5s}\n");
+  ASSERT_TRUE(n2_->ok());
+  TestClient c;
+  ASSERT_TRUE(c.connect("127.0.1.10", "127.0.2.10", *good_ctx_));
+  EXPECT_TRUE(waitFor([&] { return !c.alive(); }, std::chrono::seconds(10)))
+      << "an idle HBONE connection must not be held open forever";
+  expectServing();
+}
+
 }  // namespace
 }  // namespace ferry::testing
