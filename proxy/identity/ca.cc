@@ -195,6 +195,30 @@ absl::StatusOr<std::string> caTrustDomain(X509* cert) {
   return found;
 }
 
+// A CA certificate for `key`: keyCertSign + cRLSign, URI SAN spiffe://<td> (no path),
+// basicConstraints cA with `path_len` (-1: none), SKID/AKID. Self-signed when `issuer` is
+// null, else signed by `issuer`/`issuer_key`.
+absl::StatusOr<X509Ptr> makeCaCertificate(EVP_PKEY* key, std::string_view common_name,
+                                          std::string_view trust_domain, std::chrono::seconds lifetime,
+                                          int path_len, X509* issuer, EVP_PKEY* issuer_key) {
+  auto x = newCertificate(key, std::chrono::seconds(-kBackdateSeconds), lifetime);
+  if (!x.ok()) return x.status();
+  X509* cert = x->get();
+  if (absl::Status s = setCaSubject(cert, common_name, trust_domain); !s.ok()) return s;
+  X509* signer = issuer != nullptr ? issuer : cert;
+  if (X509_set_issuer_name(cert, X509_get_subject_name(signer)) != 1) return openSslError("cannot set issuer");
+  if (absl::Status s = addBasicConstraints(cert, true, path_len); !s.ok()) return s;
+  if (absl::Status s = addKeyUsage(cert, {kKuKeyCertSign, kKuCrlSign}); !s.ok()) return s;
+  if (absl::Status s = addUriSans(cert, {absl::StrCat("spiffe://", toAbsl(trust_domain))}, false); !s.ok()) {
+    return s;
+  }
+  auto skid = addSubjectKeyId(cert);
+  if (!skid.ok()) return skid.status();
+  const ASN1_OCTET_STRING* authority = issuer != nullptr ? X509_get0_subject_key_id(issuer) : skid->get();
+  if (absl::Status s = addAuthorityKeyId(cert, authority); !s.ok()) return s;
+  return signAndFinish(*std::move(x), issuer_key != nullptr ? issuer_key : key);
+}
+
 }  // namespace
 
 absl::StatusOr<CertificateAuthority> CertificateAuthority::createRoot(std::string_view trust_domain,
@@ -204,20 +228,10 @@ absl::StatusOr<CertificateAuthority> CertificateAuthority::createRoot(std::strin
   ERR_clear_error();
   auto key = generateP256();
   if (!key.ok()) return key.status();
-  auto x = newCertificate(key->get(), std::chrono::seconds(-kBackdateSeconds), lifetime);
-  if (!x.ok()) return x.status();
-  X509* cert = x->get();
-  if (absl::Status s = setCaSubject(cert, "ferry root CA", trust_domain); !s.ok()) return s;
-  if (X509_set_issuer_name(cert, X509_get_subject_name(cert)) != 1) return openSslError("cannot set issuer");
-  if (absl::Status s = addBasicConstraints(cert, true, -1); !s.ok()) return s;
-  if (absl::Status s = addKeyUsage(cert, {kKuKeyCertSign, kKuCrlSign}); !s.ok()) return s;
-  if (absl::Status s = addUriSans(cert, {absl::StrCat("spiffe://", toAbsl(trust_domain))}, false); !s.ok()) return s;
-  auto skid = addSubjectKeyId(cert);
-  if (!skid.ok()) return skid.status();
-  if (absl::Status s = addAuthorityKeyId(cert, skid->get()); !s.ok()) return s;
-  auto signed_cert = signAndFinish(*std::move(x), key->get());
-  if (!signed_cert.ok()) return signed_cert.status();
-  return CertificateAuthority(*std::move(signed_cert), *std::move(key), std::string(trust_domain));
+  auto cert = makeCaCertificate(key->get(), "ferry root CA", trust_domain, lifetime, /*path_len=*/-1,
+                                /*issuer=*/nullptr, /*issuer_key=*/nullptr);
+  if (!cert.ok()) return cert.status();
+  return CertificateAuthority(*std::move(cert), *std::move(key), std::string(trust_domain));
 }
 
 absl::StatusOr<CertificateAuthority> CertificateAuthority::load(const std::string& cert_pem_path,
@@ -290,21 +304,11 @@ absl::StatusOr<CertificateAuthority> CertificateAuthority::issueIntermediate(
   ERR_clear_error();
   auto key = generateP256();
   if (!key.ok()) return key.status();
-  auto x = newCertificate(key->get(), std::chrono::seconds(-kBackdateSeconds), lifetime);
-  if (!x.ok()) return x.status();
-  X509* cert = x->get();
-  if (absl::Status s = setCaSubject(cert, "ferry intermediate CA", trust_domain_); !s.ok()) return s;
-  if (X509_set_issuer_name(cert, X509_get_subject_name(cert_.get())) != 1) {
-    return openSslError("cannot set issuer");
-  }
-  if (absl::Status s = addBasicConstraints(cert, true, 0); !s.ok()) return s;
-  if (absl::Status s = addKeyUsage(cert, {kKuKeyCertSign, kKuCrlSign}); !s.ok()) return s;
-  if (absl::Status s = addUriSans(cert, {absl::StrCat("spiffe://", trust_domain_)}, false); !s.ok()) return s;
-  if (auto skid = addSubjectKeyId(cert); !skid.ok()) return skid.status();
-  if (absl::Status s = addAuthorityKeyId(cert, X509_get0_subject_key_id(cert_.get())); !s.ok()) return s;
-  auto signed_cert = signAndFinish(*std::move(x), key_.get());
-  if (!signed_cert.ok()) return signed_cert.status();
-  return CertificateAuthority(*std::move(signed_cert), *std::move(key), trust_domain_);
+  // Path length 0: an intermediate signs leaves only, never another CA.
+  auto cert = makeCaCertificate(key->get(), "ferry intermediate CA", trust_domain_, lifetime,
+                                /*path_len=*/0, cert_.get(), key_.get());
+  if (!cert.ok()) return cert.status();
+  return CertificateAuthority(*std::move(cert), *std::move(key), trust_domain_);
 }
 
 absl::Status CertificateAuthority::writePem(const std::string& cert_path,
