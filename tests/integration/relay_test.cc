@@ -33,6 +33,17 @@ std::string randomBytes(size_t n, uint32_t seed) {
   return s;
 }
 
+// One short connection from pod `src` to `dst`:8080 through the mesh; true when `msg`
+// comes back intact.
+bool echoOnce(const std::string& src, const std::string& dst, const std::string& msg) {
+  int fd = connectOutbound(src, dst, kAppPort);
+  if (fd < 0) return false;
+  std::string back(msg.size(), '\0');
+  bool ok = sendAll(fd, msg.data(), msg.size()) && recvExact(fd, back.data(), back.size()) && back == msg;
+  ::close(fd);
+  return ok;
+}
+
 class RelayTest : public ::testing::Test {
  protected:
   void startNodes(const std::string& extra = "") {
@@ -412,14 +423,7 @@ TEST_F(RelayTest, SlowReaderBoundsWhatTheWriterCanPushIn) {
 TEST_F(RelayTest, IdlePoolConnectionIsReleasedAndReplacedOnDemand) {
   startNodes("pool: {idle_release: 300ms, ping_interval: 100ms, ping_timeout: 5s}\n");
   AppServer app("127.0.2.10", kAppPort, AppServer::echo);
-  auto roundTrip = [&] {
-    int fd = connectOutbound("127.0.1.10", "127.0.2.10", kAppPort);
-    if (fd < 0) return false;
-    char back[4];
-    bool ok = sendAll(fd, "pool", 4) && recvExact(fd, back, 4);
-    ::close(fd);
-    return ok;
-  };
+  auto roundTrip = [] { return echoOnce("127.0.1.10", "127.0.2.10", "pool"); };
   ASSERT_TRUE(roundTrip());
   EXPECT_EQ(n1_->stats().hbone_connections_opened.load(), 1u);
   // Once its last stream is gone the tunnel is released (GOAWAY, close).
@@ -467,15 +471,7 @@ TEST_F(RelayTest, BuiltInCaIssuesWorkloadCertificatesInProcessAndRefreshesThem) 
   n2_ = std::make_unique<Node>(files_, "n2", identity("n2"));
   ASSERT_TRUE(n1_->ok() && n2_->ok());
   AppServer app("127.0.2.10", kAppPort, AppServer::echo);
-  auto roundTrip = [&](const char* msg) {
-    int fd = connectOutbound("127.0.1.10", "127.0.2.10", kAppPort);
-    if (fd < 0) return false;
-    char back[8] = {};
-    bool ok = sendAll(fd, msg, 4) && recvExact(fd, back, 4) && std::memcmp(back, msg, 4) == 0;
-    ::close(fd);
-    return ok;
-  };
-  ASSERT_TRUE(roundTrip("ca-1"));
+  ASSERT_TRUE(echoOnce("127.0.1.10", "127.0.2.10", "ca-1"));
   auto metric = [](Node& n, const std::string& name) {
     std::string text = n.server().renderMetrics();
     auto pos = text.find("\n" + name + " ");
@@ -486,12 +482,8 @@ TEST_F(RelayTest, BuiltInCaIssuesWorkloadCertificatesInProcessAndRefreshesThem) 
   // Half of the 2 s lifetime must pass for a refresh; the behaviour is the passage of time.
   std::this_thread::sleep_for(std::chrono::milliseconds(1200));
   // A new handshake is needed to use a new certificate: a new client pod's key.
-  int fd = connectOutbound("127.0.1.11", "127.0.2.10", kAppPort);
-  ASSERT_GE(fd, 0);
-  char back[4];
-  ASSERT_TRUE(sendAll(fd, "ca-2", 4) && recvExact(fd, back, 4));
-  ::close(fd);
-  EXPECT_TRUE(roundTrip("ca-3"));
+  ASSERT_TRUE(echoOnce("127.0.1.11", "127.0.2.10", "ca-2"));
+  EXPECT_TRUE(echoOnce("127.0.1.10", "127.0.2.10", "ca-3"));
   EXPECT_GE(metric(*n2_, "ferry_certificates_refreshed_total"), 1)
       << "n2's server certificate is past half life: the new handshake re-issued it";
   EXPECT_EQ(metric(*n1_, "ferry_certificate_issue_failures_total"), 0);
