@@ -36,17 +36,23 @@ static __always_inline int ferry_into_proxy_from_egress(void)
  */
 static __always_inline int ferry_inject(struct __sk_buff *skb, const struct ferry_pod *pod, __u32 *reason)
 {
+	if (injection_mode == FERRY_INJECT_NONE) {
+		*reason = FERRY_REASON_INJECT_DISABLED;
+		return FERRY_PASS;
+	}
+	/* As if the pod had sent it to its gateway: in both modes the
+	 * host-side device computes pkt_type from the destination MAC
+	 * (veth and netkit on crossing, the stack on BPF_F_INGRESS), and
+	 * anything but its own MAC is PACKET_OTHERHOST, dropped by IP. */
+	if (ferry_l2_rewrite(skb, pod->host_mac, pod->pod_mac) < 0) {
+		*reason = FERRY_REASON_L2_REWRITE_FAILED;
+		return FERRY_DROP;
+	}
 	if (injection_mode == FERRY_INJECT_PEER_EGRESS) {
 		*reason = FERRY_REASON_INJECT_PEER_EGRESS;
 		return (int)ferry_redirect_peer(pod->host_ifindex, egress_flag);
 	}
 	if (injection_mode == FERRY_INJECT_INGRESS_REDIRECT) {
-		/* As if the pod had sent it to its gateway: the stack accepts
-		 * it as PACKET_HOST on the host-side device. */
-		if (ferry_l2_rewrite(skb, pod->host_mac, pod->pod_mac) < 0) {
-			*reason = FERRY_REASON_L2_REWRITE_FAILED;
-			return FERRY_DROP;
-		}
 		*reason = FERRY_REASON_INJECT_INGRESS_REDIRECT;
 		return (int)ferry_redirect(pod->host_ifindex, BPF_F_INGRESS);
 	}
