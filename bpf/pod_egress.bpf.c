@@ -8,6 +8,14 @@
  *   4. anything else                                                    -> pass
  * Never on port 15008 alone: an application may bind source port 15008, and
  * ferryd's wildcard listeners do not count as "held" (lib/sock.h).
+ *
+ * Two entry points, one rule set. pod_egress runs at tc ingress of a veth's
+ * host side and moves packets into the proxy with bpf_redirect_peer (ingress
+ * to ingress). pod_egress_netkit runs as a BPF_NETKIT_PEER program of a netkit
+ * pair, i.e. in the pod's own transmit path, where bpf_redirect_peer is not
+ * allowed (it needs tc ingress): it transmits into the proxy instead, like an
+ * egress hook. Its skb->dev is already the host-side device, so the socket
+ * lookups resolve the proxy netns id exactly as at tc ingress.
  */
 #include "lib/common.h"
 #include "lib/config.h"
@@ -17,8 +25,12 @@
 #include "lib/redirect.h"
 #include "lib/sock.h"
 
-SEC("tc")
-int pod_egress(struct __sk_buff *skb)
+static __always_inline int ferry_into_proxy(bool at_tc_ingress)
+{
+	return at_tc_ingress ? ferry_into_proxy_from_ingress() : ferry_into_proxy_from_egress();
+}
+
+static __always_inline int ferry_pod_egress(struct __sk_buff *skb, bool at_tc_ingress)
 {
 	const __u32 prog = FERRY_PROG_POD_EGRESS;
 	struct ferry_pkt pkt;
@@ -29,10 +41,22 @@ int pod_egress(struct __sk_buff *skb)
 	if (ferry_holds_reverse(skb, &pkt, proxy_netns_id))
 		return ferry_account(skb, prog, FERRY_PASS, FERRY_REASON_OWN_TRAFFIC);
 	if (ferry_holds(skb, &pkt, proxy_netns_id))
-		return ferry_account(skb, prog, ferry_into_proxy_from_ingress(), FERRY_REASON_HELD);
+		return ferry_account(skb, prog, ferry_into_proxy(at_tc_ingress), FERRY_REASON_HELD);
 	if (ferry_is_syn(&pkt) && ferry_is_capture_dst(pkt.daddr))
-		return ferry_account(skb, prog, ferry_into_proxy_from_ingress(), FERRY_REASON_CAPTURE_SYN);
+		return ferry_account(skb, prog, ferry_into_proxy(at_tc_ingress), FERRY_REASON_CAPTURE_SYN);
 	return ferry_account(skb, prog, FERRY_PASS, FERRY_REASON_NOT_CAPTURED);
+}
+
+SEC("tc")
+int pod_egress(struct __sk_buff *skb)
+{
+	return ferry_pod_egress(skb, true);
+}
+
+SEC("tc")
+int pod_egress_netkit(struct __sk_buff *skb)
+{
+	return ferry_pod_egress(skb, false);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -18,12 +18,14 @@ namespace {
 // Kernel 6.6 UAPI that Debian 12's headers (6.1) and libbpf 1.1 lack.
 constexpr uint32_t kTcxIngress = 46;
 constexpr uint32_t kTcxEgress = 47;
+constexpr uint32_t kNetkitPrimary = 54;  // BPF_NETKIT_PRIMARY (6.7)
+constexpr uint32_t kNetkitPeer = 55;     // BPF_NETKIT_PEER (6.7)
 constexpr uint32_t kFlagBefore = 1u << 3;  // BPF_F_BEFORE: relative to relative_fd; 0 = head
 // cls_bpf priority 1 is the first filter to run; ferry must come before a CNI's.
 constexpr uint32_t kTcPriority = 1;
 constexpr uint32_t kTcHandle = 0xf0;  // "f0" for ferry; ours to find again on detach
 
-// union bpf_attr's link_create as of 6.6, with the tcx member.
+// union bpf_attr's link_create as of 6.6, with the tcx member (netkit's has the same layout).
 struct LinkCreateTcx {
   uint32_t prog_fd;
   uint32_t target_ifindex;
@@ -35,16 +37,40 @@ struct LinkCreateTcx {
   uint8_t rest[64];
 };
 
-int tcxLinkCreate(int prog_fd, int ifindex, Hook hook) {
+uint32_t linkAttachType(Hook hook) {
+  switch (hook) {
+    case Hook::kIngress: return kTcxIngress;
+    case Hook::kEgress: return kTcxEgress;
+    case Hook::kNetkitPrimary: return kNetkitPrimary;
+    case Hook::kNetkitPeer: return kNetkitPeer;
+  }
+  return kTcxIngress;
+}
+
+int linkCreate(int prog_fd, int ifindex, Hook hook, Position position) {
   LinkCreateTcx attr{};
   attr.prog_fd = static_cast<uint32_t>(prog_fd);
   attr.target_ifindex = static_cast<uint32_t>(ifindex);
-  attr.attach_type = hook == Hook::kIngress ? kTcxIngress : kTcxEgress;
-  attr.flags = kFlagBefore;  // before every program already there, i.e. first
+  attr.attach_type = linkAttachType(hook);
+  // BPF_F_BEFORE without a relative program: before every program already there. No flag:
+  // appended after them.
+  attr.flags = position == Position::kFirst ? kFlagBefore : 0;
   return static_cast<int>(syscall(__NR_bpf, BPF_LINK_CREATE, &attr, sizeof(attr)));
 }
 
+bool isNetkit(Hook hook) { return hook == Hook::kNetkitPrimary || hook == Hook::kNetkitPeer; }
+
 }  // namespace
+
+const char* hookName(Hook hook) {
+  switch (hook) {
+    case Hook::kIngress: return "tc ingress";
+    case Hook::kEgress: return "tc egress";
+    case Hook::kNetkitPrimary: return "netkit primary";
+    case Hook::kNetkitPeer: return "netkit peer";
+  }
+  return "?";
+}
 
 Attachment& Attachment::operator=(Attachment&& other) noexcept {
   if (this != &other) {
@@ -63,10 +89,15 @@ Attachment& Attachment::operator=(Attachment&& other) noexcept {
 }
 
 absl::StatusOr<Attachment> Attachment::attach(int prog_fd, int ifindex, Hook hook, bool tcx,
-                                              const std::string& what, const std::string& pin_path) {
+                                              const std::string& what, const std::string& pin_path,
+                                              Position position) {
   Attachment a;
   a.what_ = what;
   a.hook_ = hook;
+  if (isNetkit(hook) && !tcx) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "attaching ", what, ": netkit programs need BPF links, which this kernel lacks"));
+  }
   if (tcx) {
     if (!pin_path.empty()) {
       int old = bpf_obj_get(pin_path.c_str());
@@ -83,9 +114,10 @@ absl::StatusOr<Attachment> Attachment::attach(int prog_fd, int ifindex, Hook hoo
         ::unlink(pin_path.c_str());
       }
     }
-    int fd = tcxLinkCreate(prog_fd, ifindex, hook);
+    int fd = linkCreate(prog_fd, ifindex, hook, position);
     if (fd < 0) {
-      return absl::InternalError(absl::StrCat("attaching ", what, " with TCX: ", strerror(errno)));
+      return absl::InternalError(absl::StrCat("attaching ", what, isNetkit(hook) ? " to netkit: " : " with TCX: ",
+                                              strerror(errno)));
     }
     a.link_fd_ = fd;
     if (!pin_path.empty()) {
@@ -96,6 +128,9 @@ absl::StatusOr<Attachment> Attachment::attach(int prog_fd, int ifindex, Hook hoo
       a.pin_path_ = pin_path;
     }
     return a;
+  }
+  if (position != Position::kFirst) {
+    return absl::FailedPreconditionError(absl::StrCat("attaching ", what, " last needs TCX"));
   }
   LIBBPF_OPTS(bpf_tc_hook, h, .ifindex = ifindex,
               .attach_point = hook == Hook::kIngress ? BPF_TC_INGRESS : BPF_TC_EGRESS);

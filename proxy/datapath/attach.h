@@ -2,14 +2,23 @@
 // Attaching tc programs so that they run before anything else on the device (design §2
 // "Ordering with a CNI"): TCX with BPF_F_BEFORE where the kernel has it (6.6+; libbpf 1.1
 // has no wrapper, so BPF_LINK_CREATE is issued directly), else cls_bpf at the lowest
-// priority. Each Attachment detaches exactly what it attached when destroyed.
+// priority. netkit devices (6.7+) have their own attach points, on the primary device's
+// ifindex: kNetkitPeer runs for every packet the peer (the pod's eth0) sends, before it
+// reaches the node; kNetkitPrimary for every packet the primary sends towards the pod. They
+// exist only as links (no cls_bpf fallback). Each Attachment detaches exactly what it
+// attached when destroyed.
 #include <string>
 
 #include "absl/status/statusor.h"
 
 namespace ferry::datapath {
 
-enum class Hook { kIngress, kEgress };
+enum class Hook { kIngress, kEgress, kNetkitPrimary, kNetkitPeer };
+const char* hookName(Hook hook);
+
+// Where in the device's program list: ferry's own programs go first (design §2); kLast is
+// for others' programs, e.g. a test's CNI stand-in that must run after ferry.
+enum class Position { kFirst, kLast };
 
 class Attachment {
  public:
@@ -17,7 +26,8 @@ class Attachment {
   // closed); an existing pin at that path is taken over and pointed at `prog_fd`.
   static absl::StatusOr<Attachment> attach(int prog_fd, int ifindex, Hook hook, bool tcx,
                                            const std::string& what,
-                                           const std::string& pin_path = "");
+                                           const std::string& pin_path = "",
+                                           Position position = Position::kFirst);
   Attachment() = default;  // attached to nothing
   Attachment(Attachment&& other) noexcept { *this = std::move(other); }
   Attachment& operator=(Attachment&& other) noexcept;

@@ -214,9 +214,15 @@ absl::Status Datapath::enroll(uint32_t ip, const workloads::Workload& w, Pod& po
   bool pin = tcx && cfg_.failure_mode == config::FailureMode::kClosed;
   pod.ifname = w.host_interface;
   pod.ifindex = host->ifindex;
-  auto eg = Attachment::attach(bpf_program__fd(skel_->progs.pod_egress), host->ifindex, Hook::kIngress, tcx,
-                               absl::StrCat("pod_egress on ", w.host_interface),
-                               pin ? absl::StrCat(pin_dir_, "/link_", w.host_interface, "_in") : "");
+  pod.netkit = host->isNetkit();
+  auto eg = pod.netkit
+                ? Attachment::attach(bpf_program__fd(skel_->progs.pod_egress_netkit), host->ifindex,
+                                     Hook::kNetkitPeer, tcx,
+                                     absl::StrCat("pod_egress_netkit on ", w.host_interface, " (netkit peer)"),
+                                     pin ? absl::StrCat(pin_dir_, "/link_", w.host_interface, "_nkpeer") : "")
+                : Attachment::attach(bpf_program__fd(skel_->progs.pod_egress), host->ifindex, Hook::kIngress, tcx,
+                                     absl::StrCat("pod_egress on ", w.host_interface),
+                                     pin ? absl::StrCat(pin_dir_, "/link_", w.host_interface, "_in") : "");
   if (!eg.ok()) return eg.status();
   auto in = Attachment::attach(bpf_program__fd(skel_->progs.pod_ingress), host->ifindex, Hook::kEgress, tcx,
                                absl::StrCat("pod_ingress on ", w.host_interface),
@@ -227,8 +233,15 @@ absl::Status Datapath::enroll(uint32_t ip, const workloads::Workload& w, Pod& po
   if (bpf_map__update_elem(skel_->maps.ferry_pods, &ip, sizeof(ip), &value, sizeof(value), BPF_ANY) != 0) {
     return absl::InternalError(absl::StrCat("ferry_pods update: ", strerror(errno)));
   }
-  FERRY_LOG(kInfo, "datapath: enrolled %s (%s ifindex %d, pod mac %s)", w.displayName(), w.host_interface,
-            host->ifindex, formatMac(MacAddress{value.pod_mac[0], value.pod_mac[1], value.pod_mac[2],
+  if (pod.netkit && injection_.mode == config::Injection::kIngressRedirect) {
+    FERRY_LOG(kWarn,
+              "datapath: %s is netkit and injection is ingress-redirect: ferryd's upstream packets enter "
+              "%s at the node side and skip the pod's netkit peer programs (its CNI egress policy); "
+              "peer-egress needs a kernel whose bpf_redirect_peer accepts the egress flag",
+              w.host_interface, w.host_interface);
+  }
+  FERRY_LOG(kInfo, "datapath: enrolled %s (%s %s ifindex %d, pod mac %s)", w.displayName(),
+            pod.netkit ? "netkit" : "veth", w.host_interface, host->ifindex, formatMac(MacAddress{value.pod_mac[0], value.pod_mac[1], value.pod_mac[2],
                                                 value.pod_mac[3], value.pod_mac[4], value.pod_mac[5]}));
   return absl::OkStatus();
 }

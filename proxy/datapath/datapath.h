@@ -51,8 +51,14 @@ class Datapath {
   struct Pod {
     std::string ifname;
     int ifindex = 0;
-    Attachment egress_side;   // pod_egress on tc ingress of the host-side device
-    Attachment ingress_side;  // pod_ingress on tc egress of the host-side device
+    bool netkit = false;
+    // veth: pod_egress on tc ingress of the host-side device. netkit: pod_egress_netkit as
+    // the pair's peer program (the pod's own transmit path).
+    Attachment egress_side;
+    // pod_ingress on tc egress of the host-side device, for both kinds: a netkit primary
+    // program runs with skb->dev already in the pod's netns, where the proxy netns id the
+    // socket lookups use means nothing.
+    Attachment ingress_side;
   };
   absl::Status enroll(uint32_t ip, const workloads::Workload& w, Pod& pod);
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -77,6 +78,15 @@ absl::StatusOr<LinkInfo> getLink(int ifindex, const std::string& name, int32_t t
       case IFLA_LINK_NETNSID:
         std::memcpy(&info.peer_netnsid, RTA_DATA(rta), sizeof(int32_t));
         break;
+      case IFLA_LINKINFO: {
+        int ilen = static_cast<int>(RTA_PAYLOAD(rta));
+        for (auto* in = static_cast<rtattr*>(RTA_DATA(rta)); RTA_OK(in, ilen); in = RTA_NEXT(in, ilen)) {
+          if (in->rta_type == IFLA_INFO_KIND) {
+            info.kind.assign(static_cast<const char*>(RTA_DATA(in)), strnlen(static_cast<const char*>(RTA_DATA(in)), RTA_PAYLOAD(in)));
+          }
+        }
+        break;
+      }
       default:
         break;
     }
@@ -84,7 +94,119 @@ absl::StatusOr<LinkInfo> getLink(int ifindex, const std::string& name, int32_t t
   return info;
 }
 
+// Builds one netlink request with nested attributes; begin()/end() bracket a nest.
+class Request {
+ public:
+  explicit Request(uint16_t type, uint16_t flags) {
+    auto* nh = header();
+    nh->nlmsg_type = type;
+    nh->nlmsg_flags = static_cast<uint16_t>(NLM_F_REQUEST | NLM_F_ACK | flags);
+    nh->nlmsg_seq = 1;
+    len_ = NLMSG_LENGTH(0);
+  }
+  template <typename T>
+  void putStruct(const T& value) { append(&value, sizeof(value)); }
+  void put(uint16_t type, const void* data, size_t size) {
+    rtattr rta{};
+    rta.rta_type = type;
+    rta.rta_len = static_cast<unsigned short>(RTA_LENGTH(size));
+    align();
+    append(&rta, sizeof(rta));
+    append(data, size);
+  }
+  void putU32(uint16_t type, uint32_t v) { put(type, &v, sizeof(v)); }
+  void putString(uint16_t type, const std::string& s) { put(type, s.c_str(), s.size() + 1); }
+  size_t begin(uint16_t type) {
+    align();
+    size_t at = len_;
+    put(type, nullptr, 0);
+    return at;
+  }
+  void end(size_t at) {
+    align();
+    reinterpret_cast<rtattr*>(buf_ + at)->rta_len = static_cast<unsigned short>(len_ - at);
+  }
+  // Sends the request and waits for its acknowledgement.
+  absl::Status send(const std::string& what) {
+    align();
+    header()->nlmsg_len = static_cast<uint32_t>(len_);
+    int sock = ::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+    if (sock < 0) return absl::InternalError(absl::StrCat("netlink socket: ", strerror(errno)));
+    if (::send(sock, buf_, len_, 0) < 0) {
+      int e = errno;
+      ::close(sock);
+      return absl::InternalError(absl::StrCat(what, ": netlink send: ", strerror(e)));
+    }
+    char answer[8192];
+    ssize_t n = ::recv(sock, answer, sizeof(answer), 0);
+    int e = errno;
+    ::close(sock);
+    if (n < 0) return absl::InternalError(absl::StrCat(what, ": netlink recv: ", strerror(e)));
+    auto* nh = reinterpret_cast<nlmsghdr*>(answer);
+    if (!NLMSG_OK(nh, static_cast<unsigned>(n)) || nh->nlmsg_type != NLMSG_ERROR) {
+      return absl::InternalError(absl::StrCat(what, ": unexpected netlink answer"));
+    }
+    int err = static_cast<nlmsgerr*>(NLMSG_DATA(nh))->error;
+    if (err == 0) return absl::OkStatus();
+    if (err == -EOPNOTSUPP) {
+      return absl::FailedPreconditionError(absl::StrCat(what, ": ", strerror(-err),
+                                                        " (is the kernel built with CONFIG_NETKIT?)"));
+    }
+    return absl::InternalError(absl::StrCat(what, ": ", strerror(-err)));
+  }
+
+ private:
+  nlmsghdr* header() { return reinterpret_cast<nlmsghdr*>(buf_); }
+  void align() {
+    size_t aligned = NLMSG_ALIGN(len_);
+    std::memset(buf_ + len_, 0, aligned - len_);
+    len_ = aligned;
+  }
+  void append(const void* data, size_t size) {
+    if (len_ + size > sizeof(buf_)) std::abort();  // requests here are a few hundred bytes
+    if (size > 0) std::memcpy(buf_ + len_, data, size);
+    len_ += size;
+  }
+  alignas(nlmsghdr) char buf_[1024]{};
+  size_t len_ = 0;
+};
+
+// enum netkit_action and the IFLA_NETKIT_* attributes of 6.7+, which Debian 12's headers lack.
+constexpr uint16_t kIflaNetkitPeerInfo = 1;
+constexpr uint16_t kIflaNetkitPolicy = 3;
+constexpr uint16_t kIflaNetkitPeerPolicy = 4;
+constexpr uint16_t kIflaNetkitMode = 5;
+constexpr uint32_t kNetkitPass = 0;  // default policy: forward when no program decides
+
 }  // namespace
+
+absl::Status createNetkitPair(const NetkitPairSpec& spec) {
+  if (spec.name.empty() || spec.name.size() >= IFNAMSIZ || spec.peer_name.empty() ||
+      spec.peer_name.size() >= IFNAMSIZ) {
+    return absl::InvalidArgumentError("netkit: device names must have 1 to 15 characters");
+  }
+  std::string what = absl::StrCat("creating netkit pair ", spec.name, " <-> ", spec.peer_name);
+  Request req(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL);
+  ifinfomsg ifi{};
+  ifi.ifi_family = AF_UNSPEC;
+  req.putStruct(ifi);
+  req.putString(IFLA_IFNAME, spec.name);
+  size_t linkinfo = req.begin(IFLA_LINKINFO);
+  req.putString(IFLA_INFO_KIND, "netkit");
+  size_t data = req.begin(IFLA_INFO_DATA);
+  req.putU32(kIflaNetkitMode, static_cast<uint32_t>(spec.mode));
+  req.putU32(kIflaNetkitPolicy, kNetkitPass);
+  req.putU32(kIflaNetkitPeerPolicy, kNetkitPass);
+  // The peer's own ifinfomsg and attributes, as for veth.
+  size_t peer = req.begin(kIflaNetkitPeerInfo);
+  req.putStruct(ifi);
+  req.putString(IFLA_IFNAME, spec.peer_name);
+  if (spec.peer_netns_fd >= 0) req.putU32(IFLA_NET_NS_FD, static_cast<uint32_t>(spec.peer_netns_fd));
+  req.end(peer);
+  req.end(data);
+  req.end(linkinfo);
+  return req.send(what);
+}
 
 absl::StatusOr<LinkInfo> linkByName(const std::string& name) { return getLink(0, name, -1); }
 

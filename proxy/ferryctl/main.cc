@@ -3,10 +3,14 @@
 //   ferryctl ca issue --ca DIR --out CERTDIR --namespace NS --service-account SA [--lifetime 24h]
 //   ferryctl ca show  FILE
 //   ferryctl ca intermediate --ca DIR --out DIR [--lifetime 720h] [--force]
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -19,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "proxy/common/duration.h"
+#include "proxy/datapath/netlink.h"
 #include "proxy/identity/ca.h"
 #include "proxy/identity/dir_cert_source.h"
 #include "proxy/identity/svid.h"
@@ -43,7 +48,8 @@ constexpr char kUsage[] =
     "  ferryctl ca init  --dir DIR --trust-domain TD [--lifetime 8760h] [--force]\n"
     "  ferryctl ca issue --ca DIR --out CERTDIR --namespace NS --service-account SA [--lifetime 24h]\n"
     "  ferryctl ca show  FILE\n"
-    "  ferryctl ca intermediate --ca DIR --out DIR [--lifetime 720h] [--force]\n";
+    "  ferryctl ca intermediate --ca DIR --out DIR [--lifetime 720h] [--force]\n"
+    "  ferryctl link netkit --name NAME --peer-name NAME [--peer-netns PATH] [--mode l2|l3]\n";
 
 struct Args {
   std::map<std::string, std::string> values;
@@ -266,11 +272,49 @@ int caIntermediate(const std::vector<std::string>& argv) {
   return kExitOk;
 }
 
+// Creates a netkit pair (iproute2 6.1 cannot): the primary here, the peer in --peer-netns.
+// The lab uses it for its pods and proxies; ferryd adopts such devices by their kind.
+int linkNetkit(const std::vector<std::string>& argv) {
+  Args args;
+  std::string error;
+  if (!parseArgs(argv, {"name", "peer-name", "peer-netns", "mode"}, {}, args, error)) return usage(error);
+  if (!args.positional.empty()) return usage(absl::StrCat("unexpected argument ", args.positional[0]));
+  for (const char* required : {"name", "peer-name"}) {
+    if (args.values.count(required) == 0) return usage(absl::StrCat("link netkit needs --", required));
+  }
+  datapath::NetkitPairSpec spec;
+  spec.name = args.values["name"];
+  spec.peer_name = args.values["peer-name"];
+  std::string mode = args.values.count("mode") ? args.values["mode"] : "l2";
+  if (mode == "l2") {
+    spec.mode = datapath::NetkitMode::kL2;
+  } else if (mode == "l3") {
+    spec.mode = datapath::NetkitMode::kL3;
+  } else {
+    return usage(absl::StrCat("--mode must be l2 or l3, not '", mode, "'"));
+  }
+  int fd = -1;
+  if (args.values.count("peer-netns")) {
+    fd = ::open(args.values["peer-netns"].c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return fail(absl::StrCat("--peer-netns ", args.values["peer-netns"], ": ", strerror(errno)));
+  }
+  spec.peer_netns_fd = fd;
+  absl::Status st = datapath::createNetkitPair(spec);
+  if (fd >= 0) ::close(fd);
+  if (!st.ok()) return fail(st.message());
+  std::printf("created netkit pair %s <-> %s (%s)\n", spec.name.c_str(), spec.peer_name.c_str(), mode.c_str());
+  return kExitOk;
+}
+
 int run(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::fputs(kUsage, args.empty() ? stderr : stdout);
     return args.empty() ? kExitUsage : kExitOk;
+  }
+  if (args[0] == "link") {
+    if (args.size() < 2 || args[1] != "netkit") return usage("link needs a subcommand: netkit");
+    return linkNetkit(std::vector<std::string>(args.begin() + 2, args.end()));
   }
   if (args[0] != "ca") return usage(absl::StrCat("unknown command '", args[0], "'"));
   if (args.size() < 2) return usage("ca needs a subcommand: init, issue, show or intermediate");

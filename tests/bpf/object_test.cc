@@ -68,8 +68,8 @@ TEST_F(ProductionObjectTest, EveryProgramPassesTheVerifier) {
   bpf_map* map = nullptr;
   bpf_object__for_each_map(map, skel_->obj) ASSERT_EQ(bpf_map__set_pin_path(map, nullptr), 0);
   ASSERT_EQ(ferry_datapath__load(skel_), 0) << "verifier log above";
-  for (bpf_program* prog : {skel_->progs.pod_egress, skel_->progs.pod_ingress, skel_->progs.to_proxy,
-                            skel_->progs.from_proxy}) {
+  for (bpf_program* prog : {skel_->progs.pod_egress, skel_->progs.pod_egress_netkit, skel_->progs.pod_ingress,
+                            skel_->progs.to_proxy, skel_->progs.from_proxy}) {
     EXPECT_GE(bpf_program__fd(prog), 0) << bpf_program__name(prog);
     EXPECT_EQ(bpf_program__type(prog), BPF_PROG_TYPE_SCHED_CLS) << bpf_program__name(prog);
   }

@@ -158,5 +158,29 @@ TEST_F(PodEgressTest, CountsBytesOfEveryVerdict) {
       << "counters are per program";
 }
 
+// pod_egress_netkit: the same rules as a BPF_NETKIT_PEER program, where the pod's own
+// transmit path runs it and bpf_redirect_peer (tc ingress only) is not allowed.
+
+TEST_F(PodEgressTest, NetkitVariantTransmitsCapturedSynIntoProxy) {
+  const RunResult result =
+      run(skel_->progs.pod_egress_netkit, tcpFrame(fromPod(kPodA, kRemotePod), 40000, 80, kSyn));
+  EXPECT_EQ(result.verdict, kRedirect);
+  EXPECT_TRUE(calls(FERRY_TEST_CALL_REDIRECT_PEER).empty()) << "bpf_redirect_peer drops outside tc ingress";
+  const auto redirects = calls(FERRY_TEST_CALL_REDIRECT);
+  ASSERT_EQ(redirects.size(), 1u);
+  EXPECT_EQ(redirects[0].ifindex, kProxyHostIfindex);
+  EXPECT_EQ(redirects[0].flags, 0u) << "out of the proxy's host-side device, into its eth0";
+  EXPECT_EQ(packets(FERRY_PROG_POD_EGRESS, FERRY_VERDICT_REDIRECT, FERRY_REASON_CAPTURE_SYN), 1u);
+}
+
+TEST_F(PodEgressTest, NetkitVariantPassesNonCapturedTrafficToTheNextProgram) {
+  const Bytes frame = tcpFrame(fromPod(kPodA, kExternal), 40000, 80, kSyn);
+  const RunResult result = run(skel_->progs.pod_egress_netkit, frame);
+  EXPECT_EQ(result.verdict, kPass) << "NETKIT_NEXT (-1), so that a CNI's peer program still runs";
+  EXPECT_EQ(result.data, frame);
+  EXPECT_TRUE(calls(FERRY_TEST_CALL_REDIRECT).empty());
+  EXPECT_EQ(packets(FERRY_PROG_POD_EGRESS, FERRY_VERDICT_PASS, FERRY_REASON_NOT_CAPTURED), 1u);
+}
+
 }  // namespace
 }  // namespace ferry::bpftest

@@ -118,6 +118,7 @@ TEST(Netns, AssignsAndReadsThePeerIdThatBpfLookupsNeed) {
 #include <cstdio>
 
 #include "proxy/datapath/attach.h"
+#include "proxy/datapath/netlink.h"
 
 namespace ferry::datapath {
 namespace {
@@ -221,6 +222,38 @@ TEST(Attachment, TcxLinkIsPinnedAdoptedAndDetachedWithItsPin) {
   EXPECT_TRUE(pinned_during);
   EXPECT_TRUE(adopted);
   EXPECT_TRUE(pin_gone);
+}
+
+TEST(Attachment, NetkitHooksRefuseTheClsBpfFallback) {
+  // netkit programs exist only as BPF links; a kernel without links cannot have netkit.
+  auto a = Attachment::attach(/*prog_fd=*/-1, /*ifindex=*/1, Hook::kNetkitPeer, /*tcx=*/false, "pod_egress_netkit");
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(a.status().message().find("netkit"), std::string::npos) << a.status().message();
+}
+
+TEST(Netlink, ReportsTheLinkKindThatDecidesHowPodsAreAttached) {
+  if (!mustRunAsRoot()) GTEST_SKIP() << "creating links needs CAP_NET_ADMIN";
+  std::string error, kind;
+  bool is_netkit = true;
+  std::thread t([&] {
+    if (unshare(CLONE_NEWNET) != 0) {
+      error = "unshare failed";
+      return;
+    }
+    run("ip link add fy-at0 type veth peer name fy-at1");
+    auto link = linkByName("fy-at0");
+    if (!link.ok()) {
+      error = std::string(link.status().message());
+      return;
+    }
+    kind = link->kind;
+    is_netkit = link->isNetkit();
+  });
+  t.join();
+  ASSERT_TRUE(error.empty()) << error;
+  EXPECT_EQ(kind, "veth");
+  EXPECT_FALSE(is_netkit);
 }
 
 }  // namespace
