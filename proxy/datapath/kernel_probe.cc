@@ -4,14 +4,18 @@
 #include <bpf/libbpf.h>
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sched.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "proxy/datapath/netlink.h"
 
 namespace ferry::datapath {
 namespace {
@@ -37,12 +41,42 @@ int loadSchedCls(const bpf_insn* insns, size_t count, std::string& error) {
   return fd;
 }
 
-bool fileContains(const char* path, const char* needle) {
-  std::ifstream in(path);
-  if (!in) return false;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str().find(needle) != std::string::npos;
+// netkit: create a pair in a throwaway netns (a thread's own; the pair goes with it when
+// the thread ends). /proc/kallsyms cannot tell: kernels without CONFIG_KALLSYMS exist, and
+// a built-in netkit has no /sys/module entry.
+bool probeNetkit(std::string& error) {
+  bool created = false;
+  std::thread t([&] {
+    if (::unshare(CLONE_NEWNET) != 0) {
+      error = absl::StrCat("netkit probe: unshare: ", strerror(errno), "; ");
+      return;
+    }
+    NetkitPairSpec spec;
+    spec.name = "fy-nkprobe0";
+    spec.peer_name = "fy-nkprobe1";
+    absl::Status st = createNetkitPair(spec);
+    created = st.ok();
+    // FailedPrecondition is "no netkit in this kernel": an answer, not an error.
+    if (!st.ok() && st.code() != absl::StatusCode::kFailedPrecondition) {
+      error = absl::StrCat("netkit probe: ", st.message(), "; ");
+    }
+  });
+  t.join();
+  return created;
+}
+
+// kTLS: ask for the "tls" ULP on a fresh TCP socket. ENOENT means the kernel has no such
+// ULP (and could not load it); with it, the ULP refuses an unconnected socket (ENOTCONN).
+// /proc/sys/net/ipv4/tcp_available_ulp cannot tell: it exists only in the initial netns,
+// and a built-in tls has no /sys/module entry.
+bool hasTlsUlp() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  static const char kUlp[] = "tls";
+  int rc = ::setsockopt(fd, IPPROTO_TCP, TCP_ULP, kUlp, sizeof(kUlp) - 1);
+  int err = errno;
+  ::close(fd);
+  return rc == 0 || err != ENOENT;
 }
 
 }  // namespace
@@ -97,9 +131,10 @@ KernelFeatures probeKernel(uint32_t egress_flag) {
     }
   }
 
-  f.netkit = fileContains("/proc/kallsyms", " netkit_xmit") || access("/sys/module/netkit", F_OK) == 0;
-  f.ktls = fileContains("/proc/sys/net/ipv4/tcp_available_ulp", "tls") ||
-           access("/sys/module/tls", F_OK) == 0;
+  std::string netkit_error;
+  f.netkit = probeNetkit(netkit_error);
+  f.errors += netkit_error;
+  f.ktls = hasTlsUlp();
   return f;
 }
 
