@@ -6,7 +6,7 @@ JOBS ?= $(shell nproc)
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := true
 
-.PHONY: all bootstrap configure build test test-asan demo clean ci
+.PHONY: all bootstrap configure build test test-asan demo kernel-lab clean ci
 
 all: build
 
@@ -29,6 +29,11 @@ test-asan:
 
 demo: build
 	@scripts/demo.sh
+
+# netkit pods and peer-egress on a kernel the project builds and boots under qemu
+# (docs/kernel-lab.md). Cold: ~25 min (two kernel builds); cached kernels: a few minutes.
+kernel-lab: build
+	@FY_KERNEL_LAB_NO_BUILD=1 scripts/kernel-lab/kernel-lab.sh
 
 ci:
 	@bash .ci/run

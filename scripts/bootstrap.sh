@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs every Debian 12 package ferry needs to build, test and run its lab.
 # Idempotent: when everything is present it only checks and returns (about a second).
+#   bootstrap.sh              build, test, the netns lab
+#   bootstrap.sh kernel-lab   also the kernel lab: Debian's kernel source and what builds and
+#                             boots it (docs/kernel-lab.md)
 set -euo pipefail
 
 # Build toolchain and libraries (design.md §7).
@@ -15,7 +18,17 @@ bpf_pkgs=(clang llvm libbpf-dev bpftool linux-libc-dev libelf-dev zlib1g-dev)
 # Tests and the lab: interop peers, traffic tools, capture, netns plumbing.
 test_pkgs=(nghttp2-proxy nghttp2-client curl iperf3 tcpdump iproute2 iputils-ping procps psmisc python3)
 
+# The kernel lab: linux-source-6.12, its build dependencies (pahole from dwarves for BTF),
+# qemu to boot it.
+kernel_lab_pkgs=(linux-source-6.12 qemu-system-x86 dwarves bc flex bison libelf-dev libssl-dev
+  cpio xz-utils patch)
+
 want=("${build_pkgs[@]}" "${bpf_pkgs[@]}" "${test_pkgs[@]}")
+case "${1:-}" in
+  "") ;;
+  kernel-lab) want+=("${kernel_lab_pkgs[@]}") ;;
+  *) echo "usage: $0 [kernel-lab]" >&2; exit 2 ;;
+esac
 missing=()
 for p in "${want[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed'; then

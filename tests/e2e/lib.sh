@@ -1,0 +1,225 @@
+# Helpers of the lab's e2e suites (tests/e2e/datapath_e2e.sh, tests/kernel-lab/netkit_e2e.sh),
+# sourced after the caller has set: LAB (scripts/ferry-lab), STATE (/run/ferry-lab), TMP (its
+# scratch directory), PIDS (file of "PID STARTTIME" lines its cleanup kills), and the counters
+# PASSED, FAILED, FAILED_NAMES that run_case updates.
+# shellcheck shell=bash disable=SC2016  # single-quoted programs for python3 -c are meant literally
+note() { printf '    %s\n' "$*"; }
+ok() { printf '    ok      %s\n' "$*"; }
+die_case() { printf '    NOT OK  %s\n' "$*"; exit 1; }   # ends the case (cases run in subshells)
+
+# assert DESCRIPTION CMD...: CMD must succeed; its output is shown when it does not.
+assert() {
+  local d=$1; shift
+  if "$@" >"$TMP/assert.out" 2>&1; then
+    ok "$d"
+  else
+    printf '    NOT OK  %s\n' "$d"
+    sed 's/^/            /' "$TMP/assert.out" | tail -n 30
+    exit 1
+  fi
+}
+
+# track PID: recorded with its start time, so that cleanup never signals a recycled PID.
+starttime() { awk '{print $22}' "/proc/$1/stat" 2>/dev/null; }
+track() { echo "$1 $(starttime "$1")" >>"$PIDS"; }
+alive() {
+  local st
+  st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+  [ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]
+}
+
+# wait_for SECONDS DESCRIPTION CMD...: poll CMD every 0.1 s until it succeeds.
+wait_for() {
+  local t=$1 d=$2 deadline
+  shift 2
+  deadline=$((SECONDS + t))
+  until "$@" >/dev/null 2>&1; do
+    if [ $SECONDS -ge $deadline ]; then echo "timed out after ${t}s waiting for: $d"; return 1; fi
+    sleep 0.1
+  done
+}
+
+# stop_pid PID: SIGTERM (or the given signal), then wait up to 5 s, then SIGKILL.
+stop_pid() {
+  local pid=$1 sig=${2:-TERM}
+  kill "-$sig" "$pid" 2>/dev/null || return 0
+  wait_for 5 "pid $pid to exit" bash -c "! { st=\$(awk '{print \$3}' /proc/$pid/stat 2>/dev/null) && [ \"\$st\" != Z ]; }" \
+    || kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+
+# bg TARGET LOG CMD...: run CMD in a lab netns in the background, its PID recorded.
+# `ferry-lab exec` ends in `exec ip netns exec`, which execs in place: $! is CMD's PID.
+# fd 8 (this test's lock) is not inherited.
+BG_PID=
+bg() {
+  local t=$1 log=$2
+  shift 2
+  "$LAB" exec "$t" -- "$@" >"$log" 2>&1 8<&- &
+  BG_PID=$!
+  track "$BG_PID"
+}
+
+pod_ns() { case $1 in */*) echo "fy-${1%%/*}-${1##*/}" ;; *) echo "fy-$1" ;; esac; }  # n1/p2 -> fy-n1-p2
+listening() { [ -n "$(ip netns exec "$(pod_ns "$1")" ss -Hltn "sport = :$2")" ]; }  # TCP listener up?
+
+# The HTTP server of the tests: GET answers "hello from NAME; you are CLIENT-IP", POST
+# echoes the body. Each request is logged as "CLIENT-IP METHOD PATH". Process name fy-httpd.
+HTTPD_PY='
+import http.server, sys
+try:
+    open("/proc/self/comm", "w").write("fy-httpd")
+except OSError:
+    pass
+ip, port, name = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+class H(http.server.BaseHTTPRequestHandler):
+    def reply(self, body):
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def do_GET(self):
+        self.reply(("hello from %s; you are %s\n" % (name, self.client_address[0])).encode())
+    def do_POST(self):
+        n = int(self.headers.get("Content-Length", "0"))
+        self.reply(self.rfile.read(n))
+    def log_message(self, fmt, *args):
+        sys.stderr.write("%s:%d %s %s %s\n" % (self.client_address[0], self.client_address[1],
+                         getattr(self, "command", "-"), getattr(self, "path", "-"),
+                         args[1] if len(args) > 1 else "-"))
+        sys.stderr.flush()
+http.server.ThreadingHTTPServer.allow_reuse_address = True
+http.server.ThreadingHTTPServer((ip, port), H).serve_forever()
+'
+HTTP_PORT=8080
+# start_httpd TARGET IP: the server on IP:8080 in TARGET, unless it already answers; returns
+# when it answers (asked from inside its own pod over lo: no tc hook, not the mesh).
+start_httpd() {
+  local t=$1 ip=$2 log
+  log=$TMP/httpd-$(pod_ns "$t").log
+  if "$LAB" exec "$t" -- curl -sf --max-time 1 -o /dev/null "http://$ip:$HTTP_PORT/ready"; then return 0; fi
+  bg "$t" "$log" python3 -c "$HTTPD_PY" "$ip" "$HTTP_PORT" "$(pod_ns "$t")"
+  wait_for 10 "HTTP server on $ip:$HTTP_PORT in $t" \
+    "$LAB" exec "$t" -- curl -sf --max-time 1 -o /dev/null "http://$ip:$HTTP_PORT/ready" \
+    || { cat "$log"; return 1; }
+}
+httpd_log() { echo "$TMP/httpd-$(pod_ns "$1").log"; }
+
+# ferryd's access log lines, with the line count at a mark (to look only at new lines).
+flog() { echo "$STATE/$1/ferryd.log"; }
+flog_mark() { wc -l <"$(flog "$1")"; }
+flog_since() { tail -n +"$(($2 + 1))" "$(flog "$1")"; }
+# flog_wait NODE MARK PATTERN: ferryd writes an access line when a connection closes, which
+# can be just after the client returns: poll for it (bounded).
+flog_wait() {
+  local n=$1 m=$2 pat=$3
+  wait_for 5 "'$pat' in $(flog "$n")" bash -c 'tail -n +"$(($2 + 1))" "$1" | grep -qE -- "$3"' _ "$(flog "$n")" "$m" "$pat" \
+    || { echo "no line matching '$pat' in $(flog "$n") since line $m; new lines:"; flog_since "$n" "$m" | tail -n 20; return 1; }
+}
+
+# metric NODE SERIES: the value of one metrics series of node N's ferryd (0 when absent).
+metric() {
+  local v
+  v=$("$LAB" exec "$1/proxy" -- curl -sf --max-time 2 http://127.0.0.1:15020/metrics | awk -v s="$2" '$1 == s {print $2; exit}') || true
+  echo "${v:-0}"
+}
+
+# Captures on node 1's end of the wire. cap_start NAME returns once tcpdump says it
+# listens; cap_stop NAME ends it (SIGINT: it flushes) and leaves $TMP/NAME.pcap.
+cap_start() {
+  local name=$1
+  # -B 16 MiB: on a busy machine the default 2 MiB buffer drops packets, and the cases
+  # count bytes on the wire.
+  bg n1 "$TMP/$name.tcpdump" tcpdump -i fy-wire1 -n -s 0 -B 16384 -U --immediate-mode -w "$TMP/$name.pcap"
+  echo "$BG_PID" >"$TMP/$name.cappid"
+  wait_for 10 "tcpdump on fy-wire1 listening" grep -q "listening on" "$TMP/$name.tcpdump" \
+    || { cat "$TMP/$name.tcpdump"; return 1; }
+}
+cap_stop() {
+  local name=$1
+  stop_pid "$(cat "$TMP/$name.cappid")" INT
+  grep -E 'captured|received|dropped' "$TMP/$name.tcpdump" | sed 's/^/      tcpdump: /' || true
+}
+
+# pcap_stats PCAP MARKER APP_PORT: one JSON object about an Ethernet/IPv4 pcap.
+PCAP_PY='
+import json, struct, sys
+path, marker, app_port = sys.argv[1], sys.argv[2].encode(), int(sys.argv[3])
+raw = open(path, "rb").read()
+out = {"packets": 0, "tcp": 0, "udp": 0, "icmp": 0, "to_15008": 0, "from_15008": 0,
+       "app_port": 0, "tls_handshake": 0, "tls_appdata": 0, "tcp_payload_bytes": 0,
+       "marker_in_file": marker in raw, "marker_packets": 0, "ports": {}}
+if len(raw) >= 24:
+    magic = struct.unpack("<I", raw[:4])[0]
+    end = "<" if magic in (0xa1b2c3d4, 0xa1b23c4d) else ">"
+    linktype = struct.unpack(end + "I", raw[20:24])[0]
+    assert linktype == 1, "link type %d, expected Ethernet" % linktype
+    off = 24
+    while off + 16 <= len(raw):
+        _, _, caplen, _ = struct.unpack(end + "IIII", raw[off:off + 16])
+        pkt = raw[off + 16:off + 16 + caplen]
+        off += 16 + caplen
+        out["packets"] += 1
+        if len(pkt) < 34 or pkt[12:14] != b"\x08\x00":
+            continue
+        ihl = (pkt[14] & 15) * 4
+        proto = pkt[23]
+        l4 = pkt[14 + ihl:]
+        if proto == 1:
+            out["icmp"] += 1
+        elif proto == 17:
+            out["udp"] += 1
+        if proto != 6 or len(l4) < 20:
+            continue
+        out["tcp"] += 1
+        sport, dport = struct.unpack("!HH", l4[:4])
+        payload = l4[(l4[12] >> 4) * 4:]
+        key = "%d>%d" % (sport if sport < 32768 else 0, dport if dport < 32768 else 0)
+        out["ports"][key] = out["ports"].get(key, 0) + 1
+        out["to_15008"] += dport == 15008
+        out["from_15008"] += sport == 15008
+        out["app_port"] += app_port in (sport, dport)
+        out["tcp_payload_bytes"] += len(payload)
+        if len(payload) >= 5 and payload[1] == 3:
+            out["tls_handshake"] += payload[0] == 0x16
+            out["tls_appdata"] += payload[0] == 0x17
+        out["marker_packets"] += marker in payload
+print(json.dumps(out, sort_keys=True))
+'
+pcap_stats() { python3 -c "$PCAP_PY" "$@"; }
+# jqt JSON EXPR: jq -e on a JSON string (for asserts).
+jqt() { jq -e "$2" <<<"$1"; }
+
+# A marker that cannot occur by chance, and a payload made of it.
+new_marker() { echo "FERRY-E2E-PLAINTEXT-$1-$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')"; }
+make_payload() {  # make_payload FILE MARKER BYTES
+  python3 -c 'import sys; m = (sys.argv[2] + "\n").encode(); n = int(sys.argv[3]); open(sys.argv[1], "wb").write((m * (n // len(m) + 1))[:n])' "$@"
+}
+
+# ICMP echo from a lab namespace (python raw socket: iputils ping is not installed in CI).
+lab_ping() {  # lab_ping TARGET DST (iputils-ping is installed by scripts/bootstrap.sh)
+  "$LAB" exec "$1" -- ping -c 1 -w 3 "$2"
+}
+
+# curl_get TARGET URL: prints "CODE LOCAL_PORT" and the body; fails on a transport error.
+curl_get() { "$LAB" exec "$1" -- curl -sS --max-time "${CURL_TIMEOUT:-5}" -w '\n%{http_code} %{local_port}\n' "$2"; }
+
+run_case() {  # run_case ID DESCRIPTION FUNCTION
+  local id=$1 d=$2 fn=$3 rc t0=$SECONDS
+  printf '\n== case %s: %s\n' "$id" "$d"
+  # In the background and waited for: a SIGTERM/SIGINT to the test is handled at once
+  # (bash defers traps while a foreground child runs); cleanup then ends the case.
+  ( set -eE; trap 'echo "    error: line $LINENO: $BASH_COMMAND (exit $?)"' ERR; "$fn" ) &
+  CASE_PID=$!
+  rc=0
+  wait "$CASE_PID" || rc=$?
+  CASE_PID=
+  if [ $rc -eq 0 ]; then
+    echo "PASS  case $id: $d ($((SECONDS - t0)) s)"
+    PASSED=$((PASSED + 1))
+  else
+    echo "FAIL  case $id: $d ($((SECONDS - t0)) s)"
+    FAILED=$((FAILED + 1))
+    FAILED_NAMES+=("$id")
+  fi
+}

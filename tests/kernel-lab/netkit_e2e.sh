@@ -1,0 +1,222 @@
+#!/usr/bin/env bash
+# The kernel lab's suite (issue 4, docs/kernel-lab.md). Runs INSIDE the qemu guest that
+# scripts/kernel-lab/kernel-lab.sh boots, as root, on a kernel with netkit: the two-node lab
+# built with netkit pairs for the pods and the proxies (FERRY_LAB_LINK=netkit), ferryd on
+# both nodes, real curl and python servers in the pods.
+#
+#   netkit_e2e.sh EXPECTED_INJECTION       peer-egress (patched kernel) | ingress-redirect
+#
+#   0  ferryd's probe: netkit=yes, the injection mode EXPECTED_INJECTION; pods adopted as
+#      netkit (pod_egress_netkit as each pair's peer program)
+#   1  cross-node curl n1/p1 -> n2/p1: 200, the server sees 10.77.1.11, through the mesh
+#   2  same-node curl n2/p2 -> n2/p1: 200, the server sees 10.77.2.12
+#   3  the wire carries TLS to :15008 and no plaintext of a 64 KiB marker payload
+#   4  a "CNI policy" program on the client pod's netkit PEER hook (after ferry's), where a
+#      netkit CNI enforces pod egress policy:
+#        peer-egress:      it sees the tunnel's packets (podA -> podB:15008) and its drop
+#                          rule on 10.77.2.11:15008 breaks exactly that destination
+#        ingress-redirect: it sees none of them and cannot drop them: the documented
+#                          limitation of the fallback on netkit
+#   5  kTLS: /proc/net/tls_stat before and after ferry's traffic, and whether OpenSSL can
+#      engage kTLS on this kernel at all (tests/kernel-lab/ktls_probe)
+#
+# Writes $FY_RESULTS/summary.txt (the facts the closing note quotes). Exit 0 all passed.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+LAB=$ROOT/scripts/ferry-lab
+STATE=/run/ferry-lab
+BPFFS=/run/ferry/bpffs
+CNI_PIN=$BPFFS/kl-cni
+ME=netkit_e2e
+BUILD=${FERRY_BUILD_DIR:-$ROOT/build/default}
+EXPECTED=${1:?usage: netkit_e2e.sh peer-egress|ingress-redirect}
+RESULTS=${FY_RESULTS:-/tmp}
+CNI_OBJ=${FY_CNI_OBJ:?FY_CNI_OBJ: the compiled tests/e2e/cni_standin.bpf.c}
+export FERRY_LAB_LINK=netkit
+# TCG runs everything 10-50 times slower than the host: generous timeouts.
+export FERRY_LAB_READY_TIMEOUT=${FERRY_LAB_READY_TIMEOUT:-120}
+export CURL_TIMEOUT=${CURL_TIMEOUT:-30}
+
+[ "$(id -u)" -eq 0 ] || { echo "$ME: must run as root (in the kernel lab's guest)" >&2; exit 1; }
+case $EXPECTED in peer-egress|ingress-redirect) ;; *) echo "$ME: unknown mode $EXPECTED" >&2; exit 2 ;; esac
+
+TMP=$(mktemp -d /tmp/fy-netkit-e2e.XXXXXX)
+PIDS=$TMP/pids
+: >"$PIDS"
+PASSED=0
+FAILED=0
+FAILED_NAMES=()
+CASE_PID=
+SUMMARY=$RESULTS/summary.txt
+: >"$SUMMARY"
+fact() { echo "$*" | tee -a "$SUMMARY"; }
+
+cleanup() {
+  local rc=$? pid st
+  set +e
+  if [ -n "${CASE_PID:-}" ]; then kill "$CASE_PID" 2>/dev/null; wait "$CASE_PID" 2>/dev/null; fi
+  while read -r pid st; do [ "$(starttime "$pid")" = "$st" ] && kill "$pid" 2>/dev/null; done <"$PIDS"
+  rm -rf -- "$CNI_PIN"
+  "$LAB" down >/dev/null 2>&1 || echo "$ME: 'ferry-lab down' failed in cleanup" >&2
+  while read -r pid st; do wait "$pid" 2>/dev/null; done <"$PIDS"
+  rm -rf -- "$TMP"
+  exit "$rc"
+}
+trap cleanup EXIT
+
+# shellcheck source=tests/e2e/lib.sh
+source "$ROOT/tests/e2e/lib.sh"
+
+tls_stat() { cat /proc/net/tls_stat 2>/dev/null || echo "(no /proc/net/tls_stat: CONFIG_TLS off)"; }
+tls_counter() { awk -v k="$1" '$1 == k {print $2}' /proc/net/tls_stat 2>/dev/null || echo 0; }
+
+# ---------------------------------------------------------------------------------------
+case_probe() {
+  local log
+  log=$(flog n1)
+  local kernel_line injection_line
+  kernel_line=$(grep -m1 'datapath: kernel ' "$log" | sed 's/.*datapath: kernel //')
+  injection_line=$(grep -m1 'datapath: injection ' "$log" | sed 's/.*datapath: injection //')
+  fact "guest kernel: $(uname -r)"
+  fact "probe: $kernel_line"
+  fact "injection: $injection_line"
+  assert "the probe finds netkit" grep -q 'netkit=yes' <<<"$kernel_line"
+  if [ "$EXPECTED" = peer-egress ]; then
+    assert "the probe finds the egress flag" grep -q 'egress_flag=yes' <<<"$kernel_line"
+  else
+    assert "the probe finds no egress flag (unpatched kernel)" grep -q 'egress_flag=no' <<<"$kernel_line"
+    assert "ferryd says that on netkit the fallback skips the peer's programs" \
+      grep -q 'netkit devices this skips the peer' <<<"$injection_line"
+  fi
+  assert "ferryd chose $EXPECTED" grep -q "^$EXPECTED " <<<"$injection_line"
+  assert "the /datapath admin page reports $EXPECTED" \
+    bash -c "'$LAB' exec n1/proxy -- curl -sf --max-time 10 http://127.0.0.1:15000/datapath | grep -q '$EXPECTED'"
+  assert "pods are adopted as netkit (pod_egress_netkit on the pair's peer hook)" \
+    grep -q 'enrolled .*(netkit fy1-p1 ' "$log"
+  fact "pods: $(grep -c 'enrolled .*(netkit ' "$log") netkit pods enrolled on n1, $(grep -c 'enrolled .*(netkit ' "$(flog n2)") on n2"
+}
+
+case_cross_node_curl() {
+  local out m1 m2
+  start_httpd n2/p1 10.77.2.11
+  m1=$(flog_mark n1); m2=$(flog_mark n2)
+  out=$(curl_get n1/p1 http://10.77.2.11:8080/kl1)
+  note "curl: $(tr '\n' ' ' <<<"$out")"
+  assert "HTTP 200" grep -qE '^200 ' <<<"$out"
+  assert "the server sees the client pod's IP 10.77.1.11" grep -qF "you are 10.77.1.11" <<<"$out"
+  assert "n1 ferryd proxied it (outbound, peer n2-p1)" \
+    flog_wait n1 "$m1" "direction=outbound src=10\.77\.1\.11:[0-9]+ dst=10\.77\.2\.11:8080 peer=spiffe://cluster\.local/ns/default/sa/n2-p1 reason=ok"
+  assert "n2 ferryd accepted it over HBONE from n1-p1's identity" \
+    flog_wait n2 "$m2" "direction=inbound src=10\.77\.1\.11:[0-9]+ dst=10\.77\.2\.11:8080 peer=spiffe://cluster\.local/ns/default/sa/n1-p1 reason=ok"
+  fact "cross-node curl n1/p1 -> n2/p1: $(head -n 1 <<<"$out")"
+}
+
+case_same_node_curl() {
+  local out m2
+  start_httpd n2/p1 10.77.2.11
+  m2=$(flog_mark n2)
+  out=$(curl_get n2/p2 http://10.77.2.11:8080/kl2)
+  assert "HTTP 200" grep -qE '^200 ' <<<"$out"
+  assert "the server sees 10.77.2.12" grep -qF "you are 10.77.2.12" <<<"$out"
+  assert "n2 ferryd carried both legs (outbound and inbound HBONE on one node)" \
+    flog_wait n2 "$m2" "direction=inbound src=10\.77\.2\.12:[0-9]+ dst=10\.77\.2\.11:8080 peer=spiffe://cluster\.local/ns/default/sa/n2-p2 reason=ok"
+  fact "same-node curl n2/p2 -> n2/p1: $(head -n 1 <<<"$out")"
+}
+
+case_wire() {
+  local marker st
+  marker=$(new_marker kl3)
+  make_payload "$TMP/kl3.payload" "$marker" 65536
+  start_httpd n2/p1 10.77.2.11
+  cap_start kl3
+  "$LAB" exec n1/p2 -- curl -sS --max-time "$CURL_TIMEOUT" --data-binary "@$TMP/kl3.payload" \
+    -o "$TMP/kl3.echo" http://10.77.2.11:8080/kl3 || { cap_stop kl3; die_case "the POST through the mesh failed"; }
+  cap_stop kl3
+  assert "64 KiB sent and read back intact" cmp "$TMP/kl3.payload" "$TMP/kl3.echo"
+  st=$(pcap_stats "$TMP/kl3.pcap" "$marker" 8080)
+  note "wire: $st"
+  assert "the wire carries a TLS handshake to :15008" jqt "$st" '.to_15008 > 0 and .tls_handshake > 0'
+  assert "no packet to or from port 8080 on the wire" jqt "$st" '.app_port == 0'
+  assert "the marker is nowhere in the capture (no plaintext)" jqt "$st" '.marker_in_file == false'
+  fact "wire: $(jq -c '{to_15008, tls_handshake, tls_appdata, app_port, marker_in_file}' <<<"$st")"
+}
+
+cni_seen() { bpftool -j map dump pinned "$CNI_PIN/maps/cni_seen" | jq --argjson p "$1" '[.[] | select(.formatted.key == $p) | .formatted.value] | add // 0'; }
+cni_dropped() { bpftool -j map dump pinned "$CNI_PIN/maps/cni_dropped" | jq '[.[].formatted.value] | add // 0'; }
+
+case_cni_on_netkit_peer() {
+  local seen app out inject dropped
+  rm -rf -- "$CNI_PIN"
+  mkdir -p "$CNI_PIN/maps"
+  bpftool prog load "$CNI_OBJ" "$CNI_PIN/prog" type classifier pinmaps "$CNI_PIN/maps"
+  # After ferry's pod_egress_netkit on the same hook: appended, as a CNI attaching later.
+  assert "the policy program attaches to fy1-p1's netkit peer hook, after ferry's" \
+    ip netns exec fy-n1 "$BUILD/tests/e2e/fy_attach" "$CNI_PIN/prog" fy1-p1 netkit-peer "$CNI_PIN/link"
+  start_httpd n2/p1 10.77.2.11
+  start_httpd n2/p2 10.77.2.12
+  # A new source/destination pair (n1-p1 -> n2-p2 was not used yet), so a new tunnel: its
+  # handshake passes the hook while the program is there.
+  out=$(curl_get n1/p1 http://10.77.2.12:8080/kl4a)
+  assert "n1/p1 -> n2/p2 answers with the policy program in place" grep -qE '^200 ' <<<"$out"
+  seen=$(cni_seen 15008); app=$(cni_seen 8080)
+  local reason=INJECT_PEER_EGRESS
+  [ "$EXPECTED" = peer-egress ] || reason=INJECT_INGRESS_REDIRECT
+  inject=$(metric n1 "ferry_datapath_reason_packets_total{reason=\"$reason\"}")
+  note "policy program on fy1-p1 (netkit peer): saw $seen packets to :15008, $app to :8080; ferry's $reason packets on n1: $inject"
+  fact "policy program on fy1-p1's netkit peer: packets to :15008 seen = $seen, to :8080 seen = $app"
+  fact "ferry on n1: $reason packets = $inject"
+  assert "the app's own packets to :8080 never reach it (ferry's program, first, took them)" test "$app" -eq 0
+  if [ "$EXPECTED" = peer-egress ]; then
+    assert "it sees the tunnel's packets: ferry's upstream leaves through the pod's own egress" test "$seen" -gt 0
+    assert "ferry counted its peer-egress injections" test "${inject%.*}" -gt 0
+    bpftool map update pinned "$CNI_PIN/maps/cni_deny" key 10 77 2 11 value 1 0 0 0
+    note "policy: drop TCP to 10.77.2.11:15008"
+    out=$(CURL_TIMEOUT=8 curl_get n1/p1 http://10.77.2.11:8080/kl4b 2>&1) && die_case "n1/p1 -> n2/p1 still answered: $out"
+    ok "n1/p1 -> n2/p1 is cut off by the pod's policy (no answer)"
+    out=$(curl_get n1/p1 http://10.77.2.12:8080/kl4c)
+    assert "n1/p1 -> n2/p2 still works" grep -qE '^200 ' <<<"$out"
+    dropped=$(cni_dropped)
+    assert "the policy program dropped tunnel packets" test "$dropped" -gt 0
+    fact "policy drop rule on 10.77.2.11:15008: n1/p1 -> n2/p1 blocked, n1/p1 -> n2/p2 200, packets dropped = $dropped"
+  else
+    assert "it sees none of the tunnel's packets: the fallback enters at the node side (documented limitation)" \
+      test "$seen" -eq 0
+    bpftool map update pinned "$CNI_PIN/maps/cni_deny" key 10 77 2 11 value 1 0 0 0
+    out=$(curl_get n1/p1 http://10.77.2.11:8080/kl4b)
+    assert "so its drop rule on 10.77.2.11:15008 cannot stop n1/p1 -> n2/p1" grep -qE '^200 ' <<<"$out"
+    dropped=$(cni_dropped)
+    assert "the policy program dropped nothing" test "$dropped" -eq 0
+    fact "policy drop rule on 10.77.2.11:15008: not enforced on the tunnel (dropped = $dropped): the fallback's limitation"
+  fi
+  rm -rf -- "$CNI_PIN"
+}
+
+case_ktls() {
+  local tx rx line
+  fact "kTLS: /proc/net/tls_stat after ferry's traffic: $(tls_stat | tr -s ' \n' ' ')"
+  tx=$(tls_counter TlsTxSw); rx=$(tls_counter TlsRxSw)
+  fact "kTLS on ferry's connections: TlsTxSw=${tx:-0} TlsRxSw=${rx:-0} (0: ferry's TLS never reached the kernel)"
+  assert "the kernel has the TLS ULP" grep -qw tls /proc/sys/net/ipv4/tcp_available_ulp
+  line=$("$BUILD/tests/kernel-lab/ktls_probe") || die_case "ktls_probe failed: $line"
+  while IFS= read -r l; do fact "$l"; done <<<"$line"
+  fact "kTLS counters after ktls_probe: $(tls_stat | tr -s ' \n' ' ')"
+  if grep -q 'tx=yes' <<<"$line"; then
+    # The counters do count: what the probe moved into the kernel shows up, so ferry's 0
+    # above means its connections never used kTLS.
+    assert "tls_stat counted ktls_probe's kernel-TLS sockets" test "$(tls_counter TlsTxSw)" -gt "${tx:-0}"
+  fi
+}
+
+# ---------------------------------------------------------------------------------------
+echo "$ME: kernel $(uname -r), $(nproc) CPUs, expecting $EXPECTED"
+"$LAB" up
+run_case 0 "probe: netkit, injection $EXPECTED, pods adopted as netkit" case_probe
+run_case 1 "cross-node curl over netkit pods" case_cross_node_curl
+run_case 2 "same-node curl over netkit pods" case_same_node_curl
+run_case 3 "the wire carries only TLS" case_wire
+run_case 4 "CNI policy program on the client pod's netkit peer" case_cni_on_netkit_peer
+run_case 5 "kTLS report" case_ktls
+echo
+echo "$ME: $PASSED passed, $FAILED failed${FAILED_NAMES:+ (cases ${FAILED_NAMES[*]})}"
+[ "$FAILED" -eq 0 ]
