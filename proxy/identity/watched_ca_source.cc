@@ -60,6 +60,8 @@ bool WatchedCaSource::poll() {
   polled_ = true;
   seen_ = now;
   bool ready = current() != nullptr;
+  // Back to what is in effect (a file that was briefly unreadable): nothing to apply.
+  if (ready && now == applied_) return false;
   absl::Status s = apply(now);
   if (s.ok()) {
     applied_ = now;
