@@ -329,7 +329,7 @@ class ConfigParser {
 
   absl::Status parseIdentity(const std::optional<YamlField>& field) {
     if (!field) return absl::OkStatus();
-    auto map = reader_.map(*field, {"source", "ca_cert", "ca_key", "leaf_lifetime"});
+    auto map = reader_.map(*field, {"source", "ca_cert", "ca_key", "leaf_lifetime", "poll_interval"});
     if (!map.ok()) return map.status();
     Identity& id = config_.identity;
     if (auto s = optionalEnum<CertSourceKind>(
@@ -340,6 +340,17 @@ class ConfigParser {
     if (auto s = optionalString(*map, "ca_cert", id.ca_cert); !s.ok()) return s;
     if (auto s = optionalString(*map, "ca_key", id.ca_key); !s.ok()) return s;
     if (auto s = optionalDuration(*map, "leaf_lifetime", id.leaf_lifetime); !s.ok()) return s;
+    if (auto lifetime = map->find("leaf_lifetime")) {
+      if (id.leaf_lifetime < kMinLeafLifetime) {
+        return reader_.error(*lifetime, absl::StrCat(common::formatDuration(id.leaf_lifetime), " is shorter than ",
+                                                     common::formatDuration(kMinLeafLifetime)));
+      }
+      if (id.leaf_lifetime.count() % 1000 != 0) {
+        return reader_.error(*lifetime, absl::StrCat(common::formatDuration(id.leaf_lifetime),
+                                                     " is not a whole number of seconds (X.509 times are)"));
+      }
+    }
+    if (auto s = optionalDuration(*map, "poll_interval", id.poll_interval); !s.ok()) return s;
     if (id.source == CertSourceKind::kCa) {
       if (id.ca_cert.empty()) return reader_.error(*field, "identity.ca_cert is required with source: ca");
       if (id.ca_key.empty()) return reader_.error(*field, "identity.ca_key is required with source: ca");

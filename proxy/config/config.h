@@ -83,7 +83,13 @@ struct Identity {
   std::string ca_cert;  // PEM: the issuing CA first, then its chain up to (not incl.) the root
   std::string ca_key;   // PEM private key of the issuing CA
   Millis leaf_lifetime{24 * 3600 * 1000};  // 24 h: ztunnel's and Istio's default
+  // How often ca_cert, ca_key and cert_dir/bundle.pem are checked for changes (source: ca).
+  Millis poll_interval{1'000};
 };
+
+// Shorter leaves would be refreshed (half life) more often than every second, i.e. on nearly
+// every handshake; seconds-long lifetimes are only for tests that rotate many times.
+inline constexpr Millis kMinLeafLifetime{2'000};
 
 struct Config {
   std::string node;               // required; matches workloads' `node`

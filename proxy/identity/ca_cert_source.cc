@@ -140,9 +140,53 @@ absl::Status CaCertSource::setAuthority(CertificateAuthority ca, std::vector<X50
   return absl::OkStatus();
 }
 
+absl::Status CaCertSource::setAuthorityAndBundle(CertificateAuthority ca, std::vector<X509Ptr> chain,
+                                                 std::vector<X509Ptr> roots) {
+  if (ca.trustDomain() != trust_domain_) {
+    return absl::InvalidArgumentError(absl::StrCat("built-in CA: the new CA certificate is for trust domain ",
+                                                   ca.trustDomain(), ", not ", trust_domain_));
+  }
+  auto bundle = makeBundle(trust_domain_, std::move(roots));
+  if (!bundle.ok()) return bundle.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  auto authority = makeAuthority(std::move(ca), std::move(chain), authority_->generation + 1);
+  if (!authority.ok()) return authority.status();
+  if (absl::Status s = checkTrusted(**authority, **bundle, clock_.now()); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("refusing the new CA and bundle: ", s.message()));
+  }
+  authority_ = *std::move(authority);
+  bundle_ = *std::move(bundle);
+  return absl::OkStatus();
+}
+
 void CaCertSource::forget(const SpiffeId& id) {
   std::lock_guard<std::mutex> lock(mu_);
-  entries_.erase(id);
+  if (entries_.erase(id) != 0) forgotten_.fetch_add(1, std::memory_order_relaxed);
+}
+
+size_t CaCertSource::retain(const absl::flat_hash_set<SpiffeId>& keep) {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t dropped = 0;
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    if (keep.contains(it->first)) {
+      ++it;
+      continue;
+    }
+    entries_.erase(it++);
+    ++dropped;
+  }
+  forgotten_.fetch_add(dropped, std::memory_order_relaxed);
+  return dropped;
+}
+
+uint64_t CaCertSource::authorityGeneration() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return authority_->generation;
+}
+
+size_t CaCertSource::cachedCount() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
 }
 
 absl::StatusOr<std::shared_ptr<const Svid>> CaCertSource::issue(const SpiffeId& id,

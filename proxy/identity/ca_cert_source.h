@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "proxy/identity/ca.h"
@@ -75,15 +76,29 @@ class CaCertSource : public CertSource {
   // re-issued by the new CA on its next use. Refused unless the current bundle trusts it.
   absl::Status setAuthority(CertificateAuthority ca, std::vector<X509Ptr> chain);
 
+  // Replaces CA and bundle together, for when both changed at once (a root rotation whose
+  // steps were written faster than they were picked up). Refused unless `roots` trusts `ca`.
+  absl::Status setAuthorityAndBundle(CertificateAuthority ca, std::vector<X509Ptr> chain,
+                                     std::vector<X509Ptr> roots);
+
   // Drops the cached SVID of `id` (its last local workload left); the next svid(id) issues
   // anew. Holders of the old one keep it.
   void forget(const SpiffeId& id);
+  // forget() for every identity not in `keep` (the identities of the local workloads).
+  // Returns how many were dropped.
+  size_t retain(const absl::flat_hash_set<SpiffeId>& keep);
+
+  // Bumped by every accepted setAuthority / setAuthorityAndBundle (0 for the first CA).
+  uint64_t authorityGeneration();
+  // SVIDs held for identities now.
+  size_t cachedCount();
 
   // For metrics: every SVID issued (first ones and refreshes), those that replaced a cached
   // SVID (half life or a new CA), and failed issuances.
   uint64_t issued() const { return issued_.load(std::memory_order_relaxed); }
   uint64_t refreshes() const { return refreshes_.load(std::memory_order_relaxed); }
   uint64_t failures() const { return failures_.load(std::memory_order_relaxed); }
+  uint64_t forgotten() const { return forgotten_.load(std::memory_order_relaxed); }
 
  private:
   // The issuing CA with what is sent after the leaf; replaced as a whole by setAuthority.
@@ -132,6 +147,7 @@ class CaCertSource : public CertSource {
   std::atomic<uint64_t> issued_{0};
   std::atomic<uint64_t> refreshes_{0};
   std::atomic<uint64_t> failures_{0};
+  std::atomic<uint64_t> forgotten_{0};
 };
 
 }  // namespace ferry::identity

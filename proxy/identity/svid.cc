@@ -15,6 +15,56 @@ absl::Status invalidSvid(std::string_view rule) {
 
 }  // namespace
 
+const char* svidRejectionLabel(SvidRejection r) {
+  switch (r) {
+#define FERRY_X(name, label, help) \
+  case SvidRejection::name:        \
+    return label;
+    FERRY_SVID_REJECTIONS(FERRY_X)
+#undef FERRY_X
+    case SvidRejection::kCount:
+      break;
+  }
+  return "unknown";
+}
+
+const char* svidRejectionHelp(SvidRejection r) {
+  switch (r) {
+#define FERRY_X(name, label, help) \
+  case SvidRejection::name:        \
+    return help;
+    FERRY_SVID_REJECTIONS(FERRY_X)
+#undef FERRY_X
+    case SvidRejection::kCount:
+      break;
+  }
+  return "";
+}
+
+SvidRejection rejectionForVerifyError(long x509_error) {
+  switch (x509_error) {
+    case X509_V_ERR_CERT_HAS_EXPIRED:
+      return SvidRejection::kExpired;
+    case X509_V_ERR_CERT_NOT_YET_VALID:
+      return SvidRejection::kNotYetValid;
+    case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT:
+    case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY:
+    case X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE:
+    case X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT:
+    case X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN:
+    case X509_V_ERR_CERT_SIGNATURE_FAILURE:
+    case X509_V_ERR_CERT_UNTRUSTED:
+      return SvidRejection::kUntrustedChain;
+    case X509_V_ERR_CERT_CHAIN_TOO_LONG:
+    case X509_V_ERR_PATH_LENGTH_EXCEEDED:
+      return SvidRejection::kChainTooLong;
+    case X509_V_ERR_APPLICATION_VERIFICATION:  // requirePeerIdentity's callback
+      return SvidRejection::kIdentityMismatch;
+    default:
+      return SvidRejection::kChainInvalid;
+  }
+}
+
 std::vector<std::string> uriSans(X509* cert) {
   std::vector<std::string> out;
   GeneralNamesPtr names(
@@ -30,20 +80,32 @@ std::vector<std::string> uriSans(X509* cert) {
   return out;
 }
 
-absl::StatusOr<SpiffeId> validateSvidLeaf(X509* leaf) {
-  if (leaf == nullptr) return invalidSvid("no certificate");
+absl::StatusOr<SpiffeId> validateSvidLeaf(X509* leaf, SvidRejection* reason) {
+  SvidRejection unused;
+  SvidRejection& why = reason != nullptr ? *reason : unused;
+  if (leaf == nullptr) {
+    why = SvidRejection::kNoCertificate;
+    return invalidSvid("no certificate");
+  }
   // Computes and caches the parsed extensions; EXFLAG_INVALID means one of them is malformed
   // or duplicated, and nothing else about the certificate can be trusted.
   uint32_t flags = X509_get_extension_flags(leaf);
   ERR_clear_error();
-  if ((flags & EXFLAG_INVALID) != 0) return invalidSvid("malformed or duplicate X.509v3 extension");
+  if ((flags & EXFLAG_INVALID) != 0) {
+    why = SvidRejection::kMalformedExtension;
+    return invalidSvid("malformed or duplicate X.509v3 extension");
+  }
 
   int crit = -1;
   GeneralNamesPtr names(
       static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(leaf, NID_subject_alt_name, &crit, nullptr)));
   ERR_clear_error();
   if (!names) {
-    if (crit == -2) return invalidSvid("more than one subjectAltName extension");
+    if (crit == -2) {
+      why = SvidRejection::kMalformedExtension;
+      return invalidSvid("more than one subjectAltName extension");
+    }
+    why = SvidRejection::kUriSanCount;
     return invalidSvid("must have exactly one URI SAN (X509-SVID §2), found no subjectAltName");
   }
   const GENERAL_NAME* uri_name = nullptr;
@@ -56,40 +118,52 @@ absl::StatusOr<SpiffeId> validateSvidLeaf(X509* leaf) {
     }
   }
   if (uri_count != 1) {
+    why = SvidRejection::kUriSanCount;
     return invalidSvid(absl::StrCat("must have exactly one URI SAN (X509-SVID §2), found ", uri_count));
   }
   const ASN1_IA5STRING* uri = uri_name->d.uniformResourceIdentifier;
   std::string_view uri_text(reinterpret_cast<const char*>(ASN1_STRING_get0_data(uri)),
                             static_cast<size_t>(ASN1_STRING_length(uri)));
   auto id = SpiffeId::parse(uri_text);
-  if (!id.ok()) return invalidSvid(absl::StrCat("URI SAN is not a SPIFFE ID: ", id.status().message()));
+  if (!id.ok()) {
+    why = SvidRejection::kNotSpiffeId;
+    return invalidSvid(absl::StrCat("URI SAN is not a SPIFFE ID: ", id.status().message()));
+  }
   if (id->path().empty()) {
+    why = SvidRejection::kRootPath;
     return invalidSvid(absl::StrCat("leaf SPIFFE ID must have a non-root path (X509-SVID §3.1), got ",
                                     id->str()));
   }
 
   if ((flags & EXFLAG_CA) != 0) {
+    why = SvidRejection::kLeafIsCa;
     return invalidSvid("leaf must not be a CA: basicConstraints cA must be false (X509-SVID §4.1)");
   }
   if ((flags & EXFLAG_KUSAGE) == 0) {
+    why = SvidRejection::kNoKeyUsage;
     return invalidSvid("keyUsage extension must be present (X509-SVID §4.3)");
   }
   uint32_t ku = X509_get_key_usage(leaf);
   if ((ku & KU_DIGITAL_SIGNATURE) == 0) {
+    why = SvidRejection::kNoDigitalSignature;
     return invalidSvid("keyUsage must include digitalSignature (X509-SVID §4.3)");
   }
   if ((ku & KU_KEY_CERT_SIGN) != 0) {
+    why = SvidRejection::kCaKeyUsage;
     return invalidSvid("keyUsage must not include keyCertSign in a leaf (X509-SVID §4.3)");
   }
   if ((ku & KU_CRL_SIGN) != 0) {
+    why = SvidRejection::kCaKeyUsage;
     return invalidSvid("keyUsage must not include cRLSign in a leaf (X509-SVID §4.3)");
   }
   if ((flags & EXFLAG_XKUSAGE) != 0) {
     uint32_t xku = X509_get_extended_key_usage(leaf);
     if ((xku & XKU_SSL_SERVER) == 0) {
+      why = SvidRejection::kEkuNoServerAuth;
       return invalidSvid("extendedKeyUsage must include serverAuth (X509-SVID §4.4)");
     }
     if ((xku & XKU_SSL_CLIENT) == 0) {
+      why = SvidRejection::kEkuNoClientAuth;
       return invalidSvid("extendedKeyUsage must include clientAuth (X509-SVID §4.4)");
     }
   }

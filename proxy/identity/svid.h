@@ -27,11 +27,47 @@ struct TrustBundle {
   std::vector<X509Ptr> roots;
 };
 
+// Why a peer certificate was refused: one label per rule, so that the metric
+// ferry_svid_rejections_total{reason} tells an operator which rule a peer broke without
+// reading logs. X(name, label, help).
+#define FERRY_SVID_REJECTIONS(X)                                                                    \
+  X(kNoCertificate, "no_certificate", "the peer presented no certificate")                          \
+  X(kUntrustedChain, "untrusted_chain", "the chain leads to no root of the trust bundle, or a signature is bad") \
+  X(kExpired, "expired", "a certificate of the chain has expired")                                  \
+  X(kNotYetValid, "not_yet_valid", "a certificate of the chain is not valid yet (clock skew?)")     \
+  X(kChainTooLong, "chain_too_long", "more intermediates than the verify depth allows")             \
+  X(kChainInvalid, "chain_invalid", "RFC 5280 path validation failed for another reason")           \
+  X(kMalformedExtension, "malformed_extension", "a malformed or duplicated X.509v3 extension")      \
+  X(kUriSanCount, "uri_san_count", "not exactly one URI SAN (X509-SVID 2)")                         \
+  X(kNotSpiffeId, "not_spiffe_id", "the URI SAN is not a valid SPIFFE ID")                          \
+  X(kRootPath, "root_path", "the SPIFFE ID has no path (a trust domain ID, not a workload)")         \
+  X(kLeafIsCa, "leaf_is_ca", "basicConstraints cA=true on the leaf")                                \
+  X(kNoKeyUsage, "no_key_usage", "keyUsage extension absent")                                       \
+  X(kNoDigitalSignature, "no_digital_signature", "keyUsage without digitalSignature")               \
+  X(kCaKeyUsage, "ca_key_usage", "keyUsage with keyCertSign or cRLSign on a leaf")                  \
+  X(kEkuNoServerAuth, "eku_no_server_auth", "extendedKeyUsage present without serverAuth")          \
+  X(kEkuNoClientAuth, "eku_no_client_auth", "extendedKeyUsage present without clientAuth")          \
+  X(kTrustDomain, "trust_domain", "the peer belongs to another trust domain")                       \
+  X(kIdentityMismatch, "identity_mismatch", "the server is not the expected destination identity")
+
+enum class SvidRejection {
+#define FERRY_X(name, label, help) name,
+  FERRY_SVID_REJECTIONS(FERRY_X)
+#undef FERRY_X
+  kCount
+};
+const char* svidRejectionLabel(SvidRejection r);
+const char* svidRejectionHelp(SvidRejection r);
+
+// The rejection an OpenSSL chain verification error (X509_V_ERR_*) stands for.
+SvidRejection rejectionForVerifyError(long x509_error);
+
 // X.509-SVID leaf rules (spiffe.md B5.2): exactly one URI SAN which is a valid SPIFFE ID with a
 // non-root path, cA=false, key usage present with digitalSignature and without
 // keyCertSign/cRLSign, EKU (if present) includes serverAuth and clientAuth. Returns the ID or an
-// error naming the rule. Does not check the chain or the validity period.
-absl::StatusOr<SpiffeId> validateSvidLeaf(X509* leaf);
+// error naming the rule (and, when `reason` is set, the rule's label). Does not check the
+// chain or the validity period.
+absl::StatusOr<SpiffeId> validateSvidLeaf(X509* leaf, SvidRejection* reason = nullptr);
 
 // RFC 5280 path validation of `leaf` through `untrusted` (intermediates, any order) to one
 // of `bundle`'s roots, at `at` (now when unset). The error names OpenSSL's reason and depth.

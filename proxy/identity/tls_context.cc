@@ -6,6 +6,8 @@
 #include <cstring>
 #include <exception>
 
+#include <boost/asio/ssl/error.hpp>
+
 #include "absl/strings/str_cat.h"
 #include "proxy/identity/string_compat.h"
 
@@ -169,6 +171,22 @@ absl::StatusOr<std::shared_ptr<boost::asio::ssl::context>> TlsContextCache::get(
   return entry.context;
 }
 
+size_t TlsContextCache::retain(const absl::flat_hash_set<SpiffeId>& keep) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::flat_hash_set<SpiffeId> dropped;
+  for (auto* cache : {&client_, &server_}) {
+    for (auto it = cache->begin(); it != cache->end();) {
+      if (keep.contains(it->first)) {
+        ++it;
+        continue;
+      }
+      dropped.insert(it->first);
+      cache->erase(it++);
+    }
+  }
+  return dropped.size();
+}
+
 namespace {
 int expectedIdentityIndex() {
   static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
@@ -195,27 +213,48 @@ void requirePeerIdentity(SSL* ssl, const std::string* expected) {
   SSL_set_verify(ssl, SSL_get_verify_mode(ssl), &verifyExpectedIdentity);
 }
 
-absl::StatusOr<SpiffeId> verifyPeer(SSL* ssl, std::string_view trust_domain) {
+absl::StatusOr<SpiffeId> verifyPeer(SSL* ssl, std::string_view trust_domain, SvidRejection* reason) {
+  SvidRejection unused;
+  SvidRejection& why = reason != nullptr ? *reason : unused;
   if (ssl == nullptr || SSL_is_init_finished(ssl) != 1) {
     return absl::FailedPreconditionError("TLS handshake has not completed");
   }
   X509* peer = SSL_get0_peer_certificate(ssl);
-  if (peer == nullptr) return absl::UnauthenticatedError("peer presented no certificate");
+  if (peer == nullptr) {
+    why = SvidRejection::kNoCertificate;
+    return absl::UnauthenticatedError("peer presented no certificate");
+  }
   long result = SSL_get_verify_result(ssl);
   if (result != X509_V_OK) {
+    why = rejectionForVerifyError(result);
     return absl::UnauthenticatedError(absl::StrCat("peer certificate chain did not verify: ",
                                                    X509_verify_cert_error_string(result)));
   }
-  auto id = validateSvidLeaf(peer);
+  auto id = validateSvidLeaf(peer, &why);
   if (!id.ok()) {
     return absl::UnauthenticatedError(absl::StrCat("peer certificate: ", id.status().message()));
   }
   if (id->trustDomain() != trust_domain) {
+    why = SvidRejection::kTrustDomain;
     return absl::PermissionDeniedError(absl::StrCat("peer ", id->str(), " is in trust domain \"",
                                                     id->trustDomain(), "\", not the local trust domain \"",
                                                     toAbsl(trust_domain), "\""));
   }
   return id;
+}
+
+std::optional<SvidRejection> handshakeRejection(SSL* ssl, const boost::system::error_code& ec) {
+  if (ssl == nullptr) return std::nullopt;
+  long verify = SSL_get_verify_result(ssl);
+  // OpenSSL leaves X509_V_OK in place until a chain was actually verified and failed.
+  if (verify != X509_V_OK) return rejectionForVerifyError(verify);
+  // Asio's SSL category carries OpenSSL's packed error code; a server with
+  // SSL_VERIFY_FAIL_IF_NO_PEER_CERT fails the handshake with this reason.
+  if (ec.category() == boost::asio::error::get_ssl_category() &&
+      ERR_GET_REASON(static_cast<unsigned long>(ec.value())) == SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE) {
+    return SvidRejection::kNoCertificate;
+  }
+  return std::nullopt;
 }
 
 std::string negotiatedAlpn(SSL* ssl) {

@@ -1,5 +1,6 @@
 // ferryd: the per-node mTLS proxy. `ferryd --config FILE` runs it; `ferryd --check-config
 // FILE` validates a configuration (and the workloads file it names) without starting.
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -9,6 +10,7 @@
 #include "proxy/common/log.h"
 #include "proxy/config/config.h"
 #include "proxy/identity/dir_cert_source.h"
+#include "proxy/identity/watched_ca_source.h"
 #include "proxy/server/server.h"
 #include "proxy/workloads/registry.h"
 
@@ -55,8 +57,20 @@ int main(int argc, char** argv) {
     std::printf("%s: OK (node %s, %zu workloads, %zu local)\n", config_path.c_str(),
                 config->node.c_str(), watcher.current()->all().size(),
                 watcher.current()->localCount());
-    // Certificates may legitimately appear later (written by an agent), so a missing
-    // bundle is a warning here, not an error; ferryd itself fails closed without it.
+    // Certificates and CA material may legitimately appear later (written by an agent), so
+    // their absence is a warning here, not an error; ferryd itself starts not ready and fails
+    // closed until they exist.
+    if (config->identity.source == ferry::config::CertSourceKind::kCa) {
+      const auto& id = config->identity;
+      ferry::identity::WatchedCaSource ca(
+          ferry::identity::CaFiles{id.ca_cert, id.ca_key, config->cert_dir + "/bundle.pem"}, config->trust_domain,
+          std::chrono::duration_cast<std::chrono::seconds>(id.leaf_lifetime));
+      ca.poll();
+      if (auto st = ca.status(); !st.ok()) {
+        std::printf("warning: %s\n", std::string(st.message()).c_str());
+      }
+      return 0;
+    }
     ferry::identity::DirCertSource certs(config->cert_dir, config->trust_domain);
     if (auto bundle = certs.bundle(); !bundle.ok()) {
       std::printf("warning: trust bundle: %s\n", std::string(bundle.status().message()).c_str());

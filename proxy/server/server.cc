@@ -130,9 +130,27 @@ absl::Status Server::start() {
     if (auto st = bindListeners(); !st.ok()) return st;
   }
   readiness_.route("/healthz/ready", [this] {
-    if (ready_.load()) return HttpResponse{200, "text/plain; charset=utf-8", "ready\n"};
-    return HttpResponse{503, "text/plain; charset=utf-8",
-                        stopping_.load() ? "draining\n" : "starting\n"};
+    absl::Status ready = readiness();
+    if (ready.ok()) return HttpResponse{200, "text/plain; charset=utf-8", "ready\n"};
+    return HttpResponse{503, "text/plain; charset=utf-8", absl::StrCat(ready.message(), "\n")};
+  });
+  admin_.route("/certs", [this] {
+    std::string body = absl::StrCat("source: ", ca_source_ != nullptr ? "ca" : "files", "\n");
+    absl::Status ready = readiness();
+    absl::StrAppend(&body, "ready: ", ready.ok() ? "true" : absl::StrCat("false (", ready.message(), ")"), "\n");
+    if (auto bundle = certs_->bundle(); bundle.ok()) {
+      for (const auto& root : (*bundle)->roots) {
+        absl::StrAppend(&body, "root: ", identity::nameToString(X509_get_subject_name(root.get())), " until ",
+                        identity::formatTime(identity::asn1TimeToTimePoint(X509_get0_notAfter(root.get()))), "\n");
+      }
+    }
+    if (ca_source_ != nullptr) {
+      if (auto ca = ca_source_->current()) {
+        absl::StrAppend(&body, "ca_generation: ", ca->authorityGeneration(), "\ncertificates_cached: ",
+                        ca->cachedCount(), "\n");
+      }
+    }
+    return HttpResponse{200, "text/plain; charset=utf-8", body};
   });
   metrics_.route("/metrics", [this] {
     return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", renderMetrics()};
@@ -186,6 +204,7 @@ absl::Status Server::start() {
   poll_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (!ec) pollWorkloads();
   });
+  if (ca_source_ != nullptr) scheduleIdentityPoll();
 
   for (auto& w : workers_) {
     threads_.emplace_back([w = w.get(), ns = proxy_netns_ ? &*proxy_netns_ : nullptr] {
@@ -200,8 +219,11 @@ absl::Status Server::start() {
       w->io().run();
     });
   }
-  ready_ = true;
-  FERRY_LOG(kInfo, "ferryd ready: node=%s trust_domain=%s workers=%d workloads=%d (local %d)",
+  started_ = true;
+  if (absl::Status ready = readiness(); !ready.ok()) {
+    FERRY_LOG(kWarn, "ferryd started but not ready: %s", ready.message());
+  }
+  FERRY_LOG(kInfo, "ferryd started: node=%s trust_domain=%s workers=%d workloads=%d (local %d)",
             config_.node, config_.trust_domain, n, workloads_.current()->all().size(),
             workloads_.current()->localCount());
   return absl::OkStatus();
@@ -209,36 +231,75 @@ absl::Status Server::start() {
 
 absl::Status Server::makeCertSource() {
   if (config_.identity.source == config::CertSourceKind::kFiles) {
-    certs_ = std::make_unique<identity::DirCertSource>(config_.cert_dir, config_.trust_domain);
+    auto dir = std::make_unique<identity::DirCertSource>(config_.cert_dir, config_.trust_domain);
+    dir_source_ = dir.get();
+    certs_ = std::move(dir);
   } else {
+    // Missing or broken CA material is not a start-up error: ferryd starts not ready, resets
+    // connections that need a certificate, and recovers when the files are fixed (the CA
+    // is often written by another agent that may start after us).
     const auto& id = config_.identity;
-    auto ca = identity::CertificateAuthority::load(id.ca_cert, id.ca_key);
-    if (!ca.ok()) return absl::FailedPreconditionError(absl::StrCat("identity.ca_cert/ca_key: ", ca.status().message()));
-    auto ca_pem = identity::readFile(id.ca_cert);
-    auto certs = ca_pem.ok() ? identity::parseCertsPem(*ca_pem) : ca_pem.status();
-    if (!certs.ok()) return absl::FailedPreconditionError(absl::StrCat("identity.ca_cert: ", certs.status().message()));
-    std::vector<identity::X509Ptr> chain;
-    for (size_t i = 1; i < certs->size(); ++i) chain.push_back(std::move((*certs)[i]));
-    std::string bundle_path = config_.cert_dir + "/bundle.pem";
-    auto bundle_pem = identity::readFile(bundle_path);
-    auto roots = bundle_pem.ok() ? identity::parseCertsPem(*bundle_pem) : bundle_pem.status();
-    if (!roots.ok()) return absl::FailedPreconditionError(absl::StrCat(bundle_path, ": ", roots.status().message()));
-    auto source = identity::CaCertSource::create(
-        std::move(*ca), std::move(chain), std::move(*roots), config_.trust_domain,
+    auto source = std::make_unique<identity::WatchedCaSource>(
+        identity::CaFiles{id.ca_cert, id.ca_key, config_.cert_dir + "/bundle.pem"}, config_.trust_domain,
         std::chrono::duration_cast<std::chrono::seconds>(id.leaf_lifetime));
-    if (!source.ok()) return source.status();
-    ca_source_ = source->get();
-    certs_ = std::move(*source);
-    FERRY_LOG(kInfo, "identity: issuing workload certificates from the built-in CA %s (leaf lifetime %s)",
-              id.ca_cert, common::formatDuration(id.leaf_lifetime));
+    source->poll();
+    ca_source_ = source.get();
+    certs_ = std::move(source);
+    FERRY_LOG(kInfo, "identity: built-in CA from %s, leaf lifetime %s, files checked every %s", id.ca_cert,
+              common::formatDuration(id.leaf_lifetime), common::formatDuration(id.poll_interval));
   }
   tls_ = std::make_unique<identity::TlsContextCache>(*certs_, config_.trust_domain);
   return absl::OkStatus();
 }
 
+absl::Status Server::readiness() {
+  if (stopping_.load()) return absl::UnavailableError("draining");
+  if (!started_.load()) return absl::UnavailableError("starting");
+  if (ca_source_ != nullptr) {
+    if (absl::Status s = ca_source_->status(); !s.ok()) return absl::Status(s.code(), absl::StrCat("not ready: ", s.message()));
+  } else if (dir_source_ != nullptr) {
+    if (auto bundle = dir_source_->bundle(); !bundle.ok()) {
+      return absl::Status(bundle.status().code(), absl::StrCat("not ready: identity: ", bundle.status().message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Server::pollIdentity() {
+  if (ca_source_ != nullptr && ca_source_->poll()) {
+    // A CA that just became usable may find workloads that left while it was missing.
+    forgetUnusedIdentities();
+  }
+}
+
+void Server::scheduleIdentityPoll() {
+  if (stopping_.load()) return;
+  identity_timer_.expires_after(config_.identity.poll_interval);
+  identity_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    pollIdentity();
+    scheduleIdentityPoll();
+  });
+}
+
+void Server::forgetUnusedIdentities() {
+  absl::flat_hash_set<identity::SpiffeId> keep;
+  for (const auto& w : workloads_.current()->all()) {
+    if (w.node != config_.node) continue;
+    keep.insert(identity::SpiffeId::forWorkload(config_.trust_domain, w.namespace_name, w.service_account));
+  }
+  size_t certs = ca_source_ != nullptr ? ca_source_->retain(keep) : 0;
+  size_t contexts = tls_->retain(keep);
+  if (certs + contexts > 0) {
+    FERRY_LOG(kInfo, "identity: forgot %d certificates and the TLS contexts of %d identities no local workload uses",
+              certs, contexts);
+  }
+}
+
 void Server::pollOnce() {
   if (workloads_.poll()) {
     stats_.workloads_reloads.fetch_add(1, std::memory_order_relaxed);
+    forgetUnusedIdentities();
     if (datapath_) {
       if (auto st = datapath_->sync(*workloads_.current()); !st.ok()) {
         FERRY_LOG(kWarn, "datapath: %s", st.message());
@@ -292,8 +353,9 @@ void Server::armSignals() {
   signals_.async_wait([this](const boost::system::error_code& ec, int sig) {
     if (ec) return;
     if (sig == SIGHUP) {
-      FERRY_LOG(kInfo, "SIGHUP: re-reading the workloads file");
+      FERRY_LOG(kInfo, "SIGHUP: re-reading the workloads file and the identity files");
       pollOnce();
+      pollIdentity();
       armSignals();
       return;
     }
@@ -310,9 +372,9 @@ void Server::shutdown() {
 
 void Server::beginDrain() {
   if (stopping_.exchange(true)) return;
-  ready_ = false;
   shared_->draining = true;
   poll_timer_.cancel();
+  identity_timer_.cancel();
   readiness_.stop();
   // Stop accepting and send GOAWAY on pooled connections; live connections may finish.
   for (size_t i = 0; i < workers_.size(); ++i) {
@@ -349,6 +411,37 @@ void Server::finishDrain() {
   control_.stop();
 }
 
+void Server::renderIdentityMetrics(std::string& out) {
+  auto gauge = [&](const char* name, const char* help, uint64_t value) {
+    absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " gauge\n", name, " ", value, "\n");
+  };
+  auto counter = [&](const char* name, const char* help, uint64_t value) {
+    absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " counter\n", name, " ", value, "\n");
+  };
+  bool identity_ready = ca_source_ != nullptr ? ca_source_->status().ok() : dir_source_->bundle().ok();
+  gauge("ferry_identity_ready", "1 when certificates can be had (CA material or trust bundle loaded)",
+        identity_ready ? 1 : 0);
+  auto bundle = certs_->bundle();
+  gauge("ferry_trust_bundle_roots", "Roots in the trust bundle in use (2 while a root rotates)",
+        bundle.ok() ? (*bundle)->roots.size() : 0);
+  if (ca_source_ == nullptr) return;
+  auto ca = ca_source_->current();
+  counter("ferry_identity_reloads_total", "CA and trust bundle file changes applied (the first load included)",
+          ca_source_->reloads());
+  counter("ferry_identity_reload_failures_total",
+          "CA and trust bundle file changes refused (previous material kept, or still not ready)",
+          ca_source_->reloadFailures());
+  gauge("ferry_identity_ca_generation", "Issuing CAs replaced since start (0: the first one)",
+        ca ? ca->authorityGeneration() : 0);
+  counter("ferry_certificates_issued_total", "Workload SVIDs issued by the built-in CA", ca ? ca->issued() : 0);
+  counter("ferry_certificates_refreshed_total", "SVIDs re-issued at half life (or after a CA change)",
+          ca ? ca->refreshes() : 0);
+  counter("ferry_certificate_issue_failures_total", "Failed issuance attempts", ca ? ca->failures() : 0);
+  counter("ferry_certificates_forgotten_total", "SVIDs dropped because no local workload uses the identity",
+          ca ? ca->forgotten() : 0);
+  gauge("ferry_certificates_cached", "Identities with an SVID held now", ca ? ca->cachedCount() : 0);
+}
+
 std::string Server::renderMetrics() {
   std::string out = stats_.renderPrometheus();
   auto reg = workloads_.current();
@@ -356,20 +449,9 @@ std::string Server::renderMetrics() {
                   "# TYPE ferry_workloads gauge\nferry_workloads{scope=\"all\"} ", reg->all().size(),
                   "\nferry_workloads{scope=\"local\"} ", reg->localCount(), "\n");
   if (datapath_) absl::StrAppend(&out, datapath_->renderPrometheus());
-  if (ca_source_ != nullptr) {
-    absl::StrAppend(&out,
-                    "# HELP ferry_certificates_issued_total Workload SVIDs issued by the built-in CA\n"
-                    "# TYPE ferry_certificates_issued_total counter\nferry_certificates_issued_total ",
-                    ca_source_->issued(),
-                    "\n# HELP ferry_certificates_refreshed_total SVIDs re-issued at half life (or after a CA change)\n"
-                    "# TYPE ferry_certificates_refreshed_total counter\nferry_certificates_refreshed_total ",
-                    ca_source_->refreshes(),
-                    "\n# HELP ferry_certificate_issue_failures_total Failed issuance attempts\n"
-                    "# TYPE ferry_certificate_issue_failures_total counter\nferry_certificate_issue_failures_total ",
-                    ca_source_->failures(), "\n");
-  }
+  renderIdentityMetrics(out);
   absl::StrAppend(&out, "# HELP ferry_ready 1 when ferryd accepts connections\n# TYPE ferry_ready gauge\nferry_ready ",
-                  ready_.load() ? 1 : 0, "\n");
+                  ready() ? 1 : 0, "\n");
   absl::StrAppend(&out, "# HELP ferry_workers Worker threads\n# TYPE ferry_workers gauge\nferry_workers ",
                   workers_.size(), "\n");
   auto up = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_at_);

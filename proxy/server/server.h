@@ -20,6 +20,7 @@
 #include "proxy/identity/ca_cert_source.h"
 #include "proxy/identity/dir_cert_source.h"
 #include "proxy/identity/tls_context.h"
+#include "proxy/identity/watched_ca_source.h"
 #include "proxy/server/http_server.h"
 #include "proxy/session/context.h"
 #include "proxy/workloads/registry.h"
@@ -39,7 +40,10 @@ class Server {
   // Thread-safe: begins a graceful shutdown.
   void shutdown();
 
-  bool ready() const { return ready_.load(); }
+  // Ready = started, not draining, and certificates can be had (the CA material or the
+  // trust bundle is loaded). Not ready says why, for /healthz/ready.
+  absl::Status readiness();
+  bool ready() { return readiness().ok(); }
   // The Prometheus text served on /metrics.
   std::string renderMetrics();
   session::Stats& stats() { return stats_; }
@@ -49,6 +53,11 @@ class Server {
  private:
   void pollWorkloads();
   void pollOnce();
+  void pollIdentity();
+  void scheduleIdentityPoll();
+  // Drops certificates and TLS contexts of identities no local workload has any more.
+  void forgetUnusedIdentities();
+  void renderIdentityMetrics(std::string& out);
   void armSignals();
   void beginDrain();
   void finishDrain();
@@ -57,7 +66,8 @@ class Server {
   session::Stats stats_;
   workloads::Watcher workloads_;
   std::unique_ptr<identity::CertSource> certs_;
-  identity::CaCertSource* ca_source_ = nullptr;  // certs_, when it is the built-in CA
+  identity::WatchedCaSource* ca_source_ = nullptr;  // certs_, when it is the built-in CA
+  identity::DirCertSource* dir_source_ = nullptr;   // certs_, when it is files
   std::unique_ptr<identity::TlsContextCache> tls_;
   absl::Status makeCertSource();
   session::KernelSocketFactory sockets_;
@@ -70,12 +80,13 @@ class Server {
   boost::asio::io_context control_{1};
   boost::asio::signal_set signals_{control_};
   boost::asio::steady_timer poll_timer_{control_};
+  boost::asio::steady_timer identity_timer_{control_};
   boost::asio::steady_timer drain_timer_{control_};
   std::chrono::steady_clock::time_point drain_deadline_;
   HttpServer metrics_{control_, "metrics"};
   HttpServer readiness_{control_, "readiness"};
   HttpServer admin_{control_, "admin"};
-  std::atomic<bool> ready_{false};
+  std::atomic<bool> started_{false};
   std::atomic<bool> stopping_{false};
   std::chrono::steady_clock::time_point started_at_;
   // With the tc datapath: the proxy netns (sockets live there) and the loaded programs.

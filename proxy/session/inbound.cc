@@ -59,6 +59,7 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
     co_return;
   }
   if (!info->spoof_reason.empty()) {
+    shared.stats.identity_spoofing_denied.fetch_add(1, std::memory_order_relaxed);
     reject(401, CloseReason::kDenied, info->spoof_reason);
     co_return;
   }
@@ -134,12 +135,21 @@ awaitable<void> serveHbone(Worker& worker, Tcp::socket socket) {
     co_return;
   }
   if (auto [hec] = std::get<0>(hs); hec) {
-    fail(absl::StrCat("TLS handshake: ", hec.message()));
+    if (auto rejected = identity::handshakeRejection(tls->native_handle(), hec)) {
+      shared.stats.recordRejection(Direction::kInbound, *rejected);
+      fail(absl::StrCat("client certificate refused (", identity::svidRejectionLabel(*rejected),
+                        "): ", hec.message()));
+    } else {
+      fail(absl::StrCat("TLS handshake: ", hec.message()));
+    }
     co_return;
   }
-  auto peer_id = identity::verifyPeer(tls->native_handle(), cfg.trust_domain);
+  identity::SvidRejection rejected{};
+  auto peer_id = identity::verifyPeer(tls->native_handle(), cfg.trust_domain, &rejected);
   if (!peer_id.ok()) {
-    fail(absl::StrCat("client certificate: ", peer_id.status().message()));
+    shared.stats.recordRejection(Direction::kInbound, rejected);
+    fail(absl::StrCat("client certificate refused (", identity::svidRejectionLabel(rejected), "): ",
+                      peer_id.status().message()));
     co_return;
   }
   if (identity::negotiatedAlpn(tls->native_handle()) != "h2") {

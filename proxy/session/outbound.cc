@@ -66,6 +66,9 @@ awaitable<absl::StatusOr<std::shared_ptr<hbone::H2Connection>>> dialHbone(Worker
   }
   if (auto [hec] = std::get<0>(hs); hec) {
     long verify = SSL_get_verify_result(tls->native_handle());
+    if (auto rejected = identity::handshakeRejection(tls->native_handle(), hec)) {
+      shared.stats.recordRejection(Direction::kOutbound, *rejected);
+    }
     if (verify != X509_V_OK) {
       // The server's certificate failed: a wrong or untrusted identity, not a network error.
       co_return absl::PermissionDeniedError(absl::StrCat(
@@ -76,12 +79,15 @@ awaitable<absl::StatusOr<std::shared_ptr<hbone::H2Connection>>> dialHbone(Worker
                                                   common::formatHostPort(target), ": ",
                                                   hec.message()));
   }
-  auto peer = identity::verifyPeer(tls->native_handle(), cfg.trust_domain);
+  identity::SvidRejection rejected{};
+  auto peer = identity::verifyPeer(tls->native_handle(), cfg.trust_domain, &rejected);
   if (!peer.ok()) {
+    shared.stats.recordRejection(Direction::kOutbound, rejected);
     co_return absl::PermissionDeniedError(absl::StrCat(
         "server ", common::formatHostPort(target), " failed identity checks: ", peer.status().message()));
   }
   if (peer->str() != plan.key.destination_id) {
+    shared.stats.recordRejection(Direction::kOutbound, identity::SvidRejection::kIdentityMismatch);
     co_return absl::PermissionDeniedError(absl::StrCat(
         "server ", common::formatHostPort(target), " presented ", peer->str(), ", expected ",
         plan.key.destination_id));

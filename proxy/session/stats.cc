@@ -35,6 +35,14 @@ void Stats::recordClose(Direction d, CloseReason r, uint64_t sent, uint64_t rece
   bytes_received[di].fetch_add(received, std::memory_order_relaxed);
 }
 
+void Stats::recordRejection(Direction d, identity::SvidRejection r) {
+  svid_rejections[static_cast<size_t>(d)][static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed);
+}
+
+uint64_t Stats::rejections(Direction d, identity::SvidRejection r) const {
+  return svid_rejections[static_cast<size_t>(d)][static_cast<size_t>(r)].load(std::memory_order_relaxed);
+}
+
 std::string Stats::renderPrometheus() const {
   std::string out;
 #define FERRY_X(name, help)                                                          \
@@ -67,6 +75,16 @@ std::string Stats::renderPrometheus() const {
       absl::StrAppend(&out, "ferry_connections_closed_total{direction=\"",
                       directionLabel(static_cast<Direction>(d)), "\",reason=\"",
                       closeReasonLabel(static_cast<CloseReason>(r)), "\"} ", v, "\n");
+    }
+  }
+  absl::StrAppend(&out,
+                  "# HELP ferry_svid_rejections_total Peer certificates refused, by the rule that failed\n"
+                  "# TYPE ferry_svid_rejections_total counter\n");
+  for (Direction d : {Direction::kOutbound, Direction::kInbound}) {
+    for (size_t r = 0; r < static_cast<size_t>(identity::SvidRejection::kCount); ++r) {
+      absl::StrAppend(&out, "ferry_svid_rejections_total{direction=\"", directionLabel(d), "\",reason=\"",
+                      identity::svidRejectionLabel(static_cast<identity::SvidRejection>(r)), "\"} ",
+                      rejections(d, static_cast<identity::SvidRejection>(r)), "\n");
     }
   }
   return out;

@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "proxy/identity/svid.h"
+
 namespace ferry::session {
 
 // Why a proxied connection ended: one per connection, one counter, one access-log field.
@@ -53,7 +55,8 @@ const char* directionLabel(Direction d);
   X(passthrough_connections, "outbound connections to non-mesh destinations, passed as TCP")\
   X(workloads_reloads, "successful reloads of the workloads file")                         \
   X(workloads_reload_failures, "workloads file reloads rejected (old state kept)")         \
-  X(accept_errors, "accept() errors on any listener")
+  X(accept_errors, "accept() errors on any listener")                                      \
+  X(identity_spoofing_denied, "CONNECT streams answered 401: the client identity does not own the tunnel's source IP")
 
 struct Stats {
 #define FERRY_X(name, help) std::atomic<uint64_t> name{0};
@@ -67,8 +70,15 @@ struct Stats {
   std::array<std::atomic<int64_t>, static_cast<size_t>(Direction::kCount)> active{};
   std::array<std::atomic<uint64_t>, static_cast<size_t>(Direction::kCount)> bytes_sent{};
   std::array<std::atomic<uint64_t>, static_cast<size_t>(Direction::kCount)> bytes_received{};
+  // svid_rejections{direction, reason}: peer certificates refused, by the rule they broke.
+  // Outbound: the HBONE server's certificate; inbound: the HBONE client's.
+  std::array<std::array<std::atomic<uint64_t>, static_cast<size_t>(identity::SvidRejection::kCount)>,
+             static_cast<size_t>(Direction::kCount)>
+      svid_rejections{};
 
   void recordClose(Direction d, CloseReason r, uint64_t sent, uint64_t received);
+  void recordRejection(Direction d, identity::SvidRejection r);
+  uint64_t rejections(Direction d, identity::SvidRejection r) const;
   // Prometheus text exposition of everything above.
   std::string renderPrometheus() const;
 };

@@ -177,6 +177,10 @@ class HboneBadInputTest : public ::testing::Test {
     return ctx;
   }
 
+  uint64_t rejections(identity::SvidRejection r) {
+    return n2_->stats().rejections(session::Direction::kInbound, r);
+  }
+
   LabFiles files_;
   std::unique_ptr<Node> n2_;
   std::unique_ptr<AppServer> app_;
@@ -223,6 +227,7 @@ TEST_F(HboneBadInputTest, TlsWithoutClientCertificateIsRefused) {
     EXPECT_TRUE(a.reset) << "status " << a.status;
   }
   EXPECT_EQ(app_->accepted(), 0u);
+  EXPECT_TRUE(waitFor([&] { return rejections(identity::SvidRejection::kNoCertificate) == 1; }));
   expectServing();
 }
 
@@ -237,6 +242,25 @@ TEST_F(HboneBadInputTest, CertificateFromAnotherCaIsRefused) {
     EXPECT_TRUE(c.request(connectTo("127.0.2.10:8080")).reset);
   }
   EXPECT_EQ(app_->accepted(), 0u);
+  EXPECT_TRUE(waitFor([&] { return rejections(identity::SvidRejection::kUntrustedChain) == 1; }));
+  expectServing();
+}
+
+TEST_F(HboneBadInputTest, LeafWithTwoUriSansIsRefusedAndCountedByRule) {
+  auto ca = identity::CertificateAuthority::load(files_.caDir() + "/ca.pem", files_.caDir() + "/ca.key");
+  ASSERT_TRUE(ca.ok()) << ca.status();
+  identity::CertificateAuthority::LeafOptions opts;
+  opts.uri_sans = {"spiffe://cluster.local/ns/default/sa/client", "spiffe://cluster.local/ns/default/sa/other"};
+  auto ctx = contextWith(*ca, opts);
+  TestClient c;
+  if (c.connect("127.0.1.10", "127.0.2.10", *ctx)) {
+    EXPECT_TRUE(c.request(connectTo("127.0.2.10:8080")).reset);
+  }
+  EXPECT_EQ(app_->accepted(), 0u);
+  EXPECT_TRUE(waitFor([&] { return rejections(identity::SvidRejection::kUriSanCount) == 1; }));
+  EXPECT_NE(n2_->server().renderMetrics().find(
+                "ferry_svid_rejections_total{direction=\"inbound\",reason=\"uri_san_count\"} 1\n"),
+            std::string::npos);
   expectServing();
 }
 
@@ -251,6 +275,7 @@ TEST_F(HboneBadInputTest, CertificateOfAnotherTrustDomainIsRefused) {
     EXPECT_TRUE(c.request(connectTo("127.0.2.10:8080")).reset);
   }
   EXPECT_EQ(app_->accepted(), 0u);
+  EXPECT_TRUE(waitFor([&] { return rejections(identity::SvidRejection::kTrustDomain) == 1; }));
   expectServing();
 }
 
@@ -262,6 +287,7 @@ TEST_F(HboneBadInputTest, IdentityThatDoesNotOwnTheSourceAddressGets401) {
   ASSERT_TRUE(c.connect("127.0.1.10", "127.0.2.10", **ctx));
   EXPECT_EQ(c.request(connectTo("127.0.2.10:8080")).status, 401);
   EXPECT_EQ(app_->accepted(), 0u);
+  EXPECT_EQ(n2_->stats().identity_spoofing_denied.load(), 1u);
   expectServing();
 }
 

@@ -125,7 +125,37 @@ Node::Node(const LabFiles& files, const std::string& node, const std::string& ex
     return;
   }
   control_ = std::thread([this] { server_->run(); });
+  started_ = true;
   ok_ = server_->ready();
+}
+
+double Node::metric(const std::string& series) {
+  std::string text = server_->renderMetrics();
+  std::string needle = "\n" + series + " ";
+  auto pos = text.find(needle);
+  if (pos == std::string::npos) return -1;
+  return std::strtod(text.c_str() + pos + needle.size(), nullptr);
+}
+
+int httpGet(const std::string& ip, uint16_t port, const std::string& path, std::string* body) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  auto a = addr(ip, port);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return 0;
+  }
+  std::string request = "GET " + path + " HTTP/1.1\r\nHost: " + ip + "\r\nConnection: close\r\n\r\n";
+  std::string response;
+  setRecvTimeout(fd, std::chrono::seconds(10));
+  bool ok = sendAll(fd, request.data(), request.size()) && recvAll(fd, response);
+  ::close(fd);
+  // "HTTP/1.1 200 OK\r\n...\r\n\r\nbody"
+  if (!ok || response.size() < 12 || response.compare(0, 5, "HTTP/") != 0) return 0;
+  if (body != nullptr) {
+    auto end = response.find("\r\n\r\n");
+    *body = end == std::string::npos ? "" : response.substr(end + 4);
+  }
+  return std::atoi(response.c_str() + 9);
 }
 
 Node::~Node() {

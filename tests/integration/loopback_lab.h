@@ -66,13 +66,25 @@ class Node {
   uint64_t closed(session::Direction d, session::CloseReason r) {
     return stats().closed[static_cast<size_t>(d)][static_cast<size_t>(r)].load();
   }
+  // Started and ready.
   bool ok() const { return ok_; }
+  // Started (listeners bound, control loop running), ready or not.
+  bool started() const { return started_; }
+  // A value of the Prometheus text on /metrics: `series` is the metric name with its labels,
+  // e.g. ferry_trust_bundle_roots or ferry_svid_rejections_total{direction="inbound",...}.
+  // -1 when absent.
+  double metric(const std::string& series);
 
  private:
   std::unique_ptr<server::Server> server_;
   std::thread control_;
   bool ok_ = false;
+  bool started_ = false;
 };
+
+// GET http://ip:port/path (HTTP/1.1, Connection: close). Returns the status (0 on failure)
+// and sets `body`.
+int httpGet(const std::string& ip, uint16_t port, const std::string& path, std::string* body = nullptr);
 
 // A blocking TCP application server on a pod address; one thread per connection. A
 // behaviour must not close its fd: the server closes it when the behaviour returns.

@@ -449,5 +449,21 @@ TEST(IdentityConfigTest, DefaultsToFilesAndParsesTheBuiltInCa) {
   }
 }
 
+TEST(IdentityConfigTest, LeafLifetimeHasAMinimumAndWholeSecondsAndPollIntervalParses) {
+  constexpr char kBase[] = "node: n1\ntrust_domain: cluster.local\nworkloads_file: w.yaml\ncert_dir: certs\n";
+  auto shortest = parseConfig(std::string(kBase) + "identity: {leaf_lifetime: 2s, poll_interval: 50ms}\n", "f.yaml");
+  ASSERT_TRUE(shortest.ok()) << shortest.status();
+  EXPECT_EQ(shortest->identity.leaf_lifetime, std::chrono::seconds(2));
+  EXPECT_EQ(shortest->identity.poll_interval, std::chrono::milliseconds(50));
+  EXPECT_EQ(parseConfig(kBase, "f.yaml")->identity.poll_interval, std::chrono::seconds(1));
+  for (const char* bad : {"identity: {leaf_lifetime: 1s}\n", "identity: {leaf_lifetime: 2500ms}\n",
+                          "identity: {poll_interval: 0s}\n"}) {
+    auto r = parseConfig(std::string(kBase) + bad, "f.yaml");
+    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_NE(std::string(r.status().message()).find("f.yaml:5: identity."), std::string::npos)
+        << bad << " -> " << r.status().message();
+  }
+}
+
 }  // namespace
 }  // namespace ferry::config

@@ -1,5 +1,7 @@
 // X.509-SVID leaf validation (spiffe.md B5.2) and the in-process CA that mints test certificates.
 #include <chrono>
+#include <functional>
+#include <set>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -131,6 +133,56 @@ TEST_F(SvidTest, RejectsCaCertificateItself) {
 }
 
 TEST_F(SvidTest, RejectsNullCertificate) { EXPECT_FALSE(validateSvidLeaf(nullptr).ok()); }
+
+// Each rule has its own metric label (ferry_svid_rejections_total{reason}).
+TEST_F(SvidTest, EveryRejectionNamesTheRuleThatFailed) {
+  struct Case {
+    const char* what;
+    std::function<void(CertificateAuthority::LeafOptions&)> tweak;
+    SvidRejection want;
+  };
+  const Case cases[] = {
+      {"two URI SANs", [](auto& o) { o.uri_sans.push_back("spiffe://example.org/ns/o/sa/x"); }, SvidRejection::kUriSanCount},
+      {"no URI SAN", [](auto& o) { o.uri_sans.clear(); }, SvidRejection::kUriSanCount},
+      {"https URI", [](auto& o) { o.uri_sans = {"https://example.org/ns/a/sa/b"}; }, SvidRejection::kNotSpiffeId},
+      {"upper-case trust domain", [](auto& o) { o.uri_sans = {"spiffe://Example.org/ns/a"}; }, SvidRejection::kNotSpiffeId},
+      {"root path", [](auto& o) { o.uri_sans = {"spiffe://example.org"}; }, SvidRejection::kRootPath},
+      {"CA leaf", [](auto& o) { o.is_ca = true; }, SvidRejection::kLeafIsCa},
+      {"no digitalSignature", [](auto& o) { o.digital_signature = false; }, SvidRejection::kNoDigitalSignature},
+      {"keyCertSign", [](auto& o) { o.key_cert_sign = true; }, SvidRejection::kCaKeyUsage},
+      {"EKU without clientAuth", [](auto& o) { o.eku_client = false; }, SvidRejection::kEkuNoClientAuth},
+      {"EKU without serverAuth", [](auto& o) { o.eku_server = false; }, SvidRejection::kEkuNoServerAuth},
+  };
+  for (const Case& c : cases) {
+    auto opts = good();
+    c.tweak(opts);
+    auto leaf = ca_->issueLeafWith(opts);
+    ASSERT_TRUE(leaf.ok()) << c.what << ": " << leaf.status();
+    SvidRejection why = SvidRejection::kCount;
+    EXPECT_FALSE(validateSvidLeaf(leaf->cert.get(), &why).ok()) << c.what;
+    EXPECT_STREQ(svidRejectionLabel(why), svidRejectionLabel(c.want)) << c.what;
+  }
+  SvidRejection why = SvidRejection::kCount;
+  EXPECT_FALSE(validateSvidLeaf(nullptr, &why).ok());
+  EXPECT_EQ(why, SvidRejection::kNoCertificate);
+}
+
+TEST(SvidRejectionTest, ChainErrorsMapToReasonsAndEveryReasonHasALabel) {
+  EXPECT_EQ(rejectionForVerifyError(X509_V_ERR_CERT_HAS_EXPIRED), SvidRejection::kExpired);
+  EXPECT_EQ(rejectionForVerifyError(X509_V_ERR_CERT_NOT_YET_VALID), SvidRejection::kNotYetValid);
+  EXPECT_EQ(rejectionForVerifyError(X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY), SvidRejection::kUntrustedChain);
+  EXPECT_EQ(rejectionForVerifyError(X509_V_ERR_CERT_SIGNATURE_FAILURE), SvidRejection::kUntrustedChain);
+  EXPECT_EQ(rejectionForVerifyError(X509_V_ERR_CERT_CHAIN_TOO_LONG), SvidRejection::kChainTooLong);
+  EXPECT_EQ(rejectionForVerifyError(X509_V_ERR_APPLICATION_VERIFICATION), SvidRejection::kIdentityMismatch);
+  EXPECT_EQ(rejectionForVerifyError(X509_V_ERR_INVALID_CA), SvidRejection::kChainInvalid);
+  std::set<std::string> labels;
+  for (size_t r = 0; r < static_cast<size_t>(SvidRejection::kCount); ++r) {
+    std::string label = svidRejectionLabel(static_cast<SvidRejection>(r));
+    EXPECT_NE(label, "unknown");
+    EXPECT_TRUE(labels.insert(label).second) << "duplicate label " << label;
+    EXPECT_STRNE(svidRejectionHelp(static_cast<SvidRejection>(r)), "");
+  }
+}
 
 TEST_F(SvidTest, RootHasCaShape) {
   X509* root = ca_->cert();
