@@ -2,6 +2,8 @@
 
 #include <arpa/inet.h>
 #include <poll.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -32,6 +34,20 @@ struct RaiseFdLimit {
     }
   }
 } raise_fd_limit;
+
+// The lab's addresses and ports are fixed, and ferryd's listeners use SO_REUSEPORT: a second
+// test process on this machine (another checkout's ctest, a CI run beside a developer's)
+// would bind the same 127.0.2.x:15008 and the kernel would spread connections over both
+// processes, failing handshakes at random. ctest's RESOURCE_LOCK covers one ctest run only;
+// this lock, taken by the first lab a test builds (not at start-up: ctest lists the tests
+// while building) and held for the life of the process, covers the machine.
+struct MachineWideLabLock {
+  MachineWideLabLock() {
+    fd = ::open("/tmp/ferry-loopback-lab.lock", O_CREAT | O_RDWR | O_CLOEXEC, 0666);
+    if (fd >= 0) ::flock(fd, LOCK_EX);
+  }
+  int fd = -1;
+};
 
 sockaddr_in addr(const std::string& ip, uint16_t port) {
   sockaddr_in a{};
@@ -68,6 +84,7 @@ std::vector<Pod> LabFiles::defaultPods() {
 }
 
 LabFiles::LabFiles() {
+  static MachineWideLabLock machine_wide_lab_lock;
   char tmpl[] = "/tmp/fy-it-XXXXXX";
   dir_ = mkdtemp(tmpl);
   auto ca = identity::CertificateAuthority::createRoot("cluster.local", std::chrono::hours(24));
