@@ -20,6 +20,13 @@ mount -t tmpfs -o mode=1777 tmpfs /tmp
 mount -t tmpfs -o mode=755 tmpfs /run
 mount -t bpf bpf /sys/fs/bpf
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 fyout /mnt
+# The host's current directory at its own path (run-guest.sh shares it as "fycwd"): under
+# /tmp it would be hidden by the tmpfs above.
+if [ -s /mnt/cwd ]; then
+  cwd=$(cat /mnt/cwd)
+  mkdir -p "$cwd" 2>/dev/null || true
+  mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000,cache=loose,ro fycwd "$cwd"
+fi
 # A unique, writable /etc/machine-id is not needed; hostname is, for logs.
 hostname fy-kernel-lab
 ip link set lo up

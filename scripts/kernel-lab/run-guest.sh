@@ -41,6 +41,9 @@ rm -f "$out/exit-status" "$out/output.log" "$out/console.log"
   printf 'cd %q\n' "$PWD"
   printf 'exec'; printf ' %q' "$@"; echo
 } >"$out/run.sh"
+# The current directory is also shared on its own (read-only) and mounted at the same path:
+# the guest puts a fresh tmpfs on /tmp, which would hide a checkout under /tmp (CI clones).
+echo "$PWD" >"$out/cwd"
 
 # -smp 2 with ACPI in the kernel: both CPUs show up. -no-reboot: the guest's power-off (or
 # panic, with panic=-1) ends qemu. qemu exits 0 whatever the guest did: the verdict comes
@@ -53,6 +56,8 @@ timeout --foreground -k 10 "$timeout" qemu-system-x86_64 \
   -append "console=ttyS0 root=/dev/root rootfstype=9p rootflags=trans=virtio,version=9p2000.L,msize=512000,cache=loose ro init=$here/guest-init.sh panic=-1 quiet" \
   -fsdev local,id=fyroot,path=/,security_model=none,readonly=on,multidevs=remap \
   -device virtio-9p-pci,fsdev=fyroot,mount_tag=/dev/root \
+  -fsdev "local,id=fycwd,path=$PWD,security_model=none,readonly=on,multidevs=remap" \
+  -device virtio-9p-pci,fsdev=fycwd,mount_tag=fycwd \
   -fsdev "local,id=fyout,path=$out,security_model=none" \
   -device virtio-9p-pci,fsdev=fyout,mount_tag=fyout \
   </dev/null || { rc=$?; echo "run-guest: qemu failed or timed out after $((SECONDS - start)) s (exit $rc); console:" >&2; tail -n 40 "$out/console.log" >&2; exit 1; }
