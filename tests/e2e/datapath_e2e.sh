@@ -80,40 +80,8 @@ trap 'exit 143' TERM
 source "$HERE/lib.sh"
 
 # ---------------------------------------------------------------------------------------
-# Cases
+# Cases (1 and 2, shared with the kernel lab's suite, are in lib.sh)
 # ---------------------------------------------------------------------------------------
-case_cross_node_curl() {
-  local out m1 m2
-  start_httpd n2/p1 10.77.2.11
-  m1=$(flog_mark n1); m2=$(flog_mark n2)
-  out=$(curl_get n1/p1 http://10.77.2.11:8080/case1)
-  note "curl: $(tr '\n' ' ' <<<"$out")"
-  assert "HTTP 200" grep -qE '^200 ' <<<"$out"
-  assert "the answer names the client pod's IP (no NAT)" grep -qF "hello from fy-n2-p1; you are 10.77.1.11" <<<"$out"
-  assert "the server's log shows 10.77.1.11" grep -qE '^10\.77\.1\.11:[0-9]+ GET /case1 200' "$(httpd_log n2/p1)"
-  local port
-  port=$(tail -n 1 <<<"$out" | awk '{print $2}')
-  assert "n1 ferryd proxied it (outbound 10.77.1.11:$port -> 10.77.2.11:8080, reason=ok)" \
-    flog_wait n1 "$m1" "direction=outbound src=10\.77\.1\.11:$port dst=10\.77\.2\.11:8080 peer=spiffe://cluster\.local/ns/default/sa/n2-p1 reason=ok"
-  assert "n2 ferryd accepted it over HBONE from n1-p1's identity" \
-    flog_wait n2 "$m2" "direction=inbound src=10\.77\.1\.11:[0-9]+ dst=10\.77\.2\.11:8080 peer=spiffe://cluster\.local/ns/default/sa/n1-p1 reason=ok"
-}
-
-case_same_node_curl() {
-  local out m2
-  start_httpd n2/p1 10.77.2.11
-  m2=$(flog_mark n2)
-  out=$(curl_get n2/p2 http://10.77.2.11:8080/case2)
-  note "curl: $(tr '\n' ' ' <<<"$out")"
-  assert "HTTP 200" grep -qE '^200 ' <<<"$out"
-  assert "the answer names the client pod's IP" grep -qF "you are 10.77.2.12" <<<"$out"
-  assert "the server's log shows 10.77.2.12" grep -qE '^10\.77\.2\.12:[0-9]+ GET /case2 200' "$(httpd_log n2/p1)"
-  assert "n2 ferryd proxied it: outbound leg (as n2-p2, to n2-p1's identity)" \
-    flog_wait n2 "$m2" "direction=outbound src=10\.77\.2\.12:[0-9]+ dst=10\.77\.2\.11:8080 peer=spiffe://cluster\.local/ns/default/sa/n2-p1 reason=ok"
-  assert "... and inbound HBONE leg on the same node (peer n2-p2)" \
-    flog_wait n2 "$m2" "direction=inbound src=10\.77\.2\.12:[0-9]+ dst=10\.77\.2\.11:8080 peer=spiffe://cluster\.local/ns/default/sa/n2-p2 reason=ok"
-}
-
 case_wire_capture() {
   local marker st
   marker=$(new_marker case3)
