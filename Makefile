@@ -6,7 +6,7 @@ JOBS ?= $(shell nproc)
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := true
 
-.PHONY: all bootstrap configure build test test-asan demo clean ci
+.PHONY: all bootstrap configure build test test-asan demo bench bench-quick clean ci
 
 all: build
 
@@ -29,6 +29,16 @@ test-asan:
 
 demo: build
 	@scripts/demo.sh
+
+# ferry against stunnel4, HAProxy and plain routing in the lab (root; tests/bench/run_bench.py):
+# the report, charts and raw JSON in docs/benchmarks/. Run it on a quiet machine.
+bench: build
+	@tests/bench/run_bench.py --build build/$(PRESET) $(BENCH_ARGS)
+
+# The same suite in under 2 minutes into build/$(PRESET)/bench-quick/; fails only when a
+# configuration carries no traffic (CI runs it so that the suite cannot rot).
+bench-quick: build
+	@tests/bench/run_bench.py --quick --build build/$(PRESET) $(BENCH_ARGS)
 
 ci:
 	@bash .ci/run

@@ -14,8 +14,10 @@ build_pkgs=(
 bpf_pkgs=(clang llvm libbpf-dev bpftool linux-libc-dev libelf-dev zlib1g-dev)
 # Tests and the lab: interop peers, traffic tools, capture, netns plumbing.
 test_pkgs=(nghttp2-proxy nghttp2-client curl iperf3 tcpdump iproute2 iputils-ping procps psmisc python3)
+# Benchmarks (make bench): the peers ferry is measured against, and the charts.
+bench_pkgs=(stunnel4 haproxy gnuplot-nox)
 
-want=("${build_pkgs[@]}" "${bpf_pkgs[@]}" "${test_pkgs[@]}")
+want=("${build_pkgs[@]}" "${bpf_pkgs[@]}" "${test_pkgs[@]}" "${bench_pkgs[@]}")
 missing=()
 for p in "${want[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed'; then
