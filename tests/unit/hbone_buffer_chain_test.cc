@@ -64,18 +64,19 @@ TEST(BufferChainTest, PrepareAndCommitReadStraightIntoTheChain) {
 }
 
 TEST(BufferChainTest, AnEmptiedChainHoldsNoBlockAndBlocksAreReused) {
-  size_t before = BufferChain::freeBlocks();
+  size_t freed = 0;
   {
     BufferChain c;
     std::string data = pattern(2 * BufferChain::kBlockSize);
     c.append(data.data(), data.size());
     c.consume(data.size());
     EXPECT_TRUE(c.empty());
-    EXPECT_EQ(BufferChain::freeBlocks(), before + 2);
-    c.append("y", 1);  // taken from the free list
-    EXPECT_EQ(BufferChain::freeBlocks(), before + 1);
+    freed = BufferChain::freeBlocks();  // both blocks went back to this thread's list
+    EXPECT_GE(freed, 2u);
+    c.append("y", 1);  // taken from the free list, not from malloc
+    EXPECT_EQ(BufferChain::freeBlocks(), freed - 1);
   }
-  EXPECT_EQ(BufferChain::freeBlocks(), before + 2);
+  EXPECT_EQ(BufferChain::freeBlocks(), freed);
 }
 
 }  // namespace
