@@ -6,7 +6,7 @@ JOBS ?= $(shell nproc)
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := true
 
-.PHONY: all bootstrap configure build test test-asan demo kernel-lab clean ci
+.PHONY: all bootstrap configure build test test-asan demo kernel-lab bench bench-quick clean ci
 
 all: build
 
@@ -34,6 +34,16 @@ demo: build
 # (docs/kernel-lab.md). Cold: ~25 min (two kernel builds); cached kernels: a few minutes.
 kernel-lab: build
 	@FY_KERNEL_LAB_NO_BUILD=1 scripts/kernel-lab/kernel-lab.sh
+
+# ferry against stunnel4, HAProxy and plain routing in the lab (root; tests/bench/run_bench.py):
+# the report, charts and raw JSON in docs/benchmarks/. Run it on a quiet machine.
+bench: build
+	@tests/bench/run_bench.py --build build/$(PRESET) $(BENCH_ARGS)
+
+# The same suite in under 2 minutes into build/$(PRESET)/bench-quick/; fails only when a
+# configuration carries no traffic (CI runs it so that the suite cannot rot).
+bench-quick: build
+	@tests/bench/run_bench.py --quick --build build/$(PRESET) $(BENCH_ARGS)
 
 ci:
 	@bash .ci/run

@@ -148,8 +148,7 @@ static int onStreamClose(nghttp2_session*, int32_t stream_id, uint32_t error_cod
 static ssize_t readData(nghttp2_session*, int32_t, uint8_t* buf, size_t length,
                         uint32_t* data_flags, nghttp2_data_source* source, void*) {
   auto* stream = static_cast<H2Stream*>(source->ptr);
-  size_t avail = stream->pending_.size() - stream->pending_off_;
-  if (avail == 0) {
+  if (stream->pending_.empty()) {
     if (stream->local_eof_) {
       *data_flags |= NGHTTP2_DATA_FLAG_EOF;
       return 0;
@@ -157,17 +156,9 @@ static ssize_t readData(nghttp2_session*, int32_t, uint8_t* buf, size_t length,
     stream->deferred_ = true;
     return NGHTTP2_ERR_DEFERRED;
   }
-  size_t n = std::min(length, avail);
-  std::memcpy(buf, stream->pending_.data() + stream->pending_off_, n);
-  stream->pending_off_ += n;
+  size_t n = stream->pending_.copyOut(reinterpret_cast<char*>(buf), length);
   stream->bytes_sent_ += n;
-  if (stream->pending_off_ == stream->pending_.size()) {
-    stream->pending_off_ = 0;
-    stream->pending_.clear();
-    // Idle streams hold no send buffer.
-    if (stream->pending_.capacity() > 64 * 1024) stream->pending_.shrink_to_fit();
-    if (stream->local_eof_) *data_flags |= NGHTTP2_DATA_FLAG_EOF;
-  }
+  if (stream->pending_.empty() && stream->local_eof_) *data_flags |= NGHTTP2_DATA_FLAG_EOF;
   stream->send_signal_.notify();
   return static_cast<long>(n);
 }
@@ -181,17 +172,22 @@ H2Stream::H2Stream(H2Connection& conn, const asio::any_io_executor& ex)
     : conn_(conn), send_signal_(ex), recv_signal_(ex) {}
 
 size_t H2Stream::sendSpace() const {
-  size_t queued = pending_.size() - pending_off_;
+  size_t queued = pending_.size();
   return queued >= kStreamSendBuffer ? 0 : kStreamSendBuffer - queued;
 }
 
 void H2Stream::send(const char* data, size_t size) {
   if (closed_ || reset_ || local_eof_) return;
-  if (pending_off_ == pending_.size()) {
-    pending_.clear();
-    pending_off_ = 0;
-  }
   pending_.append(data, size);
+  conn_.resume(*this);
+}
+
+void H2Stream::sent(size_t size) {
+  if (closed_ || reset_ || local_eof_) {
+    pending_.commit(0);
+    return;
+  }
+  pending_.commit(size);
   conn_.resume(*this);
 }
 
@@ -212,8 +208,8 @@ void H2Stream::reset(uint32_t error_code) {
 }
 
 std::string H2Stream::takeReceived() {
-  std::string out;
-  out.swap(received_);
+  std::string out = received_.toString();
+  received_.clear();
   return out;
 }
 
@@ -429,7 +425,7 @@ void H2Connection::fail(std::string_view why) {
   streams_.clear();
   for (auto& [id, s] : streams) {
     s->closed_ = true;
-    if (!s->reset_ && !(s->remote_eof_ && s->local_eof_ && s->pending_off_ == s->pending_.size())) {
+    if (!s->reset_ && !(s->remote_eof_ && s->local_eof_ && s->pending_.empty())) {
       s->reset_ = kH2InternalError;
     }
     s->notifyAll();

@@ -20,6 +20,7 @@
 #include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "proxy/hbone/buffer_chain.h"
 #include "proxy/hbone/signal.h"
 
 struct nghttp2_session;
@@ -65,13 +66,20 @@ class H2Stream {
   // Bytes the relay may still queue.
   size_t sendSpace() const;
   void send(const char* data, size_t size);
+  // Zero-copy variant of send(): read into the buffers pending().prepare() gives, then
+  // call sent(n) with what was read.
+  BufferChain& pending() { return pending_; }
+  void sent(size_t size);
   // END_STREAM once everything queued has been sent (TCP FIN from the application).
   void sendEof();
   // RST_STREAM with `error_code` (e.g. kH2ConnectError when the TCP side was reset).
   void reset(uint32_t error_code);
 
   // --- peer -> TCP ---
-  // Data received and not yet handed out. The caller must call consumed() once written.
+  // Data received and not yet written out. The writer gathers from received() and, once
+  // bytes are written, consume()s them there and reports them with consumed() (which gives
+  // the peer its window back). takeReceived() is the same as a copy, for tests.
+  BufferChain& received() { return received_; }
   std::string takeReceived();
   bool hasReceived() const { return !received_.empty(); }
   void consumed(size_t size);
@@ -113,11 +121,10 @@ class H2Stream {
   H2Connection& conn_;
   std::shared_ptr<H2Connection> keep_alive_;  // the connection outlives its streams
   int32_t id_ = -1;
-  std::string pending_;
-  size_t pending_off_ = 0;
+  BufferChain pending_;
   bool local_eof_ = false;
   bool deferred_ = false;
-  std::string received_;
+  BufferChain received_;
   bool remote_eof_ = false;
   std::optional<uint32_t> reset_;
   bool closed_ = false;

@@ -6,6 +6,9 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
+#include <array>
+#include <span>
+
 #include "proxy/common/log.h"
 #include "proxy/session/socket_factory.h"
 
@@ -63,6 +66,51 @@ awaitable<std::pair<boost::system::error_code, size_t>> readSome(Tcp::socket& fr
         asio::buffer(scratch.bytes.data(), std::min(limit, scratch.bytes.size())), ec);
     if (ec != asio::error::would_block && ec != asio::error::try_again) {
       co_return std::pair{ec, n};
+    }
+    auto [wec] = co_await from.async_wait(Tcp::socket::wait_read, kTuple);
+    if (wec) co_return std::pair{wec, size_t{0}};
+  }
+}
+
+// Writes the gathered buffers (one writev while the socket takes them; Asio finishes a
+// partial write). The buffers belong to a BufferChain that stays put until consumed.
+awaitable<boost::system::error_code> writeGathered(Tcp::socket& to, const asio::const_buffer* bufs,
+                                                   size_t count, size_t total) {
+  boost::system::error_code ec;
+  size_t done = to.write_some(std::span<const asio::const_buffer>(bufs, count), ec);
+  if (ec == asio::error::would_block || ec == asio::error::try_again) {
+    ec.clear();
+    done = 0;
+  }
+  if (ec || done == total) co_return ec;
+  std::vector<asio::const_buffer> rest;
+  for (size_t i = 0; i < count; ++i) {
+    if (done >= bufs[i].size()) {
+      done -= bufs[i].size();
+      continue;
+    }
+    rest.push_back(bufs[i] + done);
+    done = 0;
+  }
+  auto [wec, n] = co_await asio::async_write(to, rest, kTuple);
+  co_return wec;
+}
+
+// readSome() straight into the free space of a BufferChain (no bounce through the scratch
+// buffer). On success the caller commits the `n` bytes (H2Stream::sent); on an error or
+// EOF nothing was prepared.
+awaitable<std::pair<boost::system::error_code, size_t>> readInto(Tcp::socket& from,
+                                                                 hbone::BufferChain& chain,
+                                                                 size_t limit) {
+  for (;;) {
+    asio::mutable_buffer bufs[2];
+    size_t count = chain.prepare(limit, bufs);
+    boost::system::error_code ec;
+    size_t n = from.read_some(std::span<const asio::mutable_buffer>(bufs, count), ec);
+    if (!ec && n > 0) co_return std::pair{ec, n};
+    chain.commit(0);
+    if (ec != asio::error::would_block && ec != asio::error::try_again) {
+      co_return std::pair{ec, size_t{0}};
     }
     auto [wec] = co_await from.async_wait(Tcp::socket::wait_read, kTuple);
     if (wec) co_return std::pair{wec, size_t{0}};
@@ -164,7 +212,7 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
         co_await stream.sendReady().wait();
         continue;
       }
-      auto [ec, n] = co_await readSome(tcp, scratch, space);
+      auto [ec, n] = co_await readInto(tcp, stream.pending(), space);
       FERRY_LOG(kTrace, "relay: tcp read %d bytes: %s", n, ec.message());
       if (ec == asio::error::eof) {
         stream.sendEof();
@@ -181,7 +229,7 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
         co_return CloseReason::kInternal;
       }
       act.touch();
-      stream.send(scratch.bytes.data(), n);
+      stream.sent(n);
       result.sent += n;
     }
   };
@@ -194,16 +242,22 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
         co_return CloseReason::kPeerReset;
       }
       if (stream.hasReceived()) {
-        std::string data = stream.takeReceived();
+        // Everything queued, in one gathered write; consumed (and the peer's window given
+        // back) only once written.
+        std::array<asio::const_buffer, 16> bufs;
+        size_t count = stream.received().gather(bufs.data(), bufs.size());
+        size_t total = 0;
+        for (size_t i = 0; i < count; ++i) total += bufs[i].size();
         act.touch();
-        auto ec = co_await writeAll(tcp, data.data(), data.size());
+        auto ec = co_await writeGathered(tcp, bufs.data(), count, total);
         if (ec) {
           stream.reset(hbone::kH2ConnectError);
           abortSocket(tcp);
           co_return CloseReason::kDownstreamReset;
         }
-        stream.consumed(data.size());
-        result.received += data.size();
+        stream.received().consume(total);
+        stream.consumed(total);
+        result.received += total;
         continue;
       }
       if (stream.receivedEof()) {

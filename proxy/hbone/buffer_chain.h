@@ -1,0 +1,62 @@
+#pragma once
+// A byte queue made of fixed-size blocks that come from, and go back to, a per-thread free
+// list. Appending never moves queued bytes (no reallocation copies, and a gathered write
+// of the queued blocks stays valid while more bytes are appended); an empty queue holds no
+// memory, so an idle stream costs nothing; and a busy worker reuses the same few blocks
+// instead of asking malloc (and, for large buffers, the kernel's page faults) every time.
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include <boost/asio/buffer.hpp>
+
+namespace ferry::hbone {
+
+class BufferChain {
+ public:
+  // One block: large enough for a 16 KiB TLS record's worth of DATA several times over,
+  // small enough that malloc serves it from its heap rather than from mmap.
+  static constexpr size_t kBlockSize = 64 * 1024;
+
+  BufferChain() = default;
+  ~BufferChain();
+  BufferChain(BufferChain&& other) noexcept;
+  BufferChain& operator=(BufferChain&& other) noexcept;
+  BufferChain(const BufferChain&) = delete;
+  BufferChain& operator=(const BufferChain&) = delete;
+
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+
+  void append(const char* data, size_t n);
+
+  // Room for the next bytes, up to `max`, as at most two buffers (the rest of the last
+  // block and a fresh one): read straight into them, then commit() what was read.
+  size_t prepare(size_t max, boost::asio::mutable_buffer out[2]);
+  void commit(size_t n);
+
+  // Up to `max_buffers` buffers over the first queued bytes, for one gathered write.
+  // They stay valid until consume() or clear(), whatever is appended meanwhile.
+  size_t gather(boost::asio::const_buffer* out, size_t max_buffers) const;
+  // Copies up to `n` bytes out and consumes them.
+  size_t copyOut(char* dst, size_t n);
+  void consume(size_t n);
+  void clear();
+  std::string toString() const;
+
+  // Blocks the calling thread keeps for reuse (for tests and diagnostics).
+  static size_t freeBlocks();
+
+ private:
+  char* takeBlock();
+  static void giveBlock(char* block);
+  void releaseAll();
+
+  std::vector<char*> blocks_;  // queued bytes: from head_ in the first to tail_ in the last
+  size_t head_ = 0;            // bytes already consumed in blocks_.front()
+  size_t tail_ = 0;            // bytes used in blocks_.back()
+  size_t size_ = 0;
+  char* spare_ = nullptr;      // the fresh block of a prepare(), until commit()
+};
+
+}  // namespace ferry::hbone

@@ -1,0 +1,900 @@
+#!/usr/bin/env python3
+"""ferry's benchmark suite (issue 6): ferry against the peers, in one run, in the lab.
+
+Configurations, one after another in the same invocation, all in the two-node lab of
+scripts/ferry-lab (client pod fy-n1-p1 10.77.1.11, server pod fy-n2-p1 10.77.2.11):
+
+  plain        no proxy: plain routing between the pods (the lab's physical limit)
+  dp-redirect  datapath alone: pod-bound packets from the wire delivered by bpf_redirect
+  dp-peer      datapath alone: ... by bpf_redirect_peer (tests/bench/fy_deliver.bpf.c)
+  stunnel      stunnel4 pair: client side in fy-n1-proxy, server side in fy-n2-proxy
+  haproxy      HAProxy pair, same shape
+  ferry        ferryd on both nodes, the injection mode the kernel probe selects
+  ferry-none   ferryd with datapath.injection: none
+
+The peers are TLS 1.3 only, ECDSA P-256 certificates, mutual authentication, the same
+cipher suites as ferry; the client pod connects to them explicitly (10.77.1.2), nothing
+is captured. ferry's configurations capture the pod's own connection to 10.77.2.11.
+
+Metrics (each repeated, median and min..max): iperf3 1 and 4 streams; 100-byte
+request/response over one connection (rate, p50/p90/p99); new connections per second
+(connect, 100-byte request, answer, close; 32 at a time); CPU seconds of every proxy
+process per GB moved (utime+stime from /proc/<pid>/stat around the 1-stream iperf3);
+RSS of the proxies per idle proxied connection; base RSS.
+
+Writes results.json, README.md and PNG charts (gnuplot) to --out (docs/benchmarks by
+default, a scratch directory with --quick). Exit 0 when every configuration carried
+traffic, 1 otherwise. Benchmarks never judge the numbers.
+
+Takes /tmp/ferry-lab.lock (the lab is one per machine) unless an ancestor process
+already holds it (`flock /tmp/ferry-lab.lock make bench`).
+"""
+import argparse
+import atexit
+import fcntl
+import json
+import os
+import platform
+import resource
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+HERE = os.path.join(ROOT, "tests", "bench")
+LAB = os.path.join(ROOT, "scripts", "ferry-lab")
+LAB_STATE = "/run/ferry-lab"
+LOCK = os.environ.get("FERRY_LAB_LOCK", "/tmp/ferry-lab.lock")
+
+CLIENT = "fy-n1-p1"
+SERVER = "fy-n2-p1"
+SERVER_IP = "10.77.2.11"
+PROXY1 = "fy-n1-proxy"      # the peers' client side: 10.77.1.2
+PROXY2 = "fy-n2-proxy"      # the peers' server side: 10.77.2.2
+PROXY1_IP = "10.77.1.2"
+PROXY2_IP = "10.77.2.2"
+IPERF_PORT = 5201
+ECHO_PORT = 7000
+# ferry's own cipher suites (proxy/identity/tls_context.cc), given to the peers too.
+CIPHERSUITES = "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384"
+MSG = 100                   # request/response size, bytes
+CONCURRENCY = 32            # short connections in flight
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+LABELS = {
+    "plain": "plaintext (no proxy)",
+    "dp-redirect": "datapath: bpf_redirect",
+    "dp-peer": "datapath: bpf_redirect_peer",
+    "stunnel": "stunnel4 pair",
+    "haproxy": "HAProxy pair",
+    "ferry": "ferry",
+    "ferry-none": "ferry (injection none)",
+}
+ORDER = ["plain", "dp-redirect", "dp-peer", "stunnel", "haproxy", "ferry", "ferry-none"]
+PROXIES = ["ferry", "ferry-none", "stunnel", "haproxy"]
+
+
+def log(msg):
+    print(f"bench: {msg}", flush=True)
+
+
+# ---------------------------------------------------------------------------------------
+# Processes and cleanup: everything we start is tracked by PID and stopped by PID.
+# ---------------------------------------------------------------------------------------
+class Procs:
+    def __init__(self):
+        self.items = []
+
+    def start(self, argv, log_path, **kw):
+        f = open(log_path, "ab")
+        p = subprocess.Popen(argv, stdout=kw.pop("stdout", f), stderr=f,
+                             stdin=kw.pop("stdin", subprocess.DEVNULL), start_new_session=True, **kw)
+        self.items.append(p)
+        return p
+
+    def stop(self, p, timeout=5):
+        if p.poll() is None:
+            try:
+                p.terminate()
+                p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            except ProcessLookupError:
+                pass
+        if p in self.items:
+            self.items.remove(p)
+
+    def stop_all(self):
+        for p in list(reversed(self.items)):
+            self.stop(p)
+
+
+PROCS = Procs()
+TMP = None
+LAB_USED = False
+
+
+def cleanup():
+    PROCS.stop_all()
+    if LAB_USED:
+        subprocess.run([LAB, "down"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if TMP and os.path.isdir(TMP):
+        shutil.rmtree(TMP, ignore_errors=True)
+
+
+def on_signal(sig, _frame):
+    raise SystemExit(128 + sig)
+
+
+def run(argv, check=True, timeout=120, **kw):
+    r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=timeout, **kw)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({r.returncode}): {r.stderr.strip()[-800:]}")
+    return r
+
+
+def ns(netns, *argv):
+    return ["ip", "netns", "exec", netns, *argv]
+
+
+# ---------------------------------------------------------------------------------------
+# The lab lock: taken here unless an ancestor (flock(1) around make) holds it already.
+# ---------------------------------------------------------------------------------------
+def ancestors():
+    pids, pid = set(), os.getpid()
+    while pid > 1:
+        pids.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            break
+    return pids
+
+
+def lock_held_by_ancestor():
+    ino = os.stat(LOCK).st_ino
+    mine = ancestors()
+    with open("/proc/locks") as f:
+        for line in f:
+            parts = line.split()
+            # "1: FLOCK  ADVISORY  WRITE 1234 00:1f:5678 0 EOF"
+            if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5].rsplit(":", 1)[-1] == str(ino):
+                if parts[4].isdigit() and int(parts[4]) in mine:
+                    return True
+    return False
+
+
+def take_lock():
+    fd = os.open(LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd
+    except BlockingIOError:
+        if lock_held_by_ancestor():
+            os.close(fd)
+            return None
+        log(f"waiting for {LOCK} (another lab run)")
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return fd
+
+
+# ---------------------------------------------------------------------------------------
+# Measurements
+# ---------------------------------------------------------------------------------------
+def proc_cpu_ticks(pids):
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (all threads)
+    return total
+
+
+def proc_private_kib(pid):
+    """Private_Dirty: what the process itself wrote (heap, stacks), without shared library text."""
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Private_Dirty:"):
+                return int(line.split()[1])
+    return 0
+
+
+def proc_rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def iperf(target, port, streams, seconds):
+    r = run(ns(CLIENT, "iperf3", "-c", target, "-p", str(port), "-t", str(seconds), "-P",
+               str(streams), "-J"), check=False, timeout=seconds + 60)
+    try:
+        j = json.loads(r.stdout)
+    except json.JSONDecodeError:
+        raise RuntimeError(f"iperf3 to {target}:{port}: {r.stderr.strip() or r.stdout[-300:]}")
+    if "error" in j:
+        raise RuntimeError(f"iperf3 to {target}:{port}: {j['error']}")
+    s = j["end"]["sum_received"]
+    if s["bytes"] <= 0:
+        raise RuntimeError(f"iperf3 to {target}:{port} moved no bytes")
+    return s["bits_per_second"] / 1e9, s["bytes"]
+
+
+def tool(args, mode, target, port, *extra, timeout=120):
+    r = run(ns(CLIENT, args.tool, mode, "--connect", f"{target}:{port}", *extra), check=False,
+            timeout=timeout)
+    try:
+        j = json.loads(r.stdout)
+    except json.JSONDecodeError:
+        raise RuntimeError(f"ferry-bench-tool {mode}: {r.stderr.strip() or r.stdout}")
+    if r.returncode != 0:
+        raise RuntimeError(f"ferry-bench-tool {mode} to {target}:{port} carried no traffic: {j}")
+    return j
+
+
+def idle_rss(args, target, pids, count):
+    """RSS of each proxy before and with `count` idle proxied connections, in KiB."""
+    before = [proc_rss_kib(p) for p in pids]
+    p = PROCS.start(ns(CLIENT, args.tool, "idle", "--connect", f"{target}:{ECHO_PORT}",
+                       "--count", str(count)), os.path.join(TMP, "idle.log"),
+                    stdout=subprocess.PIPE, stdin=subprocess.PIPE)
+    line = p.stdout.readline().decode()
+    try:
+        j = json.loads(line)
+    except json.JSONDecodeError:
+        PROCS.stop(p)
+        raise RuntimeError(f"idle connections: no report ({line!r})")
+    time.sleep(1.0)  # let the proxies settle (lazy frees, pool handshakes done)
+    during = [proc_rss_kib(q) for q in pids]
+    p.stdin.close()
+    p.wait(60)
+    PROCS.stop(p)
+    if j["open"] <= 0:
+        raise RuntimeError(f"idle connections: none opened ({j})")
+    return j, before, during
+
+
+def measure(args, name, target, pids):
+    """All metrics of one configuration; returns {metric: [values per repeat], ...}."""
+    res = {"runs": {}, "errors": [], "notes": []}
+    runs = res["runs"]
+
+    def add(k, v):
+        runs.setdefault(k, []).append(v)
+
+    dp_only = name.startswith("dp-")
+    # Idle connections first, on fresh processes: after the bulk runs, heap the proxies
+    # kept from them would absorb the new connections and hide their cost.
+    if pids:
+        try:
+            j, before, during = idle_rss(args, target, pids, args.idle)
+            res["idle"] = {"open": j["open"], "failed": j["failed"], "rss_before_kib": before,
+                           "rss_during_kib": during}
+            add("idle_bytes_per_conn", sum(d - b for b, d in zip(before, during)) * 1024 / j["open"])
+            log(f"  {name}: {j['open']} idle connections: RSS {before} -> {during} KiB")
+        except Exception as e:  # noqa: BLE001
+            res["errors"].append(str(e))
+            log(f"  {name}: idle connections FAILED: {e}")
+    for rep in range(args.repeats):
+        try:
+            ticks0 = proc_cpu_ticks(pids) if pids else 0
+            gbps, nbytes = iperf(target, IPERF_PORT, 1, args.iperf_seconds)
+            ticks1 = proc_cpu_ticks(pids) if pids else 0
+            add("tput1_gbps", gbps)
+            if pids:
+                add("cpu_s_per_gb", (ticks1 - ticks0) / CLK_TCK / (nbytes / 1e9))
+            gbps4, _ = iperf(target, IPERF_PORT, 4, args.iperf_seconds)
+            add("tput4_gbps", gbps4)
+            j = tool(args, "rr", target, ECHO_PORT, "--size", str(MSG), "--seconds",
+                     str(args.rr_seconds), "--warmup", str(args.warmup))
+            for k in ("rate", "p50_us", "p90_us", "p99_us"):
+                add("rr_" + k, j[k])
+            if not dp_only:
+                j = tool(args, "conns", target, ECHO_PORT, "--size", str(MSG), "--seconds",
+                         str(args.conn_seconds), "--concurrency", str(CONCURRENCY))
+                add("conn_rate", j["rate"])
+                add("conn_errors", j["errors"])
+            log(f"  {name} #{rep + 1}: " + ", ".join(f"{k}={v[-1]:.4g}" for k, v in runs.items()))
+        except Exception as e:  # noqa: BLE001 - one failed metric must not hide the others
+            res["errors"].append(str(e))
+            log(f"  {name} #{rep + 1}: FAILED: {e}")
+    res["summary"] = {k: {"median": statistics.median(v), "min": min(v), "max": max(v), "n": len(v)}
+                      for k, v in runs.items()}
+    return res
+
+
+# ---------------------------------------------------------------------------------------
+# Configurations
+# ---------------------------------------------------------------------------------------
+def lab(*argv):
+    global LAB_USED
+    LAB_USED = True
+    r = run([LAB, *argv], check=False, timeout=180)
+    if r.returncode != 0:
+        raise RuntimeError(f"ferry-lab {' '.join(argv)}: {r.stderr.strip()[-1500:]}")
+
+
+def tune_netns():
+    # Short connections by the thousand: a wide port range and TIME_WAIT reuse for the
+    # namespaces that open connections (client pod, both proxies).
+    for n in (CLIENT, PROXY1, PROXY2):
+        run(ns(n, "sysctl", "-qw", "net.ipv4.ip_local_port_range=1024 65000", "net.ipv4.tcp_tw_reuse=1"))
+
+
+def start_servers(args):
+    PROCS.start(ns(SERVER, "iperf3", "-s", "-B", SERVER_IP, "-p", str(IPERF_PORT)),
+                os.path.join(TMP, "iperf3-server.log"))
+    PROCS.start(ns(SERVER, args.tool, "serve", "--bind", f"{SERVER_IP}:{ECHO_PORT}"),
+                os.path.join(TMP, "echo-server.log"))
+    wait_listen(SERVER, IPERF_PORT)
+    wait_listen(SERVER, ECHO_PORT)
+
+
+def wait_listen(netns, port, timeout=10):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        r = run(ns(netns, "ss", "-Hltn", f"sport = :{port}"), check=False)
+        if r.stdout.strip():
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"nothing listens on port {port} in {netns}")
+
+
+def make_certs():
+    d = os.path.join(TMP, "pki")
+    os.makedirs(d)
+
+    def ossl(*a):
+        run(["openssl", *a], cwd=d)
+
+    ossl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", "ca.key")
+    ossl("req", "-x509", "-new", "-key", "ca.key", "-subj", "/CN=fy-bench-ca", "-days", "2", "-out", "ca.pem")
+    for who in ("server", "client"):
+        ossl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", f"{who}.key")
+        ossl("req", "-new", "-key", f"{who}.key", "-subj", f"/CN=fy-bench-{who}", "-out", f"{who}.csr")
+        with open(os.path.join(d, f"{who}.ext"), "w") as f:
+            f.write(f"subjectAltName=DNS:fy-bench-{who}\nextendedKeyUsage={'serverAuth' if who == 'server' else 'clientAuth'}\n")
+        ossl("x509", "-req", "-in", f"{who}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+             "-days", "2", "-extfile", f"{who}.ext", "-out", f"{who}.pem")
+        with open(os.path.join(d, f"{who}-full.pem"), "w") as f:  # HAProxy: cert + key
+            f.write(open(os.path.join(d, f"{who}.pem")).read() + open(os.path.join(d, f"{who}.key")).read())
+    return d
+
+
+def stunnel_conf(pki, side):
+    client = side == "client"
+    lines = ["foreground = yes", "pid =", "syslog = no", "debug = 3",
+             "socket = l:TCP_NODELAY=1", "socket = r:TCP_NODELAY=1"]
+    for port in (IPERF_PORT, ECHO_PORT):
+        lines += [f"[fy-{port}]",
+                  f"client = {'yes' if client else 'no'}",
+                  f"accept = {PROXY1_IP if client else PROXY2_IP}:{port}",
+                  f"connect = {PROXY2_IP if client else SERVER_IP}:{port}",
+                  f"cert = {pki}/{side}.pem", f"key = {pki}/{side}.key", f"CAfile = {pki}/ca.pem",
+                  "verifyChain = yes", "requireCert = yes", "sslVersionMin = TLSv1.3",
+                  f"ciphersuites = {CIPHERSUITES}"]
+        if client:
+            lines.append("checkHost = fy-bench-server")
+    return "\n".join(lines) + "\n"
+
+
+def haproxy_conf(pki, side, maxconn):
+    client = side == "client"
+    lines = ["global", f"  maxconn {maxconn}", "  nbthread 2",
+             f"  ssl-default-bind-ciphersuites {CIPHERSUITES}",
+             f"  ssl-default-server-ciphersuites {CIPHERSUITES}",
+             "defaults", "  mode tcp", "  timeout connect 5s", "  timeout client 1h", "  timeout server 1h"]
+    for port in (IPERF_PORT, ECHO_PORT):
+        if client:
+            lines += [f"frontend fy-{port}", f"  bind {PROXY1_IP}:{port}", f"  default_backend fy-{port}",
+                      f"backend fy-{port}",
+                      f"  server s {PROXY2_IP}:{port} ssl crt {pki}/client-full.pem ca-file {pki}/ca.pem "
+                      "verify required verifyhost fy-bench-server ssl-min-ver TLSv1.3"]
+        else:
+            lines += [f"frontend fy-{port}",
+                      f"  bind {PROXY2_IP}:{port} ssl crt {pki}/server-full.pem ca-file {pki}/ca.pem "
+                      "verify required ssl-min-ver TLSv1.3",
+                      f"  default_backend fy-{port}", f"backend fy-{port}", f"  server s {SERVER_IP}:{port}"]
+    return "\n".join(lines) + "\n"
+
+
+def start_pair(kind, pki, args):
+    procs = []
+    for side, netns in (("server", PROXY2), ("client", PROXY1)):
+        conf = os.path.join(TMP, f"{kind}-{side}.conf")
+        with open(conf, "w") as f:
+            f.write(stunnel_conf(pki, side) if kind == "stunnel" else haproxy_conf(pki, side, args.idle + 400))
+        argv = ["stunnel4", conf] if kind == "stunnel" else ["haproxy", "-db", "-f", conf]
+        procs.append(PROCS.start(ns(netns, *argv), os.path.join(TMP, f"{kind}-{side}.log")))
+    for port in (IPERF_PORT, ECHO_PORT):
+        wait_listen(PROXY2, port)
+        wait_listen(PROXY1, port)
+    for p in procs:
+        if p.poll() is not None:
+            raise RuntimeError(f"{kind} exited: see its log")
+    return procs
+
+
+def ferryd_pids():
+    pids = []
+    for n in (1, 2):
+        with open(f"{LAB_STATE}/n{n}/ferryd.pid") as f:
+            pids.append(int(f.read().strip()))
+    return pids
+
+
+def ferry_mode():
+    r = run(ns(PROXY1, "curl", "-sf", "--max-time", "2", "http://127.0.0.1:15000/datapath"), check=False)
+    for tok in r.stdout.replace(",", " ").replace('"', " ").split():
+        if tok in ("peer-egress", "ingress-redirect", "none"):
+            return tok
+    return "unknown"
+
+
+def attach_deliver(mode):
+    obj = os.path.join(TMP, f"fy_deliver{mode}.o")
+    if not os.path.exists(obj):
+        inc = f"/usr/include/{platform.machine()}-linux-gnu"
+        run(["clang", "-O2", "-g", "-target", "bpf", f"-I{inc}", "-Wall", "-Werror",
+             f"-DFY_DELIVER_MODE={mode}", "-c", os.path.join(HERE, "fy_deliver.bpf.c"), "-o", obj])
+    for n in (1, 2):
+        node = f"fy-n{n}"
+        run(ns(node, "tc", "qdisc", "replace", "dev", f"fy-wire{n}", "clsact"))
+        run(ns(node, "tc", "filter", "replace", "dev", f"fy-wire{n}", "ingress", "pref", "1", "handle", "1",
+               "bpf", "da", "obj", obj, "sec", "tc"))
+
+
+def detach_deliver():
+    for n in (1, 2):
+        run(ns(f"fy-n{n}", "tc", "qdisc", "del", "dev", f"fy-wire{n}", "clsact"), check=False)
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def run_all(args):
+    results = {}
+    want = [c for c in ORDER if c in args.only]
+
+    def record(name, target, pids, extra=None):
+        t0 = time.time()
+        load0 = loadavg()
+        log(f"{LABELS[name]} (load {load0:.2f})")
+        base = {str(p): proc_rss_kib(p) for p in pids}
+        private = [proc_private_kib(p) for p in pids]
+        r = measure(args, name, target, pids)
+        r.update({"label": LABELS[name], "target": target, "base_rss_kib": list(base.values()),
+                  "base_private_kib": private,
+                  "load_before": load0, "load_after": loadavg(), "seconds": round(time.time() - t0, 1)})
+        if extra:
+            r.update(extra)
+        results[name] = r
+
+    if any(c in want for c in ("plain", "dp-redirect", "dp-peer", "stunnel", "haproxy")):
+        log("lab up without ferryd")
+        lab("up", "--no-ferryd")
+        tune_netns()
+        start_servers(args)
+        if "plain" in want:
+            record("plain", SERVER_IP, [])
+        for name, mode in (("dp-redirect", 1), ("dp-peer", 2)):
+            if name in want:
+                attach_deliver(mode)
+                try:
+                    record(name, SERVER_IP, [], {"deliver_mode": mode})
+                finally:
+                    detach_deliver()
+        pki = make_certs() if any(c in want for c in ("stunnel", "haproxy")) else None
+        for kind in ("stunnel", "haproxy"):
+            if kind in want:
+                procs = start_pair(kind, pki, args)
+                time.sleep(0.5)
+                try:
+                    record(kind, PROXY1_IP, [p.pid for p in procs])
+                finally:
+                    for p in procs:
+                        PROCS.stop(p)
+        PROCS.stop_all()
+    if any(c in want for c in ("ferry", "ferry-none")):
+        log("lab up with ferryd")
+        lab("up")
+        tune_netns()
+        start_servers(args)
+        if "ferry" in want:
+            mode = ferry_mode()
+            LABELS["ferry"] = f"ferry ({mode})"
+            time.sleep(0.5)
+            record("ferry", SERVER_IP, ferryd_pids(), {"injection": mode})
+        if "ferry-none" in want:
+            for n in (1, 2):
+                lab("stop", f"n{n}")
+                path = f"{LAB_STATE}/n{n}/ferryd.yaml"
+                with open(path) as f:
+                    text = f.read()
+                with open(path, "w") as f:
+                    f.write(text.replace("injection: auto", "injection: none"))
+            for n in (1, 2):
+                lab("start", f"n{n}")
+            mode = ferry_mode()
+            time.sleep(0.5)
+            record("ferry-none", SERVER_IP, ferryd_pids(), {"injection": mode})
+        PROCS.stop_all()
+    lab("down")
+    return results
+
+
+# ---------------------------------------------------------------------------------------
+# Report: results.json, charts (gnuplot), README.md
+# ---------------------------------------------------------------------------------------
+def first_line(argv):
+    try:
+        r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=10)
+        return r.stdout.strip().splitlines()[0] if r.stdout.strip() else ""
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def machine_info(args):
+    cpu = ""
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    with open("/proc/meminfo") as f:
+        mem_kib = int(f.readline().split()[1])
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+        "cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem_kib / 2**20, 1),
+        "kernel": platform.release(), "os": first_line(["sh", "-c", ". /etc/os-release; echo $PRETTY_NAME"]),
+        "ferry": first_line(["git", "-C", ROOT, "describe", "--always", "--dirty"]),
+        "stunnel": first_line(["sh", "-c", "stunnel4 -version 2>&1 | grep '^stunnel'"]),
+        "haproxy": first_line(["haproxy", "-v"]).split(" - ")[0],
+        "openssl": first_line(["openssl", "version"]),
+        "iperf3": first_line(["iperf3", "--version"]),
+        "mode": "quick" if args.quick else "full",
+        "repeats": args.repeats, "iperf_seconds": args.iperf_seconds, "rr_seconds": args.rr_seconds,
+        "conn_seconds": args.conn_seconds, "idle_connections": args.idle,
+        "fd_limit": resource.getrlimit(resource.RLIMIT_NOFILE)[1],
+    }
+
+
+def med(results, name, metric):
+    try:
+        return results[name]["summary"][metric]["median"]
+    except KeyError:
+        return None
+
+
+def spread(results, name, metric, fmt):
+    s = results.get(name, {}).get("summary", {}).get(metric)
+    if not s:
+        return "–"
+    if s["n"] == 1:
+        return fmt.format(s["median"])
+    return f"{fmt.format(s['median'])} ({fmt.format(s['min'])}–{fmt.format(s['max'])})"
+
+
+def write_charts(results, out):
+    if not shutil.which("gnuplot"):
+        log("gnuplot not found: no charts")
+        return []
+    names = [n for n in ORDER if n in results and results[n].get("summary")]
+    dat = os.path.join(TMP, "chart.dat")
+
+    def table(metrics, only):
+        with open(dat, "w") as f:
+            for n in only:
+                row = [f'"{results[n]["label"]}"']
+                for m in metrics:
+                    s = results[n]["summary"].get(m, {"median": 0, "min": 0, "max": 0})
+                    row += [str(s["median"]), str(s["min"]), str(s["max"])]
+                f.write(" ".join(row) + "\n")
+
+    common = ("set terminal pngcairo size 1000,520 font 'sans,10'\n"
+              "set style data histogram\nset style histogram errorbars gap 2 lw 1\n"
+              "set style fill solid 0.8 border -1\nset boxwidth 0.9\nset grid ytics\n"
+              "set xtics rotate by -20 left noenhanced\nset key top right noenhanced\nset yrange [0:*]\n")
+    charts = []
+
+    def plot(fname, title, ylabel, metrics, titles, only, extra=""):
+        if not only:
+            return
+        table(metrics, only)
+        cols = ", ".join(f"'{dat}' using {2 + 3 * i}:{3 + 3 * i}:{4 + 3 * i}:xtic(1) title '{t}'"
+                         if i == 0 else f"'' using {2 + 3 * i}:{3 + 3 * i}:{4 + 3 * i} title '{t}'"
+                         for i, t in enumerate(titles))
+        script = common + f"set output '{os.path.join(out, fname)}'\nset title '{title}' noenhanced\nset ylabel '{ylabel}'\n{extra}plot {cols}\n"
+        r = subprocess.run(["gnuplot"], input=script, text=True, stderr=subprocess.PIPE)
+        if r.returncode != 0:
+            log(f"gnuplot {fname}: {r.stderr.strip()}")
+        else:
+            charts.append(fname)
+
+    peers = [n for n in names if not n.startswith("dp-")]
+    plot("throughput.png", "iperf3 throughput, client pod n1-p1 -> server pod n2-p1 (median, min-max)",
+         "Gbit/s", ["tput1_gbps", "tput4_gbps"], ["1 stream", "4 streams"], peers)
+    plot("latency.png", f"{MSG}-byte request/response round trip (median of runs)", "microseconds",
+         ["rr_p50_us", "rr_p90_us", "rr_p99_us"], ["p50", "p90", "p99"], peers,
+         "set logscale y\nset yrange [1:*]\nset ylabel 'microseconds (log scale)'\n")
+    plot("connections.png", f"new connections per second ({CONCURRENCY} in flight, {MSG}-byte request and answer)",
+         "connections/s", ["conn_rate"], ["connections/s"], peers)
+    dp = [n for n in ("plain", "dp-redirect", "dp-peer") if n in names]
+    plot("datapath_rr.png", "datapath alone: request/response rate by delivery", "transactions/s",
+         ["rr_rate"], ["100-byte request/response"], dp)
+    plot("datapath_throughput.png", "datapath alone: iperf3 throughput by delivery", "Gbit/s",
+         ["tput1_gbps", "tput4_gbps"], ["1 stream", "4 streams"], dp)
+    return charts
+
+
+def rel(a, b):
+    return f"{a / b:.2f}×" if a and b else "–"
+
+
+def write_readme(results, meta, charts, out):
+    L = []
+    w = L.append
+    w("# Benchmarks: ferry against the peers, in one run")
+    w("")
+    w("Generated by `make bench` (`tests/bench/run_bench.py`); do not edit by hand. Raw numbers: "
+      "[results.json](results.json). Where ferryd spends its time: [profile.md](profile.md). TLS "
+      "handshake cost on its own: [handshakes.md](handshakes.md) (when present).")
+    w("")
+    w("## Machine")
+    w("")
+    w(f"- {meta['date']}, {meta['mode']} run: {meta['repeats']} runs per metric, iperf3 {meta['iperf_seconds']} s, "
+      f"request/response {meta['rr_seconds']} s, connections {meta['conn_seconds']} s, "
+      f"{meta['idle_connections']} idle connections")
+    w(f"- CPU: {meta['cpu']}, {meta['cores']} cores, {meta['memory_gib']} GiB; {meta['os']}, kernel {meta['kernel']}")
+    w(f"- ferry {meta['ferry']}; {meta['stunnel']}; {meta['haproxy']}; {meta['openssl']}; {meta['iperf3']}")
+    loads = ", ".join(f"{n} {results[n]['load_before']:.2f}" for n in ORDER if n in results)
+    w(f"- load average (1 min) when each configuration started: {loads}. It includes the suite's own "
+      "processes: stunnel4 runs one thread per connection, and its idle step (two threads per connection) "
+      "lifts the 1-minute average for the configurations after it.")
+    w("")
+    w("## Method")
+    w("")
+    w("Everything runs in the network-namespace lab of `scripts/ferry-lab` ([docs/lab.md](../lab.md)) on one "
+      "machine: the client is pod `fy-n1-p1` (10.77.1.11) on node 1, the server pod `fy-n2-p1` "
+      "(10.77.2.11) on node 2, joined by a veth \"wire\". Clients, servers, proxies and the kernel's packet "
+      "processing all share the same cores, so every number includes the cost of the others.")
+    w("")
+    w("| configuration | what carries the bytes |")
+    w("|---|---|")
+    w("| plaintext (no proxy) | plain routing pod → node 1 → wire → node 2 → pod; the lab's limit |")
+    w("| ferry (mode) | the pod connects to 10.77.2.11 and is captured: tc datapath → ferryd node 1 → HBONE (TLS 1.3 mTLS, HTTP/2 CONNECT) over the wire → ferryd node 2 → pod, injection chosen by the kernel probe |")
+    w("| ferry (injection none) | the same with `datapath.injection: none`: tunnel packets are routed instead of re-entering the pod's egress path |")
+    w("| stunnel4 pair | the pod connects to 10.77.1.2 (stunnel client side in node 1's proxy netns), TLS to stunnel server side in node 2's proxy netns (10.77.2.2), plain TCP to the pod; no capture |")
+    w("| HAProxy pair | the same shape with HAProxy (`mode tcp`, `nbthread 2`) |")
+    w("| datapath: bpf_redirect / bpf_redirect_peer | no proxy; a tc program on each node's wire ingress (`tests/bench/fy_deliver.bpf.c`) delivers pod-bound packets with `bpf_redirect(host veth, 0)` or `bpf_redirect_peer(host veth, 0)` instead of routing |")
+    w("")
+    w("The peers use TLS 1.3 only, ECDSA P-256 certificates, mutual authentication with chain and name checks, "
+      f"and ferry's cipher suites (`{CIPHERSUITES}`). ferry's HBONE is the same plus HTTP/2 framing and "
+      "SPIFFE identity checks.")
+    w("")
+    w("- **Throughput**: `iperf3 -c` from the client pod, 1 and 4 parallel streams, received bits/s.")
+    w(f"- **Request/response**: `ferry-bench-tool rr`: one connection, {MSG}-byte request, {MSG}-byte echo, "
+      "back to back; rate and round-trip percentiles (after a warm-up).")
+    w(f"- **New connections/s**: `ferry-bench-tool conns`: {CONCURRENCY} at a time, each connects, sends {MSG} "
+      "bytes, reads the echo and closes.")
+    w("- **CPU s/GB**: utime+stime of every proxy process (both nodes; all threads, from `/proc/<pid>/stat`) "
+      "during the 1-stream iperf3 run, per GB received. Kernel work done in softirq on behalf of a proxy is "
+      "counted only when it ran in the proxy's context.")
+    w(f"- **Idle connection memory**: VmRSS of the proxies (both nodes together) with {meta['idle_connections']} idle "
+      "proxied connections, each having done one 1-byte round trip, minus VmRSS before; per connection. "
+      f"The hard descriptor limit here is {meta['fd_limit']} and a peer proxy holds two descriptors per "
+      "connection, so the issue's 10,000 is not reachable for stunnel and HAProxy on this machine.")
+    w("- **Base RSS**: each proxy's VmRSS when its configuration starts (after start-up, before traffic); "
+      "in parentheses its Private_Dirty (heap, stacks, data written), i.e. without the shared library "
+      "pages that RSS also counts.")
+    w("")
+    w("Cells are the median of the runs with (min–max) when there were several. Speed is never asserted: "
+      "the suite fails only when a configuration does not carry traffic.")
+    w("")
+    w("## Results")
+    w("")
+    w("| configuration | 1 stream Gbit/s | 4 streams Gbit/s | rr rate /s | p50 µs | p90 µs | p99 µs | new conn/s | CPU s/GB | idle KiB/conn (both nodes) | base RSS MiB (private) |")
+    w("|---|---|---|---|---|---|---|---|---|---|---|")
+    for n in ORDER:
+        r = results.get(n)
+        if not r or n.startswith("dp-"):
+            continue
+        base = " + ".join(f"{k / 1024:.1f} ({p / 1024:.1f})" for k, p in
+                          zip(r.get("base_rss_kib", []), r.get("base_private_kib", []))) or "–"
+        idle = med(results, n, "idle_bytes_per_conn")
+        w(f"| {r['label']} | {spread(results, n, 'tput1_gbps', '{:.2f}')} | {spread(results, n, 'tput4_gbps', '{:.2f}')} | "
+          f"{spread(results, n, 'rr_rate', '{:.0f}')} | {spread(results, n, 'rr_p50_us', '{:.0f}')} | "
+          f"{spread(results, n, 'rr_p90_us', '{:.0f}')} | {spread(results, n, 'rr_p99_us', '{:.0f}')} | "
+          f"{spread(results, n, 'conn_rate', '{:.0f}')} | {spread(results, n, 'cpu_s_per_gb', '{:.2f}')} | "
+          f"{idle / 1024:.1f} | {base} |" if idle is not None else
+          f"| {r['label']} | {spread(results, n, 'tput1_gbps', '{:.2f}')} | {spread(results, n, 'tput4_gbps', '{:.2f}')} | "
+          f"{spread(results, n, 'rr_rate', '{:.0f}')} | {spread(results, n, 'rr_p50_us', '{:.0f}')} | "
+          f"{spread(results, n, 'rr_p90_us', '{:.0f}')} | {spread(results, n, 'rr_p99_us', '{:.0f}')} | "
+          f"{spread(results, n, 'conn_rate', '{:.0f}')} | {spread(results, n, 'cpu_s_per_gb', '{:.2f}')} | – | {base} |")
+    w("")
+    for c in charts:
+        if not c.startswith("datapath"):
+            w(f"![{c[:-4]}]({c})")
+    w("")
+    w("## The datapath alone")
+    w("")
+    w("The project rests on kernel results that the seeds report for `bpf_redirect_peer`: request/response "
+      "rate from 32.7k to 90.0k transactions/s and +18 % throughput against the stack's own forwarding. "
+      "Here the same comparison, in this lab, without any proxy:")
+    w("")
+    w("| delivery into the server pod | rr rate /s | vs routing | p50 µs | 1 stream Gbit/s | vs routing | 4 streams Gbit/s |")
+    w("|---|---|---|---|---|---|---|")
+    base_rr, base_t = med(results, "plain", "rr_rate"), med(results, "plain", "tput1_gbps")
+    for n, label in (("plain", "routing (ip_forward)"), ("dp-redirect", "`bpf_redirect(veth, 0)`"),
+                     ("dp-peer", "`bpf_redirect_peer(veth, 0)`")):
+        if n not in results:
+            continue
+        w(f"| {label} | {spread(results, n, 'rr_rate', '{:.0f}')} | {rel(med(results, n, 'rr_rate'), base_rr)} | "
+          f"{spread(results, n, 'rr_p50_us', '{:.0f}')} | {spread(results, n, 'tput1_gbps', '{:.2f}')} | "
+          f"{rel(med(results, n, 'tput1_gbps'), base_t)} | {spread(results, n, 'tput4_gbps', '{:.2f}')} |")
+    w("")
+    w("The lab's node has no netfilter rules and no bridge, so routing is already short here; the seeds' "
+      "baseline went through a fuller host stack. Only the delivery into the pod changes between these rows.")
+    w("")
+    for c in charts:
+        if c.startswith("datapath"):
+            w(f"![{c[:-4]}]({c})")
+    w("")
+    w("## Against the targets of issue 6")
+    w("")
+    f1, h1, s1, p1 = (med(results, n, "tput1_gbps") for n in ("ferry", "haproxy", "stunnel", "plain"))
+    fp50, pp50 = med(results, "ferry", "rr_p50_us"), med(results, "plain", "rr_p50_us")
+    fp99, pp99 = med(results, "ferry", "rr_p99_us"), med(results, "plain", "rr_p99_us")
+    fc, sc = med(results, "ferry", "conn_rate"), med(results, "stunnel", "conn_rate")
+    fcpu, hcpu = med(results, "ferry", "cpu_s_per_gb"), med(results, "haproxy", "cpu_s_per_gb")
+    base = results.get("ferry", {}).get("base_rss_kib", [])
+
+    def num(v, f):
+        return f.format(v) if v is not None else "–"
+
+    w("| target | measured | met |")
+    w("|---|---|---|")
+
+    def row(t, m, ok):
+        w(f"| {t} | {m} | {'yes' if ok else 'no' if ok is not None else '–'} |")
+
+    def both(a, b):
+        return a is not None and b is not None
+
+    row("single stream ≥ 1.5× HAProxy", f"{rel(f1, h1)} ({num(f1, '{:.2f}')} vs {num(h1, '{:.2f}')} Gbit/s)",
+        f1 / h1 >= 1.5 if both(f1, h1) else None)
+    row("single stream ≥ 45 % of plaintext", f"{100 * f1 / p1:.0f} %" if both(f1, p1) else "–",
+        f1 / p1 >= 0.45 if both(f1, p1) else None)
+    row("added p50 ≤ 50 µs", f"{fp50 - pp50:.0f} µs" if both(fp50, pp50) else "–",
+        fp50 - pp50 <= 50 if both(fp50, pp50) else None)
+    row("added p99 ≤ 100 µs", f"{fp99 - pp99:.0f} µs" if both(fp99, pp99) else "–",
+        fp99 - pp99 <= 100 if both(fp99, pp99) else None)
+    frr = med(results, "ferry", "rr_rate")
+    row("request/response ≥ 13k/s", num(frr, "{:.0f}/s"), frr >= 13000 if frr is not None else None)
+    row("new connections/s ≥ 10× stunnel", rel(fc, sc), fc / sc >= 10 if both(fc, sc) else None)
+    idle = results.get("ferry", {}).get("idle")
+    per_node = ([(d - b) / idle["open"] for b, d in zip(idle["rss_before_kib"], idle["rss_during_kib"])]
+                if idle else [])
+    row("≤ 4 KiB ferryd memory per idle connection per node",
+        " / ".join(f"node {i + 1}: {k:.1f} KiB" for i, k in enumerate(per_node)) or "–",
+        all(k <= 4 for k in per_node) if per_node else None)
+    row("≤ 10 MB base RSS", " + ".join(f"{k / 1024:.1f} MiB" for k in base) or "–",
+        all(k * 1024 <= 10e6 for k in base) if base else None)
+    row("CPU per GB ≤ HAProxy's", f"{num(fcpu, '{:.2f}')} vs {num(hcpu, '{:.2f}')} s/GB",
+        fcpu <= hcpu if both(fcpu, hcpu) else None)
+    w("")
+    w("Ahead of both peers in this run, metric by metric:")
+    w("")
+    w("| metric | ferry | stunnel4 | HAProxy | ferry ahead of both |")
+    w("|---|---|---|---|---|")
+    for metric, label, fmt, higher in (("tput1_gbps", "1 stream Gbit/s", "{:.2f}", True),
+                                       ("tput4_gbps", "4 streams Gbit/s", "{:.2f}", True),
+                                       ("rr_rate", "request/response /s", "{:.0f}", True),
+                                       ("rr_p50_us", "p50 µs", "{:.0f}", False),
+                                       ("rr_p99_us", "p99 µs", "{:.0f}", False),
+                                       ("conn_rate", "new connections/s", "{:.0f}", True),
+                                       ("cpu_s_per_gb", "CPU s/GB", "{:.2f}", False),
+                                       ("idle_bytes_per_conn", "idle bytes/connection", "{:.0f}", False)):
+        f, st, hp = (med(results, n, metric) for n in ("ferry", "stunnel", "haproxy"))
+        ahead = None
+        if f is not None and st is not None and hp is not None:
+            ahead = f > max(st, hp) if higher else f < min(st, hp)
+        w(f"| {label} | {num(f, fmt)} | {num(st, fmt)} | {num(hp, fmt)} | "
+          f"{'yes' if ahead else 'no' if ahead is not None else '–'} |")
+    w("")
+    errs = {n: r["errors"] for n, r in results.items() if r.get("errors")}
+    if errs:
+        w("## Failures in this run")
+        w("")
+        for n, es in errs.items():
+            for e in es:
+                w(f"- {LABELS.get(n, n)}: {e}")
+        w("")
+    w("## Running it")
+    w("")
+    w("```sh")
+    w("make bench          # full run (about 10 minutes): this page, results.json and the charts in docs/benchmarks/")
+    w("make bench-quick    # under 2 minutes, into build/default/bench-quick/; CI runs it so the suite cannot rot")
+    w("tests/bench/run_bench.py --only ferry,haproxy --quick   # a subset")
+    w("```")
+    w("")
+    w("Needs root, the lab's packages, stunnel4, haproxy and gnuplot (`make bootstrap`). Run it on a quiet "
+      "machine: the load averages under Machine say how quiet it was.")
+    with open(os.path.join(out, "README.md"), "w") as f:
+        f.write("\n".join(L) + "\n")
+
+
+# ---------------------------------------------------------------------------------------
+def main():
+    global TMP
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="short runs, one repeat, few idle connections (< 2 min)")
+    ap.add_argument("--out", help="output directory (default docs/benchmarks; with --quick BUILD/bench-quick)")
+    ap.add_argument("--build", default=os.environ.get("FERRY_BUILD_DIR", "build/default"))
+    ap.add_argument("--only", default=",".join(ORDER), help="comma-separated configurations")
+    ap.add_argument("--repeats", type=int)
+    a = ap.parse_args()
+    a.only = [c for c in a.only.split(",") if c]
+    unknown = [c for c in a.only if c not in ORDER]
+    if unknown:
+        ap.error(f"unknown configuration(s) {unknown}; known: {ORDER}")
+    a.build = a.build if os.path.isabs(a.build) else os.path.join(ROOT, a.build)
+    a.tool = os.path.join(a.build, "tests", "bench", "ferry-bench-tool")
+    if a.quick:
+        a.repeats = a.repeats or 1
+        a.iperf_seconds, a.rr_seconds, a.conn_seconds, a.warmup, a.idle = 1, 1, 1, 0.2, 200
+        a.out = a.out or os.path.join(a.build, "bench-quick")
+    else:
+        a.repeats = a.repeats or 3
+        a.iperf_seconds, a.rr_seconds, a.conn_seconds, a.warmup, a.idle = 5, 5, 5, 0.5, 9000
+        a.out = a.out or os.path.join(ROOT, "docs", "benchmarks")
+    if os.geteuid() != 0:
+        sys.exit("bench: must run as root (network namespaces, BPF)")
+    for c in ("ip", "tc", "iperf3", "stunnel4", "haproxy", "openssl", "clang", "ss", "curl"):
+        if not shutil.which(c):
+            sys.exit(f"bench: '{c}' missing (make bootstrap)")
+    if not os.access(a.tool, os.X_OK):
+        sys.exit(f"bench: {a.tool} missing: make build")
+    # The proxies and servers inherit this: thousands of idle connections need descriptors.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    os.environ["FERRY_BUILD_DIR"] = a.build
+    os.environ.setdefault("FERRY_LAB_LOG_LEVEL", "warn")  # access logs would cost ferry CPU
+
+    lock = take_lock()
+    TMP = tempfile.mkdtemp(prefix="fy-bench.")
+    atexit.register(cleanup)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    t0 = time.time()
+    meta = machine_info(a)
+    results = run_all(a)
+    meta["seconds"] = round(time.time() - t0, 1)
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "results.json"), "w") as f:
+        json.dump({"meta": meta, "configurations": results}, f, indent=2, sort_keys=True)
+        f.write("\n")
+    charts = write_charts(results, a.out)
+    write_readme(results, meta, charts, a.out)
+    failed = [n for n in a.only if n not in results or results[n].get("errors")]
+    log(f"done in {meta['seconds']} s; report in {os.path.join(a.out, 'README.md')}")
+    if lock is not None:
+        os.close(lock)
+    if failed:
+        log(f"FAILED: {', '.join(failed)} did not carry traffic (see above)")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
