@@ -217,6 +217,13 @@ void H2Stream::consumed(size_t size) {
   if (size > 0) conn_.consume(id_, size);
 }
 
+void H2Stream::discardReceived() {
+  size_t n = received_.size();
+  if (n == 0) return;
+  received_.clear();
+  consumed(n);
+}
+
 std::string H2Stream::header(std::string_view name) const {
   for (const auto& h : headers_) {
     if (h.name == name) return h.value;

@@ -83,6 +83,11 @@ class H2Stream {
   std::string takeReceived();
   bool hasReceived() const { return !received_.empty(); }
   void consumed(size_t size);
+  // Drops what was received but will never be written out (the stream was reset, the
+  // application socket failed) and gives its flow-control window back: without this the
+  // connection-level window shrinks by those bytes for good, and once a few resets have
+  // eaten the connection window every stream on the HBONE connection stalls.
+  void discardReceived();
   bool receivedEof() const { return remote_eof_ && received_.empty(); }
 
   // Set when the stream ended abnormally: RST_STREAM from the peer (its code) or the

@@ -237,7 +237,9 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
   auto down = [&]() -> awaitable<CloseReason> {
     for (;;) {
       if (stream.resetCode()) {
-        // The far end reset (or the tunnel died): reset the application's connection.
+        // The far end reset (or the tunnel died): reset the application's connection. What
+        // is still queued for it will never be written: give its window back.
+        stream.discardReceived();
         abortSocket(tcp);
         co_return CloseReason::kPeerReset;
       }
@@ -251,6 +253,7 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
         act.touch();
         auto ec = co_await writeGathered(tcp, bufs.data(), count, total);
         if (ec) {
+          stream.discardReceived();
           stream.reset(hbone::kH2ConnectError);
           abortSocket(tcp);
           co_return CloseReason::kDownstreamReset;
@@ -273,6 +276,9 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
     co_return a != CloseReason::kOk ? a : b;
   };
   auto outcome = co_await (both() || idleWatch(act, idle));
+  // Both directions are done (nothing is being written from the receive chain any more):
+  // whatever is left in it will never reach the application, so its window goes back.
+  stream.discardReceived();
   if (outcome.index() == 1) {
     result.reason = CloseReason::kIdleTimeout;
     stream.reset(hbone::kH2Cancel);

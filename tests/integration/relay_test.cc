@@ -420,6 +420,61 @@ TEST_F(RelayTest, SlowReaderBoundsWhatTheWriterCanPushIn) {
   ::close(fd);
 }
 
+// A stream reset while the server side still holds received bytes for a slow application
+// (here: the application resets its socket with data unread) must give those bytes' window
+// back to the connection. Otherwise each such reset shrinks the 16 MiB connection window for
+// good, and after a few of them every stream on the pooled connection stalls: the lost
+// wake-up seen with iperf3 -P 4 (whose server closes its data sockets with data in flight).
+TEST_F(RelayTest, ResetsWithUnreadDataDoNotLeakTheConnectionWindow) {
+  startNodes();
+  constexpr uint16_t kSinkPort = 8081;
+  std::atomic<int> rst_now{0};
+  AppServer sink("127.0.2.10", kSinkPort, [&](int fd) {
+    // Reads nothing; when told, resets with everything unread.
+    while (rst_now.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    rst_now = 0;
+    setAbortOnClose(fd);
+  });
+  AppServer app("127.0.2.10", kAppPort, AppServer::echo);
+  std::string chunk(64 * 1024, 'x');
+  size_t total = 0;
+  for (int round = 0; round < 8; ++round) {
+    int fd = connectOutbound("127.0.1.10", "127.0.2.10", kSinkPort);
+    ASSERT_GE(fd, 0);
+    timeval tv{0, 300 * 1000};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    size_t pushed = 0;
+    for (;;) {
+      ssize_t n = ::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL);
+      if (n <= 0) break;
+      pushed += static_cast<size_t>(n);
+      ASSERT_LT(pushed, 256u << 20);
+    }
+    total += pushed;
+    rst_now = 1;
+    setRecvTimeout(fd, std::chrono::seconds(10));
+    char buf[16];
+    EXPECT_LE(::recv(fd, buf, sizeof(buf), 0), 0);  // the reset comes through
+    ::close(fd);
+  }
+  std::printf("[ measure  ] %.1f MiB pushed into resets over one pooled connection\n",
+              total / 1048576.0);
+  // Far more than the connection window went into streams that were reset.
+  EXPECT_GT(total, 24u << 20);
+  // The pooled connection still carries data.
+  const std::string payload = randomBytes(2u << 20, 7);
+  int fd = connectOutbound("127.0.1.10", "127.0.2.10", kAppPort);
+  ASSERT_GE(fd, 0);
+  setRecvTimeout(fd, std::chrono::seconds(10));
+  std::thread writer([&] { EXPECT_TRUE(sendAll(fd, payload.data(), payload.size())); });
+  std::string back(payload.size(), '\0');
+  EXPECT_TRUE(recvExact(fd, back.data(), back.size())) << "stalled: connection window leaked";
+  writer.join();
+  EXPECT_TRUE(back == payload);
+  ::close(fd);
+  EXPECT_EQ(n1_->stats().hbone_connections_opened.load(), 1u);
+}
+
 TEST_F(RelayTest, IdlePoolConnectionIsReleasedAndReplacedOnDemand) {
   startNodes("pool: {idle_release: 300ms, ping_interval: 100ms, ping_timeout: 5s}\n");
   AppServer app("127.0.2.10", kAppPort, AppServer::echo);
