@@ -1,13 +1,17 @@
 #include "proxy/hbone/h2_connection.h"
 
 #include <nghttp2/nghttp2.h>
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <span>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/asio/ssl/error.hpp>
 #include <boost/asio/write.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -22,8 +26,27 @@ using Clock = std::chrono::steady_clock;
 namespace {
 // One TLS write gathers up to this many bytes of frames: several 16 KiB records per syscall.
 constexpr size_t kWriteBatch = 128 * 1024;
-// TLS read buffer per connection.
-constexpr size_t kReadBuffer = 64 * 1024;
+// Ciphertext one read() may bring in: several records per syscall.
+constexpr size_t kSocketRead = 128 * 1024;
+// Plaintext out of SSL_read, handed to nghttp2 at once: one buffer per worker thread, as
+// nothing waits between the two (an idle connection holds no read buffer).
+constexpr size_t kPlainBuffer = 64 * 1024;
+thread_local std::array<uint8_t, kPlainBuffer> t_plain;
+// Frames of one write batch on their way into SSL_write: per worker thread as well, since
+// SSL_write has consumed them before the writer waits for anything.
+thread_local std::vector<uint8_t> t_batch;
+
+std::string tlsError(std::string_view what) {
+  std::string out(what);
+  unsigned long e;
+  char buf[256];
+  while ((e = ERR_get_error()) != 0) {
+    ERR_error_string_n(e, buf, sizeof(buf));
+    out += ": ";
+    out += buf;
+  }
+  return out;
+}
 
 nghttp2_nv makeNv(const Header& h) {
   return nghttp2_nv{reinterpret_cast<uint8_t*>(const_cast<char*>(h.name.data())),
@@ -145,7 +168,10 @@ static int onStreamClose(nghttp2_session*, int32_t stream_id, uint32_t error_cod
   return 0;
 }
 
-static ssize_t readData(nghttp2_session*, int32_t, uint8_t* buf, size_t length,
+// DATA leaves without nghttp2's own copy: readData only says how much (NO_COPY) and
+// sendData appends the frame header and the bytes, straight from the stream's send
+// chain, to the write batch that goes into SSL_write.
+static ssize_t readData(nghttp2_session*, int32_t, uint8_t*, size_t length,
                         uint32_t* data_flags, nghttp2_data_source* source, void*) {
   auto* stream = static_cast<H2Stream*>(source->ptr);
   if (stream->pending_.empty()) {
@@ -156,13 +182,68 @@ static ssize_t readData(nghttp2_session*, int32_t, uint8_t* buf, size_t length,
     stream->deferred_ = true;
     return NGHTTP2_ERR_DEFERRED;
   }
-  size_t n = stream->pending_.copyOut(reinterpret_cast<char*>(buf), length);
-  stream->bytes_sent_ += n;
-  if (stream->pending_.empty() && stream->local_eof_) *data_flags |= NGHTTP2_DATA_FLAG_EOF;
-  stream->send_signal_.notify();
+  size_t n = std::min(length, stream->pending_.size());
+  *data_flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+  if (n == stream->pending_.size() && stream->local_eof_) *data_flags |= NGHTTP2_DATA_FLAG_EOF;
   return static_cast<long>(n);
 }
 
+static int sendData(nghttp2_session*, nghttp2_frame*, const uint8_t* framehd, size_t length,
+                    nghttp2_data_source* source, void*) {
+  auto* stream = static_cast<H2Stream*>(source->ptr);
+  auto& out = t_batch;
+  out.insert(out.end(), framehd, framehd + 9);  // we never pad
+  size_t at = out.size();
+  out.resize(at + length);
+  stream->pending_.copyOut(reinterpret_cast<char*>(out.data() + at), length);
+  stream->bytes_sent_ += length;
+  stream->send_signal_.notify();
+  // A full batch goes to SSL_write before nghttp2 packs more (mem_send returns now).
+  return out.size() >= kWriteBatch ? NGHTTP2_ERR_PAUSE : 0;
+}
+
+};
+
+// --- the BIO between OpenSSL and the connection's ciphertext chains ---------------------
+struct TlsBio {
+  static int write(BIO* bio, const char* data, int len) {
+    static_cast<H2Connection*>(BIO_get_data(bio))->tls_out_.append(data, static_cast<size_t>(len));
+    return len;
+  }
+  static int read(BIO* bio, char* data, int len) {
+    auto* conn = static_cast<H2Connection*>(BIO_get_data(bio));
+    BIO_clear_retry_flags(bio);
+    if (conn->tls_in_.empty()) {
+      BIO_set_retry_read(bio);
+      return -1;
+    }
+    return static_cast<int>(conn->tls_in_.copyOut(data, static_cast<size_t>(len)));
+  }
+  static long ctrl(BIO* bio, int cmd, long, void*) {
+    switch (cmd) {
+      case BIO_CTRL_FLUSH:
+        return 1;
+      case BIO_CTRL_PENDING:
+        return static_cast<long>(static_cast<H2Connection*>(BIO_get_data(bio))->tls_in_.size());
+      default:
+        return 0;
+    }
+  }
+  static int create(BIO* bio) {
+    BIO_set_init(bio, 1);
+    return 1;
+  }
+  static const BIO_METHOD* method() {
+    static BIO_METHOD* m = [] {
+      BIO_METHOD* meth = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "ferry-hbone");
+      BIO_meth_set_write(meth, &TlsBio::write);
+      BIO_meth_set_read(meth, &TlsBio::read);
+      BIO_meth_set_ctrl(meth, &TlsBio::ctrl);
+      BIO_meth_set_create(meth, &TlsBio::create);
+      return meth;
+    }();
+    return m;
+  }
 };
 
 // ---------------------------------------------------------------------------------------
@@ -260,6 +341,7 @@ H2Connection::H2Connection(Role role, std::unique_ptr<TlsStream> tls, H2Options 
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, &H2Callbacks::onDataChunk);
   nghttp2_session_callbacks_set_on_stream_close_callback(cbs, &H2Callbacks::onStreamClose);
   nghttp2_session_callbacks_set_on_frame_send_callback(cbs, &H2Callbacks::onFrameSend);
+  nghttp2_session_callbacks_set_send_data_callback(cbs, &H2Callbacks::sendData);
 
   nghttp2_option* opt = nullptr;
   nghttp2_option_new(&opt);
@@ -281,6 +363,25 @@ H2Connection::H2Connection(Role role, std::unique_ptr<TlsStream> tls, H2Options 
   nghttp2_option_del(opt);
   nghttp2_session_callbacks_del(cbs);
   last_read_ = idle_since_ = Clock::now();
+  installBio();
+}
+
+void H2Connection::installBio() {
+  SSL* ssl = tls_->native_handle();
+  // Bytes that arrived with the end of the handshake (the peer's preface, SETTINGS, a
+  // first CONNECT) sit in Asio's BIO pair: move them over. Asio reads at most one pair's
+  // worth at a time and SSL drains the pair before asking for more, so nothing is left
+  // in Asio's own input buffer.
+  BIO* old = SSL_get_rbio(ssl);
+  char buf[4096];
+  int n;
+  while (old != nullptr && (n = BIO_read(old, buf, sizeof(buf))) > 0) tls_in_.append(buf, n);
+  BIO* bio = BIO_new(TlsBio::method());
+  BIO_set_data(bio, this);
+  SSL_set_bio(ssl, bio, bio);  // one reference for both directions; frees Asio's half
+  // Asio asks for partial writes (SSL_write returns after each record); our BIO takes
+  // every record at once, so one SSL_write turns a whole batch into records.
+  SSL_clear_mode(ssl, SSL_MODE_ENABLE_PARTIAL_WRITE);
 }
 
 H2Connection::~H2Connection() {
@@ -460,37 +561,92 @@ void H2Connection::streamClosed(int32_t id, uint32_t error_code) {
 
 awaitable<void> H2Connection::readLoop() {
   auto self = shared_from_this();
-  std::vector<uint8_t> buf(kReadBuffer);
+  auto& socket = tls_->next_layer();
+  SSL* ssl = tls_->native_handle();
+  boost::system::error_code ignored;
+  socket.non_blocking(true, ignored);
   while (!dead_) {
-    auto [ec, n] = co_await tls_->async_read_some(asio::buffer(buf),
-                                                  asio::as_tuple(use_awaitable));
+    // Decrypt every complete record buffered, feeding nghttp2 as we go.
+    bool any = false;
+    for (;;) {
+      ERR_clear_error();
+      int n = SSL_read(ssl, t_plain.data(), static_cast<int>(t_plain.size()));
+      if (n > 0) {
+        any = true;
+        ssize_t rv = nghttp2_session_mem_recv(session_, t_plain.data(), static_cast<size_t>(n));
+        if (rv < 0) {
+          // nghttp2 queued a GOAWAY for protocol errors; give the writer a moment to send it.
+          closing_ = true;
+          FERRY_LOG(kDebug, "hbone: protocol error from peer: %s", nghttp2_strerror(static_cast<int>(rv)));
+          kick();
+          co_return;  // the writer closes the connection once the GOAWAY is out
+        }
+        if (dead_) co_return;
+        continue;
+      }
+      int err = SSL_get_error(ssl, n);
+      if (err == SSL_ERROR_WANT_READ) break;
+      fail(err == SSL_ERROR_ZERO_RETURN ? std::string("peer closed the connection")
+                                        : tlsError("read: TLS error"));
+      co_return;
+    }
+    if (!tls_out_.empty()) kick();
+    if (any) {
+      if (nghttp2_session_get_remote_settings(session_, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS) == 0) {
+        // Peer allows no streams: treat as draining.
+        if (role_ == H2Connection::Role::kClient) closing_ = true;
+      }
+      kick();
+    }
+    // More ciphertext: straight into the chain's blocks, several records per read().
+    asio::mutable_buffer bufs[2];
+    size_t count = tls_in_.prepare(kSocketRead, bufs);
+    boost::system::error_code ec;
+    size_t n = socket.read_some(std::span<const asio::mutable_buffer>(bufs, count), ec);
+    tls_in_.commit(ec ? 0 : n);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) {
+      auto [wec] = co_await socket.async_wait(Tcp::socket::wait_read, asio::as_tuple(use_awaitable));
+      if (wec && !dead_) {
+        fail(absl::StrCat("read: ", wec.message()));
+        co_return;
+      }
+      continue;
+    }
     if (ec) {
-      fail(ec == asio::error::eof || ec == asio::ssl::error::stream_truncated
-               ? "peer closed the connection"
-               : absl::StrCat("read: ", ec.message()));
+      // A close without close_notify is how HTTP/2 peers usually leave: not an error.
+      fail(ec == asio::error::eof ? std::string("peer closed the connection")
+                                  : absl::StrCat("read: ", ec.message()));
       co_return;
     }
     last_read_ = Clock::now();
-    ssize_t rv = nghttp2_session_mem_recv(session_, buf.data(), n);
-    if (rv < 0) {
-      // nghttp2 queued a GOAWAY for protocol errors; give the writer a moment to send it.
-      closing_ = true;
-      FERRY_LOG(kDebug, "hbone: protocol error from peer: %s", nghttp2_strerror(static_cast<int>(rv)));
-      kick();
-      co_return;  // the writer closes the connection once the GOAWAY is out
-    }
-    if (nghttp2_session_get_remote_settings(session_, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS) == 0) {
-      // Peer allows no streams: treat as draining.
-      if (role_ == H2Connection::Role::kClient) closing_ = true;
-    }
-    kick();
   }
+}
+
+// Sends everything SSL_write queued in tls_out_: one writev of the queued blocks while the
+// socket takes them, waiting for writability otherwise.
+awaitable<boost::system::error_code> H2Connection::flushTls() {
+  auto& socket = tls_->next_layer();
+  while (!tls_out_.empty() && !dead_) {
+    std::array<asio::const_buffer, 16> bufs;
+    size_t count = tls_out_.gather(bufs.data(), bufs.size());
+    boost::system::error_code ec;
+    size_t n = socket.write_some(std::span<const asio::const_buffer>(bufs.data(), count), ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) {
+      auto [wec] = co_await socket.async_wait(Tcp::socket::wait_write, asio::as_tuple(use_awaitable));
+      if (wec) co_return wec;
+      continue;
+    }
+    if (ec) co_return ec;
+    tls_out_.consume(n);
+  }
+  co_return boost::system::error_code{};
 }
 
 awaitable<void> H2Connection::writeLoop() {
   auto self = shared_from_this();
-  std::vector<uint8_t> out;
+  SSL* ssl = tls_->native_handle();
   while (!dead_) {
+    auto& out = t_batch;
     out.clear();
     while (out.size() < kWriteBatch) {
       const uint8_t* data = nullptr;
@@ -503,13 +659,26 @@ awaitable<void> H2Connection::writeLoop() {
       out.insert(out.end(), data, data + n);
     }
     if (!out.empty()) {
-      auto [ec, written] = co_await asio::async_write(*tls_, asio::buffer(out),
-                                                      asio::as_tuple(use_awaitable));
+      // The BIO accepts everything, so one SSL_write turns the whole batch into records.
+      ERR_clear_error();
+      int n = SSL_write(ssl, out.data(), static_cast<int>(out.size()));
+      if (n <= 0 || static_cast<size_t>(n) != out.size()) {
+        fail(tlsError("write: TLS error"));
+        co_return;
+      }
+      auto ec = co_await flushTls();
       if (ec) {
         fail(absl::StrCat("write: ", ec.message()));
         co_return;
       }
       continue;
+    }
+    if (!tls_out_.empty()) {
+      // Records SSL_read produced itself (a KeyUpdate answer, an alert).
+      if (auto ec = co_await flushTls(); ec) {
+        fail(absl::StrCat("write: ", ec.message()));
+        co_return;
+      }
     }
     if (!nghttp2_session_want_read(session_) && !nghttp2_session_want_write(session_)) {
       fail(closing_ ? "closed after GOAWAY" : "session finished");
@@ -522,7 +691,6 @@ awaitable<void> H2Connection::writeLoop() {
       fail(close_reason_.empty() ? "drained" : close_reason_);
       co_return;
     }
-    if (out.capacity() > kWriteBatch * 2) out.shrink_to_fit();
     co_await write_signal_.wait();
   }
 }
