@@ -159,6 +159,18 @@ size_t BufferChain::copyOut(char* dst, size_t n) {
   return done;
 }
 
+size_t BufferChain::peek(char* dst, size_t n) const {
+  size_t done = 0;
+  for (size_t i = 0; i < blocks_.size() && done < n; ++i) {
+    size_t begin = i == 0 ? head_ : 0;
+    size_t end = i + 1 == blocks_.size() ? tail_ : kBlockSize;
+    size_t c = std::min(n - done, end - begin);
+    std::memcpy(dst + done, blocks_[i] + begin, c);
+    done += c;
+  }
+  return done;
+}
+
 std::string BufferChain::toString() const {
   std::string out;
   out.reserve(size_);

@@ -10,6 +10,8 @@
 
 #include <boost/asio/buffer.hpp>
 
+#include "absl/container/inlined_vector.h"
+
 namespace ferry::hbone {
 
 class BufferChain {
@@ -40,6 +42,8 @@ class BufferChain {
   size_t gather(boost::asio::const_buffer* out, size_t max_buffers) const;
   // Copies up to `n` bytes out and consumes them.
   size_t copyOut(char* dst, size_t n);
+  // Copies up to `n` of the first bytes out and leaves them queued.
+  size_t peek(char* dst, size_t n) const;
   void consume(size_t n);
   void clear();
   std::string toString() const;
@@ -52,7 +56,10 @@ class BufferChain {
   static void giveBlock(char* block);
   void releaseAll();
 
-  std::vector<char*> blocks_;  // queued bytes: from head_ in the first to tail_ in the last
+  // Queued bytes: from head_ in the first to tail_ in the last. Inline room for two blocks
+  // (a small message, or one crossing a block boundary) so that a chain going from empty to
+  // one message and back, once per message, never calls malloc for its list.
+  absl::InlinedVector<char*, 2> blocks_;
   size_t head_ = 0;            // bytes already consumed in blocks_.front()
   size_t tail_ = 0;            // bytes used in blocks_.back()
   size_t size_ = 0;

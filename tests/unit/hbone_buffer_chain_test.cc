@@ -44,6 +44,22 @@ TEST(BufferChainTest, GatherCoversTheQueuedBytesAndSurvivesAppends) {
   EXPECT_EQ(c.toString(), "more");
 }
 
+TEST(BufferChainTest, PeekCopiesTheFirstBytesAcrossBlocksWithoutConsuming) {
+  BufferChain c;
+  std::string data = pattern(BufferChain::kBlockSize + 10);
+  c.append(data.data(), data.size());
+  c.consume(BufferChain::kBlockSize - 3);  // the next 5 bytes span both blocks
+  char head[5];
+  ASSERT_EQ(c.peek(head, sizeof(head)), 5u);
+  EXPECT_EQ(std::string(head, 5), data.substr(BufferChain::kBlockSize - 3, 5));
+  EXPECT_EQ(c.size(), 13u);
+  std::string all(100, '\0');
+  EXPECT_EQ(c.peek(all.data(), all.size()), 13u);  // no more than is queued
+  EXPECT_EQ(c.toString(), data.substr(BufferChain::kBlockSize - 3));
+  BufferChain empty;
+  EXPECT_EQ(empty.peek(head, sizeof(head)), 0u);
+}
+
 TEST(BufferChainTest, PrepareAndCommitReadStraightIntoTheChain) {
   BufferChain c;
   c.append("x", 1);
