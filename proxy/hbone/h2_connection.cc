@@ -48,6 +48,13 @@ std::string tlsError(std::string_view what) {
   return out;
 }
 
+// SSL_get_error() needs an empty error queue before the call it explains. Clearing it
+// walks all of its slots, once per record: only do that when something is queued (every
+// failure here ends the connection and drains the queue into its message).
+void clearTlsErrors() {
+  if (ERR_peek_error() != 0) ERR_clear_error();
+}
+
 nghttp2_nv makeNv(const Header& h) {
   return nghttp2_nv{reinterpret_cast<uint8_t*>(const_cast<char*>(h.name.data())),
                     reinterpret_cast<uint8_t*>(const_cast<char*>(h.value.data())), h.name.size(),
@@ -141,7 +148,12 @@ static int onDataChunk(nghttp2_session*, uint8_t, int32_t stream_id, const uint8
   }
   stream->received_.append(reinterpret_cast<const char*>(data), len);
   stream->bytes_received_ += len;
-  stream->recv_signal_.notify();
+  if (stream->sink_ == nullptr) {
+    stream->recv_signal_.notify();
+  } else if (!stream->touched_) {
+    stream->touched_ = true;  // delivered after this read pass (deliverReceived)
+    self->touched_.push_back(std::move(stream));
+  }
   return 0;
 }
 
@@ -269,7 +281,7 @@ void H2Stream::sent(size_t size) {
     return;
   }
   pending_.commit(size);
-  conn_.resume(*this);
+  conn_.resume(*this);  // last: may flush, and a failed flush may free the connection
 }
 
 void H2Stream::sendEof() {
@@ -462,7 +474,7 @@ std::shared_ptr<H2Stream> H2Connection::openStream(const std::vector<Header>& he
   stream->id_ = id;
   stream->keep_alive_ = shared_from_this();
   streams_.emplace_back(id, stream);
-  kick();
+  flush();
   return stream;
 }
 
@@ -482,7 +494,7 @@ bool H2Connection::submitData(H2Stream& stream, int status, const std::vector<He
     FERRY_LOG(kDebug, "hbone: cannot respond on stream %d: %s", stream.id_, nghttp2_strerror(rv));
     return false;
   }
-  kick();
+  flush();
   return true;
 }
 
@@ -491,7 +503,7 @@ void H2Connection::resume(H2Stream& stream) {
     stream.deferred_ = false;
     nghttp2_session_resume_data(session_, stream.id_);
   }
-  kick();
+  flush();
 }
 
 void H2Connection::consume(int32_t stream_id, size_t size) {
@@ -501,7 +513,43 @@ void H2Connection::consume(int32_t stream_id, size_t size) {
   } else {
     nghttp2_session_consume_connection(session_, size);
   }
-  kick();
+  // Most consumes owe the peer no WINDOW_UPDATE yet (nghttp2 sends one per half window).
+  if (nghttp2_session_want_write(session_)) flush();
+}
+
+void H2Connection::flushNow() {
+  if (dead_) return;
+  if (in_session_ || !writer_parked_) {
+    kick();
+    return;
+  }
+  auto self = shared_from_this();  // fail() below may drop every other reference
+  size_t produced = 0;
+  if (!produce(produced)) return;
+  switch (drainTls()) {
+    case Drain::kFailed:
+      return;
+    case Drain::kBlocked:
+      kick();  // the write loop waits for the socket
+      return;
+    case Drain::kDone:
+      break;
+  }
+  // More than one batch, or the write loop's end-of-connection checks may apply now.
+  if (closing_ || streams_.empty() || nghttp2_session_want_write(session_)) kick();
+}
+
+void H2Connection::deliverReceived() {
+  if (touched_.empty()) return;
+  auto touched = std::move(touched_);
+  touched_.clear();
+  for (auto& stream : touched) {
+    stream->touched_ = false;
+    if (stream->sink_ != nullptr && !stream->reset_ && !dead_) stream->sink_->onReceived(*stream);
+    if (stream->hasReceived()) stream->recv_signal_.notify();
+  }
+  touched.clear();
+  if (touched_.empty()) touched_.swap(touched);  // keep the capacity
 }
 
 void H2Connection::drain() {
@@ -531,13 +579,16 @@ void H2Connection::fail(std::string_view why) {
   write_signal_.notify();
   auto streams = std::move(streams_);
   streams_.clear();
+  for (auto& s : touched_) s->touched_ = false;
+  touched_.clear();  // they hold the connection (keep_alive_)
+  // The streams keep their keep_alive_: their owners may still call them, and a stream
+  // refers to its connection.
   for (auto& [id, s] : streams) {
     s->closed_ = true;
     if (!s->reset_ && !(s->remote_eof_ && s->local_eof_ && s->pending_.empty())) {
       s->reset_ = kH2InternalError;
     }
     s->notifyAll();
-    s->keep_alive_.reset();
   }
   if (on_close_) {
     auto cb = std::move(on_close_);
@@ -554,9 +605,7 @@ void H2Connection::streamClosed(int32_t id, uint32_t error_code) {
     stream->reset_ = error_code == NGHTTP2_NO_ERROR ? kH2Cancel : error_code;
   }
   stream->notifyAll();
-  auto keep = stream->keep_alive_;  // may be the last reference to *this
-  stream->keep_alive_.reset();
-  eraseStream(id);
+  eraseStream(id);  // the stream keeps its keep_alive_ (see fail())
 }
 
 awaitable<void> H2Connection::readLoop() {
@@ -565,19 +614,26 @@ awaitable<void> H2Connection::readLoop() {
   SSL* ssl = tls_->native_handle();
   boost::system::error_code ignored;
   socket.non_blocking(true, ignored);
+  // The last read() returned less than it asked for: the socket was empty then, so the next
+  // step is the wait, not a read() that would only say EAGAIN. Bytes that arrive after that
+  // read() raise a readiness event the reactor has not seen yet (it runs on this thread).
+  bool drained = false;
   while (!dead_) {
     // Decrypt every complete record buffered, feeding nghttp2 as we go.
     bool any = false;
-    for (;;) {
-      ERR_clear_error();
+    while (recordBuffered()) {
+      clearTlsErrors();
       int n = SSL_read(ssl, t_plain.data(), static_cast<int>(t_plain.size()));
       if (n > 0) {
         any = true;
+        in_session_ = true;
         ssize_t rv = nghttp2_session_mem_recv(session_, t_plain.data(), static_cast<size_t>(n));
+        in_session_ = false;
         if (rv < 0) {
           // nghttp2 queued a GOAWAY for protocol errors; give the writer a moment to send it.
           closing_ = true;
           FERRY_LOG(kDebug, "hbone: protocol error from peer: %s", nghttp2_strerror(static_cast<int>(rv)));
+          deliverReceived();
           kick();
           co_return;  // the writer closes the connection once the GOAWAY is out
         }
@@ -590,26 +646,38 @@ awaitable<void> H2Connection::readLoop() {
                                         : tlsError("read: TLS error"));
       co_return;
     }
-    if (!tls_out_.empty()) kick();
     if (any) {
       if (nghttp2_session_get_remote_settings(session_, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS) == 0) {
         // Peer allows no streams: treat as draining.
         if (role_ == H2Connection::Role::kClient) closing_ = true;
       }
-      kick();
+      // Written out by the streams' sinks where they can, in one gathered write each.
+      deliverReceived();
+      if (dead_) co_return;
+      // The write loop's end-of-connection checks (GOAWAY seen, last stream closed).
+      if (closing_) kick();
     }
-    // More ciphertext: straight into the chain's blocks, several records per read().
-    asio::mutable_buffer bufs[2];
-    size_t count = tls_in_.prepare(kSocketRead, bufs);
-    boost::system::error_code ec;
-    size_t n = socket.read_some(std::span<const asio::mutable_buffer>(bufs, count), ec);
-    tls_in_.commit(ec ? 0 : n);
-    if (ec == asio::error::would_block || ec == asio::error::try_again) {
+    // SETTINGS and PING acknowledgements, WINDOW_UPDATEs, records SSL_read produced itself
+    // (a KeyUpdate answer, an alert).
+    if (!tls_out_.empty() || nghttp2_session_want_write(session_)) flushNow();
+    if (dead_) co_return;
+    if (drained) {
       auto [wec] = co_await socket.async_wait(Tcp::socket::wait_read, asio::as_tuple(use_awaitable));
       if (wec && !dead_) {
         fail(absl::StrCat("read: ", wec.message()));
         co_return;
       }
+      if (dead_) co_return;
+    }
+    // More ciphertext: straight into the chain's blocks, several records per read().
+    asio::mutable_buffer bufs[2];
+    size_t count = tls_in_.prepare(kSocketRead, bufs);
+    size_t room = asio::buffer_size(std::span<const asio::mutable_buffer>(bufs, count));
+    boost::system::error_code ec;
+    size_t n = socket.read_some(std::span<const asio::mutable_buffer>(bufs, count), ec);
+    tls_in_.commit(ec ? 0 : n);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) {
+      drained = true;
       continue;
     }
     if (ec) {
@@ -618,68 +686,100 @@ awaitable<void> H2Connection::readLoop() {
                                   : absl::StrCat("read: ", ec.message()));
       co_return;
     }
+    drained = n < room;
     last_read_ = Clock::now();
   }
 }
 
-// Sends everything SSL_write queued in tls_out_: one writev of the queued blocks while the
-// socket takes them, waiting for writability otherwise.
-awaitable<boost::system::error_code> H2Connection::flushTls() {
+// Whether SSL_read has a whole record to work on (or plaintext left from one): asking it
+// without one only gets SSL_ERROR_WANT_READ, at the cost of a trip through its state
+// machine per message.
+bool H2Connection::recordBuffered() const {
+  if (SSL_pending(tls_->native_handle()) > 0) return true;
+  constexpr size_t kHeader = 5;  // type, legacy version, length (RFC 8446 §5.1)
+  unsigned char header[kHeader];
+  if (tls_in_.peek(reinterpret_cast<char*>(header), kHeader) < kHeader) return false;
+  size_t length = (static_cast<size_t>(header[3]) << 8) | header[4];
+  // An oversized length is SSL_read's to reject (record_overflow) now, not after 64 KiB.
+  constexpr size_t kMaxCiphertext = (1 << 14) + 256;
+  return length > kMaxCiphertext || tls_in_.size() >= kHeader + length;
+}
+
+bool H2Connection::produce(size_t& produced) {
+  auto& out = t_batch;
+  out.clear();
+  in_session_ = true;
+  while (out.size() < kWriteBatch) {
+    const uint8_t* data = nullptr;
+    ssize_t n = nghttp2_session_mem_send(session_, &data);
+    if (n < 0) {
+      in_session_ = false;
+      fail(absl::StrCat("http2: ", nghttp2_strerror(static_cast<int>(n))));
+      return false;
+    }
+    if (n == 0) break;
+    out.insert(out.end(), data, data + n);
+  }
+  in_session_ = false;
+  produced = out.size();
+  if (out.empty()) return true;
+  // The BIO accepts everything, so one SSL_write turns the whole batch into records.
+  clearTlsErrors();
+  int n = SSL_write(tls_->native_handle(), out.data(), static_cast<int>(out.size()));
+  if (n <= 0 || static_cast<size_t>(n) != out.size()) {
+    fail(tlsError("write: TLS error"));
+    return false;
+  }
+  return true;
+}
+
+H2Connection::Drain H2Connection::drainTls() {
   auto& socket = tls_->next_layer();
-  while (!tls_out_.empty() && !dead_) {
+  while (!tls_out_.empty()) {
+    if (dead_) return Drain::kFailed;
     std::array<asio::const_buffer, 16> bufs;
     size_t count = tls_out_.gather(bufs.data(), bufs.size());
     boost::system::error_code ec;
     size_t n = socket.write_some(std::span<const asio::const_buffer>(bufs.data(), count), ec);
-    if (ec == asio::error::would_block || ec == asio::error::try_again) {
-      auto [wec] = co_await socket.async_wait(Tcp::socket::wait_write, asio::as_tuple(use_awaitable));
-      if (wec) co_return wec;
-      continue;
+    if (ec == asio::error::would_block || ec == asio::error::try_again) return Drain::kBlocked;
+    if (ec) {
+      fail(absl::StrCat("write: ", ec.message()));
+      return Drain::kFailed;
     }
-    if (ec) co_return ec;
     tls_out_.consume(n);
   }
-  co_return boost::system::error_code{};
+  return Drain::kDone;
+}
+
+// Sends everything SSL_write queued in tls_out_: one writev of the queued blocks while the
+// socket takes them, waiting for writability otherwise.
+awaitable<bool> H2Connection::flushTls() {
+  auto& socket = tls_->next_layer();
+  for (;;) {
+    switch (drainTls()) {
+      case Drain::kDone:
+        co_return true;
+      case Drain::kFailed:
+        co_return false;
+      case Drain::kBlocked:
+        break;
+    }
+    auto [wec] = co_await socket.async_wait(Tcp::socket::wait_write, asio::as_tuple(use_awaitable));
+    if (dead_) co_return false;
+    if (wec) {
+      fail(absl::StrCat("write: ", wec.message()));
+      co_return false;
+    }
+  }
 }
 
 awaitable<void> H2Connection::writeLoop() {
   auto self = shared_from_this();
-  SSL* ssl = tls_->native_handle();
   while (!dead_) {
-    auto& out = t_batch;
-    out.clear();
-    while (out.size() < kWriteBatch) {
-      const uint8_t* data = nullptr;
-      ssize_t n = nghttp2_session_mem_send(session_, &data);
-      if (n < 0) {
-        fail(absl::StrCat("http2: ", nghttp2_strerror(static_cast<int>(n))));
-        co_return;
-      }
-      if (n == 0) break;
-      out.insert(out.end(), data, data + n);
-    }
-    if (!out.empty()) {
-      // The BIO accepts everything, so one SSL_write turns the whole batch into records.
-      ERR_clear_error();
-      int n = SSL_write(ssl, out.data(), static_cast<int>(out.size()));
-      if (n <= 0 || static_cast<size_t>(n) != out.size()) {
-        fail(tlsError("write: TLS error"));
-        co_return;
-      }
-      auto ec = co_await flushTls();
-      if (ec) {
-        fail(absl::StrCat("write: ", ec.message()));
-        co_return;
-      }
-      continue;
-    }
-    if (!tls_out_.empty()) {
-      // Records SSL_read produced itself (a KeyUpdate answer, an alert).
-      if (auto ec = co_await flushTls(); ec) {
-        fail(absl::StrCat("write: ", ec.message()));
-        co_return;
-      }
-    }
+    size_t produced = 0;
+    if (!produce(produced)) co_return;
+    if (!tls_out_.empty() && !co_await flushTls()) co_return;
+    if (produced > 0) continue;  // nghttp2 may have more than one batch
     if (!nghttp2_session_want_read(session_) && !nghttp2_session_want_write(session_)) {
       fail(closing_ ? "closed after GOAWAY" : "session finished");
       co_return;
@@ -691,7 +791,10 @@ awaitable<void> H2Connection::writeLoop() {
       fail(close_reason_.empty() ? "drained" : close_reason_);
       co_return;
     }
+    // Parked: flush() may now write from its caller.
+    writer_parked_ = true;
     co_await write_signal_.wait();
+    writer_parked_ = false;
   }
 }
 

@@ -59,6 +59,20 @@ struct Header {
 };
 
 class H2Connection;
+class H2Stream;
+
+// Lets the reader of a stream take received DATA straight from the connection's read pass,
+// while its own loop is parked on recvReady(): waking that loop through the scheduler costs
+// a scheduler round (and an extra epoll_wait) per message. The connection calls it outside
+// of nghttp2's callbacks, once per batch of decrypted records; what the sink leaves in
+// received() wakes recvReady() as before.
+class ReceiveSink {
+ public:
+  virtual void onReceived(H2Stream& stream) = 0;
+
+ protected:
+  ~ReceiveSink() = default;
+};
 
 class H2Stream {
  public:
@@ -93,6 +107,8 @@ class H2Stream {
   // eaten the connection window every stream on the HBONE connection stalls.
   void discardReceived();
   bool receivedEof() const { return remote_eof_ && received_.empty(); }
+  // nullptr to stop; the sink must outlive its registration.
+  void setReceiveSink(ReceiveSink* sink) { sink_ = sink; }
 
   // Set when the stream ended abnormally: RST_STREAM from the peer (its code) or the
   // connection died (kH2InternalError).
@@ -134,6 +150,8 @@ class H2Stream {
   bool local_eof_ = false;
   bool deferred_ = false;
   BufferChain received_;
+  ReceiveSink* sink_ = nullptr;
+  bool touched_ = false;  // in H2Connection::touched_
   bool remote_eof_ = false;
   std::optional<uint32_t> reset_;
   bool closed_ = false;
@@ -206,7 +224,32 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   boost::asio::awaitable<void> readLoop();
   boost::asio::awaitable<void> writeLoop();
   boost::asio::awaitable<void> keepaliveLoop();
+  // Wakes the write loop.
   void kick() { write_signal_.notify(); }
+  // Sends what nghttp2 has queued now, from the caller, when the write loop is parked and we
+  // are not inside nghttp2; else kick(). Saves the scheduler round (and the epoll_wait that
+  // comes with it) a kick() costs per message. Must be the caller's last use of the
+  // connection: a write error fails it, and that may drop the last reference to it.
+  void flushNow();
+  // For a stream's events: flushNow() while this connection carries one stream, else kick(),
+  // so that the frames of many busy streams leave together in one write batch (the write
+  // loop runs after every ready handler) instead of one writev per stream event.
+  void flush() {
+    if (streams_.size() > 1) {
+      kick();
+    } else {
+      flushNow();
+    }
+  }
+  // nghttp2_session_mem_send into one batch, through SSL_write into tls_out_. False after
+  // fail(); `produced` is the number of frame bytes.
+  bool produce(size_t& produced);
+  enum class Drain { kDone, kBlocked, kFailed };
+  // Writes tls_out_ while the socket takes it (kFailed after fail()).
+  Drain drainTls();
+  bool recordBuffered() const;
+  // Hands DATA that arrived in this read pass to the streams' sinks, wakes the rest.
+  void deliverReceived();
   void fail(std::string_view why);
   void streamClosed(int32_t id, uint32_t error_code);
   void consume(int32_t stream_id, size_t size);
@@ -217,7 +260,8 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   friend struct TlsBio;       // the BIO over tls_in_ / tls_out_, defined in the .cc
 
   void installBio();
-  boost::asio::awaitable<boost::system::error_code> flushTls();
+  // drainTls() until tls_out_ is empty, waiting for writability. False after fail().
+  boost::asio::awaitable<bool> flushTls();
 
   Role role_;
   std::unique_ptr<TlsStream> tls_;  // owns the SSL object and the socket
@@ -227,6 +271,7 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   boost::asio::any_io_executor executor_;
   nghttp2_session* session_ = nullptr;
   std::vector<std::pair<int32_t, std::shared_ptr<H2Stream>>> streams_;
+  std::vector<std::shared_ptr<H2Stream>> touched_;  // got DATA in this read pass, have a sink
   RequestHandler on_request_;
   CloseHandler on_close_;
   Signal write_signal_;
@@ -236,6 +281,8 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   bool closing_ = false;  // GOAWAY sent or received: no new streams
   bool dead_ = false;
   bool started_ = false;
+  bool in_session_ = false;     // inside nghttp2_session_mem_recv/mem_send (and callbacks)
+  bool writer_parked_ = false;  // the write loop waits on write_signal_
   std::string close_reason_;
 
   std::shared_ptr<H2Stream> findStream(int32_t id) const;

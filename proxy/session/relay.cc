@@ -8,6 +8,7 @@
 
 #include <array>
 #include <span>
+#include <tuple>
 
 #include "proxy/common/log.h"
 #include "proxy/session/socket_factory.h"
@@ -52,23 +53,39 @@ awaitable<boost::system::error_code> writeAll(Tcp::socket& to, const char* data,
   co_return wec;
 }
 
+// Whether a socket is known to be empty: its last read() returned less than it asked for.
+// Then the next step is the wait, not a read() that would only say EAGAIN (one syscall per
+// message saved). Bytes that arrive after that read() raise a readiness event that the
+// reactor, running on this thread, cannot have consumed before the wait is queued. Unknown
+// (false) at first: bytes may be queued from before the relay (or the hand-over to this
+// worker), and a wait would not be woken by them before the peer sends more.
+struct ReadState {
+  bool drained = false;
+};
+
+// Waits for readability if the socket is known to be empty. Returns the wait's error.
+awaitable<boost::system::error_code> waitIfDrained(Tcp::socket& from, ReadState& state) {
+  if (!state.drained) co_return boost::system::error_code{};
+  auto [wec] = co_await from.async_wait(Tcp::socket::wait_read, kTuple);
+  state.drained = false;
+  co_return wec;
+}
+
 // Reads whatever is available into the worker's scratch buffer, waiting for readability
-// only when the socket is drained. The read comes first because Asio's reactor is
-// edge-triggered and does not remember readiness for a wait: waiting while bytes are
-// already queued (left over from a short read, or from before a hand-over to this worker)
-// would sleep until the peer sends more. Returns bytes read (ec == eof at end of stream).
+// only when the socket is drained. Returns bytes read (ec == eof at end of stream).
 awaitable<std::pair<boost::system::error_code, size_t>> readSome(Tcp::socket& from,
                                                                  Scratch& scratch,
-                                                                 size_t limit) {
+                                                                 size_t limit, ReadState& state) {
   for (;;) {
+    if (auto wec = co_await waitIfDrained(from, state)) co_return std::pair{wec, size_t{0}};
+    size_t room = std::min(limit, scratch.bytes.size());
     boost::system::error_code ec;
-    size_t n = from.read_some(
-        asio::buffer(scratch.bytes.data(), std::min(limit, scratch.bytes.size())), ec);
+    size_t n = from.read_some(asio::buffer(scratch.bytes.data(), room), ec);
     if (ec != asio::error::would_block && ec != asio::error::try_again) {
+      state.drained = !ec && n < room;
       co_return std::pair{ec, n};
     }
-    auto [wec] = co_await from.async_wait(Tcp::socket::wait_read, kTuple);
-    if (wec) co_return std::pair{wec, size_t{0}};
+    state.drained = true;
   }
 }
 
@@ -96,31 +113,11 @@ awaitable<boost::system::error_code> writeGathered(Tcp::socket& to, const asio::
   co_return wec;
 }
 
-// readSome() straight into the free space of a BufferChain (no bounce through the scratch
-// buffer). On success the caller commits the `n` bytes (H2Stream::sent); on an error or
-// EOF nothing was prepared.
-awaitable<std::pair<boost::system::error_code, size_t>> readInto(Tcp::socket& from,
-                                                                 hbone::BufferChain& chain,
-                                                                 size_t limit) {
-  for (;;) {
-    asio::mutable_buffer bufs[2];
-    size_t count = chain.prepare(limit, bufs);
-    boost::system::error_code ec;
-    size_t n = from.read_some(std::span<const asio::mutable_buffer>(bufs, count), ec);
-    if (!ec && n > 0) co_return std::pair{ec, n};
-    chain.commit(0);
-    if (ec != asio::error::would_block && ec != asio::error::try_again) {
-      co_return std::pair{ec, size_t{0}};
-    }
-    auto [wec] = co_await from.async_wait(Tcp::socket::wait_read, kTuple);
-    if (wec) co_return std::pair{wec, size_t{0}};
-  }
-}
-
 awaitable<Leg> copyTcp(Tcp::socket& from, Tcp::socket& to, uint64_t& counter, Activity& act,
                        Scratch& scratch) {
+  ReadState state;
   for (;;) {
-    auto [ec, n] = co_await readSome(from, scratch, scratch.bytes.size());
+    auto [ec, n] = co_await readSome(from, scratch, scratch.bytes.size(), state);
     if (ec == asio::error::eof) {
       boost::system::error_code ignored;
       to.shutdown(Tcp::socket::shutdown_send, ignored);
@@ -143,6 +140,44 @@ awaitable<void> idleWatch(Activity& act, std::chrono::milliseconds idle) {
     if (Clock::now() - act.last >= idle) co_return;
   }
 }
+
+// Writes what a stream received to the application socket from the HBONE connection's read
+// pass while the relay's stream->TCP loop is parked (hbone::ReceiveSink): a message then
+// costs no wake-up of that loop. Whatever the socket does not take at once, and every
+// error, is left to the loop.
+class DirectWriter final : public hbone::ReceiveSink {
+ public:
+  DirectWriter(Tcp::socket& tcp, hbone::H2Stream& stream, Activity& act, uint64_t& received)
+      : tcp_(tcp), stream_(stream), act_(act), received_(received) {
+    stream_.setReceiveSink(this);
+  }
+  ~DirectWriter() { stream_.setReceiveSink(nullptr); }
+  DirectWriter(const DirectWriter&) = delete;
+  DirectWriter& operator=(const DirectWriter&) = delete;
+
+  // Set while the loop waits on recvReady(): only then may bytes go out from here, or
+  // they could overtake the ones the loop is writing.
+  bool parked = false;
+
+  void onReceived(hbone::H2Stream& stream) override {
+    if (!parked) return;
+    std::array<asio::const_buffer, 16> bufs;
+    size_t count = stream.received().gather(bufs.data(), bufs.size());
+    boost::system::error_code ec;
+    size_t n = tcp_.write_some(std::span<const asio::const_buffer>(bufs.data(), count), ec);
+    if (ec || n == 0) return;
+    act_.touch();
+    stream.received().consume(n);
+    received_ += n;
+    stream.consumed(n);  // last: may send a WINDOW_UPDATE, and a failed send ends the stream
+  }
+
+ private:
+  Tcp::socket& tcp_;
+  hbone::H2Stream& stream_;
+  Activity& act_;
+  uint64_t& received_;
+};
 
 void setNonBlocking(Tcp::socket& s) {
   boost::system::error_code ignored;
@@ -202,9 +237,12 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
   RelayResult result;
   Activity act;
   setNonBlocking(tcp);
+  DirectWriter direct(tcp, stream, act, result.received);
 
-  // TCP -> stream.
+  // TCP -> stream, reading straight into the stream's send chain. The read is written out in
+  // the loop rather than in a helper coroutine: no coroutine frame per message.
   auto up = [&]() -> awaitable<CloseReason> {
+    bool drained = false;  // the socket was empty at the last read (see ReadState)
     for (;;) {
       if (stream.resetCode()) co_return CloseReason::kPeerReset;
       size_t space = stream.sendSpace();
@@ -212,7 +250,25 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
         co_await stream.sendReady().wait();
         continue;
       }
-      auto [ec, n] = co_await readInto(tcp, stream.pending(), space);
+      boost::system::error_code ec;
+      if (drained) {
+        std::tie(ec) = co_await tcp.async_wait(Tcp::socket::wait_read, kTuple);
+        drained = false;
+      }
+      size_t n = 0;
+      if (!ec) {
+        asio::mutable_buffer bufs[2];
+        size_t count = stream.pending().prepare(space, bufs);
+        size_t room = asio::buffer_size(std::span<const asio::mutable_buffer>(bufs, count));
+        n = tcp.read_some(std::span<const asio::mutable_buffer>(bufs, count), ec);
+        if (ec == asio::error::would_block || ec == asio::error::try_again) {
+          stream.pending().commit(0);
+          drained = true;
+          continue;
+        }
+        if (!ec) drained = n < room;
+      }
+      if (ec) stream.pending().commit(0);
       FERRY_LOG(kTrace, "relay: tcp read %d bytes: %s", n, ec.message());
       if (ec == asio::error::eof) {
         stream.sendEof();
@@ -268,7 +324,9 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
         tcp.shutdown(Tcp::socket::shutdown_send, ignored);
         co_return CloseReason::kOk;
       }
+      direct.parked = true;
       co_await stream.recvReady().wait();
+      direct.parked = false;
     }
   };
   auto both = [&]() -> awaitable<CloseReason> {

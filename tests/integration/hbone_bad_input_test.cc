@@ -12,6 +12,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 #include <gtest/gtest.h>
 
 #include "proxy/hbone/connect_request.h"
@@ -107,6 +108,14 @@ class TestClient {
     run<bool>([&]() -> asio::awaitable<bool> {
       s->reset(hbone::kH2Cancel);
       co_return true;
+    });
+  }
+  // Writes bytes to the TCP socket under the TLS session, as if TLS said them.
+  bool sendRaw(const std::string& bytes) {
+    return run<bool>([&]() -> asio::awaitable<bool> {
+      if (!conn_) co_return false;
+      auto [ec, n] = co_await asio::async_write(conn_->tls().next_layer(), asio::buffer(bytes), kTuple);
+      co_return !ec;
     });
   }
   bool alive() {
@@ -367,6 +376,20 @@ TEST_F(HboneBadInputTest, StreamResetMidTransferResetsTheApplication) {
   ASSERT_TRUE(waitFor([&] { return app_done.load(); }));
   EXPECT_EQ(app_errno.load(), ECONNRESET);
   EXPECT_TRUE(c.alive());
+  expectServing();
+}
+
+TEST_F(HboneBadInputTest, TlsRecordLongerThanTheProtocolAllowsEndsTheConnectionAtOnce) {
+  // An application-data record header claiming 65,535 bytes (TLS 1.3 allows 2^14 + 256):
+  // ferryd must reject it as soon as the header is in, not wait for 64 KiB that never come
+  // (the ping timeout, 20 s by default, would be the only way out).
+  TestClient c;
+  ASSERT_TRUE(c.connect("127.0.1.10", "127.0.2.10", *good_ctx_));
+  ASSERT_TRUE(c.alive());
+  ASSERT_TRUE(c.sendRaw(std::string("\x17\x03\x03\xff\xff", 5)));
+  EXPECT_TRUE(waitFor([&] { return !c.alive(); }, std::chrono::seconds(5)))
+      << "the server kept the connection open on a record it can never accept";
+  EXPECT_EQ(app_->accepted(), 0u);
   expectServing();
 }
 
