@@ -64,8 +64,8 @@ class H2Stream;
 // Lets the reader of a stream take received DATA straight from the connection's read pass,
 // while its own loop is parked on recvReady(): waking that loop through the scheduler costs
 // a scheduler round (and an extra epoll_wait) per message. The connection calls it outside
-// of nghttp2's callbacks, once per batch of decrypted records; what the sink leaves in
-// received() wakes recvReady() as before.
+// of nghttp2's callbacks, once per batch of decrypted records, while it carries this one
+// stream; what the sink leaves in received() wakes recvReady() as before.
 class ReceiveSink {
  public:
   virtual void onReceived(H2Stream& stream) = 0;
@@ -283,6 +283,7 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   bool started_ = false;
   bool in_session_ = false;     // inside nghttp2_session_mem_recv/mem_send (and callbacks)
   bool writer_parked_ = false;  // the write loop waits on write_signal_
+  bool data_moved_ = false;     // DATA sent or received since the last keepalive tick
   std::string close_reason_;
 
   std::shared_ptr<H2Stream> findStream(int32_t id) const;
