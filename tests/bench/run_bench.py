@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ferry's benchmark suite (issue 6): ferry against the peers, in one run, in the lab.
 
-Configurations, one after another in the same invocation, all in the two-node lab of
+Configurations, taking turns in rounds in the same invocation, all in the two-node lab of
 scripts/ferry-lab (client pod fy-n1-p1 10.77.1.11, server pod fy-n2-p1 10.77.2.11):
 
   plain        no proxy: plain routing between the pods (the lab's physical limit)
@@ -263,18 +263,19 @@ def idle_rss(args, target, pids, count):
     return j, before, during
 
 
-def measure(args, name, target, pids):
-    """All metrics of one configuration; returns {metric: [values per repeat], ...}."""
-    res = {"runs": {}, "errors": [], "notes": []}
+def measure(args, name, target, pids, res, rnd):
+    """Round `rnd` of every metric of one configuration, added to `res`
+    ({"runs": {metric: [values per round]}, "errors": [...]})."""
     runs = res["runs"]
 
     def add(k, v):
         runs.setdefault(k, []).append(v)
 
     dp_only = name.startswith("dp-")
-    # Idle connections first, on fresh processes: after the bulk runs, heap the proxies
-    # kept from them would absorb the new connections and hide their cost.
-    if pids:
+    # Idle connections first, on fresh processes, in the first round only: after the bulk
+    # runs, heap the proxies kept from them would absorb the new connections and hide their
+    # cost.
+    if pids and rnd == 0:
         try:
             j, before, during = idle_rss(args, target, pids, args.idle)
             res["idle"] = {"open": j["open"], "failed": j["failed"], "rss_before_kib": before,
@@ -284,7 +285,7 @@ def measure(args, name, target, pids):
         except Exception as e:  # noqa: BLE001
             res["errors"].append(str(e))
             log(f"  {name}: idle connections FAILED: {e}")
-    for rep in range(args.repeats):
+    for rep in (rnd,):
         try:
             ticks0 = proc_cpu_ticks(pids) if pids else 0
             gbps, nbytes = iperf(target, IPERF_PORT, 1, args.iperf_seconds)
@@ -307,9 +308,7 @@ def measure(args, name, target, pids):
         except Exception as e:  # noqa: BLE001 - one failed metric must not hide the others
             res["errors"].append(str(e))
             log(f"  {name} #{rep + 1}: FAILED: {e}")
-    res["summary"] = {k: {"median": statistics.median(v), "min": min(v), "max": max(v), "n": len(v)}
-                      for k, v in runs.items()}
-    return res
+
 
 
 # ---------------------------------------------------------------------------------------
@@ -464,73 +463,87 @@ def loadavg():
 
 
 def run_all(args):
+    """Every configuration once per round, `args.repeats` rounds: this VM's speed drifts by
+    a third over minutes (plaintext 22..33 Gbit/s within an hour), so the configurations
+    take turns rather than each having its runs in one stretch of time."""
     results = {}
     want = [c for c in ORDER if c in args.only]
 
-    def record(name, target, pids, extra=None):
+    def record(name, target, pids, rnd, extra=None):
         t0 = time.time()
         load0 = loadavg()
-        log(f"{LABELS[name]} (load {load0:.2f})")
-        base = {str(p): proc_rss_kib(p) for p in pids}
-        private = [proc_private_kib(p) for p in pids]
-        r = measure(args, name, target, pids)
-        r.update({"label": LABELS[name], "target": target, "base_rss_kib": list(base.values()),
-                  "base_private_kib": private,
-                  "load_before": load0, "load_after": loadavg(), "seconds": round(time.time() - t0, 1)})
+        log(f"{LABELS[name]}, round {rnd + 1}/{args.repeats} (load {load0:.2f})")
+        r = results.setdefault(name, {"runs": {}, "errors": [], "notes": [], "rounds": []})
+        if rnd == 0:
+            base = {str(p): proc_rss_kib(p) for p in pids}
+            r.update({"label": LABELS[name], "target": target, "base_rss_kib": list(base.values()),
+                      "base_private_kib": [proc_private_kib(p) for p in pids]})
+        measure(args, name, target, pids, r, rnd)
+        r["rounds"].append({"load_before": load0, "load_after": loadavg(),
+                            "seconds": round(time.time() - t0, 1)})
+        r["label"] = LABELS[name]
         if extra:
             r.update(extra)
-        results[name] = r
 
-    if any(c in want for c in ("plain", "dp-redirect", "dp-peer", "stunnel", "haproxy")):
-        log("lab up without ferryd")
-        lab("up", "--no-ferryd")
-        tune_netns()
-        start_servers(args)
-        if "plain" in want:
-            record("plain", SERVER_IP, [])
-        for name, mode in (("dp-redirect", 1), ("dp-peer", 2)):
-            if name in want:
-                attach_deliver(mode)
-                try:
-                    record(name, SERVER_IP, [], {"deliver_mode": mode})
-                finally:
-                    detach_deliver()
-        pki = make_certs() if any(c in want for c in ("stunnel", "haproxy")) else None
-        for kind in ("stunnel", "haproxy"):
-            if kind in want:
-                procs = start_pair(kind, pki, args)
+    pki = None
+    for rnd in range(args.repeats):
+        if any(c in want for c in ("plain", "dp-redirect", "dp-peer", "stunnel", "haproxy")):
+            log("lab up without ferryd")
+            lab("up", "--no-ferryd")
+            tune_netns()
+            start_servers(args)
+            if "plain" in want:
+                record("plain", SERVER_IP, [], rnd)
+            for name, mode in (("dp-redirect", 1), ("dp-peer", 2)):
+                if name in want:
+                    attach_deliver(mode)
+                    try:
+                        record(name, SERVER_IP, [], rnd, {"deliver_mode": mode})
+                    finally:
+                        detach_deliver()
+            if pki is None and any(c in want for c in ("stunnel", "haproxy")):
+                pki = make_certs()
+            for kind in ("stunnel", "haproxy"):
+                if kind in want:
+                    procs = start_pair(kind, pki, args)
+                    time.sleep(0.5)
+                    try:
+                        record(kind, PROXY1_IP, [p.pid for p in procs], rnd)
+                    finally:
+                        for p in procs:
+                            PROCS.stop(p)
+            PROCS.stop_all()
+        if any(c in want for c in ("ferry", "ferry-none")):
+            log("lab up with ferryd")
+            lab("up")
+            tune_netns()
+            start_servers(args)
+            if "ferry" in want:
+                mode = ferry_mode()
+                LABELS["ferry"] = f"ferry ({mode})"
                 time.sleep(0.5)
-                try:
-                    record(kind, PROXY1_IP, [p.pid for p in procs])
-                finally:
-                    for p in procs:
-                        PROCS.stop(p)
-        PROCS.stop_all()
-    if any(c in want for c in ("ferry", "ferry-none")):
-        log("lab up with ferryd")
-        lab("up")
-        tune_netns()
-        start_servers(args)
-        if "ferry" in want:
-            mode = ferry_mode()
-            LABELS["ferry"] = f"ferry ({mode})"
-            time.sleep(0.5)
-            record("ferry", SERVER_IP, ferryd_pids(), {"injection": mode})
-        if "ferry-none" in want:
-            for n in (1, 2):
-                lab("stop", f"n{n}")
-                path = f"{LAB_STATE}/n{n}/ferryd.yaml"
-                with open(path) as f:
-                    text = f.read()
-                with open(path, "w") as f:
-                    f.write(text.replace("injection: auto", "injection: none"))
-            for n in (1, 2):
-                lab("start", f"n{n}")
-            mode = ferry_mode()
-            time.sleep(0.5)
-            record("ferry-none", SERVER_IP, ferryd_pids(), {"injection": mode})
-        PROCS.stop_all()
+                record("ferry", SERVER_IP, ferryd_pids(), rnd, {"injection": mode})
+            if "ferry-none" in want:
+                for n in (1, 2):
+                    lab("stop", f"n{n}")
+                    path = f"{LAB_STATE}/n{n}/ferryd.yaml"
+                    with open(path) as f:
+                        text = f.read()
+                    with open(path, "w") as f:
+                        f.write(text.replace("injection: auto", "injection: none"))
+                for n in (1, 2):
+                    lab("start", f"n{n}")
+                mode = ferry_mode()
+                time.sleep(0.5)
+                record("ferry-none", SERVER_IP, ferryd_pids(), rnd, {"injection": mode})
+            PROCS.stop_all()
     lab("down")
+    for r in results.values():
+        r["summary"] = {k: {"median": statistics.median(v), "min": min(v), "max": max(v), "n": len(v)}
+                        for k, v in r["runs"].items()}
+        r["load_before"] = r["rounds"][0]["load_before"]
+        r["load_after"] = r["rounds"][-1]["load_after"]
+        r["seconds"] = round(sum(x["seconds"] for x in r["rounds"]), 1)
     return results
 
 
@@ -653,13 +666,14 @@ def write_readme(results, meta, charts, out):
     w("")
     w("## Machine")
     w("")
-    w(f"- {meta['date']}, {meta['mode']} run: {meta['repeats']} runs per metric, iperf3 {meta['iperf_seconds']} s, "
+    w(f"- {meta['date']}, {meta['mode']} run: {meta['repeats']} rounds (every configuration once per round, "
+      f"so that the machine's drift falls on all of them alike), iperf3 {meta['iperf_seconds']} s, "
       f"request/response {meta['rr_seconds']} s, connections {meta['conn_seconds']} s, "
       f"{meta['idle_connections']} idle connections")
     w(f"- CPU: {meta['cpu']}, {meta['cores']} cores, {meta['memory_gib']} GiB; {meta['os']}, kernel {meta['kernel']}")
     w(f"- ferry {meta['ferry']}; {meta['stunnel']}; {meta['haproxy']}; {meta['openssl']}; {meta['iperf3']}")
     loads = ", ".join(f"{n} {results[n]['load_before']:.2f}" for n in ORDER if n in results)
-    w(f"- load average (1 min) when each configuration started: {loads}. It includes the suite's own "
+    w(f"- load average (1 min) when each configuration started its first round: {loads}. It includes the suite's own "
       "processes: stunnel4 runs one thread per connection, and its idle step (two threads per connection) "
       "lifts the 1-minute average for the configurations after it.")
     w("")
