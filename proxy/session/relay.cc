@@ -1,12 +1,15 @@
 #include "proxy/session/relay.h"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
 #include <array>
+#include <exception>
+#include <memory>
 #include <span>
 #include <tuple>
 
@@ -179,6 +182,42 @@ class DirectWriter final : public hbone::ReceiveSink {
   uint64_t& received_;
 };
 
+// The idle timeout of a stream relay: a timer with a plain completion handler, a few
+// hundred bytes per connection, instead of a coroutine raced against the relay. Shared with
+// the pending handler, which may run after the relay is gone (`active` says whether to act).
+struct IdleState {
+  IdleState(const asio::any_io_executor& ex, Activity& act, std::chrono::milliseconds idle,
+            Tcp::socket& tcp, hbone::H2Stream& stream)
+      : timer(ex), act(act), idle(idle), tcp(tcp), stream(stream) {}
+  void disarm() {
+    active = false;
+    timer.cancel();
+  }
+  asio::steady_timer timer;
+  Activity& act;
+  std::chrono::milliseconds idle;
+  Tcp::socket& tcp;
+  hbone::H2Stream& stream;
+  bool active = true;
+  bool expired = false;
+};
+
+// No bytes either way for `idle`: reset the stream and the socket, which ends both
+// directions of the relay.
+void armIdle(const std::shared_ptr<IdleState>& s) {
+  s->timer.expires_at(s->act.last + s->idle);
+  s->timer.async_wait([s](const boost::system::error_code& ec) {
+    if (ec || !s->active) return;
+    if (Clock::now() - s->act.last < s->idle) {
+      armIdle(s);
+      return;
+    }
+    s->expired = true;
+    s->stream.reset(hbone::kH2Cancel);
+    abortSocket(s->tcp);
+  });
+}
+
 void setNonBlocking(Tcp::socket& s) {
   boost::system::error_code ignored;
   s.non_blocking(true, ignored);
@@ -238,57 +277,18 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
   Activity act;
   setNonBlocking(tcp);
   DirectWriter direct(tcp, stream, act, result.received);
+  auto idle_state = std::make_shared<IdleState>(tcp.get_executor(), act, idle, tcp, stream);
+  armIdle(idle_state);
+  struct Disarm {
+    IdleState& s;
+    ~Disarm() { s.disarm(); }
+  } disarm{*idle_state};
 
-  // TCP -> stream, reading straight into the stream's send chain. The read is written out in
-  // the loop rather than in a helper coroutine: no coroutine frame per message.
-  auto up = [&]() -> awaitable<CloseReason> {
-    bool drained = false;  // the socket was empty at the last read (see ReadState)
-    for (;;) {
-      if (stream.resetCode()) co_return CloseReason::kPeerReset;
-      size_t space = stream.sendSpace();
-      if (space == 0) {
-        co_await stream.sendReady().wait();
-        continue;
-      }
-      boost::system::error_code ec;
-      if (drained) {
-        std::tie(ec) = co_await tcp.async_wait(Tcp::socket::wait_read, kTuple);
-        drained = false;
-      }
-      size_t n = 0;
-      if (!ec) {
-        asio::mutable_buffer bufs[2];
-        size_t count = stream.pending().prepare(space, bufs);
-        size_t room = asio::buffer_size(std::span<const asio::mutable_buffer>(bufs, count));
-        n = tcp.read_some(std::span<const asio::mutable_buffer>(bufs, count), ec);
-        if (ec == asio::error::would_block || ec == asio::error::try_again) {
-          stream.pending().commit(0);
-          drained = true;
-          continue;
-        }
-        if (!ec) drained = n < room;
-      }
-      if (ec) stream.pending().commit(0);
-      FERRY_LOG(kTrace, "relay: tcp read %d bytes: %s", n, ec.message());
-      if (ec == asio::error::eof) {
-        stream.sendEof();
-        co_return CloseReason::kOk;
-      }
-      if (ec) {
-        if (stream.resetCode()) co_return CloseReason::kPeerReset;  // we aborted the socket
-        if (isReset(ec)) {
-          // The application reset its connection: tell the far end to do the same.
-          stream.reset(hbone::kH2ConnectError);
-          abortSocket(tcp);
-          co_return CloseReason::kDownstreamReset;
-        }
-        co_return CloseReason::kInternal;
-      }
-      act.touch();
-      stream.sent(n);
-      result.sent += n;
-    }
-  };
+  // Memory per connection is mostly coroutine frames, so the two directions are one
+  // spawned coroutine (stream -> TCP) and this one (TCP -> stream), joined by an Event,
+  // rather than `(up() && down()) || idleWatch()`: a parallel group spawns every operand
+  // as a coroutine thread of its own, with its own frames and cancellation state.
+
   // stream -> TCP.
   auto down = [&]() -> awaitable<CloseReason> {
     for (;;) {
@@ -329,21 +329,87 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
       direct.parked = false;
     }
   };
-  auto both = [&]() -> awaitable<CloseReason> {
-    auto [a, b] = co_await (up() && down());
-    co_return a != CloseReason::kOk ? a : b;
-  };
-  auto outcome = co_await (both() || idleWatch(act, idle));
+  CloseReason down_reason = CloseReason::kOk;
+  hbone::Event down_done(tcp.get_executor());
+  asio::co_spawn(tcp.get_executor(), down(), [&](std::exception_ptr e, CloseReason r) {
+    down_reason = e ? CloseReason::kInternal : r;
+    down_done.set();
+  });
+
+  // TCP -> stream, reading straight into the stream's send chain, written out here: no
+  // coroutine frame of its own, none per message.
+  CloseReason up_reason = CloseReason::kOk;
+  bool drained = false;  // the socket was empty at the last read (see ReadState)
+  // The spawned direction refers to this frame: whatever happens here, it must end first.
+  std::exception_ptr up_error;
+  try {
+  for (;;) {
+    if (stream.resetCode()) {
+      up_reason = CloseReason::kPeerReset;
+      break;
+    }
+    size_t space = stream.sendSpace();
+    if (space == 0) {
+      co_await stream.sendReady().wait();
+      continue;
+    }
+    boost::system::error_code ec;
+    if (drained) {
+      std::tie(ec) = co_await tcp.async_wait(Tcp::socket::wait_read, kTuple);
+      drained = false;
+    }
+    size_t n = 0;
+    if (!ec) {
+      asio::mutable_buffer bufs[2];
+      size_t count = stream.pending().prepare(space, bufs);
+      size_t room = asio::buffer_size(std::span<const asio::mutable_buffer>(bufs, count));
+      n = tcp.read_some(std::span<const asio::mutable_buffer>(bufs, count), ec);
+      if (ec == asio::error::would_block || ec == asio::error::try_again) {
+        stream.pending().commit(0);
+        drained = true;
+        continue;
+      }
+      if (!ec) drained = n < room;
+    }
+    if (ec) stream.pending().commit(0);
+    FERRY_LOG(kTrace, "relay: tcp read %d bytes: %s", n, ec.message());
+    if (ec == asio::error::eof) {
+      stream.sendEof();
+      break;
+    }
+    if (ec) {
+      if (stream.resetCode()) {
+        up_reason = CloseReason::kPeerReset;  // we aborted the socket
+      } else if (isReset(ec)) {
+        // The application reset its connection: tell the far end to do the same.
+        stream.reset(hbone::kH2ConnectError);
+        abortSocket(tcp);
+        up_reason = CloseReason::kDownstreamReset;
+      } else {
+        up_reason = CloseReason::kInternal;
+      }
+      break;
+    }
+    act.touch();
+    stream.sent(n);
+    result.sent += n;
+  }
+  } catch (...) {
+    up_error = std::current_exception();
+    stream.reset(hbone::kH2InternalError);
+    abortSocket(tcp);
+  }
+  co_await down_done.wait();
+  if (up_error) std::rethrow_exception(up_error);
+
   // Both directions are done (nothing is being written from the receive chain any more):
   // whatever is left in it will never reach the application, so its window goes back.
   stream.discardReceived();
-  if (outcome.index() == 1) {
-    result.reason = CloseReason::kIdleTimeout;
-    stream.reset(hbone::kH2Cancel);
-    abortSocket(tcp);
+  if (idle_state->expired) {
+    result.reason = CloseReason::kIdleTimeout;  // the timer reset the stream and the socket
     co_return result;
   }
-  result.reason = std::get<0>(outcome);
+  result.reason = up_reason != CloseReason::kOk ? up_reason : down_reason;
   boost::system::error_code ignored;
   tcp.close(ignored);
   co_return result;

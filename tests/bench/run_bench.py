@@ -304,7 +304,8 @@ def measure(args, name, target, pids, res, rnd):
                          str(args.conn_seconds), "--concurrency", str(CONCURRENCY))
                 add("conn_rate", j["rate"])
                 add("conn_errors", j["errors"])
-            log(f"  {name} #{rep + 1}: " + ", ".join(f"{k}={v[-1]:.4g}" for k, v in runs.items()))
+            log(f"  {name} #{rep + 1}: " + ", ".join(f"{k}={v[-1]:.4g}" for k, v in runs.items()
+                                                     if len(v) == rep + 1))  # this round's
         except Exception as e:  # noqa: BLE001 - one failed metric must not hide the others
             res["errors"].append(str(e))
             log(f"  {name} #{rep + 1}: FAILED: {e}")
