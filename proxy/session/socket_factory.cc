@@ -59,6 +59,9 @@ absl::StatusOr<Tcp::acceptor> KernelSocketFactory::listen(const asio::any_io_exe
         "IP_TRANSPARENT on ", where, ": ", strerror(errno),
         " (needs CAP_NET_ADMIN; set `transparent: false` only where nothing is captured)"));
   }
+  // Accepted sockets inherit it: a proxy must not add Nagle's delay to what the
+  // application wrote (a small write after an unacknowledged one would wait for an ACK).
+  acceptor.set_option(Tcp::no_delay(true), ec);
   acceptor.bind(ep, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("bind ", where, ": ", ec.message()));
   acceptor.listen(asio::socket_base::max_listen_connections, ec);
