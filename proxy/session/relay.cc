@@ -2,7 +2,6 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -18,7 +17,6 @@
 
 namespace ferry::session {
 namespace asio = boost::asio;
-using namespace boost::asio::experimental::awaitable_operators;
 using asio::awaitable;
 using asio::use_awaitable;
 using Clock = std::chrono::steady_clock;
@@ -134,16 +132,6 @@ awaitable<Leg> copyTcp(Tcp::socket& from, Tcp::socket& to, uint64_t& counter, Ac
   }
 }
 
-awaitable<void> idleWatch(Activity& act, std::chrono::milliseconds idle) {
-  asio::steady_timer timer(co_await asio::this_coro::executor);
-  for (;;) {
-    timer.expires_at(act.last + idle);
-    auto [ec] = co_await timer.async_wait(kTuple);
-    if (ec) co_return;  // cancelled: the relay finished first
-    if (Clock::now() - act.last >= idle) co_return;
-  }
-}
-
 // Writes what a stream received to the application socket from the HBONE connection's read
 // pass while the relay's stream->TCP loop is parked (hbone::ReceiveSink): a message then
 // costs no wake-up of that loop. Whatever the socket does not take at once, and every
@@ -182,13 +170,14 @@ class DirectWriter final : public hbone::ReceiveSink {
   uint64_t& received_;
 };
 
-// The idle timeout of a stream relay: a timer with a plain completion handler, a few
-// hundred bytes per connection, instead of a coroutine raced against the relay. Shared with
-// the pending handler, which may run after the relay is gone (`active` says whether to act).
+// The idle timeout of a relay: a timer with a plain completion handler, a few hundred
+// bytes per connection, instead of a coroutine raced against the relay with `||`. Shared
+// with the pending handler, which may run after the relay is gone (`active` says whether to
+// act). On expiry it resets the stream (if any) and the sockets, which ends both directions.
 struct IdleState {
   IdleState(const asio::any_io_executor& ex, Activity& act, std::chrono::milliseconds idle,
-            Tcp::socket& tcp, hbone::H2Stream& stream)
-      : timer(ex), act(act), idle(idle), tcp(tcp), stream(stream) {}
+            Tcp::socket& a, Tcp::socket* b, hbone::H2Stream* stream)
+      : timer(ex), act(act), idle(idle), a(a), b(b), stream(stream) {}
   void disarm() {
     active = false;
     timer.cancel();
@@ -196,14 +185,13 @@ struct IdleState {
   asio::steady_timer timer;
   Activity& act;
   std::chrono::milliseconds idle;
-  Tcp::socket& tcp;
-  hbone::H2Stream& stream;
+  Tcp::socket& a;
+  Tcp::socket* b;
+  hbone::H2Stream* stream;
   bool active = true;
   bool expired = false;
 };
 
-// No bytes either way for `idle`: reset the stream and the socket, which ends both
-// directions of the relay.
 void armIdle(const std::shared_ptr<IdleState>& s) {
   s->timer.expires_at(s->act.last + s->idle);
   s->timer.async_wait([s](const boost::system::error_code& ec) {
@@ -213,10 +201,28 @@ void armIdle(const std::shared_ptr<IdleState>& s) {
       return;
     }
     s->expired = true;
-    s->stream.reset(hbone::kH2Cancel);
-    abortSocket(s->tcp);
+    if (s->stream != nullptr) s->stream->reset(hbone::kH2Cancel);
+    abortSocket(s->a);
+    if (s->b != nullptr) abortSocket(*s->b);
   });
 }
+
+// Arms an idle timeout for the lifetime of a relay's frame.
+class IdleTimeout {
+ public:
+  IdleTimeout(Activity& act, std::chrono::milliseconds idle, Tcp::socket& a, Tcp::socket* b,
+              hbone::H2Stream* stream)
+      : state_(std::make_shared<IdleState>(a.get_executor(), act, idle, a, b, stream)) {
+    armIdle(state_);
+  }
+  ~IdleTimeout() { state_->disarm(); }
+  IdleTimeout(const IdleTimeout&) = delete;
+  IdleTimeout& operator=(const IdleTimeout&) = delete;
+  bool expired() const { return state_->expired; }
+
+ private:
+  std::shared_ptr<IdleState> state_;
+};
 
 void setNonBlocking(Tcp::socket& s) {
   boost::system::error_code ignored;
@@ -231,6 +237,7 @@ awaitable<RelayResult> relayTcp(Tcp::socket& downstream, Tcp::socket& upstream,
   Activity act;
   setNonBlocking(downstream);
   setNonBlocking(upstream);
+  IdleTimeout idle_timeout(act, idle, downstream, &upstream, nullptr);
   // Each leg, when it sees a reset, resets the other side at once so that the other leg
   // (waiting for readability) wakes up; a clean EOF only half-closes.
   auto leg = [&](Tcp::socket& from, Tcp::socket& to, uint64_t& counter,
@@ -252,19 +259,32 @@ awaitable<RelayResult> relayTcp(Tcp::socket& downstream, Tcp::socket& upstream,
         co_return CloseReason::kOk;
     }
   };
-  auto both = [&]() -> awaitable<CloseReason> {
-    auto [a, b] = co_await (leg(downstream, upstream, result.sent, CloseReason::kDownstreamReset) &&
-                            leg(upstream, downstream, result.received, CloseReason::kUpstreamReset));
-    co_return a != CloseReason::kOk ? a : b;
-  };
-  auto outcome = co_await (both() || idleWatch(act, idle));
-  if (outcome.index() == 1) {
-    result.reason = CloseReason::kIdleTimeout;
+  // As in relayStream: the far side -> accepted side leg is the one spawned coroutine, this
+  // frame runs the other, and they join through an Event (no parallel groups).
+  CloseReason back = CloseReason::kOk;
+  hbone::Event back_done(downstream.get_executor());
+  asio::co_spawn(downstream.get_executor(),
+                 leg(upstream, downstream, result.received, CloseReason::kUpstreamReset),
+                 [&](std::exception_ptr e, CloseReason r) {
+                   back = e ? CloseReason::kInternal : r;
+                   back_done.set();
+                 });
+  CloseReason forth = CloseReason::kOk;
+  std::exception_ptr error;  // the spawned leg refers to this frame: it must end first
+  try {
+    forth = co_await leg(downstream, upstream, result.sent, CloseReason::kDownstreamReset);
+  } catch (...) {
+    error = std::current_exception();
     abortSocket(downstream);
     abortSocket(upstream);
+  }
+  co_await back_done.wait();
+  if (error) std::rethrow_exception(error);
+  if (idle_timeout.expired()) {
+    result.reason = CloseReason::kIdleTimeout;  // the timer aborted both sockets
     co_return result;
   }
-  result.reason = std::get<0>(outcome);
+  result.reason = forth != CloseReason::kOk ? forth : back;
   boost::system::error_code ignored;
   downstream.close(ignored);
   upstream.close(ignored);
@@ -277,17 +297,12 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
   Activity act;
   setNonBlocking(tcp);
   DirectWriter direct(tcp, stream, act, result.received);
-  auto idle_state = std::make_shared<IdleState>(tcp.get_executor(), act, idle, tcp, stream);
-  armIdle(idle_state);
-  struct Disarm {
-    IdleState& s;
-    ~Disarm() { s.disarm(); }
-  } disarm{*idle_state};
+  IdleTimeout idle_timeout(act, idle, tcp, nullptr, &stream);
 
   // Memory per connection is mostly coroutine frames, so the two directions are one
   // spawned coroutine (stream -> TCP) and this one (TCP -> stream), joined by an Event,
-  // rather than `(up() && down()) || idleWatch()`: a parallel group spawns every operand
-  // as a coroutine thread of its own, with its own frames and cancellation state.
+  // rather than `(up() && down()) || idle`: a parallel group spawns every operand as a
+  // coroutine thread of its own, with its own frames and cancellation state.
 
   // stream -> TCP.
   auto down = [&]() -> awaitable<CloseReason> {
@@ -405,7 +420,7 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
   // Both directions are done (nothing is being written from the receive chain any more):
   // whatever is left in it will never reach the application, so its window goes back.
   stream.discardReceived();
-  if (idle_state->expired) {
+  if (idle_timeout.expired()) {
     result.reason = CloseReason::kIdleTimeout;  // the timer reset the stream and the socket
     co_return result;
   }

@@ -332,6 +332,43 @@ TEST_F(RelayTest, PassthroughToNonMeshDestinationKeepsPodAddress) {
   EXPECT_EQ(n1_->stats().hbone_connections_opened.load(), 0u);
 }
 
+TEST_F(RelayTest, PassthroughIdleConnectionIsClosedAfterIdleTimeout) {
+  startNodes("timeouts: {idle: 1s}\n");
+  AppServer app("127.0.3.10", kAppPort, AppServer::echo);
+  int fd = connectOutbound("127.0.1.10", "127.0.3.10", kAppPort);
+  ASSERT_GE(fd, 0);
+  char back[2];
+  ASSERT_TRUE(sendAll(fd, "hi", 2));
+  ASSERT_TRUE(recvExact(fd, back, 2));
+  setRecvTimeout(fd, std::chrono::seconds(15));
+  char buf[16];
+  ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+  EXPECT_LE(n, 0) << "the idle connection must be closed";
+  EXPECT_NE(errno, EAGAIN) << "recv timed out instead of seeing the idle close";
+  ::close(fd);
+  EXPECT_TRUE(waitFor([&] { return n1_->closed(Direction::kOutbound, CloseReason::kIdleTimeout) == 1; }));
+  EXPECT_EQ(n1_->stats().passthrough_connections.load(), 1u);
+}
+
+TEST_F(RelayTest, PassthroughServerResetReachesClientAsReset) {
+  startNodes();
+  AppServer app("127.0.3.10", kAppPort, [](int fd) {
+    char buf[16];
+    ::recv(fd, buf, sizeof(buf), 0);
+    setAbortOnClose(fd);  // RST when the AppServer closes it
+  });
+  int fd = connectOutbound("127.0.1.10", "127.0.3.10", kAppPort);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(sendAll(fd, "boom", 4));
+  setRecvTimeout(fd, std::chrono::seconds(10));
+  char buf[16];
+  ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+  EXPECT_EQ(n, -1);
+  EXPECT_EQ(errno, ECONNRESET) << "expected a TCP RST, got " << (n == 0 ? "EOF" : strerror(errno));
+  ::close(fd);
+  EXPECT_TRUE(waitFor([&] { return n1_->closed(Direction::kOutbound, CloseReason::kUpstreamReset) == 1; }));
+}
+
 TEST_F(RelayTest, UnknownSourceToMeshDestinationIsResetNotSentInPlaintext) {
   startNodes();
   AppServer app("127.0.2.10", kAppPort, AppServer::echo);
