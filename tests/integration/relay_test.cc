@@ -195,14 +195,15 @@ TEST_F(RelayTest, ServerHalfCloseReachesClientAndClientCanStillSend) {
   EXPECT_TRUE(waitFor([&] { return server_got_late_data.load(); }));
 }
 
-TEST_F(RelayTest, ServerResetReachesClientAsReset) {
-  startNodes();
-  AppServer app("127.0.2.10", kAppPort, [](int fd) {
+// A server at `server_ip` reads the request and closes with a RST: the client (pod 1)
+// must see a RST too, never an EOF.
+void expectServerResetSeenByClient(const char* server_ip) {
+  AppServer app(server_ip, kAppPort, [](int fd) {
     char buf[16];
     ::recv(fd, buf, sizeof(buf), 0);
     setAbortOnClose(fd);  // RST when the AppServer closes it
   });
-  int fd = connectOutbound("127.0.1.10", "127.0.2.10", kAppPort);
+  int fd = connectOutbound("127.0.1.10", server_ip, kAppPort);
   ASSERT_GE(fd, 0);
   ASSERT_TRUE(sendAll(fd, "boom", 4));
   setRecvTimeout(fd, std::chrono::seconds(10));
@@ -211,6 +212,11 @@ TEST_F(RelayTest, ServerResetReachesClientAsReset) {
   EXPECT_EQ(n, -1);
   EXPECT_EQ(errno, ECONNRESET) << "expected a TCP RST, got " << (n == 0 ? "EOF" : strerror(errno));
   ::close(fd);
+}
+
+TEST_F(RelayTest, ServerResetReachesClientAsReset) {
+  startNodes();
+  expectServerResetSeenByClient("127.0.2.10");
   EXPECT_TRUE(waitFor([&] { return n2_->closed(Direction::kInbound, CloseReason::kUpstreamReset) +
                                        n2_->closed(Direction::kInbound, CloseReason::kDownstreamReset) ==
                                    1; }));
@@ -256,10 +262,11 @@ TEST_F(RelayTest, RefusedUpstreamIsSeenAsResetNeverAsEof) {
   EXPECT_EQ(n2_->stats().hbone_streams_rejected.load(), 1u);
 }
 
-TEST_F(RelayTest, IdleConnectionIsClosedAfterIdleTimeout) {
-  startNodes("timeouts: {idle: 1s}\n");
-  AppServer app("127.0.2.10", kAppPort, AppServer::echo);
-  int fd = connectOutbound("127.0.1.10", "127.0.2.10", kAppPort);
+// One echo through pod 1 to an echo server at `server_ip`, then silence: ferryd (idle
+// timeout 1 s) must close the client's connection well before the 15 s receive timeout.
+void expectIdleConnectionClosed(const char* server_ip) {
+  AppServer app(server_ip, kAppPort, AppServer::echo);
+  int fd = connectOutbound("127.0.1.10", server_ip, kAppPort);
   ASSERT_GE(fd, 0);
   char back[2];
   ASSERT_TRUE(sendAll(fd, "hi", 2));
@@ -272,6 +279,11 @@ TEST_F(RelayTest, IdleConnectionIsClosedAfterIdleTimeout) {
   EXPECT_NE(errno, EAGAIN) << "recv timed out instead of seeing the idle close";
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(15));
   ::close(fd);
+}
+
+TEST_F(RelayTest, IdleConnectionIsClosedAfterIdleTimeout) {
+  startNodes("timeouts: {idle: 1s}\n");
+  expectIdleConnectionClosed("127.0.2.10");
   EXPECT_TRUE(waitFor([&] {
     return n1_->closed(Direction::kOutbound, CloseReason::kIdleTimeout) +
                n2_->closed(Direction::kInbound, CloseReason::kIdleTimeout) >= 1;
@@ -334,38 +346,14 @@ TEST_F(RelayTest, PassthroughToNonMeshDestinationKeepsPodAddress) {
 
 TEST_F(RelayTest, PassthroughIdleConnectionIsClosedAfterIdleTimeout) {
   startNodes("timeouts: {idle: 1s}\n");
-  AppServer app("127.0.3.10", kAppPort, AppServer::echo);
-  int fd = connectOutbound("127.0.1.10", "127.0.3.10", kAppPort);
-  ASSERT_GE(fd, 0);
-  char back[2];
-  ASSERT_TRUE(sendAll(fd, "hi", 2));
-  ASSERT_TRUE(recvExact(fd, back, 2));
-  setRecvTimeout(fd, std::chrono::seconds(15));
-  char buf[16];
-  ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-  EXPECT_LE(n, 0) << "the idle connection must be closed";
-  EXPECT_NE(errno, EAGAIN) << "recv timed out instead of seeing the idle close";
-  ::close(fd);
+  expectIdleConnectionClosed("127.0.3.10");
   EXPECT_TRUE(waitFor([&] { return n1_->closed(Direction::kOutbound, CloseReason::kIdleTimeout) == 1; }));
   EXPECT_EQ(n1_->stats().passthrough_connections.load(), 1u);
 }
 
 TEST_F(RelayTest, PassthroughServerResetReachesClientAsReset) {
   startNodes();
-  AppServer app("127.0.3.10", kAppPort, [](int fd) {
-    char buf[16];
-    ::recv(fd, buf, sizeof(buf), 0);
-    setAbortOnClose(fd);  // RST when the AppServer closes it
-  });
-  int fd = connectOutbound("127.0.1.10", "127.0.3.10", kAppPort);
-  ASSERT_GE(fd, 0);
-  ASSERT_TRUE(sendAll(fd, "boom", 4));
-  setRecvTimeout(fd, std::chrono::seconds(10));
-  char buf[16];
-  ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-  EXPECT_EQ(n, -1);
-  EXPECT_EQ(errno, ECONNRESET) << "expected a TCP RST, got " << (n == 0 ? "EOF" : strerror(errno));
-  ::close(fd);
+  expectServerResetSeenByClient("127.0.3.10");
   EXPECT_TRUE(waitFor([&] { return n1_->closed(Direction::kOutbound, CloseReason::kUpstreamReset) == 1; }));
 }
 
