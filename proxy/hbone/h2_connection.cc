@@ -6,9 +6,9 @@
 #include <openssl/ssl.h>
 
 #include <algorithm>
-#include <memory>
 #include <array>
 #include <cstring>
+#include <memory>
 #include <span>
 
 #include <boost/asio/co_spawn.hpp>
@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proxy/common/log.h"
+#include "proxy/identity/openssl_util.h"
 
 namespace ferry::hbone {
 namespace asio = boost::asio;
@@ -69,14 +70,9 @@ class FrameBatch {
 thread_local FrameBatch t_batch;
 
 std::string tlsError(std::string_view what) {
+  std::string errors = identity::drainOpenSslErrors();
   std::string out(what);
-  unsigned long e;
-  char buf[256];
-  while ((e = ERR_get_error()) != 0) {
-    ERR_error_string_n(e, buf, sizeof(buf));
-    out += ": ";
-    out += buf;
-  }
+  if (!errors.empty()) absl::StrAppend(&out, ": ", errors);
   return out;
 }
 
