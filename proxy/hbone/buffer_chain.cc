@@ -117,13 +117,22 @@ void BufferChain::commit(size_t n) {
   if (spare_ != nullptr) giveBlock(std::exchange(spare_, nullptr));
 }
 
-size_t BufferChain::gather(boost::asio::const_buffer* out, size_t max_buffers) const {
-  size_t count = 0;
-  for (size_t i = 0; i < blocks_.size() && count < max_buffers; ++i) {
+template <typename Visit>
+void BufferChain::forEachSpan(Visit visit) const {
+  for (size_t i = 0; i < blocks_.size(); ++i) {
     size_t begin = i == 0 ? head_ : 0;
     size_t end = i + 1 == blocks_.size() ? tail_ : kBlockSize;
-    if (end > begin) out[count++] = boost::asio::const_buffer(blocks_[i] + begin, end - begin);
+    if (end > begin && !visit(blocks_[i] + begin, end - begin)) return;
   }
+}
+
+size_t BufferChain::gather(boost::asio::const_buffer* out, size_t max_buffers) const {
+  size_t count = 0;
+  if (max_buffers == 0) return 0;
+  forEachSpan([&](const char* p, size_t n) {
+    out[count++] = boost::asio::const_buffer(p, n);
+    return count < max_buffers;
+  });
   return count;
 }
 
@@ -148,37 +157,30 @@ void BufferChain::consume(size_t n) {
 }
 
 size_t BufferChain::copyOut(char* dst, size_t n) {
-  size_t done = 0;
-  while (done < n && size_ > 0) {
-    size_t end = blocks_.size() == 1 ? tail_ : kBlockSize;
-    size_t c = std::min(n - done, end - head_);
-    std::memcpy(dst + done, blocks_.front() + head_, c);
-    done += c;
-    consume(c);
-  }
+  size_t done = peek(dst, n);
+  consume(done);
   return done;
 }
 
 size_t BufferChain::peek(char* dst, size_t n) const {
   size_t done = 0;
-  for (size_t i = 0; i < blocks_.size() && done < n; ++i) {
-    size_t begin = i == 0 ? head_ : 0;
-    size_t end = i + 1 == blocks_.size() ? tail_ : kBlockSize;
-    size_t c = std::min(n - done, end - begin);
-    std::memcpy(dst + done, blocks_[i] + begin, c);
+  if (n == 0) return 0;
+  forEachSpan([&](const char* p, size_t len) {
+    size_t c = std::min(n - done, len);
+    std::memcpy(dst + done, p, c);
     done += c;
-  }
+    return done < n;
+  });
   return done;
 }
 
 std::string BufferChain::toString() const {
   std::string out;
   out.reserve(size_);
-  for (size_t i = 0; i < blocks_.size(); ++i) {
-    size_t begin = i == 0 ? head_ : 0;
-    size_t end = i + 1 == blocks_.size() ? tail_ : kBlockSize;
-    out.append(blocks_[i] + begin, end - begin);
-  }
+  forEachSpan([&](const char* p, size_t n) {
+    out.append(p, n);
+    return true;
+  });
   return out;
 }
 

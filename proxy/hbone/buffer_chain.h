@@ -55,6 +55,10 @@ class BufferChain {
   char* takeBlock();
   static void giveBlock(char* block);
   void releaseAll();
+  // Calls visit(data, size) for each non-empty run of queued bytes, in order, until it
+  // returns false.
+  template <typename Visit>
+  void forEachSpan(Visit visit) const;
 
   // Queued bytes: from head_ in the first to tail_ in the last. Inline room for two blocks
   // (a small message, or one crossing a block boundary) so that a chain going from empty to
