@@ -64,21 +64,17 @@ struct ReadState {
   bool drained = false;
 };
 
-// Waits for readability if the socket is known to be empty. Returns the wait's error.
-awaitable<boost::system::error_code> waitIfDrained(Tcp::socket& from, ReadState& state) {
-  if (!state.drained) co_return boost::system::error_code{};
-  auto [wec] = co_await from.async_wait(Tcp::socket::wait_read, kTuple);
-  state.drained = false;
-  co_return wec;
-}
-
 // Reads whatever is available into the worker's scratch buffer, waiting for readability
 // only when the socket is drained. Returns bytes read (ec == eof at end of stream).
 awaitable<std::pair<boost::system::error_code, size_t>> readSome(Tcp::socket& from,
                                                                  Scratch& scratch,
                                                                  size_t limit, ReadState& state) {
   for (;;) {
-    if (auto wec = co_await waitIfDrained(from, state)) co_return std::pair{wec, size_t{0}};
+    if (state.drained) {  // written out here: no coroutine frame per message for the wait
+      auto [wec] = co_await from.async_wait(Tcp::socket::wait_read, kTuple);
+      state.drained = false;
+      if (wec) co_return std::pair{wec, size_t{0}};
+    }
     size_t room = std::min(limit, scratch.bytes.size());
     boost::system::error_code ec;
     size_t n = from.read_some(asio::buffer(scratch.bytes.data(), room), ec);
@@ -158,9 +154,15 @@ class DirectWriter final : public hbone::ReceiveSink {
     size_t n = tcp_.write_some(std::span<const asio::const_buffer>(bufs.data(), count), ec);
     if (ec || n == 0) return;
     act_.touch();
-    stream.received().consume(n);
+    written(n);
+  }
+
+  // `n` bytes of received() reached the application: drop them, count them, give the peer
+  // its window back (last: may send a WINDOW_UPDATE, and a failed send ends the stream).
+  void written(size_t n) {
+    stream_.received().consume(n);
     received_ += n;
-    stream.consumed(n);  // last: may send a WINDOW_UPDATE, and a failed send ends the stream
+    stream_.consumed(n);
   }
 
  private:
@@ -224,6 +226,31 @@ class IdleTimeout {
   std::shared_ptr<IdleState> state_;
 };
 
+// One direction of a relay run as a coroutine of its own, while the relay's frame runs the
+// other (a parallel group would spawn both, with their frames and cancellation state).
+// The body refers to the relay's frame: the relay must join() before it returns, whatever
+// happened to its own direction.
+class SpawnedDirection {
+ public:
+  SpawnedDirection(const asio::any_io_executor& ex, awaitable<CloseReason> body) : done_(ex) {
+    asio::co_spawn(ex, std::move(body), [this](std::exception_ptr e, CloseReason r) {
+      reason_ = e ? CloseReason::kInternal : r;
+      done_.set();
+    });
+  }
+  SpawnedDirection(const SpawnedDirection&) = delete;
+  SpawnedDirection& operator=(const SpawnedDirection&) = delete;
+
+  awaitable<CloseReason> join() {
+    co_await done_.wait();
+    co_return reason_;
+  }
+
+ private:
+  hbone::Event done_;
+  CloseReason reason_ = CloseReason::kOk;
+};
+
 void setNonBlocking(Tcp::socket& s) {
   boost::system::error_code ignored;
   s.non_blocking(true, ignored);
@@ -259,18 +286,11 @@ awaitable<RelayResult> relayTcp(Tcp::socket& downstream, Tcp::socket& upstream,
         co_return CloseReason::kOk;
     }
   };
-  // As in relayStream: the far side -> accepted side leg is the one spawned coroutine, this
-  // frame runs the other, and they join through an Event (no parallel groups).
-  CloseReason back = CloseReason::kOk;
-  hbone::Event back_done(downstream.get_executor());
-  asio::co_spawn(downstream.get_executor(),
-                 leg(upstream, downstream, result.received, CloseReason::kUpstreamReset),
-                 [&](std::exception_ptr e, CloseReason r) {
-                   back = e ? CloseReason::kInternal : r;
-                   back_done.set();
-                 });
+  // The far side -> accepted side leg is spawned, this frame runs the other.
+  SpawnedDirection back_leg(downstream.get_executor(),
+                            leg(upstream, downstream, result.received, CloseReason::kUpstreamReset));
   CloseReason forth = CloseReason::kOk;
-  std::exception_ptr error;  // the spawned leg refers to this frame: it must end first
+  std::exception_ptr error;
   try {
     forth = co_await leg(downstream, upstream, result.sent, CloseReason::kDownstreamReset);
   } catch (...) {
@@ -278,7 +298,7 @@ awaitable<RelayResult> relayTcp(Tcp::socket& downstream, Tcp::socket& upstream,
     abortSocket(downstream);
     abortSocket(upstream);
   }
-  co_await back_done.wait();
+  CloseReason back = co_await back_leg.join();
   if (error) std::rethrow_exception(error);
   if (idle_timeout.expired()) {
     result.reason = CloseReason::kIdleTimeout;  // the timer aborted both sockets
@@ -299,10 +319,8 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
   DirectWriter direct(tcp, stream, act, result.received);
   IdleTimeout idle_timeout(act, idle, tcp, nullptr, &stream);
 
-  // Memory per connection is mostly coroutine frames, so the two directions are one
-  // spawned coroutine (stream -> TCP) and this one (TCP -> stream), joined by an Event,
-  // rather than `(up() && down()) || idle`: a parallel group spawns every operand as a
-  // coroutine thread of its own, with its own frames and cancellation state.
+  // Memory per connection is mostly coroutine frames: stream -> TCP is a SpawnedDirection,
+  // TCP -> stream runs in this frame.
 
   // stream -> TCP.
   auto down = [&]() -> awaitable<CloseReason> {
@@ -329,9 +347,7 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
           abortSocket(tcp);
           co_return CloseReason::kDownstreamReset;
         }
-        stream.received().consume(total);
-        stream.consumed(total);
-        result.received += total;
+        direct.written(total);
         continue;
       }
       if (stream.receivedEof()) {
@@ -344,77 +360,71 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
       direct.parked = false;
     }
   };
-  CloseReason down_reason = CloseReason::kOk;
-  hbone::Event down_done(tcp.get_executor());
-  asio::co_spawn(tcp.get_executor(), down(), [&](std::exception_ptr e, CloseReason r) {
-    down_reason = e ? CloseReason::kInternal : r;
-    down_done.set();
-  });
+  SpawnedDirection down_direction(tcp.get_executor(), down());
 
   // TCP -> stream, reading straight into the stream's send chain, written out here: no
   // coroutine frame of its own, none per message.
   CloseReason up_reason = CloseReason::kOk;
   bool drained = false;  // the socket was empty at the last read (see ReadState)
-  // The spawned direction refers to this frame: whatever happens here, it must end first.
-  std::exception_ptr up_error;
+  std::exception_ptr up_error;  // raised only after the spawned direction has ended
   try {
-  for (;;) {
-    if (stream.resetCode()) {
-      up_reason = CloseReason::kPeerReset;
-      break;
-    }
-    size_t space = stream.sendSpace();
-    if (space == 0) {
-      co_await stream.sendReady().wait();
-      continue;
-    }
-    boost::system::error_code ec;
-    if (drained) {
-      std::tie(ec) = co_await tcp.async_wait(Tcp::socket::wait_read, kTuple);
-      drained = false;
-    }
-    size_t n = 0;
-    if (!ec) {
-      asio::mutable_buffer bufs[2];
-      size_t count = stream.pending().prepare(space, bufs);
-      size_t room = asio::buffer_size(std::span<const asio::mutable_buffer>(bufs, count));
-      n = tcp.read_some(std::span<const asio::mutable_buffer>(bufs, count), ec);
-      if (ec == asio::error::would_block || ec == asio::error::try_again) {
-        stream.pending().commit(0);
-        drained = true;
+    for (;;) {
+      if (stream.resetCode()) {
+        up_reason = CloseReason::kPeerReset;
+        break;
+      }
+      size_t space = stream.sendSpace();
+      if (space == 0) {
+        co_await stream.sendReady().wait();
         continue;
       }
-      if (!ec) drained = n < room;
-    }
-    if (ec) stream.pending().commit(0);
-    FERRY_LOG(kTrace, "relay: tcp read %d bytes: %s", n, ec.message());
-    if (ec == asio::error::eof) {
-      stream.sendEof();
-      break;
-    }
-    if (ec) {
-      if (stream.resetCode()) {
-        up_reason = CloseReason::kPeerReset;  // we aborted the socket
-      } else if (isReset(ec)) {
-        // The application reset its connection: tell the far end to do the same.
-        stream.reset(hbone::kH2ConnectError);
-        abortSocket(tcp);
-        up_reason = CloseReason::kDownstreamReset;
-      } else {
-        up_reason = CloseReason::kInternal;
+      boost::system::error_code ec;
+      if (drained) {
+        std::tie(ec) = co_await tcp.async_wait(Tcp::socket::wait_read, kTuple);
+        drained = false;
       }
-      break;
+      size_t n = 0;
+      if (!ec) {
+        asio::mutable_buffer bufs[2];
+        size_t count = stream.pending().prepare(space, bufs);
+        size_t room = asio::buffer_size(std::span<const asio::mutable_buffer>(bufs, count));
+        n = tcp.read_some(std::span<const asio::mutable_buffer>(bufs, count), ec);
+        if (ec == asio::error::would_block || ec == asio::error::try_again) {
+          stream.pending().commit(0);
+          drained = true;
+          continue;
+        }
+        if (!ec) drained = n < room;
+      }
+      if (ec) stream.pending().commit(0);
+      FERRY_LOG(kTrace, "relay: tcp read %d bytes: %s", n, ec.message());
+      if (ec == asio::error::eof) {
+        stream.sendEof();
+        break;
+      }
+      if (ec) {
+        if (stream.resetCode()) {
+          up_reason = CloseReason::kPeerReset;  // we aborted the socket
+        } else if (isReset(ec)) {
+          // The application reset its connection: tell the far end to do the same.
+          stream.reset(hbone::kH2ConnectError);
+          abortSocket(tcp);
+          up_reason = CloseReason::kDownstreamReset;
+        } else {
+          up_reason = CloseReason::kInternal;
+        }
+        break;
+      }
+      act.touch();
+      stream.sent(n);
+      result.sent += n;
     }
-    act.touch();
-    stream.sent(n);
-    result.sent += n;
-  }
   } catch (...) {
     up_error = std::current_exception();
     stream.reset(hbone::kH2InternalError);
     abortSocket(tcp);
   }
-  co_await down_done.wait();
+  CloseReason down_reason = co_await down_direction.join();
   if (up_error) std::rethrow_exception(up_error);
 
   // Both directions are done (nothing is being written from the receive chain any more):
