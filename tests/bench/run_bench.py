@@ -197,21 +197,22 @@ def proc_cpu_ticks(pids):
     return total
 
 
-def proc_private_kib(pid):
-    """Private_Dirty: what the process itself wrote (heap, stacks), without shared library text."""
-    with open(f"/proc/{pid}/smaps_rollup") as f:
+def proc_kib(path, key):
+    """The `key:` line of a /proc file that counts in kB, 0 if absent."""
+    with open(path) as f:
         for line in f:
-            if line.startswith("Private_Dirty:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1])
     return 0
+
+
+def proc_private_kib(pid):
+    """Private_Dirty: what the process itself wrote (heap, stacks), without shared library text."""
+    return proc_kib(f"/proc/{pid}/smaps_rollup", "Private_Dirty")
 
 
 def proc_rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
+    return proc_kib(f"/proc/{pid}/status", "VmRSS")
 
 
 def iperf(target, port, streams, seconds):
