@@ -269,13 +269,19 @@ class ConfigParser {
   absl::Status parsePool(const std::optional<YamlField>& field) {
     if (!field) return absl::OkStatus();
     auto map =
-        reader_.map(*field, {"max_streams", "idle_release", "ping_interval", "ping_timeout"});
+        reader_.map(*field, {"max_streams", "idle_release", "ping_interval", "ping_timeout",
+                             "workers_per_pair"});
     if (!map.ok()) return map.status();
     Pool& pool = config_.pool;
     if (auto max_streams = map->find("max_streams")) {
       auto value = reader_.integer(*max_streams, 1, kMaxStreamsLimit);
       if (!value.ok()) return value.status();
       pool.max_streams = static_cast<uint32_t>(*value);
+    }
+    if (auto spread = map->find("workers_per_pair")) {
+      auto value = reader_.integer(*spread, 1, kMaxWorkers);
+      if (!value.ok()) return value.status();
+      pool.workers_per_pair = static_cast<uint32_t>(*value);
     }
     if (auto s = optionalDuration(*map, "idle_release", pool.idle_release); !s.ok()) return s;
     if (auto s = optionalDuration(*map, "ping_interval", pool.ping_interval); !s.ok()) return s;

@@ -47,6 +47,10 @@ struct Pool {
   Millis idle_release{300'000};           // a connection with no streams is closed after
   Millis ping_interval{10'000};           // keepalive PING period
   Millis ping_timeout{20'000};            // silence after which a connection is dead
+  // Workers, each with its own pooled connection, that the connections of one source and
+  // destination pair may spread over (capped at `workers`): a busy pair uses that many
+  // cores at each end; a quiet one keeps one tunnel. 1 = one tunnel per pair (ztunnel).
+  uint32_t workers_per_pair = 4;
 };
 
 // The tc datapath (design §2). Disabled, ferryd is a plain proxy whose listeners get

@@ -1,7 +1,5 @@
 #include "proxy/server/server.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <csignal>
 
@@ -14,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "proxy/common/duration.h"
 #include "proxy/common/log.h"
+#include "proxy/session/common.h"
 
 namespace ferry::server {
 namespace asio = boost::asio;
@@ -23,20 +22,8 @@ namespace {
 
 constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
 
-using Handler = asio::awaitable<void> (*)(session::Worker&, tcp::socket);
-
-void logCoroutineError(std::exception_ptr e) {
-  if (!e) return;
-  try {
-    std::rethrow_exception(e);
-  } catch (const boost::system::system_error& ex) {
-    if (ex.code() != asio::error::operation_aborted) {
-      FERRY_LOG(kError, "connection handler failed: %s", ex.what());
-    }
-  } catch (const std::exception& ex) {
-    FERRY_LOG(kError, "connection handler failed: %s", ex.what());
-  }
-}
+// Starts a connection's work: places it on a worker and runs it there (session/context.h).
+using Handler = void (*)(session::Worker&, tcp::socket);
 
 asio::awaitable<void> acceptLoop(session::Worker& worker, tcp::acceptor& acceptor, Handler handler) {
   for (;;) {
@@ -54,7 +41,7 @@ asio::awaitable<void> acceptLoop(session::Worker& worker, tcp::acceptor& accepto
       session::abortSocket(socket);
       continue;
     }
-    asio::co_spawn(worker.io(), handler(worker, std::move(socket)), logCoroutineError);
+    handler(worker, std::move(socket));
   }
 }
 
@@ -92,22 +79,11 @@ absl::Status Server::start() {
   if (auto st = makeCertSource(); !st.ok()) return st;
   size_t n = config_.workers != 0 ? config_.workers : std::max(1u, std::thread::hardware_concurrency());
   shared_.reset(new session::Shared{config_, workloads_, *tls_, sockets_, stats_, ferryPorts(config_),
-                                    /*draining=*/{}, /*handoff=*/{}, /*worker_count=*/n});
-  for (size_t i = 0; i < n; ++i) workers_.push_back(std::make_unique<session::Worker>(*shared_, i));
-  shared_->handoff = [this](size_t target, int fd, session::OutboundPlan plan) {
-    auto* w = workers_[target].get();
-    asio::post(w->io(), [w, fd, plan = std::move(plan)]() mutable {
-      tcp::socket socket(w->io());
-      boost::system::error_code ec;
-      socket.assign(plan.source.ip.is_v6() ? tcp::v6() : tcp::v4(), fd, ec);
-      if (ec) {
-        ::close(fd);
-        return;
-      }
-      asio::co_spawn(w->io(), session::serveOutboundPlanned(*w, std::move(socket), std::move(plan)),
-                     logCoroutineError);
-    });
-  };
+                                    /*draining=*/{}, session::Placement(n), /*workers=*/{}});
+  for (size_t i = 0; i < n; ++i) {
+    workers_.push_back(std::make_unique<session::Worker>(*shared_, i));
+    shared_->workers.push_back(workers_.back().get());
+  }
 
   if (config_.datapath.enabled) {
     auto ns = datapath::NetnsFd::open(config_.datapath.proxy_netns);
@@ -191,7 +167,8 @@ absl::Status Server::start() {
         "\npool: {max_streams: ", config_.pool.max_streams,
         ", idle_release: ", common::formatDuration(config_.pool.idle_release),
         ", ping_interval: ", common::formatDuration(config_.pool.ping_interval),
-        ", ping_timeout: ", common::formatDuration(config_.pool.ping_timeout), "}\n");
+        ", ping_timeout: ", common::formatDuration(config_.pool.ping_timeout),
+        ", workers_per_pair: ", config_.pool.workers_per_pair, "}\n");
     return HttpResponse{200, "text/yaml; charset=utf-8", body};
   });
 
@@ -326,9 +303,9 @@ absl::Status Server::bindListeners() {
     Handler handler;
     const char* name;
   };
-  const Kind kinds[] = {{&config_.listen.outbound, &session::serveOutbound, "outbound"},
-                        {&config_.listen.inbound_plaintext, &session::servePlaintext, "inbound_plaintext"},
-                        {&config_.listen.hbone, &session::serveHbone, "hbone"}};
+  const Kind kinds[] = {{&config_.listen.outbound, &session::acceptOutbound, "outbound"},
+                        {&config_.listen.inbound_plaintext, &session::acceptPlaintext, "inbound_plaintext"},
+                        {&config_.listen.hbone, &session::acceptHbone, "hbone"}};
   for (size_t i = 0; i < n; ++i) {
     for (const auto& kind : kinds) {
       for (const auto& addr : *kind.addrs) {
@@ -339,7 +316,7 @@ absl::Status Server::bindListeners() {
         }
         acceptors_[i].push_back(std::make_unique<tcp::acceptor>(std::move(*acceptor)));
         asio::co_spawn(workers_[i]->io(), acceptLoop(*workers_[i], *acceptors_[i].back(), kind.handler),
-                       logCoroutineError);
+                       session::logTaskError);
       }
     }
   }
@@ -454,6 +431,11 @@ std::string Server::renderMetrics() {
                   ready() ? 1 : 0, "\n");
   absl::StrAppend(&out, "# HELP ferry_workers Worker threads\n# TYPE ferry_workers gauge\nferry_workers ",
                   workers_.size(), "\n");
+  absl::StrAppend(&out, "# HELP ferry_worker_load Connections and inbound streams running on each worker "
+                        "(where new connections are placed)\n# TYPE ferry_worker_load gauge\n");
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    absl::StrAppend(&out, "ferry_worker_load{worker=\"", i, "\"} ", shared_->placement.load(i), "\n");
+  }
   auto up = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_at_);
   absl::StrAppend(&out, "# HELP ferry_uptime_seconds Seconds since start\n# TYPE ferry_uptime_seconds gauge\nferry_uptime_seconds ",
                   up.count(), "\n");

@@ -1,7 +1,8 @@
 #pragma once
 // ferryd's process: one control thread (signals, workloads file, operator endpoints) and N
 // workers, each with its own io_context and its own SO_REUSEPORT listeners on 15001, 15006
-// and 15008. A connection lives on one worker for life.
+// and 15008. An accepted connection is placed on the least loaded worker (moved there
+// before a byte is read) and lives on that worker for life.
 #include <atomic>
 #include <memory>
 #include <optional>

@@ -1,12 +1,78 @@
 #include "proxy/session/common.h"
 
+#include <unistd.h>
+
 #include <functional>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "proxy/common/log.h"
 #include "proxy/session/proxy_protocol.h"
 
 namespace ferry::session {
+
+void logTaskError(std::exception_ptr e) {
+  if (!e) return;
+  try {
+    std::rethrow_exception(e);
+  } catch (const boost::system::system_error& ex) {
+    if (ex.code() != boost::asio::error::operation_aborted) {
+      FERRY_LOG(kError, "connection handler failed: %s", ex.what());
+    }
+  } catch (const std::exception& ex) {
+    FERRY_LOG(kError, "connection handler failed: %s", ex.what());
+  }
+}
+
+namespace {
+
+boost::asio::awaitable<void> runHolding(Worker& worker, Tcp::socket socket, SocketTask task, LoadUnit load) {
+  auto work = task(worker, std::move(socket));
+  // The task's coroutine has taken what it needs into its own frame: an idle connection
+  // should not also keep the closure alive.
+  task = nullptr;
+  co_await std::move(work);
+}
+
+// Moves `socket` to `target`'s event loop and starts `task` there; false, with the socket
+// still usable here (or closed if even that failed), when it cannot be moved.
+bool moveTo(Worker& target, Tcp::socket& socket, SocketTask& task, LoadUnit& load) {
+  boost::system::error_code ec;
+  const auto protocol = socket.local_endpoint(ec).protocol();
+  if (ec) return false;
+  int fd = socket.release(ec);
+  if (ec) return false;
+  Tcp::socket moved(target.io());
+  moved.assign(protocol, fd, ec);
+  if (ec) {
+    FERRY_LOG(kWarn, "moving a connection to worker %d: %s", target.index(), ec.message());
+    socket.assign(protocol, fd, ec);
+    if (ec) ::close(fd);  // the task then sees a closed socket and records why
+    return false;
+  }
+  target.shared().stats.worker_handoffs.fetch_add(1, std::memory_order_relaxed);
+  boost::asio::post(target.io(), [&target, moved = std::move(moved), task = std::move(task),
+                                  load = std::move(load)]() mutable {
+    boost::asio::co_spawn(target.io(), runHolding(target, std::move(moved), std::move(task), std::move(load)),
+                          logTaskError);
+  });
+  return true;
+}
+
+}  // namespace
+
+void runPlaced(Worker& here, Tcp::socket socket, SocketTask task, LoadUnit load) {
+  auto& shared = here.shared();
+  size_t to = load.worker();
+  if (to != here.index()) {
+    if (to < shared.workers.size() && moveTo(*shared.workers[to], socket, task, load)) return;
+    load = LoadUnit::add(shared.placement, here.index());
+  }
+  boost::asio::co_spawn(here.io(), runHolding(here, std::move(socket), std::move(task), std::move(load)),
+                        logTaskError);
+}
 
 common::HostPort toHostPort(const Tcp::endpoint& ep) {
   auto ip = ep.address();
@@ -85,11 +151,6 @@ boost::asio::awaitable<void> forwardTcp(Worker& worker, Tcp::socket& socket,
   }
   auto result = co_await relayTcp(socket, upstream, cfg.timeouts.idle, worker.scratch());
   record.finish(result.reason, result.sent, result.received);
-}
-
-size_t ownerOf(const hbone::PoolKey& key, size_t worker_count) {
-  if (worker_count <= 1) return 0;
-  return absl::HashOf(key) % worker_count;
 }
 
 }  // namespace ferry::session

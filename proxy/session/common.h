@@ -2,6 +2,7 @@
 // Pieces every handler uses: the original destination of a captured connection, the
 // per-connection record that feeds one close counter and one access-log line.
 #include <chrono>
+#include <exception>
 #include <string>
 
 #include <boost/asio/awaitable.hpp>
@@ -22,6 +23,9 @@ boost::asio::awaitable<absl::StatusOr<Endpoints>> originalEndpoints(Worker& work
                                                                     Tcp::socket& socket);
 
 common::HostPort toHostPort(const Tcp::endpoint& ep);
+
+// Completion of a connection's coroutine: logs what escaped it (never an aborted operation).
+void logTaskError(std::exception_ptr e);
 
 // One per proxied connection: counts it open on construction, and on finish() records
 // the close reason, bytes and an access-log line.

@@ -15,6 +15,7 @@
 #include "proxy/hbone/pool.h"
 #include "proxy/identity/cert_source.h"
 #include "proxy/identity/tls_context.h"
+#include "proxy/session/placement.h"
 #include "proxy/session/relay.h"
 #include "proxy/session/socket_factory.h"
 #include "proxy/session/stats.h"
@@ -23,17 +24,6 @@
 namespace ferry::session {
 
 class Worker;
-
-// An outbound connection whose HBONE pool key belongs to another worker is handed over
-// before any byte is read from it; this is everything the new worker needs.
-struct OutboundPlan {
-  common::HostPort source;        // the application's address (a local pod)
-  common::HostPort destination;   // original destination (pod ip:app port)
-  std::shared_ptr<const workloads::Registry> registry;  // keeps the two pointers below alive
-  const workloads::Workload* source_workload = nullptr;
-  const workloads::Workload* destination_workload = nullptr;
-  hbone::PoolKey key;
-};
 
 struct Shared {
   const config::Config& config;
@@ -44,9 +34,10 @@ struct Shared {
   // Ports that are never a valid application target (ferry's own listeners).
   std::vector<uint16_t> ferry_ports;
   std::atomic<bool> draining{false};
-  // Set by the server: moves an accepted socket (as a raw fd) to another worker.
-  std::function<void(size_t worker, int fd, OutboundPlan plan)> handoff;
-  size_t worker_count = 1;
+  // Load per worker: where accepted connections are placed.
+  Placement placement;
+  // Every worker, by index; filled in by the server before the first accept.
+  std::vector<Worker*> workers;
 };
 
 class Worker {
@@ -71,15 +62,17 @@ class Worker {
   std::atomic<int64_t> live_{0};
 };
 
-// Handlers, one coroutine per accepted connection. Each owns its socket for life.
-boost::asio::awaitable<void> serveOutbound(Worker& worker, boost::asio::ip::tcp::socket socket);
-boost::asio::awaitable<void> serveOutboundPlanned(Worker& worker,
-                                                  boost::asio::ip::tcp::socket socket,
-                                                  OutboundPlan plan);
-boost::asio::awaitable<void> serveHbone(Worker& worker, boost::asio::ip::tcp::socket socket);
-boost::asio::awaitable<void> servePlaintext(Worker& worker, boost::asio::ip::tcp::socket socket);
+// What runs a connection once its worker is chosen; it owns the socket for life.
+using SocketTask = std::function<boost::asio::awaitable<void>(Worker&, boost::asio::ip::tcp::socket)>;
 
-// Which worker owns a pool key (stable for the life of the process).
-size_t ownerOf(const hbone::PoolKey& key, size_t worker_count);
+// Runs `task` for `socket` on the worker `load` is counted on. When that is not `here`, the
+// socket moves there as a raw fd, with nothing in flight on it; if it cannot be moved it
+// runs here, and its load with it. `load` is held until the task ends.
+void runPlaced(Worker& here, boost::asio::ip::tcp::socket socket, SocketTask task, LoadUnit load);
+
+// Accept handlers, one per listener kind: each places the connection and starts its task.
+void acceptOutbound(Worker& worker, boost::asio::ip::tcp::socket socket);
+void acceptHbone(Worker& worker, boost::asio::ip::tcp::socket socket);
+void acceptPlaintext(Worker& worker, boost::asio::ip::tcp::socket socket);
 
 }  // namespace ferry::session

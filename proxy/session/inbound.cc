@@ -39,6 +39,8 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
                             std::shared_ptr<const TunnelInfo> info) {
   auto& shared = worker.shared();
   const auto& cfg = shared.config;
+  // A stream runs on its connection's worker; its load steers where new connections go.
+  auto load = LoadUnit::add(shared.placement, worker.index());
   ConnectionRecord record(worker, Direction::kInbound);
   record.src = common::formatHostPort(info->client);
   record.peer_identity = info->peer_id;
@@ -91,8 +93,6 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
   // For the inbound record, "sent" is client -> workload, i.e. what the stream carried in.
   record.finish(result.reason, result.received, result.sent);
 }
-
-}  // namespace
 
 awaitable<void> serveHbone(Worker& worker, Tcp::socket socket) {
   auto& shared = worker.shared();
@@ -179,6 +179,9 @@ awaitable<void> serveHbone(Worker& worker, Tcp::socket socket) {
   // that completes a handshake and then sends nothing cannot hold the connection forever.
   options.idle_release = cfg.pool.idle_release * 2;
   auto conn = hbone::H2Connection::create(hbone::H2Connection::Role::kServer, std::move(tls), options);
+  // The tunnel counts as load on this worker for as long as it is open.
+  conn->setCloseHandler([load = std::make_shared<LoadUnit>(LoadUnit::add(shared.placement, worker.index()))](
+                            hbone::H2Connection&) { load->reset(); });
   Worker* w = &worker;
   conn->setRequestHandler([w, info](std::shared_ptr<hbone::H2Stream> stream) {
     asio::co_spawn(w->io(), serveStream(*w, std::move(stream), info), [](std::exception_ptr e) {
@@ -191,6 +194,15 @@ awaitable<void> serveHbone(Worker& worker, Tcp::socket socket) {
     });
   });
   conn->start();
+}
+
+}  // namespace
+
+void acceptHbone(Worker& worker, Tcp::socket socket) {
+  // Any worker will do: the tunnel goes where the load is least.
+  auto& placement = worker.shared().placement;
+  runPlaced(worker, std::move(socket), &serveHbone,
+            LoadUnit(placement, placement.place(worker.index(), placement.workers())));
 }
 
 }  // namespace ferry::session

@@ -4,11 +4,13 @@
 #include <openssl/x509.h>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "proxy/common/duration.h"
 #include "proxy/common/log.h"
@@ -25,6 +27,16 @@ using asio::awaitable;
 namespace {
 
 constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
+
+// What an outbound connection to a mesh workload needs once it has been classified.
+struct OutboundPlan {
+  common::HostPort source;        // the application's address (a local pod)
+  common::HostPort destination;   // original destination (pod ip:app port)
+  std::shared_ptr<const workloads::Registry> registry;  // keeps the two pointers below alive
+  const workloads::Workload* source_workload = nullptr;
+  const workloads::Workload* destination_workload = nullptr;
+  hbone::PoolKey key;
+};
 
 // Opens one HBONE connection for `plan`: TCP from the source pod's IP to the destination
 // pod's 15008, TLS 1.3 as the source identity, the server must prove the destination
@@ -113,71 +125,18 @@ awaitable<absl::StatusOr<std::shared_ptr<hbone::H2Connection>>> dialHbone(Worker
   co_return conn;
 }
 
-awaitable<void> passthrough(Worker& worker, Tcp::socket socket, const Endpoints& ends,
-                            ConnectionRecord& record) {
+awaitable<void> passthrough(Worker& worker, Tcp::socket socket, Endpoints ends) {
   auto& shared = worker.shared();
+  ConnectionRecord record(worker, Direction::kOutbound);
+  record.src = common::formatHostPort(ends.peer);
+  record.dst = common::formatHostPort(ends.destination);
   shared.stats.passthrough_connections.fetch_add(1, std::memory_order_relaxed);
   record.peer_identity = "passthrough";
   co_await forwardTcp(worker, socket, ends.peer.ip, ends.destination, record);
 }
 
-}  // namespace
-
-awaitable<void> serveOutbound(Worker& worker, Tcp::socket socket) {
-  auto& shared = worker.shared();
-  const auto& cfg = shared.config;
-  auto ends = co_await originalEndpoints(worker, socket);
-  if (!ends.ok()) {
-    ConnectionRecord record(worker, Direction::kOutbound);
-    record.detail = std::string(ends.status().message());
-    abortSocket(socket);
-    record.finish(CloseReason::kBadProxyHeader);
-    co_return;
-  }
-  auto registry = shared.workloads.current();
-  const auto* dst = registry->findByIp(ends->destination.ip);
-  if (dst == nullptr || !dst->hbone) {
-    ConnectionRecord record(worker, Direction::kOutbound);
-    record.src = common::formatHostPort(ends->peer);
-    record.dst = common::formatHostPort(ends->destination);
-    co_await passthrough(worker, std::move(socket), *ends, record);
-    co_return;
-  }
-  OutboundPlan plan;
-  plan.source = ends->peer;
-  plan.destination = ends->destination;
-  plan.registry = registry;
-  plan.destination_workload = dst;
-  plan.source_workload = registry->findLocalByIp(ends->peer.ip);
-  if (plan.source_workload == nullptr) {
-    // No identity to present: fail closed, never plaintext to a mesh workload.
-    ConnectionRecord record(worker, Direction::kOutbound);
-    record.src = common::formatHostPort(ends->peer);
-    record.dst = common::formatHostPort(ends->destination);
-    record.detail = absl::StrCat(ends->peer.ip.to_string(),
-                                 " is not a workload of node ", cfg.node,
-                                 "; refusing to reach mesh workload ", dst->displayName());
-    abortSocket(socket);
-    record.finish(CloseReason::kUnknownSource);
-    co_return;
-  }
-  plan.key = hbone::PoolKey{plan.source_workload->spiffeId(cfg.trust_domain), ends->peer.ip,
-                            dst->spiffeId(cfg.trust_domain),
-                            common::HostPort{ends->destination.ip, cfg.hbone_port}};
-  size_t owner = ownerOf(plan.key, shared.worker_count);
-  if (owner != worker.index() && shared.handoff) {
-    // The pool entry for this key lives on another worker: move the socket there.
-    boost::system::error_code ec;
-    int fd = socket.release(ec);
-    if (!ec) {
-      shared.handoff(owner, fd, std::move(plan));
-      co_return;
-    }
-  }
-  co_await serveOutboundPlanned(worker, std::move(socket), std::move(plan));
-}
-
-awaitable<void> serveOutboundPlanned(Worker& worker, Tcp::socket socket, OutboundPlan plan) {
+// One CONNECT stream on this worker's pooled HBONE connection for the key, then the relay.
+awaitable<void> tunnel(Worker& worker, Tcp::socket socket, OutboundPlan plan) {
   auto& shared = worker.shared();
   const auto& cfg = shared.config;
   ConnectionRecord record(worker, Direction::kOutbound);
@@ -237,6 +196,66 @@ awaitable<void> serveOutboundPlanned(Worker& worker, Tcp::socket socket, Outboun
   record.peer_identity = plan.key.destination_id;  // proven by the handshake
   auto result = co_await relayStream(socket, *stream, cfg.timeouts.idle, worker.scratch());
   record.finish(result.reason, result.sent, result.received);
+}
+
+// On the accepting worker: the original destination, then passthrough or tunnel, each
+// placed on its worker.
+awaitable<void> classifyOutbound(Worker& worker, Tcp::socket socket) {
+  auto& shared = worker.shared();
+  const auto& cfg = shared.config;
+  auto ends = co_await originalEndpoints(worker, socket);
+  if (!ends.ok()) {
+    ConnectionRecord record(worker, Direction::kOutbound);
+    record.detail = std::string(ends.status().message());
+    abortSocket(socket);
+    record.finish(CloseReason::kBadProxyHeader);
+    co_return;
+  }
+  auto registry = shared.workloads.current();
+  const auto* dst = registry->findByIp(ends->destination.ip);
+  auto& placement = shared.placement;
+  if (dst == nullptr || !dst->hbone) {
+    runPlaced(worker, std::move(socket),
+              [ends = *ends](Worker& w, Tcp::socket s) { return passthrough(w, std::move(s), ends); },
+              LoadUnit(placement, placement.place(worker.index(), placement.workers())));
+    co_return;
+  }
+  OutboundPlan plan;
+  plan.source = ends->peer;
+  plan.destination = ends->destination;
+  plan.registry = registry;
+  plan.destination_workload = dst;
+  plan.source_workload = registry->findLocalByIp(ends->peer.ip);
+  if (plan.source_workload == nullptr) {
+    // No identity to present: fail closed, never plaintext to a mesh workload.
+    ConnectionRecord record(worker, Direction::kOutbound);
+    record.src = common::formatHostPort(ends->peer);
+    record.dst = common::formatHostPort(ends->destination);
+    record.detail = absl::StrCat(ends->peer.ip.to_string(),
+                                 " is not a workload of node ", cfg.node,
+                                 "; refusing to reach mesh workload ", dst->displayName());
+    abortSocket(socket);
+    record.finish(CloseReason::kUnknownSource);
+    co_return;
+  }
+  plan.key = hbone::PoolKey{plan.source_workload->spiffeId(cfg.trust_domain), ends->peer.ip,
+                            dst->spiffeId(cfg.trust_domain),
+                            common::HostPort{ends->destination.ip, cfg.hbone_port}};
+  // The pair's connections spread over `workers_per_pair` workers from its home worker,
+  // each worker with its own pooled tunnel.
+  size_t home = absl::HashOf(plan.key) % placement.workers();
+  LoadUnit load(placement, placement.place(home, cfg.pool.workers_per_pair));
+  runPlaced(worker, std::move(socket),
+            [plan = std::move(plan)](Worker& w, Tcp::socket s) mutable {
+              return tunnel(w, std::move(s), std::move(plan));
+            },
+            std::move(load));
+}
+
+}  // namespace
+
+void acceptOutbound(Worker& worker, Tcp::socket socket) {
+  asio::co_spawn(worker.io(), classifyOutbound(worker, std::move(socket)), logTaskError);
 }
 
 }  // namespace ferry::session

@@ -9,6 +9,8 @@ namespace ferry::session {
 namespace asio = boost::asio;
 using asio::awaitable;
 
+namespace {
+
 awaitable<void> servePlaintext(Worker& worker, Tcp::socket socket) {
   auto& shared = worker.shared();
   const auto& cfg = shared.config;
@@ -47,6 +49,14 @@ awaitable<void> servePlaintext(Worker& worker, Tcp::socket socket) {
     co_return;
   }
   co_await forwardTcp(worker, socket, ends->peer.ip, ends->destination, record);
+}
+
+}  // namespace
+
+void acceptPlaintext(Worker& worker, Tcp::socket socket) {
+  auto& placement = worker.shared().placement;
+  runPlaced(worker, std::move(socket), &servePlaintext,
+            LoadUnit(placement, placement.place(worker.index(), placement.workers())));
 }
 
 }  // namespace ferry::session

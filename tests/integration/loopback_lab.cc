@@ -121,7 +121,8 @@ std::string LabFiles::configYaml(const std::string& node, const std::string& ext
          "/workloads.yaml\ncert_dir: " + certDir() + "\nlisten:\n  outbound: [\"127.0." + n +
          ".1:15001\"]\n  inbound_plaintext: [\"127.0." + n + ".1:15006\"]\n  hbone: [" + hbone +
          "]\n  admin: 127.0." + n + ".1:15000\n  metrics: 127.0." + n + ".1:15020\n  readiness: 127.0." +
-         n + ".1:15021\ntransparent: false\noriginal_destination: proxy_protocol\nworkers: 2\n" +
+         n + ".1:15021\ntransparent: false\noriginal_destination: proxy_protocol\n" +
+         (extra.find("workers:") != std::string::npos ? "" : "workers: 2\n") +
          (extra.find("log_level:") != std::string::npos
               ? ""
               : std::string("log_level: ") +

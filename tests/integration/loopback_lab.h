@@ -49,7 +49,8 @@ class LabFiles {
   // n2: s1 127.0.2.10 (sa server), s2 127.0.2.11 (sa strict, STRICT);
   // n3: b1 127.0.4.10 (sa server3; no ferryd runs for n3).
   static std::vector<Pod> defaultPods();
-  // Config YAML for `node` (n1 or n2) plus `extra` top-level YAML lines.
+  // Config YAML for `node` (n1 or n2) plus `extra` top-level YAML lines; two workers and
+  // log level error unless `extra` sets `workers` or `log_level`.
   std::string configYaml(const std::string& node, const std::string& extra = "") const;
 
  private:

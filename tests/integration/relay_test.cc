@@ -127,7 +127,7 @@ TEST_F(RelayTest, ThousandConcurrentConnectionsAllEchoAndShareFewTunnels) {
   EXPECT_TRUE(waitFor([&] { return n1_->closed(Direction::kOutbound, CloseReason::kOk) == kConns; }));
 }
 
-TEST_F(RelayTest, BurstOfFirstConnectionsWaitsOnOneHandshake) {
+TEST_F(RelayTest, BurstOfFirstConnectionsWaitsOnOneHandshakePerWorker) {
   startNodes();
   AppServer app("127.0.2.10", kAppPort, AppServer::echo);
   constexpr int kBurst = 50;
@@ -145,8 +145,41 @@ TEST_F(RelayTest, BurstOfFirstConnectionsWaitsOnOneHandshake) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(good.load(), kBurst);
-  EXPECT_EQ(n1_->stats().hbone_connections_opened.load(), 1u);
-  EXPECT_EQ(n2_->stats().hbone_connections_accepted.load(), 1u);
+  // The burst is placed over both workers, and each worker's pool dials once.
+  EXPECT_EQ(n1_->server().workerCount(), 2u);
+  EXPECT_EQ(n1_->stats().hbone_connections_opened.load(), 2u);
+  EXPECT_EQ(n2_->stats().hbone_connections_accepted.load(), 2u);
+}
+
+// Four long connections of one pod pair (iperf3 -P 4): two per worker on the client node,
+// over one tunnel per worker, and the two tunnels on different workers of the server node.
+TEST_F(RelayTest, ConcurrentConnectionsOfOnePairAreSpreadOverTheWorkersOfBothNodes) {
+  startNodes();
+  AppServer app("127.0.2.10", kAppPort, AppServer::echo);
+  ASSERT_EQ(n1_->server().workerCount(), 2u);
+  auto load = [](Node& n, int w) { return n.metric("ferry_worker_load{worker=\"" + std::to_string(w) + "\"}"); };
+  std::vector<int> fds;
+  for (int i = 0; i < 4; ++i) {
+    int fd = connectOutbound("127.0.1.10", "127.0.2.10", kAppPort);
+    ASSERT_GE(fd, 0);
+    fds.push_back(fd);
+    // Each connection is proven end to end (its stream is open on n2) before the next.
+    std::string msg = "stream " + std::to_string(i);
+    std::string back(msg.size(), '\0');
+    ASSERT_TRUE(sendAll(fd, msg.data(), msg.size()) && recvExact(fd, back.data(), back.size()));
+    EXPECT_EQ(back, msg);
+  }
+  EXPECT_EQ(load(*n1_, 0), 2);
+  EXPECT_EQ(load(*n1_, 1), 2);
+  // Two tunnels: the connections really run on both workers' pools, not only count there.
+  EXPECT_EQ(n1_->stats().hbone_connections_opened.load(), 2u);
+  // n2: a tunnel and its two streams on each worker.
+  EXPECT_TRUE(waitFor([&] { return load(*n2_, 0) == 3 && load(*n2_, 1) == 3; }))
+      << "n2 loads " << load(*n2_, 0) << " and " << load(*n2_, 1);
+  for (int fd : fds) ::close(fd);
+  // Connections gone, their load too; n2 keeps one pooled tunnel per worker.
+  EXPECT_TRUE(waitFor([&] { return load(*n1_, 0) == 0 && load(*n1_, 1) == 0; }));
+  EXPECT_TRUE(waitFor([&] { return load(*n2_, 0) == 1 && load(*n2_, 1) == 1; }));
 }
 
 TEST_F(RelayTest, ClientHalfCloseReachesServerAndAnswerStillFlows) {
@@ -451,7 +484,8 @@ TEST_F(RelayTest, SlowReaderBoundsWhatTheWriterCanPushIn) {
 // good, and after a few of them every stream on the pooled connection stalls: the lost
 // wake-up seen with iperf3 -P 4 (whose server closes its data sockets with data in flight).
 TEST_F(RelayTest, ResetsWithUnreadDataDoNotLeakTheConnectionWindow) {
-  startNodes();
+  // One worker: every stream goes over the same pooled connection, whose window is at stake.
+  startNodes("workers: 1\n");
   constexpr uint16_t kSinkPort = 8081;
   std::atomic<int> rst_now{0};
   AppServer sink("127.0.2.10", kSinkPort, [&](int fd) {

@@ -59,7 +59,7 @@ TEST(ConfigTest, ParsesFullFile) {
       "  metrics: 0.0.0.0:25020\n"
       "  readiness: 0.0.0.0:25021\n"
       "timeouts: {connect: 3s, handshake: 4s, idle: 2h, drain: 250ms}\n"
-      "pool: {max_streams: 50, idle_release: 1m, ping_interval: 5s, ping_timeout: 15s}\n"
+      "pool: {max_streams: 50, idle_release: 1m, ping_interval: 5s, ping_timeout: 15s, workers_per_pair: 2}\n"
       "workers: 4\n"
       "log_level: debug\n"
       "transparent: false\n"
@@ -85,6 +85,7 @@ TEST(ConfigTest, ParsesFullFile) {
   EXPECT_EQ(config->pool.idle_release, Millis(60'000));
   EXPECT_EQ(config->pool.ping_interval, Millis(5'000));
   EXPECT_EQ(config->pool.ping_timeout, Millis(15'000));
+  EXPECT_EQ(config->pool.workers_per_pair, 2u);
   EXPECT_EQ(config->workers, 4u);
   EXPECT_EQ(config->log_level, common::LogLevel::kDebug);
   EXPECT_FALSE(config->transparent);
@@ -111,6 +112,7 @@ TEST(ConfigTest, AppliesDefaultsForOptionalKeys) {
   EXPECT_EQ(config->pool.idle_release, defaults.pool.idle_release);
   EXPECT_EQ(config->pool.ping_interval, defaults.pool.ping_interval);
   EXPECT_EQ(config->pool.ping_timeout, defaults.pool.ping_timeout);
+  EXPECT_EQ(config->pool.workers_per_pair, 4u);
   EXPECT_EQ(config->workers, 0u);
   EXPECT_EQ(config->log_level, common::LogLevel::kInfo);
   EXPECT_TRUE(config->transparent);
@@ -289,6 +291,13 @@ TEST(ConfigTest, RejectsMaxStreamsOutOfRange) {
               "pool.max_streams: must be between 1 and 1000");
   expectError(parse(withMinimal("pool:\n  max_streams: 1001\n")), 6,
               "pool.max_streams: must be between 1 and 1000");
+}
+
+TEST(ConfigTest, RejectsWorkersPerPairOutOfRange) {
+  expectError(parse(withMinimal("pool:\n  workers_per_pair: 0\n")), 6,
+              "pool.workers_per_pair: must be between 1 and 256");
+  expectError(parse(withMinimal("pool:\n  workers_per_pair: many\n")), 6,
+              "pool.workers_per_pair: 'many' is not a whole number");
 }
 
 TEST(ConfigTest, RejectsUnknownLogLevel) {

@@ -143,20 +143,6 @@ TEST(PoolKey, IsPerSourceAndDestinationWorkload) {
             absl::HashOf(key("spiffe://td/ns/a/sa/x", "10.0.1.10", "spiffe://td/ns/b/sa/y", "10.0.2.10")));
 }
 
-TEST(PoolKey, OwnerWorkerIsStableAndSpreadsKeys) {
-  std::set<size_t> owners;
-  for (int i = 0; i < 64; ++i) {
-    auto k = key("spiffe://td/ns/a/sa/x", "10.0.1.10", "spiffe://td/ns/b/sa/y",
-                 ("10.0.2." + std::to_string(i)).c_str());
-    size_t o = session::ownerOf(k, 4);
-    EXPECT_LT(o, 4u);
-    EXPECT_EQ(o, session::ownerOf(k, 4));
-    owners.insert(o);
-  }
-  EXPECT_EQ(owners.size(), 4u);
-  EXPECT_EQ(session::ownerOf(key("a", "10.0.0.1", "b", "10.0.0.2"), 1), 0u);
-}
-
 TEST(ProxyProtocol, RoundTripsIpv4AndIpv6) {
   for (auto [s, d] : {std::pair{hp("10.0.1.10", 40000), hp("10.0.2.10", 8080)},
                       std::pair{hp("fd00::1", 1), hp("fd00::2", 65535)}}) {
