@@ -467,7 +467,8 @@ def loadavg():
 def run_all(args):
     """Every configuration once per round, `args.repeats` rounds: this VM's speed drifts by
     a third over minutes (plaintext 22..33 Gbit/s within an hour), so the configurations
-    take turns rather than each having its runs in one stretch of time."""
+    take turns rather than each having its runs in one stretch of time, in an order that
+    alternates between rounds."""
     results = {}
     want = [c for c in ORDER if c in args.only]
 
@@ -488,57 +489,74 @@ def run_all(args):
             r.update(extra)
 
     pki = None
+
+    def peers_phase(rnd):
+        nonlocal pki
+        log("lab up without ferryd")
+        lab("up", "--no-ferryd")
+        tune_netns()
+        start_servers(args)
+        if "plain" in want:
+            record("plain", SERVER_IP, [], rnd)
+        for name, mode in (("dp-redirect", 1), ("dp-peer", 2)):
+            if name in want:
+                attach_deliver(mode)
+                try:
+                    record(name, SERVER_IP, [], rnd, {"deliver_mode": mode})
+                finally:
+                    detach_deliver()
+        if pki is None and any(c in want for c in ("stunnel", "haproxy")):
+            pki = make_certs()
+        kinds = ("stunnel", "haproxy") if rnd % 2 == 0 else ("haproxy", "stunnel")
+        for kind in kinds:
+            if kind in want:
+                procs = start_pair(kind, pki, args)
+                time.sleep(0.5)
+                try:
+                    record(kind, PROXY1_IP, [p.pid for p in procs], rnd)
+                finally:
+                    for p in procs:
+                        PROCS.stop(p)
+        PROCS.stop_all()
+
+    def ferry_phase(rnd):
+        log("lab up with ferryd")
+        lab("up")
+        tune_netns()
+        start_servers(args)
+        if "ferry" in want:
+            mode = ferry_mode()
+            LABELS["ferry"] = f"ferry ({mode})"
+            time.sleep(0.5)
+            record("ferry", SERVER_IP, ferryd_pids(), rnd, {"injection": mode})
+        if "ferry-none" in want:
+            for n in (1, 2):
+                lab("stop", f"n{n}")
+                path = f"{LAB_STATE}/n{n}/ferryd.yaml"
+                with open(path) as f:
+                    text = f.read()
+                with open(path, "w") as f:
+                    f.write(text.replace("injection: auto", "injection: none"))
+            for n in (1, 2):
+                lab("start", f"n{n}")
+            mode = ferry_mode()
+            time.sleep(0.5)
+            record("ferry-none", SERVER_IP, ferryd_pids(), rnd, {"injection": mode})
+        PROCS.stop_all()
+
+    has_peers = any(c in want for c in ("plain", "dp-redirect", "dp-peer", "stunnel", "haproxy"))
+    has_ferry = any(c in want for c in ("ferry", "ferry-none"))
     for rnd in range(args.repeats):
-        if any(c in want for c in ("plain", "dp-redirect", "dp-peer", "stunnel", "haproxy")):
-            log("lab up without ferryd")
-            lab("up", "--no-ferryd")
-            tune_netns()
-            start_servers(args)
-            if "plain" in want:
-                record("plain", SERVER_IP, [], rnd)
-            for name, mode in (("dp-redirect", 1), ("dp-peer", 2)):
-                if name in want:
-                    attach_deliver(mode)
-                    try:
-                        record(name, SERVER_IP, [], rnd, {"deliver_mode": mode})
-                    finally:
-                        detach_deliver()
-            if pki is None and any(c in want for c in ("stunnel", "haproxy")):
-                pki = make_certs()
-            for kind in ("stunnel", "haproxy"):
-                if kind in want:
-                    procs = start_pair(kind, pki, args)
-                    time.sleep(0.5)
-                    try:
-                        record(kind, PROXY1_IP, [p.pid for p in procs], rnd)
-                    finally:
-                        for p in procs:
-                            PROCS.stop(p)
-            PROCS.stop_all()
-        if any(c in want for c in ("ferry", "ferry-none")):
-            log("lab up with ferryd")
-            lab("up")
-            tune_netns()
-            start_servers(args)
-            if "ferry" in want:
-                mode = ferry_mode()
-                LABELS["ferry"] = f"ferry ({mode})"
-                time.sleep(0.5)
-                record("ferry", SERVER_IP, ferryd_pids(), rnd, {"injection": mode})
-            if "ferry-none" in want:
-                for n in (1, 2):
-                    lab("stop", f"n{n}")
-                    path = f"{LAB_STATE}/n{n}/ferryd.yaml"
-                    with open(path) as f:
-                        text = f.read()
-                    with open(path, "w") as f:
-                        f.write(text.replace("injection: auto", "injection: none"))
-                for n in (1, 2):
-                    lab("start", f"n{n}")
-                mode = ferry_mode()
-                time.sleep(0.5)
-                record("ferry-none", SERVER_IP, ferryd_pids(), rnd, {"injection": mode})
-            PROCS.stop_all()
+        # The order alternates between rounds (peers then ferry, ferry then peers; stunnel and
+        # HAProxy swap), so that no configuration always runs right after the same one: the
+        # first round's idle step (stunnel4 starts two threads per idle connection) leaves
+        # the machine busy for whatever comes next.
+        phases = [(has_peers, peers_phase), (has_ferry, ferry_phase)]
+        if rnd % 2 == 1:
+            phases.reverse()
+        for wanted, phase in phases:
+            if wanted:
+                phase(rnd)
     lab("down")
     for r in results.values():
         r["summary"] = {k: {"median": statistics.median(v), "min": min(v), "max": max(v), "n": len(v)}
@@ -669,7 +687,8 @@ def write_readme(results, meta, charts, out):
     w("## Machine")
     w("")
     w(f"- {meta['date']}, {meta['mode']} run: {meta['repeats']} rounds (every configuration once per round, "
-      f"so that the machine's drift falls on all of them alike), iperf3 {meta['iperf_seconds']} s, "
+      f"so that the machine's drift falls on all of them alike; the order alternates between rounds, so that "
+      f"none always follows the same one), iperf3 {meta['iperf_seconds']} s, "
       f"request/response {meta['rr_seconds']} s, connections {meta['conn_seconds']} s, "
       f"{meta['idle_connections']} idle connections")
     w(f"- CPU: {meta['cpu']}, {meta['cores']} cores, {meta['memory_gib']} GiB; {meta['os']}, kernel {meta['kernel']}")
