@@ -120,6 +120,8 @@ class H2Stream {
   const std::vector<Header>& headers() const { return headers_; }
   // The value of a header, "" if absent.
   std::string header(std::string_view name) const;
+  // Frees the headers once they have been read: a proxied connection may live for hours.
+  void releaseHeaders() { std::vector<Header>().swap(headers_); }
   // Client side: the :status of the response, 0 until known.
   int status() const { return status_; }
 

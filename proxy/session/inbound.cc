@@ -89,6 +89,10 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
   }
   stream->respond(200);
   shared.stats.hbone_streams_accepted.fetch_add(1, std::memory_order_relaxed);
+  // The relay may idle for an hour: it needs neither the request nor this registry
+  // snapshot (which would otherwise outlive every later workload change).
+  stream->releaseHeaders();
+  registry.reset();
   auto result = co_await relayStream(upstream, *stream, cfg.timeouts.idle, worker.scratch());
   // For the inbound record, "sent" is client -> workload, i.e. what the stream carried in.
   record.finish(result.reason, result.received, result.sent);

@@ -135,15 +135,15 @@ awaitable<void> passthrough(Worker& worker, Tcp::socket socket, Endpoints ends) 
   co_await forwardTcp(worker, socket, ends.peer.ip, ends.destination, record);
 }
 
-// One CONNECT stream on this worker's pooled HBONE connection for the key, then the relay.
-awaitable<void> tunnel(Worker& worker, Tcp::socket socket, OutboundPlan plan) {
+// A CONNECT stream on this worker's pooled HBONE connection for the key, answered 200;
+// null after resetting `socket` and finishing `record` with why not. A coroutine of its
+// own so that what only the CONNECT needs (the answer timer, the pool's result) is freed
+// before the relay, which may idle for an hour.
+awaitable<std::shared_ptr<hbone::H2Stream>> openStream(Worker& worker, Tcp::socket& socket,
+                                                       const OutboundPlan& plan,
+                                                       ConnectionRecord& record) {
   auto& shared = worker.shared();
   const auto& cfg = shared.config;
-  ConnectionRecord record(worker, Direction::kOutbound);
-  record.src = common::formatHostPort(plan.source);
-  record.dst = common::formatHostPort(plan.destination);
-  record.peer_identity = "expected:" + plan.key.destination_id;
-
   auto conn = co_await worker.pool().acquire(plan.key, [&]() { return dialHbone(worker, plan); });
   if (!conn.ok()) {
     record.detail = std::string(conn.status().message());
@@ -156,7 +156,7 @@ awaitable<void> tunnel(Worker& worker, Tcp::socket socket, OutboundPlan plan) {
       shared.stats.hbone_handshake_failures.fetch_add(1, std::memory_order_relaxed);
     }
     record.finish(reason);
-    co_return;
+    co_return nullptr;
   }
   hbone::ConnectParams params{plan.destination, plan.source, plan.source_workload};
   auto stream = (*conn)->openStream(hbone::buildConnectHeaders(params));
@@ -164,7 +164,7 @@ awaitable<void> tunnel(Worker& worker, Tcp::socket socket, OutboundPlan plan) {
     record.detail = "could not open a stream on the pooled HBONE connection";
     abortSocket(socket);
     record.finish(CloseReason::kPeerReset);
-    co_return;
+    co_return nullptr;
   }
   shared.stats.hbone_streams_opened.fetch_add(1, std::memory_order_relaxed);
 
@@ -181,7 +181,7 @@ awaitable<void> tunnel(Worker& worker, Tcp::socket socket, OutboundPlan plan) {
                                  common::formatDuration(cfg.timeouts.connect + cfg.timeouts.handshake));
     abortSocket(socket);
     record.finish(CloseReason::kConnectTimeout);
-    co_return;
+    co_return nullptr;
   }
   if (stream->resetCode() || stream->status() != 200) {
     // An upstream refusal reaches the application as a reset, never as connect-then-EOF.
@@ -191,10 +191,24 @@ awaitable<void> tunnel(Worker& worker, Tcp::socket socket, OutboundPlan plan) {
     stream->reset(hbone::kH2Cancel);
     abortSocket(socket);
     record.finish(stream->status() != 0 ? CloseReason::kTunnelRefused : CloseReason::kPeerReset);
-    co_return;
+    co_return nullptr;
   }
+  stream->releaseHeaders();
+  co_return stream;
+}
+
+// One CONNECT stream on this worker's pooled HBONE connection for the key, then the relay.
+awaitable<void> tunnel(Worker& worker, Tcp::socket socket, OutboundPlan plan) {
+  ConnectionRecord record(worker, Direction::kOutbound);
+  record.src = common::formatHostPort(plan.source);
+  record.dst = common::formatHostPort(plan.destination);
+  record.peer_identity = "expected:" + plan.key.destination_id;
+  auto stream = co_await openStream(worker, socket, plan, record);
+  if (!stream) co_return;
   record.peer_identity = plan.key.destination_id;  // proven by the handshake
-  auto result = co_await relayStream(socket, *stream, cfg.timeouts.idle, worker.scratch());
+  // The relay may idle for an hour: keep only what it needs.
+  plan = OutboundPlan{};
+  auto result = co_await relayStream(socket, *stream, worker.shared().config.timeouts.idle, worker.scratch());
   record.finish(result.reason, result.sent, result.received);
 }
 

@@ -86,10 +86,17 @@ awaitable<std::pair<boost::system::error_code, size_t>> readSome(Tcp::socket& fr
   }
 }
 
-// Writes the gathered buffers (one writev while the socket takes them; Asio finishes a
-// partial write). The buffers belong to a BufferChain that stays put until consumed.
-awaitable<boost::system::error_code> writeGathered(Tcp::socket& to, const asio::const_buffer* bufs,
-                                                   size_t count, size_t total) {
+// Writes what `chain` holds (up to 16 of its buffers) in one writev while the socket takes
+// it; Asio finishes a partial write. Sets `total` to the bytes written, which the caller
+// then consumes. The buffer list lives in this frame, which exists only while writing, not
+// in the relay's, which lives as long as the connection.
+awaitable<boost::system::error_code> writeQueued(Tcp::socket& to, const hbone::BufferChain& chain,
+                                                 size_t& total) {
+  std::array<asio::const_buffer, 16> gathered;
+  const asio::const_buffer* bufs = gathered.data();
+  size_t count = chain.gather(gathered.data(), gathered.size());
+  total = 0;
+  for (size_t i = 0; i < count; ++i) total += bufs[i].size();
   boost::system::error_code ec;
   size_t done = to.write_some(std::span<const asio::const_buffer>(bufs, count), ec);
   if (ec == asio::error::would_block || ec == asio::error::try_again) {
@@ -335,12 +342,9 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
       if (stream.hasReceived()) {
         // Everything queued, in one gathered write; consumed (and the peer's window given
         // back) only once written.
-        std::array<asio::const_buffer, 16> bufs;
-        size_t count = stream.received().gather(bufs.data(), bufs.size());
-        size_t total = 0;
-        for (size_t i = 0; i < count; ++i) total += bufs[i].size();
         act.touch();
-        auto ec = co_await writeGathered(tcp, bufs.data(), count, total);
+        size_t total = 0;
+        auto ec = co_await writeQueued(tcp, stream.received(), total);
         if (ec) {
           stream.discardReceived();
           stream.reset(hbone::kH2ConnectError);
