@@ -28,14 +28,6 @@ void logTaskError(std::exception_ptr e) {
 
 namespace {
 
-boost::asio::awaitable<void> runHolding(Worker& worker, Tcp::socket socket, SocketTask task, LoadUnit load) {
-  auto work = task(worker, std::move(socket));
-  // The task's coroutine has taken what it needs into its own frame: an idle connection
-  // should not also keep the closure alive.
-  task = nullptr;
-  co_await std::move(work);
-}
-
 // Moves `socket` to `target`'s event loop and starts `task` there; false, with the socket
 // still usable here (or closed if even that failed), when it cannot be moved.
 bool moveTo(Worker& target, Tcp::socket& socket, SocketTask& task, LoadUnit& load) {
@@ -55,8 +47,7 @@ bool moveTo(Worker& target, Tcp::socket& socket, SocketTask& task, LoadUnit& loa
   target.shared().stats.worker_handoffs.fetch_add(1, std::memory_order_relaxed);
   boost::asio::post(target.io(), [&target, moved = std::move(moved), task = std::move(task),
                                   load = std::move(load)]() mutable {
-    boost::asio::co_spawn(target.io(), runHolding(target, std::move(moved), std::move(task), std::move(load)),
-                          logTaskError);
+    boost::asio::co_spawn(target.io(), task(target, std::move(moved), std::move(load)), logTaskError);
   });
   return true;
 }
@@ -70,8 +61,7 @@ void runPlaced(Worker& here, Tcp::socket socket, SocketTask task, LoadUnit load)
     if (to < shared.workers.size() && moveTo(*shared.workers[to], socket, task, load)) return;
     load = LoadUnit::add(shared.placement, here.index());
   }
-  boost::asio::co_spawn(here.io(), runHolding(here, std::move(socket), std::move(task), std::move(load)),
-                        logTaskError);
+  boost::asio::co_spawn(here.io(), task(here, std::move(socket), std::move(load)), logTaskError);
 }
 
 common::HostPort toHostPort(const Tcp::endpoint& ep) {

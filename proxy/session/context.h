@@ -62,12 +62,14 @@ class Worker {
   std::atomic<int64_t> live_{0};
 };
 
-// What runs a connection once its worker is chosen; it owns the socket for life.
-using SocketTask = std::function<boost::asio::awaitable<void>(Worker&, boost::asio::ip::tcp::socket)>;
+// What runs a connection once its worker is chosen: a coroutine that owns the socket, and
+// the load unit counted for it, for life.
+using SocketTask =
+    std::function<boost::asio::awaitable<void>(Worker&, boost::asio::ip::tcp::socket, LoadUnit)>;
 
 // Runs `task` for `socket` on the worker `load` is counted on. When that is not `here`, the
 // socket moves there as a raw fd, with nothing in flight on it; if it cannot be moved it
-// runs here, and its load with it. `load` is held until the task ends.
+// runs here, and its load with it.
 void runPlaced(Worker& here, boost::asio::ip::tcp::socket socket, SocketTask task, LoadUnit load);
 
 // Accept handlers, one per listener kind: each places the connection and starts its task.

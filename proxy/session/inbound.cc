@@ -98,7 +98,8 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
   record.finish(result.reason, result.received, result.sent);
 }
 
-awaitable<void> serveHbone(Worker& worker, Tcp::socket socket) {
+// `load` counts the handshake on this worker; the tunnel then holds a unit of its own.
+awaitable<void> serveHbone(Worker& worker, Tcp::socket socket, LoadUnit load) {
   auto& shared = worker.shared();
   const auto& cfg = shared.config;
   boost::system::error_code ec;

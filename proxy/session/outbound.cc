@@ -125,7 +125,8 @@ awaitable<absl::StatusOr<std::shared_ptr<hbone::H2Connection>>> dialHbone(Worker
   co_return conn;
 }
 
-awaitable<void> passthrough(Worker& worker, Tcp::socket socket, Endpoints ends) {
+// `load` is held for the connection's life, as in tunnel().
+awaitable<void> passthrough(Worker& worker, Tcp::socket socket, Endpoints ends, LoadUnit load) {
   auto& shared = worker.shared();
   ConnectionRecord record(worker, Direction::kOutbound);
   record.src = common::formatHostPort(ends.peer);
@@ -198,7 +199,8 @@ awaitable<std::shared_ptr<hbone::H2Stream>> openStream(Worker& worker, Tcp::sock
 }
 
 // One CONNECT stream on this worker's pooled HBONE connection for the key, then the relay.
-awaitable<void> tunnel(Worker& worker, Tcp::socket socket, OutboundPlan plan) {
+// `load` counts the connection on this worker for as long as it lives.
+awaitable<void> tunnel(Worker& worker, Tcp::socket socket, OutboundPlan plan, LoadUnit load) {
   ConnectionRecord record(worker, Direction::kOutbound);
   record.src = common::formatHostPort(plan.source);
   record.dst = common::formatHostPort(plan.destination);
@@ -230,7 +232,9 @@ awaitable<void> classifyOutbound(Worker& worker, Tcp::socket socket) {
   auto& placement = shared.placement;
   if (dst == nullptr || !dst->hbone) {
     runPlaced(worker, std::move(socket),
-              [ends = *ends](Worker& w, Tcp::socket s) { return passthrough(w, std::move(s), ends); },
+              [ends = *ends](Worker& w, Tcp::socket s, LoadUnit load) {
+                return passthrough(w, std::move(s), ends, std::move(load));
+              },
               LoadUnit(placement, placement.place(worker.index(), placement.workers())));
     co_return;
   }
@@ -260,8 +264,8 @@ awaitable<void> classifyOutbound(Worker& worker, Tcp::socket socket) {
   size_t home = absl::HashOf(plan.key) % placement.workers();
   LoadUnit load(placement, placement.place(home, cfg.pool.workers_per_pair));
   runPlaced(worker, std::move(socket),
-            [plan = std::move(plan)](Worker& w, Tcp::socket s) mutable {
-              return tunnel(w, std::move(s), std::move(plan));
+            [plan = std::move(plan)](Worker& w, Tcp::socket s, LoadUnit load) mutable {
+              return tunnel(w, std::move(s), std::move(plan), std::move(load));
             },
             std::move(load));
 }

@@ -11,7 +11,8 @@ using asio::awaitable;
 
 namespace {
 
-awaitable<void> servePlaintext(Worker& worker, Tcp::socket socket) {
+// `load` is held for the connection's life.
+awaitable<void> servePlaintext(Worker& worker, Tcp::socket socket, LoadUnit load) {
   auto& shared = worker.shared();
   const auto& cfg = shared.config;
   ConnectionRecord record(worker, Direction::kPlaintext);
