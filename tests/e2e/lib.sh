@@ -147,7 +147,8 @@ import json, struct, sys
 path, marker, app_port = sys.argv[1], sys.argv[2].encode(), int(sys.argv[3])
 raw = open(path, "rb").read()
 out = {"packets": 0, "tcp": 0, "udp": 0, "icmp": 0, "to_15008": 0, "from_15008": 0,
-       "app_port": 0, "tls_handshake": 0, "tls_appdata": 0, "tcp_payload_bytes": 0,
+       "app_port": 0, "tls_handshake": 0, "tls_appdata": 0, "tls_appdata_to_15008": 0,
+       "tcp_payload_bytes": 0,
        "marker_in_file": marker in raw, "marker_packets": 0, "ports": {}}
 if len(raw) >= 24:
     magic = struct.unpack("<I", raw[:4])[0]
@@ -183,6 +184,7 @@ if len(raw) >= 24:
         if len(payload) >= 5 and payload[1] == 3:
             out["tls_handshake"] += payload[0] == 0x16
             out["tls_appdata"] += payload[0] == 0x17
+            out["tls_appdata_to_15008"] += payload[0] == 0x17 and dport == 15008
         out["marker_packets"] += marker in payload
 print(json.dumps(out, sort_keys=True))
 '
