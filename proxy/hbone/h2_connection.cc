@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proxy/common/log.h"
+#include "proxy/hbone/socket_io.h"
 #include "proxy/identity/openssl_util.h"
 
 namespace ferry::hbone {
@@ -654,10 +655,7 @@ awaitable<void> H2Connection::readLoop() {
   SSL* ssl = tls_->native_handle();
   boost::system::error_code ignored;
   socket.non_blocking(true, ignored);
-  // The last read() returned less than it asked for: the socket was empty then, so the next
-  // step is the wait, not a read() that would only say EAGAIN. Bytes that arrive after that
-  // read() raise a readiness event the reactor has not seen yet (it runs on this thread).
-  bool drained = false;
+  bool drained = false;  // the socket was empty at the last read (readAvailable)
   while (!dead_) {
     // Decrypt every complete record buffered, feeding nghttp2 as we go.
     bool any = false;
@@ -712,21 +710,16 @@ awaitable<void> H2Connection::readLoop() {
     // More ciphertext: straight into the chain's blocks, several records per read().
     asio::mutable_buffer bufs[2];
     size_t count = tls_in_.prepare(kSocketRead, bufs);
-    size_t room = asio::buffer_size(std::span<const asio::mutable_buffer>(bufs, count));
     boost::system::error_code ec;
-    size_t n = socket.read_some(std::span<const asio::mutable_buffer>(bufs, count), ec);
-    tls_in_.commit(ec ? 0 : n);
-    if (ec == asio::error::would_block || ec == asio::error::try_again) {
-      drained = true;
-      continue;
-    }
+    size_t n = readAvailable(socket, std::span<const asio::mutable_buffer>(bufs, count), drained, ec);
+    tls_in_.commit(n);
+    if (ec == asio::error::would_block) continue;
     if (ec) {
       // A close without close_notify is how HTTP/2 peers usually leave: not an error.
       fail(ec == asio::error::eof ? std::string("peer closed the connection")
                                   : absl::StrCat("read: ", ec.message()));
       co_return;
     }
-    drained = n < room;
     last_read_ = Clock::now();
   }
 }
@@ -777,11 +770,9 @@ H2Connection::Drain H2Connection::drainTls() {
   auto& socket = tls_->next_layer();
   while (!tls_out_.empty()) {
     if (dead_) return Drain::kFailed;
-    std::array<asio::const_buffer, 16> bufs;
-    size_t count = tls_out_.gather(bufs.data(), bufs.size());
     boost::system::error_code ec;
-    size_t n = socket.write_some(std::span<const asio::const_buffer>(bufs.data(), count), ec);
-    if (ec == asio::error::would_block || ec == asio::error::try_again) return Drain::kBlocked;
+    size_t n = writeSome(socket, tls_out_, ec);
+    if (ec == asio::error::would_block) return Drain::kBlocked;
     if (ec) {
       fail(absl::StrCat("write: ", ec.message()));
       return Drain::kFailed;

@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "proxy/common/log.h"
+#include "proxy/hbone/socket_io.h"
 #include "proxy/session/socket_factory.h"
 
 namespace ferry::session {
@@ -54,56 +55,30 @@ awaitable<boost::system::error_code> writeAll(Tcp::socket& to, const char* data,
   co_return wec;
 }
 
-// Whether a socket is known to be empty: its last read() returned less than it asked for.
-// Then the next step is the wait, not a read() that would only say EAGAIN (one syscall per
-// message saved). Bytes that arrive after that read() raise a readiness event that the
-// reactor, running on this thread, cannot have consumed before the wait is queued. Unknown
-// (false) at first: bytes may be queued from before the relay (or the hand-over to this
-// worker), and a wait would not be woken by them before the peer sends more.
-struct ReadState {
-  bool drained = false;
-};
-
 // Reads whatever is available into the worker's scratch buffer, waiting for readability
-// only when the socket is drained. Returns bytes read (ec == eof at end of stream).
+// only when the socket is drained (hbone::readAvailable). Returns bytes read (ec == eof at
+// end of stream).
 awaitable<std::pair<boost::system::error_code, size_t>> readSome(Tcp::socket& from,
                                                                  Scratch& scratch,
-                                                                 size_t limit, ReadState& state) {
+                                                                 size_t limit, bool& drained) {
   for (;;) {
-    if (state.drained) {  // written out here: no coroutine frame per message for the wait
+    if (drained) {  // written out here: no coroutine frame per message for the wait
       auto [wec] = co_await from.async_wait(Tcp::socket::wait_read, kTuple);
-      state.drained = false;
+      drained = false;
       if (wec) co_return std::pair{wec, size_t{0}};
     }
-    size_t room = std::min(limit, scratch.bytes.size());
+    asio::mutable_buffer buf = asio::buffer(scratch.bytes.data(), std::min(limit, scratch.bytes.size()));
     boost::system::error_code ec;
-    size_t n = from.read_some(asio::buffer(scratch.bytes.data(), room), ec);
-    if (ec != asio::error::would_block && ec != asio::error::try_again) {
-      state.drained = !ec && n < room;
-      co_return std::pair{ec, n};
-    }
-    state.drained = true;
+    size_t n = hbone::readAvailable(from, std::span<const asio::mutable_buffer>(&buf, 1), drained, ec);
+    if (ec != asio::error::would_block) co_return std::pair{ec, n};
   }
 }
 
-// Writes what `chain` holds (up to 16 of its buffers) in one writev while the socket takes
-// it; Asio finishes a partial write. Sets `total` to the bytes written, which the caller
-// then consumes. The buffer list lives in this frame, which exists only while writing, not
-// in the relay's, which lives as long as the connection.
-awaitable<boost::system::error_code> writeQueued(Tcp::socket& to, const hbone::BufferChain& chain,
-                                                 size_t& total) {
-  std::array<asio::const_buffer, 16> gathered;
-  const asio::const_buffer* bufs = gathered.data();
-  size_t count = chain.gather(gathered.data(), gathered.size());
-  total = 0;
-  for (size_t i = 0; i < count; ++i) total += bufs[i].size();
-  boost::system::error_code ec;
-  size_t done = to.write_some(std::span<const asio::const_buffer>(bufs, count), ec);
-  if (ec == asio::error::would_block || ec == asio::error::try_again) {
-    ec.clear();
-    done = 0;
-  }
-  if (ec || done == total) co_return ec;
+// What `chain` offers to one gathered write (its first kMaxGather runs) after the first
+// `done` bytes.
+std::vector<asio::const_buffer> restAfter(const hbone::BufferChain& chain, size_t done) {
+  std::array<asio::const_buffer, hbone::kMaxGather> bufs;
+  size_t count = chain.gather(bufs.data(), bufs.size());
   std::vector<asio::const_buffer> rest;
   for (size_t i = 0; i < count; ++i) {
     if (done >= bufs[i].size()) {
@@ -113,15 +88,27 @@ awaitable<boost::system::error_code> writeQueued(Tcp::socket& to, const hbone::B
     rest.push_back(bufs[i] + done);
     done = 0;
   }
-  auto [wec, n] = co_await asio::async_write(to, rest, kTuple);
+  return rest;
+}
+
+// Writes what `chain` offers (hbone::writeSome) in one writev while the socket takes it;
+// Asio finishes a partial write. Sets `total` to the bytes written, which the caller then
+// consumes. The chain stays put until then.
+awaitable<boost::system::error_code> writeQueued(Tcp::socket& to, const hbone::BufferChain& chain,
+                                                 size_t& total) {
+  boost::system::error_code ec;
+  size_t done = hbone::writeSome(to, chain, ec, &total);
+  if (ec == asio::error::would_block) ec.clear();
+  if (ec || done == total) co_return ec;
+  auto [wec, n] = co_await asio::async_write(to, restAfter(chain, done), kTuple);
   co_return wec;
 }
 
 awaitable<Leg> copyTcp(Tcp::socket& from, Tcp::socket& to, uint64_t& counter, Activity& act,
                        Scratch& scratch) {
-  ReadState state;
+  bool drained = false;  // the socket was empty at the last read (hbone::readAvailable)
   for (;;) {
-    auto [ec, n] = co_await readSome(from, scratch, scratch.bytes.size(), state);
+    auto [ec, n] = co_await readSome(from, scratch, scratch.bytes.size(), drained);
     if (ec == asio::error::eof) {
       boost::system::error_code ignored;
       to.shutdown(Tcp::socket::shutdown_send, ignored);
@@ -155,10 +142,8 @@ class DirectWriter final : public hbone::ReceiveSink {
 
   void onReceived(hbone::H2Stream& stream) override {
     if (!parked) return;
-    std::array<asio::const_buffer, 16> bufs;
-    size_t count = stream.received().gather(bufs.data(), bufs.size());
     boost::system::error_code ec;
-    size_t n = tcp_.write_some(std::span<const asio::const_buffer>(bufs.data(), count), ec);
+    size_t n = hbone::writeSome(tcp_, stream.received(), ec);
     if (ec || n == 0) return;
     act_.touch();
     written(n);
@@ -369,7 +354,7 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
   // TCP -> stream, reading straight into the stream's send chain, written out here: no
   // coroutine frame of its own, none per message.
   CloseReason up_reason = CloseReason::kOk;
-  bool drained = false;  // the socket was empty at the last read (see ReadState)
+  bool drained = false;  // the socket was empty at the last read (hbone::readAvailable)
   std::exception_ptr up_error;  // raised only after the spawned direction has ended
   try {
     for (;;) {
@@ -391,14 +376,11 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
       if (!ec) {
         asio::mutable_buffer bufs[2];
         size_t count = stream.pending().prepare(space, bufs);
-        size_t room = asio::buffer_size(std::span<const asio::mutable_buffer>(bufs, count));
-        n = tcp.read_some(std::span<const asio::mutable_buffer>(bufs, count), ec);
-        if (ec == asio::error::would_block || ec == asio::error::try_again) {
+        n = hbone::readAvailable(tcp, std::span<const asio::mutable_buffer>(bufs, count), drained, ec);
+        if (ec == asio::error::would_block) {
           stream.pending().commit(0);
-          drained = true;
           continue;
         }
-        if (!ec) drained = n < room;
       }
       if (ec) stream.pending().commit(0);
       FERRY_LOG(kTrace, "relay: tcp read %d bytes: %s", n, ec.message());
