@@ -54,6 +54,11 @@ bool moveTo(Worker& target, Tcp::socket& socket, SocketTask& task, LoadUnit& loa
 
 }  // namespace
 
+LoadUnit placeOnAnyWorker(Worker& here) {
+  auto& placement = here.shared().placement;
+  return placement.place(here.index(), placement.workers());
+}
+
 void runPlaced(Worker& here, Tcp::socket socket, SocketTask task, LoadUnit load) {
   auto& shared = here.shared();
   size_t to = load.worker();

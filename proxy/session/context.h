@@ -71,6 +71,8 @@ using SocketTask =
 // socket moves there as a raw fd, with nothing in flight on it; if it cannot be moved it
 // runs here, and its load with it.
 void runPlaced(Worker& here, boost::asio::ip::tcp::socket socket, SocketTask task, LoadUnit load);
+// A unit on the least loaded worker, `here` on ties: for a connection any worker may run.
+LoadUnit placeOnAnyWorker(Worker& here);
 
 // Accept handlers, one per listener kind: each places the connection and starts its task.
 void acceptOutbound(Worker& worker, boost::asio::ip::tcp::socket socket);

@@ -98,7 +98,7 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
   record.finish(result.reason, result.received, result.sent);
 }
 
-// `load` counts the handshake on this worker; the tunnel then holds a unit of its own.
+// `load` counts the handshake on this worker, then the tunnel for its life.
 awaitable<void> serveHbone(Worker& worker, Tcp::socket socket, LoadUnit load) {
   auto& shared = worker.shared();
   const auto& cfg = shared.config;
@@ -184,19 +184,13 @@ awaitable<void> serveHbone(Worker& worker, Tcp::socket socket, LoadUnit load) {
   // that completes a handshake and then sends nothing cannot hold the connection forever.
   options.idle_release = cfg.pool.idle_release * 2;
   auto conn = hbone::H2Connection::create(hbone::H2Connection::Role::kServer, std::move(tls), options);
-  // The tunnel counts as load on this worker for as long as it is open.
-  conn->setCloseHandler([load = std::make_shared<LoadUnit>(LoadUnit::add(shared.placement, worker.index()))](
-                            hbone::H2Connection&) { load->reset(); });
+  // The handshake's unit stays with the tunnel for as long as it is open.
+  conn->setCloseHandler([load = std::make_shared<LoadUnit>(std::move(load))](hbone::H2Connection&) {
+    load->reset();
+  });
   Worker* w = &worker;
   conn->setRequestHandler([w, info](std::shared_ptr<hbone::H2Stream> stream) {
-    asio::co_spawn(w->io(), serveStream(*w, std::move(stream), info), [](std::exception_ptr e) {
-      if (!e) return;
-      try {
-        std::rethrow_exception(e);
-      } catch (const std::exception& ex) {
-        FERRY_LOG(kError, "hbone: stream handler failed: %s", ex.what());
-      }
-    });
+    asio::co_spawn(w->io(), serveStream(*w, std::move(stream), info), logTaskError);
   });
   conn->start();
 }
@@ -205,9 +199,7 @@ awaitable<void> serveHbone(Worker& worker, Tcp::socket socket, LoadUnit load) {
 
 void acceptHbone(Worker& worker, Tcp::socket socket) {
   // Any worker will do: the tunnel goes where the load is least.
-  auto& placement = worker.shared().placement;
-  runPlaced(worker, std::move(socket), &serveHbone,
-            LoadUnit(placement, placement.place(worker.index(), placement.workers())));
+  runPlaced(worker, std::move(socket), &serveHbone, placeOnAnyWorker(worker));
 }
 
 }  // namespace ferry::session

@@ -229,13 +229,12 @@ awaitable<void> classifyOutbound(Worker& worker, Tcp::socket socket) {
   }
   auto registry = shared.workloads.current();
   const auto* dst = registry->findByIp(ends->destination.ip);
-  auto& placement = shared.placement;
   if (dst == nullptr || !dst->hbone) {
     runPlaced(worker, std::move(socket),
               [ends = *ends](Worker& w, Tcp::socket s, LoadUnit load) {
                 return passthrough(w, std::move(s), ends, std::move(load));
               },
-              LoadUnit(placement, placement.place(worker.index(), placement.workers())));
+              placeOnAnyWorker(worker));
     co_return;
   }
   OutboundPlan plan;
@@ -261,8 +260,9 @@ awaitable<void> classifyOutbound(Worker& worker, Tcp::socket socket) {
                             common::HostPort{ends->destination.ip, cfg.hbone_port}};
   // The pair's connections spread over `workers_per_pair` workers from its home worker,
   // each worker with its own pooled tunnel.
+  auto& placement = shared.placement;
   size_t home = absl::HashOf(plan.key) % placement.workers();
-  LoadUnit load(placement, placement.place(home, cfg.pool.workers_per_pair));
+  LoadUnit load = placement.place(home, cfg.pool.workers_per_pair);
   runPlaced(worker, std::move(socket),
             [plan = std::move(plan)](Worker& w, Tcp::socket s, LoadUnit load) mutable {
               return tunnel(w, std::move(s), std::move(plan), std::move(load));

@@ -9,7 +9,7 @@ Placement::Placement(size_t workers)
   for (size_t i = 0; i < workers_; ++i) loads_[i].store(0, std::memory_order_relaxed);
 }
 
-size_t Placement::place(size_t first, size_t count) {
+LoadUnit Placement::place(size_t first, size_t count) {
   first %= workers_;
   count = count == 0 ? 1 : std::min(count, workers_);
   size_t best = first;
@@ -22,8 +22,7 @@ size_t Placement::place(size_t first, size_t count) {
       best_load = l;
     }
   }
-  add(best);
-  return best;
+  return LoadUnit::add(*this, best);
 }
 
 }  // namespace ferry::session

@@ -17,6 +17,8 @@
 
 namespace ferry::session {
 
+class LoadUnit;
+
 class Placement {
  public:
   explicit Placement(size_t workers);
@@ -24,8 +26,8 @@ class Placement {
   size_t workers() const { return workers_; }
   // The least loaded of the `count` workers first, first + 1, ... (wrapping), ties to
   // the earliest; one unit of load is counted on it at once, so that a burst of accepts
-  // on several threads spreads as well.
-  size_t place(size_t first, size_t count);
+  // on several threads spreads as well. The unit names the worker.
+  LoadUnit place(size_t first, size_t count);
   // Load that does not come through place(): inbound HBONE streams, which run on the
   // worker of their connection.
   void add(size_t worker) { loads_[worker].fetch_add(1, std::memory_order_relaxed); }
@@ -42,8 +44,6 @@ class Placement {
 class LoadUnit {
  public:
   LoadUnit() = default;
-  // Takes over a unit already counted by Placement::place().
-  LoadUnit(Placement& placement, size_t worker) : placement_(&placement), worker_(worker) {}
   static LoadUnit add(Placement& placement, size_t worker) {
     placement.add(worker);
     return LoadUnit(placement, worker);
@@ -69,6 +69,8 @@ class LoadUnit {
   }
 
  private:
+  LoadUnit(Placement& placement, size_t worker) : placement_(&placement), worker_(worker) {}
+
   Placement* placement_ = nullptr;
   size_t worker_ = 0;
 };

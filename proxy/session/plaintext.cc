@@ -55,9 +55,7 @@ awaitable<void> servePlaintext(Worker& worker, Tcp::socket socket, LoadUnit load
 }  // namespace
 
 void acceptPlaintext(Worker& worker, Tcp::socket socket) {
-  auto& placement = worker.shared().placement;
-  runPlaced(worker, std::move(socket), &servePlaintext,
-            LoadUnit(placement, placement.place(worker.index(), placement.workers())));
+  runPlaced(worker, std::move(socket), &servePlaintext, placeOnAnyWorker(worker));
 }
 
 }  // namespace ferry::session
