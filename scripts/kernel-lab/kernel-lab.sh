@@ -38,6 +38,17 @@ clang -O2 -g -target bpf -I"/usr/include/$(uname -m)-linux-gnu" -Wall -Werror -c
 export FY_CNI_OBJ=$OUT/cni_standin.o
 export FERRY_BUILD_DIR=$BUILD
 
+# failed_cases LOG: every "== case N" block of netkit_e2e.sh's output that ended in FAIL
+# (at most 80 lines each); the last 30 lines of the log when no case failed.
+failed_cases() {
+  [ -f "$1" ] || { echo "  (no output log)"; return; }
+  awk '
+    /^== case / { n = 0; delete block }
+    { if (n < 80) block[n++] = $0 }
+    /^FAIL  case / { for (i = 0; i < n; i++) print "  | " block[i]; found = 1; n = 0 }
+    END { exit found ? 0 : 1 }' "$1" || { echo "  (no failed case; the log ends:)"; tail -n 30 "$1" | sed 's/^/  | /'; }
+}
+
 rc=0
 for variant in patched vanilla; do
   if [ "$variant" = patched ]; then kernel=$patched mode=peer-egress; else kernel=$vanilla mode=ingress-redirect; fi
@@ -51,6 +62,9 @@ for variant in patched vanilla; do
     echo "PASS  $ME $variant"
   else
     echo "FAIL  $ME $variant (output: $OUT/$variant/output.log, console: $OUT/$variant/console.log)"
+    # CI keeps only this script's output: show each failed case whole, and the guest's last
+    # words when it ended outside a case.
+    failed_cases "$OUT/$variant/output.log"
     rc=1
   fi
 done

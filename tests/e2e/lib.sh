@@ -28,9 +28,11 @@ alive() {
   [ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]
 }
 
-# wait_for SECONDS DESCRIPTION CMD...: poll CMD every 0.1 s until it succeeds.
+# wait_for SECONDS DESCRIPTION CMD...: poll CMD every 0.1 s until it succeeds. The limit is
+# multiplied by FY_WAIT_SCALE (default 1): the kernel lab's emulated guest runs everything
+# many times slower, and a limit is only ever reached when something is wrong.
 wait_for() {
-  local t=$1 d=$2 deadline
+  local t=$(($1 * ${FY_WAIT_SCALE:-1})) d=$2 deadline
   shift 2
   deadline=$((SECONDS + t))
   until "$@" >/dev/null 2>&1; do

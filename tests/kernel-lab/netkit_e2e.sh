@@ -37,6 +37,9 @@ export FERRY_LAB_LINK=netkit
 # TCG runs everything 10-50 times slower than the host: generous timeouts.
 export FERRY_LAB_READY_TIMEOUT=${FERRY_LAB_READY_TIMEOUT:-120}
 export CURL_TIMEOUT=${CURL_TIMEOUT:-30}
+# ... for every readiness wait of tests/e2e/lib.sh too (a tcpdump, an HTTP server, a log
+# line): 10 s on the host can be a minute here when the host is busy.
+export FY_WAIT_SCALE=${FY_WAIT_SCALE:-6}
 
 [ "$(id -u)" -eq 0 ] || { echo "$ME: must run as root (in the kernel lab's guest)" >&2; exit 1; }
 case $EXPECTED in peer-egress|ingress-redirect) ;; *) echo "$ME: unknown mode $EXPECTED" >&2; exit 2 ;; esac
