@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proxy/common/log.h"
+#include "proxy/hbone/readable.h"
 #include "proxy/hbone/socket_io.h"
 #include "proxy/identity/openssl_util.h"
 
@@ -655,7 +656,7 @@ awaitable<void> H2Connection::readLoop() {
   SSL* ssl = tls_->native_handle();
   boost::system::error_code ignored;
   socket.non_blocking(true, ignored);
-  bool drained = false;  // the socket was empty at the last read (readAvailable)
+  Drained drained = Drained::kNo;  // what the last read left (readAvailable)
   while (!dead_) {
     // Decrypt every complete record buffered, feeding nghttp2 as we go.
     bool any = false;
@@ -699,8 +700,8 @@ awaitable<void> H2Connection::readLoop() {
     // (a KeyUpdate answer, an alert).
     if (!tls_out_.empty() || nghttp2_session_want_write(session_)) flushNow();
     if (dead_) co_return;
-    if (drained) {
-      auto [wec] = co_await socket.async_wait(Tcp::socket::wait_read, asio::as_tuple(use_awaitable));
+    if (drained != Drained::kNo) {
+      auto [wec] = co_await asyncReadable(socket, drained == Drained::kEmpty, asio::as_tuple(use_awaitable));
       if (wec && !dead_) {
         fail(absl::StrCat("read: ", wec.message()));
         co_return;

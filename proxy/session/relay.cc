@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "proxy/common/log.h"
+#include "proxy/hbone/readable.h"
 #include "proxy/hbone/socket_io.h"
 #include "proxy/session/socket_factory.h"
 
@@ -60,11 +61,12 @@ awaitable<boost::system::error_code> writeAll(Tcp::socket& to, const char* data,
 // end of stream).
 awaitable<std::pair<boost::system::error_code, size_t>> readSome(Tcp::socket& from,
                                                                  Scratch& scratch,
-                                                                 size_t limit, bool& drained) {
+                                                                 size_t limit,
+                                                                 hbone::Drained& drained) {
   for (;;) {
-    if (drained) {  // written out here: no coroutine frame per message for the wait
-      auto [wec] = co_await from.async_wait(Tcp::socket::wait_read, kTuple);
-      drained = false;
+    if (drained != hbone::Drained::kNo) {  // written out here: no coroutine frame per message
+      auto [wec] = co_await hbone::asyncReadable(from, drained == hbone::Drained::kEmpty, kTuple);
+      drained = hbone::Drained::kNo;
       if (wec) co_return std::pair{wec, size_t{0}};
     }
     asio::mutable_buffer buf = asio::buffer(scratch.bytes.data(), std::min(limit, scratch.bytes.size()));
@@ -106,7 +108,7 @@ awaitable<boost::system::error_code> writeQueued(Tcp::socket& to, const hbone::B
 
 awaitable<Leg> copyTcp(Tcp::socket& from, Tcp::socket& to, uint64_t& counter, Activity& act,
                        Scratch& scratch) {
-  bool drained = false;  // the socket was empty at the last read (hbone::readAvailable)
+  hbone::Drained drained = hbone::Drained::kNo;  // what the last read left (hbone::readAvailable)
   for (;;) {
     auto [ec, n] = co_await readSome(from, scratch, scratch.bytes.size(), drained);
     if (ec == asio::error::eof) {
@@ -354,7 +356,7 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
   // TCP -> stream, reading straight into the stream's send chain, written out here: no
   // coroutine frame of its own, none per message.
   CloseReason up_reason = CloseReason::kOk;
-  bool drained = false;  // the socket was empty at the last read (hbone::readAvailable)
+  hbone::Drained drained = hbone::Drained::kNo;  // what the last read left (hbone::readAvailable)
   std::exception_ptr up_error;  // raised only after the spawned direction has ended
   try {
     for (;;) {
@@ -368,9 +370,9 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
         continue;
       }
       boost::system::error_code ec;
-      if (drained) {
-        std::tie(ec) = co_await tcp.async_wait(Tcp::socket::wait_read, kTuple);
-        drained = false;
+      if (drained != hbone::Drained::kNo) {
+        std::tie(ec) = co_await hbone::asyncReadable(tcp, drained == hbone::Drained::kEmpty, kTuple);
+        drained = hbone::Drained::kNo;
       }
       size_t n = 0;
       if (!ec) {

@@ -10,6 +10,7 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "proxy/hbone/socket_io.h"
 
 namespace ferry::session {
 namespace asio = boost::asio;
@@ -62,6 +63,9 @@ absl::StatusOr<Tcp::acceptor> KernelSocketFactory::listen(const asio::any_io_exe
   // Accepted sockets inherit it: a proxy must not add Nagle's delay to what the
   // application wrote (a small write after an unacknowledged one would wait for an ACK).
   acceptor.set_option(Tcp::no_delay(true), ec);
+  // Inherited too: every read then says whether the socket is empty, so the relays wait
+  // for the next bytes without re-arming epoll (hbone/readable.h).
+  hbone::enableReceiveQueueCount(acceptor.native_handle());
   acceptor.bind(ep, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("bind ", where, ": ", ec.message()));
   acceptor.listen(asio::socket_base::max_listen_connections, ec);
@@ -86,6 +90,7 @@ asio::awaitable<boost::system::error_code> KernelSocketFactory::connect(
   socket.bind(Tcp::endpoint(source, 0), ec);
   if (ec) co_return ec;
   socket.set_option(Tcp::no_delay(true), ec);
+  hbone::enableReceiveQueueCount(socket.native_handle());
   setKeepalive(socket.native_handle());
 
   asio::steady_timer timer(socket.get_executor());
