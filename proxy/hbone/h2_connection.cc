@@ -701,7 +701,7 @@ awaitable<void> H2Connection::readLoop() {
     if (!tls_out_.empty() || nghttp2_session_want_write(session_)) flushNow();
     if (dead_) co_return;
     if (drained != Drained::kNo) {
-      auto [wec] = co_await asyncReadable(socket, drained == Drained::kEmpty, asio::as_tuple(use_awaitable));
+      auto [wec] = co_await asyncReadable(socket, drained, asio::as_tuple(use_awaitable));
       if (wec && !dead_) {
         fail(absl::StrCat("read: ", wec.message()));
         co_return;

@@ -11,9 +11,9 @@
 // descriptor's "try speculatively" flag, which the reactor clears only when an operation
 // reports it exhausted the descriptor.
 //
-// This wait is that operation. It always reports "exhausted", and when the caller knows
-// the socket is empty (`exact`: the kernel's TCP_INQ count was 0, or the read said EAGAIN;
-// see readAvailable) it is started speculatively:
+// This wait is that operation. It always reports "exhausted", and when the last read
+// showed the socket empty (Drained::kEmpty: the kernel's TCP_INQ count was 0, or the read
+// said EAGAIN; see readAvailable) it is started speculatively:
 //   - flag clear (no edge since the last wait completed): queued, no system call; the
 //     next edge completes it;
 //   - flag set (an edge was taken while nothing waited): completes at once, and the
@@ -21,7 +21,8 @@
 // Readiness is therefore never lost, and a steady request/response pass costs
 // epoll_wait + recvmsg + sendmsg. A short read alone does not show the socket is empty:
 // a FIN that came in with the last bytes is still to be read and raises no new event, so
-// without the count (`exact` false) the wait re-arms the descriptor as async_wait does.
+// after any other read result (Drained::kShort) the wait re-arms the descriptor as
+// async_wait does.
 //
 // Requirements: the caller reads the socket itself after each completion (readAvailable)
 // before waiting again, and no other Asio read operation is started on the socket after
@@ -49,6 +50,8 @@
 #include <boost/asio/execution/context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/query.hpp>
+
+#include "proxy/hbone/socket_io.h"
 
 namespace ferry::hbone {
 namespace readable_detail {
@@ -117,7 +120,7 @@ class ReadableOp : public ad::reactor_op {
 
 struct Initiate {
   template <typename Handler>
-  void operator()(Handler&& h, boost::asio::ip::tcp::socket* socket, bool exact) const {
+  void operator()(Handler&& h, boost::asio::ip::tcp::socket* socket, Drained last) const {
     using H = std::decay_t<Handler>;
     using IoExecutor = boost::asio::ip::tcp::socket::executor_type;
     using Op = ReadableOp<H, IoExecutor>;
@@ -138,7 +141,7 @@ struct Initiate {
       // Not speculative: the reactor re-arms the descriptor (EPOLL_CTL_MOD), which reports
       // readiness that is already there, as async_wait does.
       reactor.start_op(ad::reactor::read_op, impl.socket_, impl.reactor_data_, p.p, is_continuation,
-                       /*allow_speculative=*/exact);
+                       /*allow_speculative=*/last == Drained::kEmpty);
     } else {
       reactor.post_immediate_completion(p.p, is_continuation);
     }
@@ -148,12 +151,12 @@ struct Initiate {
 
 }  // namespace readable_detail
 
-// `exact`: the last read was told by the kernel that nothing is left (Drained::kEmpty).
-// Otherwise (Drained::kShort) the wait re-arms the descriptor like async_wait.
+// `last`: what the read before this wait said (readAvailable). Only kEmpty skips the
+// re-arm; callers wait only after kEmpty or kShort.
 template <typename Token>
-auto asyncReadable(boost::asio::ip::tcp::socket& socket, bool exact, Token&& token) {
+auto asyncReadable(boost::asio::ip::tcp::socket& socket, Drained last, Token&& token) {
   return boost::asio::async_initiate<Token, void(boost::system::error_code)>(
-      readable_detail::Initiate{}, token, &socket, exact);
+      readable_detail::Initiate{}, token, &socket, last);
 }
 
 }  // namespace ferry::hbone

@@ -22,10 +22,10 @@ enum class Drained : uint8_t {
   kNo,
   // A short read on a socket without TCP_INQ: probably empty, but a FIN (or an error) that
   // came in with the last bytes is still to be read and raises no new readiness event.
-  // The wait must re-arm the descriptor (asyncReadable with exact = false).
+  // The wait must re-arm the descriptor (asyncReadable does).
   kShort,
   // The kernel said nothing is left (TCP_INQ count 0, or EAGAIN): whatever comes next
-  // raises a readiness event, so the wait needs no system call (exact = true).
+  // raises a readiness event, so the wait needs no system call (asyncReadable).
   kEmpty,
 };
 

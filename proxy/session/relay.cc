@@ -65,7 +65,7 @@ awaitable<std::pair<boost::system::error_code, size_t>> readSome(Tcp::socket& fr
                                                                  hbone::Drained& drained) {
   for (;;) {
     if (drained != hbone::Drained::kNo) {  // written out here: no coroutine frame per message
-      auto [wec] = co_await hbone::asyncReadable(from, drained == hbone::Drained::kEmpty, kTuple);
+      auto [wec] = co_await hbone::asyncReadable(from, drained, kTuple);
       drained = hbone::Drained::kNo;
       if (wec) co_return std::pair{wec, size_t{0}};
     }
@@ -371,7 +371,7 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
       }
       boost::system::error_code ec;
       if (drained != hbone::Drained::kNo) {
-        std::tie(ec) = co_await hbone::asyncReadable(tcp, drained == hbone::Drained::kEmpty, kTuple);
+        std::tie(ec) = co_await hbone::asyncReadable(tcp, drained, kTuple);
         drained = hbone::Drained::kNo;
       }
       size_t n = 0;

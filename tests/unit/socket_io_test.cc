@@ -79,7 +79,7 @@ class SocketIoTest : public ::testing::TestWithParam<bool> {
   // Starts the wait the last read calls for and returns where its result lands.
   std::optional<boost::system::error_code>& wait(Drained last) {
     result_.reset();
-    asyncReadable(server_, last == Drained::kEmpty, [this](const boost::system::error_code& ec) { result_ = ec; });
+    asyncReadable(server_, last, [this](const boost::system::error_code& ec) { result_ = ec; });
     return result_;
   }
 
@@ -205,7 +205,7 @@ TEST_P(SocketIoTest, CancellationSlotAbortsOnlyThisWait) {
   ASSERT_TRUE(runUntil([&] { return result_.has_value(); }));
   asio::cancellation_signal signal;
   std::optional<boost::system::error_code> r;
-  asyncReadable(server_, drained == Drained::kEmpty,
+  asyncReadable(server_, drained,
                 asio::bind_cancellation_slot(signal.slot(), [&](const boost::system::error_code& ec) { r = ec; }));
   EXPECT_FALSE(runUntil([&] { return r.has_value(); }, 30ms));
   signal.emit(asio::cancellation_type::terminal);
