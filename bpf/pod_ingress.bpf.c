@@ -7,6 +7,8 @@
  *   3. ferryd holds the reverse tuple: ferryd's own traffic          -> pass
  *   4. the pod is STRICT and this is a new TCP connection             -> into the proxy (15006)
  *   5. anything else                                                   -> pass
+ * Before the rules: TCP fragments and IPv6 TCP to the pod cannot be steered
+ * and would reach it in plaintext past STRICT, so they are dropped.
  * Rule 3 is not in design §2's list; it is what makes same-node STRICT work:
  * ferryd's connection to the server pod (step 6) carries the client pod's
  * address, leaves the proxy as the client pod's egress and would otherwise be
@@ -31,6 +33,8 @@ int pod_ingress(struct __sk_buff *skb)
 	struct ferry_pkt pkt;
 	__u32 reason = ferry_parse(skb, &pkt);
 
+	if (reason == FERRY_REASON_FRAGMENT || reason == FERRY_REASON_IPV6_TCP)
+		return ferry_account(skb, prog, FERRY_DROP, reason);
 	if (reason)
 		return ferry_account(skb, prog, FERRY_PASS, reason);
 	if (ferry_holds(skb, &pkt, proxy_netns_id))

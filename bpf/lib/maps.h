@@ -17,6 +17,16 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } ferry_pods SEC(".maps") FERRY_SHARED;
 
+/* The netns id of each local enrolled pod, for pod_egress's question "does
+ * the pod itself listen on this port?" (shared/datapath.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, ferry_ipv4_key);
+	__type(value, struct ferry_pod_netns);
+	__uint(max_entries, FERRY_MAX_PODS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} ferry_pod_netns SEC(".maps") FERRY_SHARED;
+
 /* Destinations whose SYNs pod_egress captures (HBONE-capable workloads), so
  * that traffic to everything else keeps its direct path. */
 struct {
@@ -58,6 +68,13 @@ static __always_inline bool ferry_is_capture_dst(__u32 addr)
 
 	if (settings && (settings->flags & FERRY_SETTING_CAPTURE_ALL))
 		return true;
+	return bpf_map_lookup_elem(&ferry_capture, &addr) != NULL;
+}
+
+/* A mesh workload (HBONE-capable), whatever capture: all says: traffic to it
+ * never travels in plaintext. */
+static __always_inline bool ferry_is_mesh_dst(__u32 addr)
+{
 	return bpf_map_lookup_elem(&ferry_capture, &addr) != NULL;
 }
 

@@ -28,11 +28,63 @@ static __always_inline bool ferry_linear(struct __sk_buff *skb, __u32 len)
 	return (void *)(long)skb->data + len <= (void *)(long)skb->data_end;
 }
 
+/* IPv6 extension headers walked before giving up on finding the transport:
+ * real traffic carries one or two; more is treated as hiding TCP. */
+#define FERRY_IPV6_MAX_EXT_HEADERS 6
+
+#ifndef IPPROTO_HOPOPTS
+#define IPPROTO_HOPOPTS 0
+#endif
+#ifndef IPPROTO_ROUTING
+#define IPPROTO_ROUTING 43
+#endif
+#ifndef IPPROTO_FRAGMENT
+#define IPPROTO_FRAGMENT 44
+#endif
+#ifndef IPPROTO_DSTOPTS
+#define IPPROTO_DSTOPTS 60
+#endif
+
+/*
+ * An IPv6 packet: does it carry TCP? The mesh carries IPv4 only, so IPv6 TCP
+ * of an enrolled pod must not leave in plaintext. The transport is found
+ * through the extension headers, including a fragment header (whose next
+ * header names the fragmented payload's protocol, in every fragment). Returns
+ * IPV6_TCP, or NOT_IPV4 for IPv6 that carries something else (ICMPv6 for
+ * neighbour discovery, UDP).
+ */
+static __always_inline __u32 ferry_parse_ipv6(struct __sk_buff *skb)
+{
+	__u32 off = ETH_HLEN + 40; /* fixed IPv6 header */
+	__u8 ext[2];
+	__u8 next;
+	int i;
+
+	if (bpf_skb_load_bytes(skb, ETH_HLEN + 6, &next, 1))
+		return FERRY_REASON_MALFORMED;
+#pragma unroll
+	for (i = 0; i < FERRY_IPV6_MAX_EXT_HEADERS; i++) {
+		if (next == IPPROTO_TCP)
+			return FERRY_REASON_IPV6_TCP;
+		if (next != IPPROTO_HOPOPTS && next != IPPROTO_ROUTING && next != IPPROTO_DSTOPTS &&
+		    next != IPPROTO_FRAGMENT)
+			return FERRY_REASON_NOT_IPV4;
+		if (bpf_skb_load_bytes(skb, off, ext, sizeof(ext)))
+			return FERRY_REASON_IPV6_TCP; /* cut inside the chain: cannot tell, refuse */
+		off += next == IPPROTO_FRAGMENT ? 8 : ((__u32)ext[1] + 1) * 8;
+		next = ext[0];
+	}
+	return next == IPPROTO_TCP || next == IPPROTO_HOPOPTS || next == IPPROTO_ROUTING ||
+			       next == IPPROTO_DSTOPTS || next == IPPROTO_FRAGMENT
+		       ? FERRY_REASON_IPV6_TCP
+		       : FERRY_REASON_NOT_IPV4;
+}
+
 /*
  * Parse the headers. Returns 0 when pkt holds an IPv4 TCP packet's addresses,
  * ports and flags; otherwise the reason the packet is not steered on ports:
- * NOT_IPV4, MALFORMED (nothing in pkt is valid), NOT_TCP or FRAGMENT (pkt's
- * addresses and protocol are valid, its ports are not).
+ * NOT_IPV4, IPV6_TCP, MALFORMED (nothing in pkt is valid), NOT_TCP or FRAGMENT
+ * (a TCP fragment: pkt's addresses and protocol are valid, its ports are not).
  */
 static __always_inline __u32 ferry_parse(struct __sk_buff *skb, struct ferry_pkt *pkt)
 {
@@ -44,6 +96,8 @@ static __always_inline __u32 ferry_parse(struct __sk_buff *skb, struct ferry_pkt
 
 	__builtin_memset(pkt, 0, sizeof(*pkt));
 
+	if (skb->protocol == bpf_htons(ETH_P_IPV6))
+		return ferry_parse_ipv6(skb);
 	if (!ferry_linear(skb, ETH_HLEN + sizeof(struct iphdr)))
 		return skb->protocol == bpf_htons(ETH_P_IP) ? FERRY_REASON_MALFORMED
 							       : FERRY_REASON_NOT_IPV4;
@@ -63,8 +117,10 @@ static __always_inline __u32 ferry_parse(struct __sk_buff *skb, struct ferry_pkt
 	pkt->protocol = ip->protocol;
 	if (ip->protocol != IPPROTO_TCP)
 		return FERRY_REASON_NOT_TCP;
-	/* MF set or a non-zero offset: only the first fragment has ports, and
-	 * TCP sets DF (PMTU discovery), so fragments are left alone. */
+	/* MF set or a non-zero offset: only the first fragment has ports, so a
+	 * fragment cannot be steered; pods' TCP sets DF (PMTU discovery), so a
+	 * TCP fragment at a pod's device is crafted, and the pod programs
+	 * refuse it (it would reassemble into plaintext past the mesh). */
 	if (ip->frag_off & bpf_htons(0x3fff))
 		return FERRY_REASON_FRAGMENT;
 

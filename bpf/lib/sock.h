@@ -26,6 +26,7 @@
 #include "lib/common.h"
 #include "lib/config.h"
 #include "lib/kernel.h"
+#include "lib/maps.h"
 #include "lib/parse.h"
 
 #define FERRY_NETNS_CURRENT ((__u64)BPF_F_CURRENT_NETNS)
@@ -68,6 +69,29 @@ static __always_inline bool ferry_holds_reverse(struct __sk_buff *skb, const str
 						__u64 netns)
 {
 	return ferry_holds_tuple(skb, pkt->daddr, pkt->dport, pkt->saddr, pkt->sport, netns);
+}
+
+/*
+ * The pod listens on the packet's source port: it is the server of this flow
+ * (a client reached it directly, as PERMISSIVE allows), not a client whose
+ * flow the mesh lost. Asked in the pod's own netns with a tuple no established
+ * connection has (remote port 0), so only a listener can match. Unknown netns:
+ * false (the caller then treats the flow as the pod's own, and fails closed).
+ */
+static __always_inline bool ferry_pod_serves(struct __sk_buff *skb, const struct ferry_pkt *pkt)
+{
+	const struct ferry_pod_netns *ns = bpf_map_lookup_elem(&ferry_pod_netns, &pkt->saddr);
+	struct bpf_sock *sk;
+	bool listens;
+
+	if (!ns)
+		return false;
+	sk = ferry_lookup(skb, pkt->daddr, 0, pkt->saddr, pkt->sport, ns->netnsid);
+	if (!sk)
+		return false;
+	listens = sk->state == BPF_TCP_LISTEN;
+	bpf_sk_release(sk);
+	return listens;
 }
 
 /* Outcome of an assignment attempt. */

@@ -85,6 +85,18 @@ struct ferry_pod {
 };
 FERRY_STATIC_ASSERT(sizeof(struct ferry_pod) == 20, "ferry_pod is 20 bytes");
 
+/* ---- ferry_pod_netns: where a local enrolled pod's own sockets live ----- */
+
+/* Key: ferry_ipv4_key. The id of the pod's network namespace as the node netns
+ * sees it (the host-side device's link netnsid), so that a program on the pod's
+ * device can ask whether the pod itself listens on a port (lib/sock.h). A
+ * separate map rather than a field of ferry_pod: the pinned ferry_pods keeps
+ * its layout across upgrades. */
+struct ferry_pod_netns {
+	__u32 netnsid;
+};
+FERRY_STATIC_ASSERT(sizeof(struct ferry_pod_netns) == 4, "ferry_pod_netns is 4 bytes");
+
 /* ---- ferry_capture: destinations whose new connections are captured ----- */
 
 /* Key: ferry_ipv4_key. HBONE: the destination is a workload that terminates
@@ -136,9 +148,9 @@ enum ferry_verdict {
  */
 #define FERRY_REASONS(X)                                                                     \
 	X(UNSPEC, 0, "no reason recorded")                                                   \
-	X(NOT_IPV4, 1, "not IPv4: left to the kernel (IPv6 is not steered yet)")             \
+	X(NOT_IPV4, 1, "not IPv4, and not IPv6 TCP: left to the kernel")                     \
 	X(NOT_TCP, 2, "IPv4 but not TCP (UDP, ICMP, ...): untouched")                        \
-	X(FRAGMENT, 3, "IPv4 fragment: no ports to steer on")                                \
+	X(FRAGMENT, 3, "IPv4 TCP fragment: cannot be steered; refused at a pod's device")    \
 	X(MALFORMED, 4, "truncated or invalid IPv4/TCP header: left to the kernel")          \
 	X(OWN_TRAFFIC, 5, "ferryd holds the reverse tuple: ferryd's own traffic")            \
 	X(HELD, 6, "ferryd holds the tuple: a connection of the proxy")                      \
@@ -160,7 +172,11 @@ enum ferry_verdict {
 	X(INJECT_DISABLED, 22, "from a local pod, injection mode none: plain routing")       \
 	X(DELIVER, 23, "delivered into the destination pod with bpf_redirect_peer")          \
 	X(NOT_LOCAL, 24, "neither from nor to a local enrolled pod: ferryd's own traffic")   \
-	X(L2_REWRITE_FAILED, 25, "could not rewrite the Ethernet header")
+	X(L2_REWRITE_FAILED, 25, "could not rewrite the Ethernet header")                    \
+	X(IPV6_TCP, 26, "IPv6 TCP: the mesh carries IPv4 only; refused at a pod's device")   \
+	X(STALE_FLOW, 27, "mid-stream segment to a mesh destination, not held: reset")        \
+	X(STALE_RST, 28, "RST to a mesh destination, not held: passes (carries no data)")      \
+	X(POD_SERVES, 29, "segment of a flow the pod serves (it listens on the source port): not captured")
 
 enum ferry_reason {
 #define FERRY_REASON_ENUM(name, value, text) FERRY_REASON_##name = value,

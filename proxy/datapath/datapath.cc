@@ -199,6 +199,12 @@ Datapath::~Datapath() {
   if (skel_) ferry_datapath__destroy(skel_);
 }
 
+namespace {
+uint32_t podFlags(const workloads::Workload& w) {
+  return w.tls_mode == workloads::TlsMode::kStrict ? FERRY_POD_STRICT : 0u;
+}
+}  // namespace
+
 absl::Status Datapath::enroll(uint32_t ip, const workloads::Workload& w, Pod& pod) {
   auto host = linkByName(w.host_interface);
   if (!host.ok()) return host.status();
@@ -209,7 +215,8 @@ absl::Status Datapath::enroll(uint32_t ip, const workloads::Workload& w, Pod& po
     auto peer = linkByIndexInNetns(host->peer_ifindex, host->peer_netnsid);
     if (peer.ok()) std::memcpy(value.pod_mac, peer->mac.data(), 6);
   }
-  if (w.tls_mode == workloads::TlsMode::kStrict) value.flags |= FERRY_POD_STRICT;
+  value.flags = podFlags(w);
+  pod.flags = value.flags;
   bool tcx = features_.tcx;
   bool pin = tcx && cfg_.failure_mode == config::FailureMode::kClosed;
   pod.ifname = w.host_interface;
@@ -233,6 +240,19 @@ absl::Status Datapath::enroll(uint32_t ip, const workloads::Workload& w, Pod& po
   if (bpf_map__update_elem(skel_->maps.ferry_pods, &ip, sizeof(ip), &value, sizeof(value), BPF_ANY) != 0) {
     return absl::InternalError(absl::StrCat("ferry_pods update: ", strerror(errno)));
   }
+  // Without it pod_egress cannot tell a flow the pod serves from a flow of its own that
+  // the mesh lost, and resets both (fail closed): say so rather than fail enrolment.
+  if (host->peer_netnsid >= 0) {
+    const ferry_pod_netns ns{static_cast<uint32_t>(host->peer_netnsid)};
+    if (bpf_map__update_elem(skel_->maps.ferry_pod_netns, &ip, sizeof(ip), &ns, sizeof(ns), BPF_ANY) != 0) {
+      return absl::InternalError(absl::StrCat("ferry_pod_netns update: ", strerror(errno)));
+    }
+  } else {
+    FERRY_LOG(kWarn,
+              "datapath: %s: the node netns has no id for the pod's netns; plaintext clients that reach "
+              "the pod directly will be reset",
+              w.host_interface);
+  }
   if (pod.netkit && injection_.mode == config::Injection::kIngressRedirect) {
     FERRY_LOG(kWarn,
               "datapath: %s is netkit and injection is ingress-redirect: ferryd's upstream packets enter "
@@ -243,6 +263,24 @@ absl::Status Datapath::enroll(uint32_t ip, const workloads::Workload& w, Pod& po
   FERRY_LOG(kInfo, "datapath: enrolled %s (%s %s ifindex %d, pod mac %s)", w.displayName(),
             pod.netkit ? "netkit" : "veth", w.host_interface, host->ifindex, formatMac(MacAddress{value.pod_mac[0], value.pod_mac[1], value.pod_mac[2],
                                                 value.pod_mac[3], value.pod_mac[4], value.pod_mac[5]}));
+  return absl::OkStatus();
+}
+
+absl::Status Datapath::updateMode(uint32_t ip, const workloads::Workload& w, Pod& pod) {
+  const uint32_t flags = podFlags(w);
+  if (flags == pod.flags) return absl::OkStatus();
+  // The entry's other fields (device, MACs) stay as enrolment wrote them: read them back
+  // rather than keeping a second copy that could drift from the map.
+  ferry_pod value{};
+  if (bpf_map__lookup_elem(skel_->maps.ferry_pods, &ip, sizeof(ip), &value, sizeof(value), 0) != 0) {
+    return absl::InternalError(absl::StrCat("ferry_pods lookup: ", strerror(errno)));
+  }
+  value.flags = flags;
+  if (bpf_map__update_elem(skel_->maps.ferry_pods, &ip, sizeof(ip), &value, sizeof(value), BPF_EXIST) != 0) {
+    return absl::InternalError(absl::StrCat("ferry_pods update: ", strerror(errno)));
+  }
+  pod.flags = flags;
+  FERRY_LOG(kInfo, "datapath: %s is now %s", w.displayName(), (flags & FERRY_POD_STRICT) ? "STRICT" : "PERMISSIVE");
   return absl::OkStatus();
 }
 
@@ -263,6 +301,7 @@ absl::Status Datapath::sync(const workloads::Registry& registry) {
     if (w == want.end() || w->second->host_interface != it->second.ifname) {
       uint32_t key = it->first;
       bpf_map__delete_elem(skel_->maps.ferry_pods, &key, sizeof(key), 0);
+      bpf_map__delete_elem(skel_->maps.ferry_pod_netns, &key, sizeof(key), 0);
       FERRY_LOG(kInfo, "datapath: released %s", it->second.ifname);
       it = pods_.erase(it);  // the Attachments detach
     } else {
@@ -270,7 +309,12 @@ absl::Status Datapath::sync(const workloads::Registry& registry) {
     }
   }
   for (const auto& [key, w] : want) {
-    if (pods_.count(key)) continue;
+    if (auto it = pods_.find(key); it != pods_.end()) {
+      if (auto st = updateMode(key, *w, it->second); !st.ok()) {
+        FERRY_LOG(kWarn, "datapath: cannot change the mode of %s: %s", w->displayName(), st.message());
+      }
+      continue;
+    }
     Pod pod;
     if (auto st = enroll(key, *w, pod); !st.ok()) {
       FERRY_LOG(kWarn, "datapath: cannot enroll %s: %s", w->displayName(), st.message());

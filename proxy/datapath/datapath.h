@@ -35,8 +35,9 @@ class Datapath {
   Datapath& operator=(const Datapath&) = delete;
 
   // Local pods join and leave (programs attached/detached on their host-side device,
-  // the pods map updated); capture destinations follow the registry. A pod that cannot
-  // be enrolled (device missing) is logged and skipped; the others are unaffected.
+  // the pods map updated), pods already enrolled get their mode (STRICT) rewritten when
+  // it changed, and capture destinations follow the registry. A pod that cannot be
+  // enrolled (device missing) is logged and skipped; the others are unaffected.
   absl::Status sync(const workloads::Registry& registry);
 
   const KernelFeatures& features() const { return features_; }
@@ -52,6 +53,8 @@ class Datapath {
     std::string ifname;
     int ifindex = 0;
     bool netkit = false;
+    // FERRY_POD_* as last written to ferry_pods: a change of mode rewrites the entry.
+    uint32_t flags = 0;
     // veth: pod_egress on tc ingress of the host-side device. netkit: pod_egress_netkit as
     // the pair's peer program (the pod's own transmit path).
     Attachment egress_side;
@@ -61,6 +64,8 @@ class Datapath {
     Attachment ingress_side;
   };
   absl::Status enroll(uint32_t ip, const workloads::Workload& w, Pod& pod);
+  // Rewrites an enrolled pod's ferry_pods entry when its mode changed.
+  absl::Status updateMode(uint32_t ip, const workloads::Workload& w, Pod& pod);
 
   config::Datapath cfg_;
   ferry_datapath* skel_ = nullptr;

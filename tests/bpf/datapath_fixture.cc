@@ -48,6 +48,9 @@ void DatapathTest::enroll(const TestPod& pod, uint32_t flags) {
   value.flags = flags;
   ASSERT_EQ(bpf_map__update_elem(skel_->maps.ferry_pods, &pod.ip, sizeof(pod.ip), &value, sizeof(value), BPF_ANY),
             0);
+  // The pod's sockets live in the test netns too, which the lookups reach by kTestNsid.
+  const ferry_pod_netns ns{static_cast<uint32_t>(kTestNsid)};
+  ASSERT_EQ(bpf_map__update_elem(skel_->maps.ferry_pod_netns, &pod.ip, sizeof(pod.ip), &ns, sizeof(ns), BPF_ANY), 0);
 }
 
 void DatapathTest::addCaptureDestination(uint32_t ip) {

@@ -100,7 +100,7 @@ TEST_F(ProductionObjectTest, MapsAreNamedWithFerryPrefixWithinKernelNameLength) 
     EXPECT_EQ(name.rfind("ferry_", 0), 0u) << name;
     EXPECT_LE(name.size(), 15u) << name << " would be truncated by the kernel";
   }
-  EXPECT_EQ(ferry_maps, 4);
+  EXPECT_EQ(ferry_maps, 5) << "ferry_pods, ferry_pod_netns, ferry_capture, ferry_settings, ferry_counters";
 }
 
 // Pins under a bpffs mounted in a private mount namespace, so that nothing

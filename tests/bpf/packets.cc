@@ -130,10 +130,81 @@ Bytes arpFrame(const Path& path) {
   return b;
 }
 
+Bytes tcpFragmentFrame(const Path& path, uint16_t offset_words, bool more) {
+  Bytes b = offset_words == 0 ? tcpFrame(path, 40000, 80, kAck | kPsh, 64) : ipv4Frame(path, kProtoTcp, 64);
+  put16(b, kEthLen + 6, static_cast<uint16_t>((more ? 0x2000 : 0) | offset_words));
+  b[kEthLen + 10] = b[kEthLen + 11] = 0;
+  put16(b, kEthLen + 10, fold(sum16(&b[kEthLen], kIpLen)));
+  return b;
+}
+
+Bytes udpFragmentFrame(const Path& path) {
+  Bytes b = udpFrame(path, 5353, 53, 64);
+  put16(b, kEthLen + 6, 0x2000);
+  b[kEthLen + 10] = b[kEthLen + 11] = 0;
+  put16(b, kEthLen + 10, fold(sum16(&b[kEthLen], kIpLen)));
+  return b;
+}
+
+Bytes ipv6Frame(const Path& path, const std::vector<uint8_t>& extensions, uint8_t transport) {
+  constexpr size_t kIp6Len = 40;
+  constexpr size_t kExtLen = 8;
+  constexpr size_t kL4Len = 20;
+  const size_t payload_len = extensions.size() * kExtLen + kL4Len;
+  Bytes b = ethernet(path, 0x86dd, kIp6Len + payload_len);
+  uint8_t* ip6 = &b[kEthLen];
+  ip6[0] = 0x60;
+  put16(b, kEthLen + 4, static_cast<uint16_t>(payload_len));
+  ip6[6] = extensions.empty() ? transport : extensions[0];
+  ip6[7] = 64;
+  ip6[8] = 0xfd;  // fd00::a (source), fd00::b (destination)
+  ip6[23] = 0x0a;
+  ip6[24] = 0xfd;
+  ip6[39] = 0x0b;
+  for (size_t i = 0; i < extensions.size(); ++i) {
+    uint8_t* ext = &b[kEthLen + kIp6Len + i * kExtLen];
+    ext[0] = i + 1 < extensions.size() ? extensions[i + 1] : transport;
+    ext[1] = 0;  // length in 8-byte units beyond the first (a fragment header has 0 there: reserved)
+  }
+  uint8_t* l4 = &b[kEthLen + kIp6Len + extensions.size() * kExtLen];
+  put16(b, static_cast<size_t>(l4 - b.data()), 40000);
+  put16(b, static_cast<size_t>(l4 - b.data()) + 2, 80);
+  if (transport == kProtoTcp) {
+    l4[12] = 5 << 4;
+    l4[13] = kSyn;
+  }
+  return b;
+}
+
 Bytes truncatedTcpFrame(const Path& path, uint16_t sport, uint16_t dport) {
   Bytes b = tcpFrame(path, sport, dport, kSyn);
   b.resize(kEthLen + kIpLen + 10);  // ports, sequence number, half the rest
   return b;
+}
+
+TcpView readTcp(const Bytes& frame) {
+  TcpView v{};
+  if (frame.size() < kEthLen + kIpLen + 20) return v;
+  const uint8_t* ip = &frame[kEthLen];
+  const size_t ihl = (ip[0] & 0x0f) * 4u;
+  const size_t ip_len = static_cast<size_t>(ip[2] << 8 | ip[3]);
+  const uint8_t* tcp = ip + ihl;
+  const size_t doff = (tcp[12] >> 4) * 4u;
+  std::memcpy(&v.saddr, ip + 12, 4);
+  std::memcpy(&v.daddr, ip + 16, 4);
+  v.sport = static_cast<uint16_t>(tcp[0] << 8 | tcp[1]);
+  v.dport = static_cast<uint16_t>(tcp[2] << 8 | tcp[3]);
+  v.seq = static_cast<uint32_t>(tcp[4]) << 24 | tcp[5] << 16 | tcp[6] << 8 | tcp[7];
+  v.ack_seq = static_cast<uint32_t>(tcp[8]) << 24 | tcp[9] << 16 | tcp[10] << 8 | tcp[11];
+  v.flags = tcp[13];
+  v.payload = ip_len - ihl - doff;
+  v.ip_checksum_ok = fold(sum16(ip, ihl)) == 0;
+  const size_t tcp_len = ip_len - ihl;
+  uint32_t sum = sum16(ip + 12, 8);
+  sum += kProtoTcp;
+  sum += static_cast<uint32_t>(tcp_len);
+  v.tcp_checksum_ok = kEthLen + ip_len <= frame.size() && fold(sum16(tcp, tcp_len, sum)) == 0;
+  return v;
 }
 
 Mac frameDstMac(const Bytes& frame) {

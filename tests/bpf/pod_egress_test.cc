@@ -52,16 +52,123 @@ TEST_F(PodEgressTest, CaptureAllSendsSynToAnyDestinationIntoProxy) {
   expectIntoProxy(result, FERRY_REASON_CAPTURE_SYN);
 }
 
-TEST_F(PodEgressTest, ConnectionOpenedBeforeCaptureKeepsItsDirectPath) {
-  // An ACK to a capture destination that ferryd does not hold: the connection
-  // predates enrollment (or capture), so it is not taken over mid-stream.
-  const Bytes frame = tcpFrame(fromPod(kPodA, kRemotePod), 40000, 80, kAck, 100);
+TEST_F(PodEgressTest, MidStreamSegmentToMeshDestinationNotHeldIsResetBackIntoThePod) {
+  // A flow that no ferryd socket holds (ferryd restarted under it, or it
+  // predates enrolment) must not continue in plaintext to a mesh workload: the
+  // pod gets the RST a peer without the connection would send.
+  const Bytes frame = tcpFrame(fromPod(kPodA, kRemotePod), 40000, 80, kAck | kPsh, 100);
+  const RunResult result = runPodEgress(frame);
+  EXPECT_EQ(result.verdict, kRedirect);
+  const auto redirects = calls(FERRY_TEST_CALL_REDIRECT_PEER);
+  ASSERT_EQ(redirects.size(), 1u);
+  EXPECT_EQ(redirects[0].ifindex, kPodA.host_ifindex) << "back into the pod, through its own device's peer";
+  EXPECT_EQ(redirects[0].flags, 0u);
+  EXPECT_EQ(packets(FERRY_PROG_POD_EGRESS, FERRY_VERDICT_REDIRECT, FERRY_REASON_STALE_FLOW), 1u);
+
+  ASSERT_EQ(result.data.size(), 14u + 20u + 20u) << "payload and options cut";
+  EXPECT_EQ(frameDstMac(result.data), frameSrcMac(frame));
+  EXPECT_EQ(frameSrcMac(result.data), frameDstMac(frame));
+  const TcpView rst = readTcp(result.data);
+  EXPECT_EQ(rst.saddr, kRemotePod);
+  EXPECT_EQ(rst.daddr, kPodA.ip);
+  EXPECT_EQ(rst.sport, 80);
+  EXPECT_EQ(rst.dport, 40000);
+  EXPECT_EQ(rst.flags, kRst) << "an ACK-bearing segment is answered by a bare RST";
+  EXPECT_EQ(rst.seq, readTcp(frame).ack_seq) << "exactly what the pod expects next (RFC 5961)";
+  EXPECT_EQ(rst.payload, 0u);
+  EXPECT_TRUE(rst.ip_checksum_ok);
+  EXPECT_TRUE(rst.tcp_checksum_ok);
+}
+
+TEST_F(PodEgressTest, SegmentWithoutAckIsAnsweredWithRstAckCoveringIt) {
+  const Bytes frame = tcpFrame(fromPod(kPodA, kRemotePod), 40000, 80, kPsh | kFin, 10);
+  const RunResult result = runPodEgress(frame);
+  EXPECT_EQ(result.verdict, kRedirect);
+  const TcpView rst = readTcp(result.data);
+  EXPECT_EQ(rst.flags, kRst | kAck);
+  EXPECT_EQ(rst.seq, 0u);
+  EXPECT_EQ(rst.ack_seq, readTcp(frame).seq + 10 + 1) << "payload and FIN acknowledged";
+  EXPECT_TRUE(rst.ip_checksum_ok);
+  EXPECT_TRUE(rst.tcp_checksum_ok);
+}
+
+TEST_F(PodEgressTest, RstToMeshDestinationNotHeldPassesSinceItCarriesNoData) {
+  const Bytes frame = tcpFrame(fromPod(kPodA, kRemotePod), 40000, 80, kRst | kAck);
+  expectPassed(runPodEgress(frame), frame, FERRY_REASON_STALE_RST);
+}
+
+TEST_F(PodEgressTest, MidStreamSegmentToNonMeshDestinationPassesEvenWithCaptureAll) {
+  // Replies of a PERMISSIVE pod to plaintext clients (kubelet probes) are not
+  // captured flows; capture: all widens SYN capture, not the stale-flow reset.
+  ASSERT_NO_FATAL_FAILURE(setCaptureAll(true));
+  const Bytes frame = tcpFrame(fromPod(kPodA, kExternal), 8080, 40000, kSyn | kAck);
   expectPassed(runPodEgress(frame), frame, FERRY_REASON_NOT_CAPTURED);
 }
 
+TEST_F(PodEgressTest, NetkitVariantDropsStaleSegmentItCannotBounce) {
+  const RunResult result =
+      run(skel_->progs.pod_egress_netkit, tcpFrame(fromPod(kPodA, kRemotePod), 40000, 80, kAck | kPsh, 10));
+  EXPECT_EQ(result.verdict, kShot);
+  EXPECT_TRUE(calls(FERRY_TEST_CALL_REDIRECT_PEER).empty());
+  EXPECT_EQ(packets(FERRY_PROG_POD_EGRESS, FERRY_VERDICT_DROP, FERRY_REASON_STALE_FLOW), 1u);
+}
+
+TEST_F(PodEgressTest, TcpFragmentsAreDroppedNeverPassedInPlaintext) {
+  // Fragments carry no steerable ports (later ones no TCP header at all) and
+  // would reassemble at the destination past the mesh.
+  EXPECT_EQ(runPodEgress(tcpFragmentFrame(fromPod(kPodA, kRemotePod), 0, true)).verdict, kShot);
+  EXPECT_EQ(runPodEgress(tcpFragmentFrame(fromPod(kPodA, kRemotePod), 9, false)).verdict, kShot);
+  EXPECT_EQ(runPodEgress(tcpFragmentFrame(fromPod(kPodA, kExternal), 9, true)).verdict, kShot);
+  EXPECT_EQ(packets(FERRY_PROG_POD_EGRESS, FERRY_VERDICT_DROP, FERRY_REASON_FRAGMENT), 3u);
+  EXPECT_TRUE(calls(FERRY_TEST_CALL_REDIRECT_PEER).empty());
+}
+
+TEST_F(PodEgressTest, UdpFragmentsPass) {
+  const Bytes frame = udpFragmentFrame(fromPod(kPodA, kRemotePod));
+  expectPassed(runPodEgress(frame), frame, FERRY_REASON_NOT_TCP);
+}
+
+TEST_F(PodEgressTest, Ipv6TcpIsDroppedWhereverItHidesInTheHeaderChain) {
+  const Path path = fromPod(kPodA, kRemotePod);
+  EXPECT_EQ(runPodEgress(ipv6Frame(path, {}, 6)).verdict, kShot);
+  EXPECT_EQ(runPodEgress(ipv6Frame(path, {0, 60}, 6)).verdict, kShot) << "behind hop-by-hop and dest options";
+  EXPECT_EQ(runPodEgress(ipv6Frame(path, {44}, 6)).verdict, kShot) << "a fragment of TCP";
+  EXPECT_EQ(runPodEgress(ipv6Frame(path, {0, 43, 60, 0, 43, 60, 0}, 17)).verdict, kShot)
+      << "a chain too long to see through is refused";
+  EXPECT_EQ(packets(FERRY_PROG_POD_EGRESS, FERRY_VERDICT_DROP, FERRY_REASON_IPV6_TCP), 4u);
+}
+
+TEST_F(PodEgressTest, Ipv6WithoutTcpPasses) {
+  const Path path = fromPod(kPodA, kRemotePod);
+  const Bytes icmp6 = ipv6Frame(path, {}, 58);  // neighbour discovery must keep working
+  const Bytes udp6 = ipv6Frame(path, {0, 44}, 17);
+  EXPECT_EQ(runPodEgress(icmp6).verdict, kPass);
+  EXPECT_EQ(runPodEgress(udp6).verdict, kPass);
+  EXPECT_EQ(packets(FERRY_PROG_POD_EGRESS, FERRY_VERDICT_PASS, FERRY_REASON_NOT_IPV4), 2u);
+}
+
 TEST_F(PodEgressTest, SynAckIsNotTreatedAsNewConnection) {
-  const Bytes frame = tcpFrame(fromPod(kPodA, kRemotePod), 80, 40000, kSyn | kAck);
+  const Bytes frame = tcpFrame(fromPod(kPodA, kExternal), 80, 40000, kSyn | kAck);
   expectPassed(runPodEgress(frame), frame, FERRY_REASON_NOT_CAPTURED);
+  EXPECT_EQ(packets(FERRY_PROG_POD_EGRESS, FERRY_VERDICT_REDIRECT, FERRY_REASON_CAPTURE_SYN), 0u);
+}
+
+TEST_F(PodEgressTest, FlowThePodServesToAMeshClientPasses) {
+  // A mesh client reached the pod directly (its own node's ferryd failed open;
+  // PERMISSIVE accepts plaintext): the pod listens on its source port, so its
+  // replies are not a lost flow of its own.
+  Fd pod_listener = tcpListener(80);
+  const Bytes synack = tcpFrame(fromPod(kPodA, kRemotePod), 80, 40000, kSyn | kAck);
+  const Bytes data = tcpFrame(fromPod(kPodA, kRemotePod), 80, 40000, kAck | kPsh, 10);
+  EXPECT_EQ(runPodEgress(synack).verdict, kPass);
+  EXPECT_EQ(runPodEgress(data).verdict, kPass);
+  EXPECT_EQ(packets(FERRY_PROG_POD_EGRESS, FERRY_VERDICT_PASS, FERRY_REASON_POD_SERVES), 2u);
+  const auto lookups = calls(FERRY_TEST_CALL_SKC_LOOKUP);
+  ASSERT_FALSE(lookups.empty());
+  EXPECT_EQ(lookups.back().netns, static_cast<uint64_t>(kTestNsid)) << "asked in the pod's own netns";
+  EXPECT_EQ(lookups.back().sport, 0) << "a remote port no connection has: only a listener matches";
+  EXPECT_EQ(lookups.back().daddr, kPodA.ip);
+  EXPECT_EQ(lookups.back().dport, htons(80));
 }
 
 TEST_F(PodEgressTest, UdpPassesUntouched) {

@@ -134,5 +134,19 @@ TEST_F(PodIngressTest, UnknownDestinationSynPasses) {
   expectPassed(runPodIngress(frame), frame, FERRY_REASON_NOT_CAPTURED);
 }
 
+TEST_F(PodIngressTest, TcpFragmentsToThePodAreDroppedSoStrictCannotBeBypassed) {
+  ASSERT_NO_FATAL_FAILURE(enroll(kPodA, FERRY_POD_STRICT));
+  EXPECT_EQ(runPodIngress(tcpFragmentFrame(toPod(kExternal, kPodA), 0, true)).verdict, kShot);
+  EXPECT_EQ(runPodIngress(tcpFragmentFrame(toPod(kExternal, kPodA), 9, false)).verdict, kShot);
+  EXPECT_EQ(packets(FERRY_PROG_POD_INGRESS, FERRY_VERDICT_DROP, FERRY_REASON_FRAGMENT), 2u);
+  EXPECT_TRUE(calls(FERRY_TEST_CALL_REDIRECT).empty());
+}
+
+TEST_F(PodIngressTest, Ipv6TcpToThePodIsDropped) {
+  ASSERT_NO_FATAL_FAILURE(enroll(kPodA));
+  EXPECT_EQ(runPodIngress(ipv6Frame(toPod(kExternal, kPodA), {}, 6)).verdict, kShot);
+  EXPECT_EQ(packets(FERRY_PROG_POD_INGRESS, FERRY_VERDICT_DROP, FERRY_REASON_IPV6_TCP), 1u);
+}
+
 }  // namespace
 }  // namespace ferry::bpftest
