@@ -18,6 +18,11 @@
 #      (unenrolled), the other pod and a connection open across the change are untouched
 #   8  ferryd stopped with failure_mode closed: mesh TCP is cut off, nothing leaks, ICMP
 #      works; restarted ferryd adopts its pins; failure_mode open: direct plaintext
+#   10 TCP fragments and IPv6 TCP crafted in a pod (CAP_NET_RAW) are refused, nothing crosses
+#   11 STRICT switched at run time reaches the datapath (and back); fragments from the node
+#      cannot reach a STRICT pod
+#   12 stale flows: a connection that predates enrolment, and one whose client-node ferryd
+#      was SIGKILLed and restarted, get a reset and never continue in plaintext
 #   9  after `ferry-lab down`: no namespace, link, pin or process left
 #
 # Exit 0 all passed, 1 any failed, 77 skip (not root; under CI=true not being root fails).
@@ -466,6 +471,22 @@ echo "== ferry-lab up"
 if ! "$LAB" up 8<&- 2>&1 | sed 's/^/    /'; then echo "$ME: FAIL: ferry-lab up failed"; exit 1; fi
 note "$("$LAB" exec n1/proxy -- curl -s --max-time 2 http://127.0.0.1:15000/datapath | tr '\n' ';')"
 
+# remove_workload POD: POD's entry leaves the workloads file (atomic rename).
+remove_workload() {
+  python3 - "$STATE/workloads.yaml" "$1" <<'PYEOF'
+import sys
+path, pod = sys.argv[1:]
+out, skip = [], False
+for line in open(path).read().splitlines(keepends=True):
+    if line.lstrip().startswith("- "):
+        skip = ("name: %s," % pod) in line
+    if not skip:
+        out.append(line)
+open(path + ".tmp", "w").write("".join(out))
+PYEOF
+  mv "$STATE/workloads.yaml.tmp" "$STATE/workloads.yaml"
+}
+
 # Pods leave and join at run time through the workloads file. A pod that left is an
 # unenrolled pod: it keeps working (directly, in plaintext, as before ferry), and the other
 # pods' connections, including one open across the change, are not touched.
@@ -506,18 +527,7 @@ s.sendall(b"echo-after\n")
 print(s.recv(4096).decode().strip(), flush=True)' "$go"
   assert "long-lived connection echoed before the change" wait_for 10 "first echo" count_at_least "$TMP/longlived.out" "echo-before" 1
   # n1-p2 leaves the mesh: its entry is removed from the workloads file (atomic rename).
-  python3 - "$wl" <<'EOF'
-import sys
-path = sys.argv[1]
-out, skip = [], False
-for line in open(path).read().splitlines(keepends=True):
-    if line.lstrip().startswith("- "):
-        skip = "n1-p2" in line
-    if not skip:
-        out.append(line)
-open(path + ".tmp", "w").write("".join(out))
-EOF
-  mv "$wl.tmp" "$wl"
+  remove_workload n1-p2
   assert "n1 released n1-p2 (one pod enrolled)" wait_for 10 "1 enrolled" enrolled_is n1 1
   m1=$(flog_mark n1)
   out=$(curl_get n1/p2 http://10.77.2.11:8080/unenrolled)
@@ -535,6 +545,196 @@ EOF
   assert "the rejoined pod reaches n2/p1 (200)" grep -qE '^200 ' <<<"$out"
   assert "... through the mesh again" flog_wait n1 "$m1" "direction=outbound src=10\.77\.1\.12:[0-9]+ dst=10\.77\.2\.11:8080 .*reason=ok"
 }
+# ---------------------------------------------------------------------------------------
+# Hardening (issue 12): no plaintext escape, run-time mode changes reach the datapath.
+# ---------------------------------------------------------------------------------------
+RAW=$HERE/fy_raw_send.py
+reason_count() { metric "$1" "ferry_datapath_reason_packets_total{reason=\"$2\"}"; }
+reason_reached() { [ "$(reason_count "$1" "$2")" -ge "$3" ]; }
+drops() { metric "$1" "ferry_datapath_packets_total{program=\"$2\",verdict=\"drop\"}"; }
+# set_tls_mode POD MODE: rewrite POD's line of the workloads file (atomic rename).
+set_tls_mode() {
+  python3 - "$STATE/workloads.yaml" "$1" "$2" <<'PYEOF'
+import re, sys
+path, pod, mode = sys.argv[1:]
+out = []
+for line in open(path).read().splitlines(keepends=True):
+    if ("name: %s," % pod) in line:
+        line = re.sub(r", tls_mode: \w+", "", line).replace("}", ", tls_mode: %s}" % mode, 1)
+    out.append(line)
+open(path + ".tmp", "w").write("".join(out))
+PYEOF
+  mv "$STATE/workloads.yaml.tmp" "$STATE/workloads.yaml"
+}
+
+# Finding 1: TCP fragments and IPv6 TCP from a pod with CAP_NET_RAW are refused at its
+# device (counted), and nothing of them crosses the wire.
+case_no_plaintext_escape() {
+  local marker st before mac dropped
+  start_httpd n2/p1 10.77.2.11
+  marker=$(new_marker case10)
+  before=$(reason_count n1 FRAGMENT)
+  dropped=$(drops n1 pod_egress)
+  cap_start case10
+  "$LAB" exec n1/p1 -- python3 "$RAW" frag4 10.77.1.11 10.77.2.11 8080 "$marker" | sed 's/^/      /'
+  # A dropped packet sends no signal: n1's counter is the readiness signal.
+  assert "n1 refused both fragments at fy1-p1 (reason FRAGMENT, +2)" \
+    wait_for 5 "FRAGMENT >= $((before + 2))" reason_reached n1 FRAGMENT $((before + 2))
+  assert "... as drops of pod_egress" test "$(drops n1 pod_egress)" -ge $((dropped + 2))
+  "$LAB" exec n1/p1 -- curl -sf --max-time 5 -o /dev/null http://10.77.2.11:8080/case10-after-fragments \
+    || true  # a mesh request behind the fragments: when it is answered, they had their chance to cross
+  cap_stop case10
+  st=$(pcap_stats "$TMP/case10.pcap" "$marker" 8080)
+  note "wire: $st"
+  assert "wire: no fragment of the marker crossed" jqt "$st" '.marker_in_file == false'
+  assert "the server never saw the marker" bash -c "! grep -q '$marker' '$(httpd_log n2/p1)'"
+
+  mac=$(ip -n fy-n1 -j link show fy1-p1 | jq -r '.[0].address')
+  before=$(reason_count n1 IPV6_TCP)
+  "$LAB" exec n1/p1 -- python3 "$RAW" tcp6 eth0 "$mac" "$marker" | sed 's/^/      /'
+  assert "n1 refused the IPv6 TCP SYN at fy1-p1 (reason IPV6_TCP, +1)" \
+    wait_for 5 "IPV6_TCP >= $((before + 1))" reason_reached n1 IPV6_TCP $((before + 1))
+}
+
+# Finding 3: STRICT set at run time reaches the pod's datapath (and back), and TCP
+# fragments from the node cannot reach the STRICT pod either.
+case_strict_at_runtime() {
+  local m2 rc marker src before
+  start_httpd n2/p1 10.77.2.11
+  assert "PERMISSIVE: plaintext from node n2 to n2/p1 is served" \
+    "$LAB" exec n2 -- curl -sf --max-time 3 -o /dev/null http://10.77.2.11:8080/case11-permissive
+  m2=$(flog_mark n2)
+  set_tls_mode n2-p1 strict
+  assert "n2 switched default/n2-p1 to STRICT in the datapath" flog_wait n2 "$m2" "default/n2-p1 is now STRICT"
+  rc=0
+  "$LAB" exec n2 -- curl -sS --max-time 3 -o /dev/null http://10.77.2.11:8080/case11-strict >"$TMP/case11.out" 2>&1 || rc=$?
+  note "plaintext from node n2 to STRICT n2/p1: curl exit $rc ($(tr '\n' ' ' <"$TMP/case11.out"))"
+  assert "STRICT: plaintext from node n2 is refused" test "$rc" -ne 0
+  assert "... and the server never saw it" bash -c "! grep -q case11-strict '$(httpd_log n2/p1)'"
+  assert "mesh traffic to the STRICT pod still works" \
+    "$LAB" exec n1/p1 -- curl -sf --max-time 5 -o /dev/null http://10.77.2.11:8080/case11-mesh
+
+  marker=$(new_marker case11)
+  src=$(ip -n fy-n2 -j route get 10.77.2.11 | jq -r '.[0].prefsrc')
+  before=$(reason_count n2 FRAGMENT)
+  bg n2/p1 "$TMP/case11.tcpdump" tcpdump -i eth0 -n -s 0 -U --immediate-mode -w "$TMP/case11.pcap"
+  local cap=$BG_PID
+  wait_for 10 "tcpdump in n2/p1" grep -q "listening on" "$TMP/case11.tcpdump"
+  "$LAB" exec n2 -- python3 "$RAW" frag4 "$src" 10.77.2.11 8080 "$marker" | sed 's/^/      /'
+  assert "n2 refused both fragments to the STRICT pod (reason FRAGMENT, +2)" \
+    wait_for 5 "FRAGMENT >= $((before + 2))" reason_reached n2 FRAGMENT $((before + 2))
+  stop_pid "$cap" INT
+  assert "nothing of the fragments reached n2/p1's eth0" bash -c "! grep -q '$marker' '$TMP/case11.pcap'"
+
+  m2=$(flog_mark n2)
+  set_tls_mode n2-p1 permissive
+  assert "n2 switched default/n2-p1 back to PERMISSIVE" flog_wait n2 "$m2" "default/n2-p1 is now PERMISSIVE"
+  assert "PERMISSIVE again: plaintext from node n2 is served" \
+    wait_for 5 "curl from n2" "$LAB" exec n2 -- curl -sf --max-time 3 -o /dev/null http://10.77.2.11:8080/case11-permissive-again
+}
+
+# An echo server on n2/p1:9191, and a client (in pod $1) that echoes once, waits for the
+# file $2, then sends a marker payload and reports what the socket said: "echo" (it came
+# back), "reset" (ECONNRESET/EPIPE at any step) or "eof".
+ECHO9191_PY='
+import socket, threading
+srv = socket.create_server(("10.77.2.11", 9191))
+def serve(c):
+    while True:
+        try:
+            d = c.recv(65536)
+        except OSError:
+            break
+        if not d: break
+        c.sendall(d)
+    c.close()
+while True:
+    c, _ = srv.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()'
+STALE_CLIENT_PY='
+import os, socket, sys, time
+go, marker = sys.argv[1], sys.argv[2]
+s = socket.create_connection(("10.77.2.11", 9191))
+s.sendall(b"hello\n")
+print("first:", s.recv(4096).decode().strip(), flush=True)
+deadline = time.time() + 60
+while not os.path.exists(go) and time.time() < deadline:
+    time.sleep(0.05)  # the test creates the file; no other signal crosses the netns
+s.settimeout(10)
+outcome = "eof"
+try:
+    s.sendall((marker + "\n").encode() * 64)
+    got = s.recv(4096)
+    if got:
+        outcome = "echo"
+    else:
+        time.sleep(0.2)  # a half-closed socket: the next write meets the reset
+        s.sendall((marker + "\n").encode())
+        s.recv(4096)
+except (ConnectionResetError, BrokenPipeError):
+    outcome = "reset"
+except socket.timeout:
+    outcome = "timeout"
+print("outcome:", outcome, flush=True)'
+start_echo9191() {
+  listening n2/p1 9191 && return 0
+  bg n2/p1 "$TMP/echo9191.log" python3 -c "$ECHO9191_PY"
+  wait_for 10 "echo server on n2/p1:9191" listening n2/p1 9191
+}
+# stale_write_is_reset NAME MARKER: lets the client started with $TMP/NAME.go write its
+# marker, then asserts the application got a reset and the wire never saw the marker.
+stale_write_is_reset() {
+  local name=$1 marker=$2 st
+  cap_start "$name"
+  touch "$TMP/$name.go"
+  assert "the client reports" wait_for 15 "outcome" grep -q "outcome:" "$TMP/$name.out"
+  cap_stop "$name"
+  note "client: $(tr '\n' ' ' <"$TMP/$name.out")"
+  assert "the application got a reset" grep -q "outcome: reset" "$TMP/$name.out"
+  st=$(pcap_stats "$TMP/$name.pcap" "$marker" 9191)
+  note "wire: $st"
+  assert "wire: the marker never crossed in plaintext" jqt "$st" '.marker_in_file == false'
+}
+enrolled_n1() { [ "$(metric n1 ferry_datapath_enrolled_pods)" = "$1" ]; }
+
+# Finding 2: a flow no ferryd socket holds never continues in plaintext to a mesh pod.
+case_stale_flows() {
+  local wl="$STATE/workloads.yaml" saved="$TMP/case12.workloads" marker go pid
+  start_echo9191
+  cp "$wl" "$saved"
+
+  note "a connection that predates enrolment (n1/p2 unenrolled while it opens)"
+  remove_workload n1-p2
+  assert "n1 released n1-p2" wait_for 10 "1 enrolled" enrolled_n1 1
+  marker=$(new_marker case12a)
+  go=$TMP/case12a.go
+  bg n1/p2 "$TMP/case12a.out" python3 -c "$STALE_CLIENT_PY" "$go" "$marker"
+  assert "the unenrolled pod's connection echoed (direct)" wait_for 10 "first echo" grep -q "first: hello" "$TMP/case12a.out"
+  cp "$saved" "$wl.tmp" && mv "$wl.tmp" "$wl"
+  assert "n1 enrolled n1-p2 again" wait_for 10 "2 enrolled" enrolled_n1 2
+  stale_write_is_reset case12a "$marker"
+  assert "n1 counted the reset (reason STALE_FLOW)" reason_reached n1 STALE_FLOW 1
+
+  note "a mesh connection whose client-node ferryd is killed (SIGKILL) and restarted"
+  marker=$(new_marker case12b)
+  go=$TMP/case12b.go
+  bg n1/p1 "$TMP/case12b.out" python3 -c "$STALE_CLIENT_PY" "$go" "$marker"
+  assert "the mesh connection echoed" wait_for 10 "first echo" grep -q "first: hello" "$TMP/case12b.out"
+  # The orphaned sockets of the killed ferryd would keep the flow "held" for
+  # tcp_fin_timeout (60 s); the lab's proxy netns is ours, so shorten it for this case.
+  ip netns exec fy-n1-proxy sysctl -qw net.ipv4.tcp_fin_timeout=1
+  pid=$(cat "$STATE/n1/ferryd.pid")
+  kill -KILL "$pid"
+  assert "ferryd n1 is gone" wait_for 10 "ferryd to exit" bash -c "! kill -0 $pid 2>/dev/null"
+  assert "no socket of the killed ferryd holds the flow any more" \
+    wait_for 15 "orphans to expire" bash -c "[ -z \"\$(ip netns exec fy-n1-proxy ss -Htan 'sport = :9191')\" ]"
+  ip netns exec fy-n1-proxy sysctl -qw net.ipv4.tcp_fin_timeout=60
+  "$LAB" start n1 8<&- | sed 's/^/      /'
+  stale_write_is_reset case12b "$marker"
+  assert "a new connection after the restart works" \
+    wait_for 10 "curl n1/p1 -> n2/p1" "$LAB" exec n1/p1 -- curl -sf --max-time 3 -o /dev/null http://10.77.2.11:8080/case12-after
+}
+
 run_case 1 "cross-node curl n1/p1 -> n2/p1, server sees 10.77.1.11" case_cross_node_curl
 run_case 2 "same-node curl n2/p2 -> n2/p1, server sees 10.77.2.12" case_same_node_curl
 run_case 3 "the wire (n1/p2 -> n2/p1): TLS to :15008, no plaintext of a 64 KiB marker, nothing on :8080" case_wire_capture
@@ -543,6 +743,9 @@ run_case 5 "CNI stand-in after ferry on fy1-p1 ingress: counts the tunnel, its d
 run_case 6 "capture cannot be dodged (source port 15008; direct :15008)" case_no_dodging
 run_case 7 "UDP and ICMP untouched (reason NOT_TCP)" case_udp_icmp
 run_case 7b "pods leave and join at run time; an unenrolled pod keeps working; others untouched" case_join_leave
+run_case 10 "no plaintext escape: TCP fragments and IPv6 TCP from a pod are refused" case_no_plaintext_escape
+run_case 11 "STRICT switched at run time reaches the datapath; fragments cannot reach a STRICT pod" case_strict_at_runtime
+run_case 12 "stale flows (pre-enrolment, client ferryd killed) get a reset, never plaintext" case_stale_flows
 run_case 8 "ferryd stopped: closed cuts off without leaking, restart adopts, open routes directly" case_failure_modes
 run_case 4b "iperf3 across nodes without ferryd (plaintext baseline)" case_iperf3_plaintext
 run_case 9 "leak check after ferry-lab down" case_leaks
