@@ -11,7 +11,15 @@
  *   5. SYN to a local enrolled pod: port 15008                    -> assign 15008, mark
  *                                    any other port               -> assign 15006, mark
  *   6. SYN neither from nor to a local enrolled pod               -> pass (normal routing)
- *   A missing socket or listener, or a refused assignment         -> drop
+ *   A missing socket or listener, or a refused assignment         -> drop, except:
+ *   no HBONE listener for a SYN to port 15008                      -> RST to the sender
+ * The exception: a SYN to 15008 comes from a peer ferryd (or a ztunnel), never
+ * from an application, so a reset in the HBONE port's name tells the peer at
+ * once that this node's ferryd is not there (it fails the connection fast and
+ * says which node), where a drop would hold it for its whole connect timeout.
+ * An application's SYN without a listener (ferryd restarting on this node) is
+ * still dropped: its retransmission reaches the restarted ferryd, and a reset
+ * would answer in the name of a server that never saw it.
  * Source first (rule 4 before 5): an application's own SYN to port 15008 is
  * outbound capture, not HBONE. "ferryd did not send": on the same node, ferryd's
  * HBONE leg to the server pod (from the client pod's address) comes back here
@@ -24,6 +32,7 @@
 #include "lib/counters.h"
 #include "lib/maps.h"
 #include "lib/parse.h"
+#include "lib/reset.h"
 #include "lib/sock.h"
 
 static __always_inline int assign_verdict(struct __sk_buff *skb, enum ferry_assign_result result, __u32 ok_reason,
@@ -41,6 +50,20 @@ static __always_inline int assign_verdict(struct __sk_buff *skb, enum ferry_assi
 	skb->mark = proxy_mark;
 	*reason = ok_reason;
 	return FERRY_PASS;
+}
+
+/*
+ * No HBONE listener: send the SYN back as an RST out of the proxy's eth0. On
+ * the proxy's host-side device from_proxy treats it as any of ferryd's packets
+ * from the local pod it names as source: injected into that pod's egress path
+ * and routed to the peer, whose ferryd holds the connecting socket.
+ */
+static __always_inline int refuse_hbone(struct __sk_buff *skb, __u32 *reason)
+{
+	*reason = FERRY_REASON_NO_HBONE_LISTENER;
+	if (ferry_rewrite_as_reset(skb) < 0)
+		return FERRY_DROP;
+	return (int)ferry_redirect(skb->ifindex, 0);
 }
 
 static __always_inline int steer(struct __sk_buff *skb, const struct ferry_pkt *pkt, __u32 *reason)
@@ -61,9 +84,12 @@ static __always_inline int steer(struct __sk_buff *skb, const struct ferry_pkt *
 		return assign_verdict(skb, ferry_assign_listener(skb, pkt, port_outbound), FERRY_REASON_ASSIGN_OUTBOUND,
 				reason);
 	if (ferry_local_pod(pkt->daddr)) {
-		if (pkt->dport == bpf_htons(port_hbone))
-			return assign_verdict(skb, ferry_assign_listener(skb, pkt, port_hbone), FERRY_REASON_ASSIGN_HBONE,
-					reason);
+		if (pkt->dport == bpf_htons(port_hbone)) {
+			result = ferry_assign_listener(skb, pkt, port_hbone);
+			if (result == FERRY_ASSIGN_NO_SOCKET)
+				return refuse_hbone(skb, reason);
+			return assign_verdict(skb, result, FERRY_REASON_ASSIGN_HBONE, reason);
+		}
 		return assign_verdict(skb, ferry_assign_listener(skb, pkt, port_inbound_plain),
 				FERRY_REASON_ASSIGN_INBOUND, reason);
 	}

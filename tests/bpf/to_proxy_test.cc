@@ -167,6 +167,29 @@ TEST_F(ToProxyTest, SynWithoutListenerIsDropped) {
   EXPECT_EQ(packets(FERRY_PROG_TO_PROXY, FERRY_VERDICT_DROP, FERRY_REASON_NO_LISTENER), 1u);
 }
 
+TEST_F(ToProxyTest, HboneSynWithoutListenerIsResetBackToThePeerFerryd) {
+  // This node's ferryd is down: the peer ferryd's tunnel SYN gets a reset in
+  // the HBONE port's name at once, instead of waiting out its connect timeout.
+  ASSERT_NO_FATAL_FAILURE(enroll(kPodA));
+  const Bytes syn = tcpFrame(toPod(kRemotePod, kPodA), 40000, FERRY_PORT_HBONE, kSyn);
+  const RunResult result = runToProxy(syn);
+  EXPECT_EQ(result.verdict, kRedirect);
+  const auto redirects = calls(FERRY_TEST_CALL_REDIRECT);
+  ASSERT_EQ(redirects.size(), 1u);
+  EXPECT_EQ(redirects[0].flags, 0u) << "out of the proxy's eth0, to from_proxy";
+  EXPECT_TRUE(calls(FERRY_TEST_CALL_SK_ASSIGN).empty());
+  EXPECT_EQ(packets(FERRY_PROG_TO_PROXY, FERRY_VERDICT_REDIRECT, FERRY_REASON_NO_HBONE_LISTENER), 1u);
+  const TcpView rst = readTcp(result.data);
+  EXPECT_EQ(rst.saddr, kPodA.ip);
+  EXPECT_EQ(rst.daddr, kRemotePod);
+  EXPECT_EQ(rst.sport, FERRY_PORT_HBONE);
+  EXPECT_EQ(rst.dport, 40000);
+  EXPECT_EQ(rst.flags, kRst | kAck);
+  EXPECT_EQ(rst.ack_seq, readTcp(syn).seq + 1) << "a SYN occupies one sequence number";
+  EXPECT_TRUE(rst.ip_checksum_ok);
+  EXPECT_TRUE(rst.tcp_checksum_ok);
+}
+
 TEST_F(ToProxyTest, RefusedAssignmentIsDropped) {
   listen();
   skel_->bss->ferry_test_sk_assign_ret = -95;  // -EOPNOTSUPP

@@ -23,6 +23,8 @@
 #      cannot reach a STRICT pod
 #   12 stale flows: a connection that predates enrolment, and one whose client-node ferryd
 #      was SIGKILLed and restarted, get a reset and never continue in plaintext
+#   13 the server-node ferryd is down: the client's connection fails at once (a reset for
+#      the tunnel SYN, not the connect timeout) and n1's log names the peer's HBONE address
 #   9  after `ferry-lab down`: no namespace, link, pin or process left
 #
 # Exit 0 all passed, 1 any failed, 77 skip (not root; under CI=true not being root fails).
@@ -700,6 +702,7 @@ enrolled_n1() { [ "$(metric n1 ferry_datapath_enrolled_pods)" = "$1" ]; }
 # Finding 2: a flow no ferryd socket holds never continues in plaintext to a mesh pod.
 case_stale_flows() {
   local wl="$STATE/workloads.yaml" saved="$TMP/case12.workloads" marker go pid
+  start_httpd n2/p1 10.77.2.11
   start_echo9191
   cp "$wl" "$saved"
 
@@ -735,6 +738,30 @@ case_stale_flows() {
     wait_for 10 "curl n1/p1 -> n2/p1" "$LAB" exec n1/p1 -- curl -sf --max-time 3 -o /dev/null http://10.77.2.11:8080/case12-after
 }
 
+# Finding 4 (datapath side): the server-node ferryd is down. Its pinned programs still
+# steer the tunnel SYN into the empty proxy, where to_proxy answers it with a reset in the
+# HBONE port's name, so the client node fails the connection at once and names the peer.
+case_peer_ferryd_down() {
+  local pid m1 rc
+  start_httpd n2/p1 10.77.2.11
+  assert "n1/p1 -> n2/p1 works before" "$LAB" exec n1/p1 -- curl -sf --max-time 5 -o /dev/null http://10.77.2.11:8080/case13-before
+  pid=$(cat "$STATE/n2/ferryd.pid")
+  kill -TERM "$pid"
+  assert "ferryd n2 exits on SIGTERM" wait_for 10 "ferryd n2 to exit" bash -c "! kill -0 $pid 2>/dev/null"
+  m1=$(flog_mark n1)
+  rc=0
+  "$LAB" exec n1/p1 -- curl -sS --max-time 8 -o /dev/null http://10.77.2.11:8080/case13-down >"$TMP/case13.out" 2>&1 || rc=$?
+  note "curl n1/p1 -> n2/p1 with n2's ferryd down: exit $rc ($(tr '\n' ' ' <"$TMP/case13.out"))"
+  assert "the application's connection fails (not a timeout: curl exit is not 28)" \
+    bash -c "[ $rc -ne 0 ] && [ $rc -ne 28 ]"
+  assert "n1's ferryd says the peer's HBONE port refused" \
+    flog_wait n1 "$m1" "10\.77\.2\.11:15008.*[Rr]efused"
+  "$LAB" start n2 8<&- | sed 's/^/      /'
+  assert "n2 counted the reset it sent (reason NO_HBONE_LISTENER)" reason_reached n2 NO_HBONE_LISTENER 1
+  assert "after n2's restart the connection works again" \
+    wait_for 10 "curl n1/p1 -> n2/p1" "$LAB" exec n1/p1 -- curl -sf --max-time 3 -o /dev/null http://10.77.2.11:8080/case13-after
+}
+
 run_case 1 "cross-node curl n1/p1 -> n2/p1, server sees 10.77.1.11" case_cross_node_curl
 run_case 2 "same-node curl n2/p2 -> n2/p1, server sees 10.77.2.12" case_same_node_curl
 run_case 3 "the wire (n1/p2 -> n2/p1): TLS to :15008, no plaintext of a 64 KiB marker, nothing on :8080" case_wire_capture
@@ -746,6 +773,7 @@ run_case 7b "pods leave and join at run time; an unenrolled pod keeps working; o
 run_case 10 "no plaintext escape: TCP fragments and IPv6 TCP from a pod are refused" case_no_plaintext_escape
 run_case 11 "STRICT switched at run time reaches the datapath; fragments cannot reach a STRICT pod" case_strict_at_runtime
 run_case 12 "stale flows (pre-enrolment, client ferryd killed) get a reset, never plaintext" case_stale_flows
+run_case 13 "server-node ferryd down: the client fails fast (reset from to_proxy) and names the peer" case_peer_ferryd_down
 run_case 8 "ferryd stopped: closed cuts off without leaking, restart adopts, open routes directly" case_failure_modes
 run_case 4b "iperf3 across nodes without ferryd (plaintext baseline)" case_iperf3_plaintext
 run_case 9 "leak check after ferry-lab down" case_leaks
