@@ -6,7 +6,7 @@ JOBS ?= $(shell nproc)
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := true
 
-.PHONY: all bootstrap configure build test test-asan demo kernel-lab bench bench-quick clean ci
+.PHONY: all bootstrap configure build test test-asan test-tsan demo kernel-lab bench bench-quick clean ci
 
 all: build
 
@@ -26,6 +26,11 @@ test: build
 # Unit and integration tiers under ASan + UBSan.
 test-asan:
 	@$(MAKE) --no-print-directory test PRESET=asan CTEST_ARGS="-L 'unit|integration' $(CTEST_ARGS)"
+
+# The same tiers under ThreadSanitizer (preset tsan): each ferryd in them runs a control
+# thread and several workers. Any report fails the test (TSan exits 66).
+test-tsan:
+	@$(MAKE) --no-print-directory test PRESET=tsan CTEST_ARGS="-L 'unit|integration' $(CTEST_ARGS)"
 
 demo: build
 	@scripts/demo.sh

@@ -324,7 +324,10 @@ absl::StatusOr<bool> Watcher::reloadIfChanged() {
   }
   auto next = Registry::parse(text, path_, local_node_);
   if (!next.ok()) return next.status();
-  current_.store(*next);
+  {
+    std::lock_guard lock(current_mu_);
+    current_ = *next;
+  }
   uint64_t generation = generation_.fetch_add(1) + 1;
   FERRY_LOG(kInfo, "workloads: loaded %d workloads (%d local) from %s, generation %d",
             (*next)->all().size(), (*next)->localCount(), path_, generation);
