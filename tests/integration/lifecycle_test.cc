@@ -6,7 +6,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -274,14 +274,19 @@ class FerrydProcess {
     std::string config = files.dir() + "/" + node + "-process.yaml";
     std::ofstream(config) << files.configYaml(node);
     log_ = files.dir() + "/" + node + "-process.log";
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
     std::string binary = FERRYD_BINARY;
     char* argv[] = {binary.data(), const_cast<char*>("--config"), config.data(), nullptr};
-    if (posix_spawn(&pid_, binary.c_str(), &actions, nullptr, argv, environ) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&actions);
+    int log_fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      // Only async-signal-safe calls here. A test that dies leaves no ferryd behind.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      ::dup2(log_fd, 1);
+      ::dup2(log_fd, 2);
+      ::execve(argv[0], argv, environ);
+      ::_exit(127);
+    }
+    if (log_fd >= 0) ::close(log_fd);
   }
   ~FerrydProcess() { kill(); }
   bool running() const { return pid_ > 0; }
