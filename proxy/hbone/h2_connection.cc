@@ -615,6 +615,12 @@ void H2Connection::fail(std::string_view why) {
   close_reason_ = std::string(why);
   FERRY_LOG(kDebug, "hbone: connection closed: %s", why);
   boost::system::error_code ignored;
+  if (streams_.empty()) {
+    // ferryd's sockets are armed with SO_LINGER {1, 0} so that a crash resets them
+    // (session::closeGracefully); a tunnel that carries nothing any more ends with a FIN.
+    // One that still carries streams keeps the reset: they did not end.
+    tls_->next_layer().set_option(boost::asio::socket_base::linger(false, 0), ignored);
+  }
   tls_->next_layer().shutdown(Tcp::socket::shutdown_both, ignored);
   tls_->next_layer().close(ignored);
   keepalive_timer_.cancel();

@@ -22,6 +22,10 @@ namespace {
 
 constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
 
+// After the drain deadline reset the live connections, how long their coroutines get to
+// record them (a pass of each worker; they only finish what was cancelled).
+constexpr auto kDrainAbortGrace = std::chrono::seconds(1);
+
 // Starts a connection's work: places it on a worker and runs it there (session/context.h).
 using Handler = void (*)(session::Worker&, tcp::socket);
 
@@ -79,7 +83,7 @@ absl::Status Server::start() {
   if (auto st = makeCertSource(); !st.ok()) return st;
   size_t n = config_.workers != 0 ? config_.workers : std::max(1u, std::thread::hardware_concurrency());
   shared_.reset(new session::Shared{config_, workloads_, *tls_, sockets_, stats_, ferryPorts(config_),
-                                    /*draining=*/{}, session::Placement(n), /*workers=*/{}});
+                                    /*self=*/{}, /*draining=*/{}, session::Placement(n), /*workers=*/{}});
   for (size_t i = 0; i < n; ++i) {
     workers_.push_back(std::make_unique<session::Worker>(*shared_, i));
     shared_->workers.push_back(workers_.back().get());
@@ -323,7 +327,22 @@ absl::Status Server::bindListeners() {
 
   if (auto st = readiness_.listen(config_.listen.readiness); !st.ok()) return st;
   if (auto st = metrics_.listen(config_.listen.metrics); !st.ok()) return st;
-  return admin_.listen(config_.listen.admin);
+  if (auto st = admin_.listen(config_.listen.admin); !st.ok()) return st;
+
+  // What ferryd must never connect to: every listener (as bound), and with the datapath
+  // every address of the proxy netns, which is ferryd's alone. Called in that netns.
+  std::vector<common::HostPort> listeners = {config_.listen.admin, config_.listen.metrics,
+                                             config_.listen.readiness};
+  for (const auto& per_worker : acceptors_) {
+    for (const auto& a : per_worker) {
+      boost::system::error_code ec;
+      auto ep = a->local_endpoint(ec);
+      if (!ec) listeners.push_back(session::toHostPort(ep));
+    }
+  }
+  shared_->self = session::SelfAddresses(std::move(listeners), session::SelfAddresses::interfaceAddresses(),
+                                         config_.datapath.enabled);
+  return absl::OkStatus();
 }
 
 void Server::armSignals() {
@@ -352,7 +371,8 @@ void Server::beginDrain() {
   shared_->draining = true;
   poll_timer_.cancel();
   identity_timer_.cancel();
-  readiness_.stop();
+  // Readiness keeps answering, 503 `draining` (readiness()), so that a probe tells a
+  // draining ferryd from a dead one; it stops with the rest in finishDrain.
   // Stop accepting and send GOAWAY on pooled connections; live connections may finish.
   for (size_t i = 0; i < workers_.size(); ++i) {
     auto* w = workers_[i].get();
@@ -372,16 +392,31 @@ void Server::beginDrain() {
 void Server::finishDrain() {
   int64_t live = 0;
   for (auto& w : workers_) live += w->live().load();
-  if (live > 0 && std::chrono::steady_clock::now() < drain_deadline_) {
+  auto now = std::chrono::steady_clock::now();
+  if (live > 0 && now >= drain_deadline_ && !drain_aborted_) {
+    // The deadline: every live connection is reset, never closed: a FIN would tell an
+    // application whose protocol has no framing that the reply was complete. Each is
+    // recorded as `shutdown` by its own coroutine, which needs a pass of its worker.
+    drain_aborted_ = true;
+    FERRY_LOG(kWarn, "drain timeout: resetting %d live connections", live);
+    for (auto& w : workers_) {
+      asio::post(w->io(), [w = w.get()] { w->abortLive(); });
+    }
+    drain_deadline_ = now + kDrainAbortGrace;
+  }
+  if (live > 0 && now < drain_deadline_) {
     drain_timer_.expires_after(std::chrono::milliseconds(50));
     drain_timer_.async_wait([this](const boost::system::error_code& ec) {
       if (!ec) finishDrain();
     });
     return;
   }
-  if (live > 0) FERRY_LOG(kWarn, "drain timeout: closing %d live connections", live);
+  // What is still open now (a connection still dialling its tunnel) is reset by the
+  // kernel when the process exits: every data-plane socket is armed for it.
+  if (live > 0) FERRY_LOG(kWarn, "drain: %d connections still open at exit", live);
   FERRY_LOG(kInfo, "ferryd stopped");
   for (auto& w : workers_) w->io().stop();
+  readiness_.stop();
   metrics_.stop();
   admin_.stop();
   signals_.cancel();

@@ -84,6 +84,7 @@ class Server {
   boost::asio::steady_timer identity_timer_{control_};
   boost::asio::steady_timer drain_timer_{control_};
   std::chrono::steady_clock::time_point drain_deadline_;
+  bool drain_aborted_ = false;  // the deadline passed and live connections were reset
   HttpServer metrics_{control_, "metrics"};
   HttpServer readiness_{control_, "readiness"};
   HttpServer admin_{control_, "admin"};

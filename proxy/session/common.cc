@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <functional>
+#include <vector>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
@@ -107,16 +108,61 @@ ConnectionRecord::ConnectionRecord(Worker& worker, Direction direction)
   stats.opened[static_cast<size_t>(direction)].fetch_add(1, std::memory_order_relaxed);
   stats.active[static_cast<size_t>(direction)].fetch_add(1, std::memory_order_relaxed);
   worker_.live().fetch_add(1, std::memory_order_relaxed);
+  auto& head = worker_.records();
+  next_ = head;
+  if (head != nullptr) head->prev_ = this;
+  head = this;
 }
 
 ConnectionRecord::~ConnectionRecord() {
   if (!finished_) finish(CloseReason::kInternal);
+  if (prev_ != nullptr) prev_->next_ = next_;
+  else worker_.records() = next_;
+  if (next_ != nullptr) next_->prev_ = prev_;
   worker_.live().fetch_sub(1, std::memory_order_relaxed);
+}
+
+void ConnectionRecord::abortForShutdown() {
+  shut_down_ = true;
+  // RST_STREAM first, so that the far end resets its application too; then the sockets.
+  // Both only cancel what the connection's coroutines wait on: they run later and finish
+  // the record (as `shutdown`).
+  if (stream_) stream_->reset(hbone::kH2Cancel);
+  for (auto* socket : sockets_) {
+    if (socket != nullptr) abortSocket(*socket);
+  }
+}
+
+size_t Worker::abortLive() {
+  std::vector<ConnectionRecord*> live;
+  for (auto* r = records_; r != nullptr; r = r->next_) {
+    if (!r->finished_) live.push_back(r);
+  }
+  for (auto* r : live) r->abortForShutdown();
+  return live.size();
+}
+
+WatchedSocket::WatchedSocket(ConnectionRecord& record, Tcp::socket& socket)
+    : record_(record), socket_(&socket) {
+  for (auto& slot : record_.sockets_) {
+    if (slot == nullptr) {
+      slot = socket_;
+      return;
+    }
+  }
+  socket_ = nullptr;  // a connection has at most two sockets; never reached
+}
+
+WatchedSocket::~WatchedSocket() {
+  for (auto& slot : record_.sockets_) {
+    if (slot == socket_) slot = nullptr;
+  }
 }
 
 void ConnectionRecord::finish(CloseReason reason, uint64_t sent, uint64_t received) {
   if (finished_) return;
   finished_ = true;
+  if (shut_down_) reason = CloseReason::kShutdown;
   worker_.shared().stats.recordClose(direction_, reason, sent, received);
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                 std::chrono::steady_clock::now() - start_).count();
@@ -130,12 +176,26 @@ void ConnectionRecord::finish(CloseReason reason, uint64_t sent, uint64_t receiv
   }
 }
 
+void refuseSelfTarget(Worker& worker, Tcp::socket& socket, const common::HostPort& destination,
+                      ConnectionRecord& record) {
+  worker.shared().stats.self_target_refused.fetch_add(1, std::memory_order_relaxed);
+  record.detail = absl::StrCat(common::formatHostPort(destination),
+                               " is ferryd itself (one of its listeners or addresses); refused");
+  abortSocket(socket);
+  record.finish(CloseReason::kSelfTarget);
+}
+
 boost::asio::awaitable<void> forwardTcp(Worker& worker, Tcp::socket& socket,
                                         const common::IpAddress& source,
                                         const common::HostPort& destination,
                                         ConnectionRecord& record) {
   const auto& cfg = worker.shared().config;
+  if (worker.shared().self.contains(destination)) {
+    refuseSelfTarget(worker, socket, destination, record);
+    co_return;
+  }
   Tcp::socket upstream(worker.io());
+  WatchedSocket watched(record, upstream);
   auto ec = co_await worker.shared().sockets.connect(upstream, source, destination, cfg.timeouts.connect);
   if (ec) {
     record.detail = absl::StrCat("connect: ", ec.message());

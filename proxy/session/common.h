@@ -1,8 +1,10 @@
 #pragma once
 // Pieces every handler uses: the original destination of a captured connection, the
 // per-connection record that feeds one close counter and one access-log line.
+#include <array>
 #include <chrono>
 #include <exception>
+#include <memory>
 #include <string>
 
 #include <boost/asio/awaitable.hpp>
@@ -40,16 +42,51 @@ class ConnectionRecord {
   std::string dst;
   std::string peer_identity;
   std::string detail;  // why it failed, for the log
+  // After the drain deadline reset the connection, the reason is `shutdown` whatever
+  // `reason` says (the relay only saw its sockets closed).
   void finish(CloseReason reason, uint64_t sent = 0, uint64_t received = 0);
 
+  // What the drain deadline resets (Worker::abortLive): the connection's sockets while
+  // they are in scope (WatchedSocket) and its CONNECT stream.
+  void watchStream(std::shared_ptr<hbone::H2Stream> stream) { stream_ = std::move(stream); }
+  void abortForShutdown();
+
  private:
+  friend class WatchedSocket;
+  friend class Worker;
   Worker& worker_;
   Direction direction_;
   std::chrono::steady_clock::time_point start_;
   bool finished_ = false;
+  bool shut_down_ = false;
+  // Links in the worker's list of live records.
+  ConnectionRecord* prev_ = nullptr;
+  ConnectionRecord* next_ = nullptr;
+  std::array<Tcp::socket*, 2> sockets_{};
+  std::shared_ptr<hbone::H2Stream> stream_;
 };
 
-// Connects from `source` to `destination` and relays `socket` to it as plain TCP; a failed
+// Lets the drain deadline reach `socket` for as long as this lives (declare it after the
+// socket: it must go first).
+class WatchedSocket {
+ public:
+  WatchedSocket(ConnectionRecord& record, Tcp::socket& socket);
+  ~WatchedSocket();
+  WatchedSocket(const WatchedSocket&) = delete;
+  WatchedSocket& operator=(const WatchedSocket&) = delete;
+
+ private:
+  ConnectionRecord& record_;
+  Tcp::socket* socket_;
+};
+
+// Refuses a connection whose destination is ferryd itself (Shared::self): resets
+// `socket`, counts it, finishes `record` as `self_target`.
+void refuseSelfTarget(Worker& worker, Tcp::socket& socket, const common::HostPort& destination,
+                      ConnectionRecord& record);
+
+// Refuses (refuseSelfTarget) a destination that is ferryd itself; else connects from
+// `source` to `destination` and relays `socket` to it as plain TCP; a failed
 // connect resets `socket`. Finishes `record` either way.
 boost::asio::awaitable<void> forwardTcp(Worker& worker, Tcp::socket& socket,
                                         const common::IpAddress& source,

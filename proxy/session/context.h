@@ -17,6 +17,7 @@
 #include "proxy/identity/tls_context.h"
 #include "proxy/session/placement.h"
 #include "proxy/session/relay.h"
+#include "proxy/session/self_addresses.h"
 #include "proxy/session/socket_factory.h"
 #include "proxy/session/stats.h"
 #include "proxy/workloads/registry.h"
@@ -24,6 +25,7 @@
 namespace ferry::session {
 
 class Worker;
+class ConnectionRecord;
 
 struct Shared {
   const config::Config& config;
@@ -33,6 +35,9 @@ struct Shared {
   Stats& stats;
   // Ports that are never a valid application target (ferry's own listeners).
   std::vector<uint16_t> ferry_ports;
+  // ferryd's own listeners and addresses: never a destination ferryd connects to. Set by
+  // the server once its listeners are bound, before a worker runs.
+  SelfAddresses self;
   std::atomic<bool> draining{false};
   // Load per worker: where accepted connections are placed.
   Placement placement;
@@ -52,6 +57,12 @@ class Worker {
   Scratch& scratch() { return scratch_; }
   // Live proxied connections on this worker (drain waits for zero).
   std::atomic<int64_t>& live() { return live_; }
+  // The ConnectionRecords alive on this worker, linked by themselves (worker thread only).
+  ConnectionRecord*& records() { return records_; }
+  // The drain deadline, on this worker's thread: resets every live connection (a RST to
+  // the application, RST_STREAM to the HBONE peer), each then recorded as `shutdown`.
+  // Returns how many.
+  size_t abortLive();
 
  private:
   Shared& shared_;
@@ -60,6 +71,7 @@ class Worker {
   hbone::Pool pool_;
   Scratch scratch_;
   std::atomic<int64_t> live_{0};
+  ConnectionRecord* records_ = nullptr;
 };
 
 // What runs a connection once its worker is chosen: a coroutine that owns the socket, and

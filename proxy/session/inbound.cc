@@ -45,6 +45,7 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
   record.src = common::formatHostPort(info->client);
   record.peer_identity = info->peer_id;
   record.dst = stream->header(":authority");
+  record.watchStream(stream);
 
   auto reject = [&](int status, CloseReason reason, std::string why) {
     shared.stats.hbone_streams_rejected.fetch_add(1, std::memory_order_relaxed);
@@ -69,9 +70,18 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
     reject(503, CloseReason::kShutdown, "ferryd is shutting down");
     co_return;
   }
+  if (shared.self.contains(verdict.target)) {
+    // Only reachable when a workload's address is one of ferryd's own (its ports are
+    // refused above): ferryd never connects to itself.
+    shared.stats.self_target_refused.fetch_add(1, std::memory_order_relaxed);
+    reject(400, CloseReason::kSelfTarget,
+           absl::StrCat(common::formatHostPort(verdict.target), " is ferryd itself"));
+    co_return;
+  }
 
   // Connect before answering, so a refusal is a 503 and not a 200 followed by a reset.
   Tcp::socket upstream(worker.io());
+  WatchedSocket watched(record, upstream);
   auto ec = co_await shared.sockets.connect(upstream, info->client.ip, verdict.target,
                                             cfg.timeouts.connect);
   if (ec) {

@@ -38,6 +38,31 @@ struct OutboundPlan {
   hbone::PoolKey key;
 };
 
+// Why the TCP connect to the destination's HBONE port failed, naming the peer ferryd (the
+// destination pod's node) and what to look at. A refusal means nothing listens on 15008
+// there: that node's ferryd is not running (it answers at once, so the application is
+// reset at once). Silence until the timeout is a node or path that drops packets.
+absl::Status dialFailure(const boost::system::error_code& ec, const workloads::Workload& destination,
+                         const common::HostPort& target, std::chrono::milliseconds timeout) {
+  auto peer = absl::StrCat("ferryd on node ", destination.node, " (", common::formatHostPort(target),
+                           ", HBONE port ", target.port, ")");
+  if (ec == asio::error::timed_out) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "connecting to ", peer, " timed out after ", common::formatDuration(timeout),
+        ": the node or its ferryd is down or unreachable, or a NetworkPolicy drops HBONE port ",
+        target.port));
+  }
+  if (ec == asio::error::connection_refused) {
+    return absl::UnavailableError(absl::StrCat(peer, " refused the connection: is ferryd running on node ",
+                                               destination.node, "?"));
+  }
+  if (ec == asio::error::host_unreachable || ec == asio::error::network_unreachable) {
+    return absl::UnavailableError(absl::StrCat(peer, " is unreachable (", ec.message(),
+                                               "): check the route to node ", destination.node));
+  }
+  return absl::UnavailableError(absl::StrCat("connecting to ", peer, ": ", ec.message()));
+}
+
 // Opens one HBONE connection for `plan`: TCP from the source pod's IP to the destination
 // pod's 15008, TLS 1.3 as the source identity, the server must prove the destination
 // identity, ALPN h2.
@@ -55,17 +80,7 @@ awaitable<absl::StatusOr<std::shared_ptr<hbone::H2Connection>>> dialHbone(Worker
   Tcp::socket socket(worker.io());
   auto target = plan.key.destination;
   auto ec = co_await shared.sockets.connect(socket, plan.source.ip, target, cfg.timeouts.connect);
-  if (ec == asio::error::timed_out) {
-    co_return absl::DeadlineExceededError(absl::StrCat(
-        "connecting to ", common::formatHostPort(target), " timed out after ",
-        common::formatDuration(cfg.timeouts.connect),
-        "; is a NetworkPolicy blocking HBONE port ", target.port, "?"));
-  }
-  if (ec) {
-    co_return absl::UnavailableError(
-        absl::StrCat("connecting to ", common::formatHostPort(target), " (HBONE port ",
-                     target.port, "): ", ec.message()));
-  }
+  if (ec) co_return absl::Status(dialFailure(ec, *plan.destination_workload, target, cfg.timeouts.connect));
   auto tls = std::make_unique<hbone::TlsStream>(std::move(socket), **ctx);
   identity::requirePeerIdentity(tls->native_handle(), &plan.key.destination_id);
   asio::steady_timer timer(worker.io());
@@ -133,6 +148,7 @@ awaitable<void> passthrough(Worker& worker, Tcp::socket socket, Endpoints ends, 
   record.dst = common::formatHostPort(ends.destination);
   shared.stats.passthrough_connections.fetch_add(1, std::memory_order_relaxed);
   record.peer_identity = "passthrough";
+  WatchedSocket watched(record, socket);
   co_await forwardTcp(worker, socket, ends.peer.ip, ends.destination, record);
 }
 
@@ -168,6 +184,7 @@ awaitable<std::shared_ptr<hbone::H2Stream>> openStream(Worker& worker, Tcp::sock
     co_return nullptr;
   }
   shared.stats.hbone_streams_opened.fetch_add(1, std::memory_order_relaxed);
+  record.watchStream(stream);
 
   // The server connects upstream before it answers: wait for the answer, bounded.
   asio::steady_timer timer(worker.io());
@@ -205,6 +222,7 @@ awaitable<void> tunnel(Worker& worker, Tcp::socket socket, OutboundPlan plan, Lo
   record.src = common::formatHostPort(plan.source);
   record.dst = common::formatHostPort(plan.destination);
   record.peer_identity = "expected:" + plan.key.destination_id;
+  WatchedSocket watched(record, socket);
   auto stream = co_await openStream(worker, socket, plan, record);
   if (!stream) co_return;
   record.peer_identity = plan.key.destination_id;  // proven by the handshake
@@ -225,6 +243,15 @@ awaitable<void> classifyOutbound(Worker& worker, Tcp::socket socket) {
     record.detail = std::string(ends.status().message());
     abortSocket(socket);
     record.finish(CloseReason::kBadProxyHeader);
+    co_return;
+  }
+  if (shared.self.contains(ends->destination)) {
+    // Before anything else: a passthrough to one of ferryd's listeners would parse the next
+    // PROXY header again, and again (finding: 600 nested headers took every descriptor).
+    ConnectionRecord record(worker, Direction::kOutbound);
+    record.src = common::formatHostPort(ends->peer);
+    record.dst = common::formatHostPort(ends->destination);
+    refuseSelfTarget(worker, socket, ends->destination, record);
     co_return;
   }
   auto registry = shared.workloads.current();

@@ -16,6 +16,7 @@ awaitable<void> servePlaintext(Worker& worker, Tcp::socket socket, LoadUnit load
   auto& shared = worker.shared();
   const auto& cfg = shared.config;
   ConnectionRecord record(worker, Direction::kPlaintext);
+  WatchedSocket watched(record, socket);
   auto ends = co_await originalEndpoints(worker, socket);
   if (!ends.ok()) {
     record.detail = std::string(ends.status().message());

@@ -261,11 +261,13 @@ awaitable<RelayResult> relayTcp(Tcp::socket& downstream, Tcp::socket& upstream,
   IdleTimeout idle_timeout(act, idle, downstream, &upstream, nullptr);
   // Each leg, when it sees a reset, resets the other side at once so that the other leg
   // (waiting for readability) wakes up; a clean EOF only half-closes.
+  int clean_ends = 0;  // directions that ended with a FIN
   auto leg = [&](Tcp::socket& from, Tcp::socket& to, uint64_t& counter,
                  CloseReason read_reset) -> awaitable<CloseReason> {
     Leg l = co_await copyTcp(from, to, counter, act, scratch);
     switch (l) {
       case Leg::kEof:
+        ++clean_ends;
         co_return CloseReason::kOk;
       case Leg::kReadReset:
         abortSocket(to);
@@ -299,9 +301,15 @@ awaitable<RelayResult> relayTcp(Tcp::socket& downstream, Tcp::socket& upstream,
     co_return result;
   }
   result.reason = forth != CloseReason::kOk ? forth : back;
-  boost::system::error_code ignored;
-  downstream.close(ignored);
-  upstream.close(ignored);
+  if (clean_ends == 2) {
+    closeGracefully(downstream);
+    closeGracefully(upstream);
+  } else {
+    // A direction was cut (its socket closed under it, an error that is not a reset): the
+    // connection did not end as both sides meant, so neither may see a clean FIN.
+    abortSocket(downstream);
+    abortSocket(upstream);
+  }
   co_return result;
 }
 
@@ -315,6 +323,11 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
 
   // Memory per connection is mostly coroutine frames: stream -> TCP is a SpawnedDirection,
   // TCP -> stream runs in this frame.
+
+  // Set when a direction ended with a FIN / END_STREAM: only then does the socket close
+  // with a FIN (closeGracefully).
+  bool down_clean = false;
+  bool up_clean = false;
 
   // stream -> TCP.
   auto down = [&]() -> awaitable<CloseReason> {
@@ -344,6 +357,7 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
       if (stream.receivedEof()) {
         boost::system::error_code ignored;
         tcp.shutdown(Tcp::socket::shutdown_send, ignored);
+        down_clean = true;
         co_return CloseReason::kOk;
       }
       direct.parked = true;
@@ -388,6 +402,7 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
       FERRY_LOG(kTrace, "relay: tcp read %d bytes: %s", n, ec.message());
       if (ec == asio::error::eof) {
         stream.sendEof();
+        up_clean = true;
         break;
       }
       if (ec) {
@@ -423,8 +438,11 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
     co_return result;
   }
   result.reason = up_reason != CloseReason::kOk ? up_reason : down_reason;
-  boost::system::error_code ignored;
-  tcp.close(ignored);
+  if (up_clean && down_clean && !stream.resetCode()) {
+    closeGracefully(tcp);
+  } else {
+    abortSocket(tcp);
+  }
   co_return result;
 }
 

@@ -66,6 +66,9 @@ absl::StatusOr<Tcp::acceptor> KernelSocketFactory::listen(const asio::any_io_exe
   // Inherited too: every read then says whether the socket is empty, so the relays wait
   // for the next bytes without re-arming epoll (hbone/readable.h).
   hbone::enableReceiveQueueCount(acceptor.native_handle());
+  // Inherited as well (verified on 6.18): a connection accepted here ends with a RST if
+  // ferryd dies with it open (closeGracefully).
+  armResetOnClose(acceptor.native_handle());
   acceptor.bind(ep, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("bind ", where, ": ", ec.message()));
   acceptor.listen(asio::socket_base::max_listen_connections, ec);
@@ -92,6 +95,7 @@ asio::awaitable<boost::system::error_code> KernelSocketFactory::connect(
   socket.set_option(Tcp::no_delay(true), ec);
   hbone::enableReceiveQueueCount(socket.native_handle());
   setKeepalive(socket.native_handle());
+  armResetOnClose(socket.native_handle());
 
   asio::steady_timer timer(socket.get_executor());
   timer.expires_after(timeout);
@@ -99,6 +103,18 @@ asio::awaitable<boost::system::error_code> KernelSocketFactory::connect(
                           timer.async_wait(asio::as_tuple(asio::use_awaitable)));
   if (result.index() == 1) co_return asio::error::timed_out;
   co_return std::get<0>(std::get<0>(result));
+}
+
+void armResetOnClose(int fd) {
+  linger l{1, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+}
+
+void closeGracefully(Tcp::socket& socket) {
+  if (!socket.is_open()) return;
+  boost::system::error_code ignored;
+  socket.set_option(asio::socket_base::linger(false, 0), ignored);
+  socket.close(ignored);
 }
 
 void abortSocket(Tcp::socket& socket) {

@@ -22,13 +22,15 @@ class SocketFactory {
 
   // A listening socket on `addr`: SO_REUSEADDR, SO_REUSEPORT (one listener per worker on
   // the same address, the kernel spreads connections), IP_TRANSPARENT when transparent
-  // (accepts connections for any destination that the datapath assigns to it).
+  // (accepts connections for any destination that the datapath assigns to it), and
+  // SO_LINGER {1, 0}, inherited by every accepted socket (see closeGracefully).
   virtual absl::StatusOr<Tcp::acceptor> listen(const boost::asio::any_io_executor& ex,
                                                const HostPort& addr) = 0;
 
   // Connects `socket` from `source` (port chosen by the kernel) to `destination`, with
   // IP_TRANSPARENT so that the source may be a pod's address, and gives up after
-  // `timeout` (returns boost::asio::error::timed_out).
+  // `timeout` (returns boost::asio::error::timed_out). The socket is armed with
+  // SO_LINGER {1, 0} like the accepted ones.
   virtual boost::asio::awaitable<boost::system::error_code> connect(
       Tcp::socket& socket, const IpAddress& source, const HostPort& destination,
       std::chrono::milliseconds timeout) = 0;
@@ -50,5 +52,14 @@ class KernelSocketFactory : public SocketFactory {
 // Closes with SO_LINGER {1, 0}: the peer sees a TCP RST, not a FIN. Used to carry a reset
 // or a refusal to the application (ztunnel cannot; design §4).
 void abortSocket(Tcp::socket& socket);
+
+// Every socket ferryd carries a connection on is armed with SO_LINGER {1, 0} from its
+// creation, so that whenever the kernel closes it for us (SIGKILL, a crash, exit at the
+// drain deadline) the peer sees a RST and never a FIN that looks like a complete reply.
+// Only a connection whose both directions ended with FIN is closed this way: the option is
+// cleared (one setsockopt) and the close sends a FIN as usual.
+void closeGracefully(Tcp::socket& socket);
+// Arms `fd` as above (listeners pass it on to what they accept).
+void armResetOnClose(int fd);
 
 }  // namespace ferry::session

@@ -29,6 +29,7 @@ namespace ferry::session {
   X(kDenied, "denied", "identity or policy check refused it (401)")                        \
   X(kStrictPlaintext, "strict_plaintext", "plaintext to a STRICT workload was refused")    \
   X(kBadProxyHeader, "bad_proxy_header", "PROXY protocol header missing or invalid")       \
+  X(kSelfTarget, "self_target", "the destination is ferryd itself (a listener or address)")\
   X(kShutdown, "shutdown", "ferryd was shutting down")                                     \
   X(kInternal, "internal", "an internal error; see the log")
 
@@ -57,6 +58,7 @@ const char* directionLabel(Direction d);
   X(workloads_reload_failures, "workloads file reloads rejected (old state kept)")         \
   X(accept_errors, "accept() errors on any listener")                                      \
   X(worker_handoffs, "accepted connections moved to a less loaded worker before a byte was read")\
+  X(self_target_refused, "connections refused because their destination is ferryd itself (one of its listeners or addresses)")\
   X(identity_spoofing_denied, "CONNECT streams answered 401: the client identity does not own the tunnel's source IP")
 
 struct Stats {
