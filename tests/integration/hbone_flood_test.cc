@@ -263,6 +263,38 @@ long rssKiB() {
   return -1;
 }
 
+// A workload at 127.0.2.10:`port` whose accept queue is full: the kernel drops further SYNs,
+// so a connect to it stays pending. Closes everything on destruction.
+class StuckWorkload {
+ public:
+  explicit StuckWorkload(uint16_t port) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    int on = 1;
+    ::setsockopt(listener_, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    inet_pton(AF_INET, "127.0.2.10", &addr.sin_addr);
+    addr.sin_port = htons(port);
+    ok_ = ::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+          ::listen(listener_, 0) == 0;
+    for (int i = 0; i < 2; ++i) {  // the first fills the queue; the second one's SYN is dropped
+      int f = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+      ::connect(f, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+      fillers_.push_back(f);
+    }
+  }
+  ~StuckWorkload() {
+    for (int f : fillers_) ::close(f);
+    ::close(listener_);
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  int listener_ = -1;
+  bool ok_ = false;
+  std::vector<int> fillers_;
+};
+
 class HboneFloodTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -367,21 +399,8 @@ TEST_F(HboneFloodTest, ResetBeforeTheUpstreamConnectCompletesLeavesNoUpstreamCon
   // A workload whose accept queue is full: the kernel drops the SYN of ferryd's connect, so
   // the connect stays pending for as long as timeouts.connect allows (60 s here).
   startNode("timeouts: {connect: 60s}\n");
-  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-  int on = 1;
-  ::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  inet_pton(AF_INET, "127.0.2.10", &addr.sin_addr);
-  addr.sin_port = htons(8083);
-  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(::listen(listener, 0), 0);
-  std::vector<int> fillers;
-  for (int i = 0; i < 2; ++i) {  // the first fills the queue; the second one's SYN is dropped
-    int f = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-    ::connect(f, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-    fillers.push_back(f);
-  }
+  StuckWorkload workload(8083);
+  ASSERT_TRUE(workload.ok());
 
   auto c = attacker();
   c->pump(kPreface + frame(kSettings, 0, 0, "") +
@@ -401,13 +420,30 @@ TEST_F(HboneFloodTest, ResetBeforeTheUpstreamConnectCompletesLeavesNoUpstreamCon
           [&] { return c->firstHeaderByte(3).has_value(); });
   EXPECT_EQ(c->firstHeaderByte(3), 0x88);
   EXPECT_FALSE(c->closed());
+}
 
-  // Once the queue drains, nothing from ferryd is waiting in it.
-  int first = ::accept(listener, nullptr, nullptr);
-  EXPECT_GE(first, 0);
-  if (first >= 0) ::close(first);
-  for (int f : fillers) ::close(f);
-  ::close(listener);
+TEST_F(HboneFloodTest, PendingUpstreamConnectsPerConnectionAreBounded) {
+  startNode("timeouts: {connect: 60s}\nhbone: {max_pending_connects: 2}\n");
+  StuckWorkload workload(8084);
+  ASSERT_TRUE(workload.ok());
+  auto c = attacker();
+  std::string req = kPreface + frame(kSettings, 0, 0, "");
+  for (uint32_t id : {1, 3, 5, 7, 9}) {
+    req += frame(kHeaders, kEndHeaders, id, connectBlock("127.0.2.10:8084"));
+  }
+  // Three of the five wait for a slot (counted when they start waiting).
+  c->pump(req, [&] { return n2_->metric("ferry_hbone_connect_waits_total") == 3; });
+  ASSERT_EQ(n2_->metric("ferry_hbone_connect_waits_total"), 3);
+  EXPECT_EQ(socketsBetween("127.0.1.10", "127.0.2.10", 8084), 2);
+
+  // A reset frees its slot for the next in line; resetting all leaves nothing behind.
+  c->pump(rstStream(1), nullptr);
+  EXPECT_TRUE(waitFor([&] { return resetsUnanswered() == 1; }));
+  EXPECT_TRUE(waitFor([&] { return socketsBetween("127.0.1.10", "127.0.2.10", 8084) == 2; }));
+  c->pump(rstStream(3) + rstStream(5) + rstStream(7) + rstStream(9), nullptr);
+  EXPECT_TRUE(waitFor([&] { return resetsUnanswered() == 5; }));
+  EXPECT_TRUE(waitFor([&] { return socketsBetween("127.0.1.10", "127.0.2.10", 8084) == 0; }));
+  EXPECT_FALSE(c->closed()) << "five resets are no rapid reset";
 }
 
 TEST_F(HboneFloodTest, MoreThanEightContinuationFramesGetGoawayAndCloseAtOnce) {
