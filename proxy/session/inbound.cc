@@ -84,9 +84,21 @@ constexpr std::chrono::seconds kWarnInterval{1};
 
 // What the streams of one HBONE connection share and change (one worker, no locks).
 struct TunnelState {
-  explicit TunnelState(size_t max_pending_connects) : connects(max_pending_connects) {}
+  TunnelState(size_t max_pending_connects, std::string client)
+      : connects(max_pending_connects), client(std::move(client)) {}
+  // The last stream of the connection has finished: say once what the limit held back.
+  ~TunnelState() {
+    if (warnings.suppressed() > 0) {
+      FERRY_LOG(kWarn, "hbone: %u warning lines about streams of the connection from %s were not written (rate limit)",
+                warnings.suppressed(), client);
+    }
+  }
+  TunnelState(const TunnelState&) = delete;
+  TunnelState& operator=(const TunnelState&) = delete;
+
   ConnectSlots connects;
   common::LogLimiter warnings{kWarnBurst, kWarnInterval};
+  std::string client;
 };
 
 awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> stream,
@@ -277,9 +289,10 @@ awaitable<void> serveHbone(Worker& worker, Tcp::socket socket, LoadUnit load) {
   options.idle_release = cfg.pool.idle_release * 2;
   options.max_premature_resets = cfg.hbone.max_premature_resets;
   auto conn = hbone::H2Connection::create(hbone::H2Connection::Role::kServer, std::move(tls), options);
-  auto tunnel = std::make_shared<TunnelState>(cfg.hbone.max_pending_connects);
+  auto tunnel = std::make_shared<TunnelState>(cfg.hbone.max_pending_connects,
+                                              common::formatHostPort(client));
   // The handshake's unit stays with the tunnel for as long as it is open.
-  conn->setCloseHandler([load = std::make_shared<LoadUnit>(std::move(load)), tunnel, client,
+  conn->setCloseHandler([load = std::make_shared<LoadUnit>(std::move(load)), client,
                          stats = &shared.stats](hbone::H2Connection& c) {
     load->reset();
     // One line per connection that ended in a connection error (never rate-limited: it is
@@ -288,10 +301,6 @@ awaitable<void> serveHbone(Worker& worker, Tcp::socket socket, LoadUnit load) {
       stats->recordGoaway(*code);
       FERRY_LOG(kWarn, "hbone: closed connection from %s with GOAWAY %s: %s",
                 common::formatHostPort(client), hbone::h2ErrorName(*code), c.closeReason());
-    }
-    if (tunnel->warnings.suppressed() > 0) {
-      FERRY_LOG(kWarn, "hbone: %u warning lines about streams of the connection from %s were not written (rate limit)",
-                tunnel->warnings.suppressed(), common::formatHostPort(client));
     }
   });
   Worker* w = &worker;

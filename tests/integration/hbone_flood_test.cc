@@ -375,6 +375,8 @@ TEST_F(HboneFloodTest, RapidResetGetsEnhanceYourCalmAndSparesTheWorkload) {
   EXPECT_EQ(c->goawayCode(), kEnhanceYourCalm);
   EXPECT_TRUE(c->closed()) << "the connection must be closed after the GOAWAY";
   EXPECT_TRUE(waitFor([&] { return goaways("enhance_your_calm") == 1; }));
+  // The streams' own tasks finish after the connection closed.
+  EXPECT_TRUE(waitFor([&] { return resetsUnanswered() >= 100; }));
   size_t connects = app_->accepted() - accepted_before;
   std::printf("[ measure  ] rapid reset: %u streams sent (%zu bytes taken), %zu upstream connections "
               "accepted by the workload, %.0f resets counted\n",
@@ -382,7 +384,6 @@ TEST_F(HboneFloodTest, RapidResetGetsEnhanceYourCalmAndSparesTheWorkload) {
               resetsUnanswered());
   // hbone.max_premature_resets (100) plus the connects in flight when it tripped.
   EXPECT_LT(connects, 200u) << "every reset stream was connected upstream anyway";
-  EXPECT_GE(resetsUnanswered(), 100);
 
   // Nothing is left behind: no descriptors, no runaway memory.
   ASSERT_TRUE(waitFor([&] { return n2_->stats().active[static_cast<size_t>(session::Direction::kInbound)].load() == 0; }));
