@@ -141,12 +141,21 @@ static int onHeader(nghttp2_session*, const nghttp2_frame* frame, const uint8_t*
   if (frame->hd.type != NGHTTP2_HEADERS) return 0;
   auto stream = self->findStream(frame->hd.stream_id);
   if (!stream || stream->headers_done_) return 0;  // trailers are ignored
-  stream->header_bytes_ += namelen + valuelen + 32;
+  stream->header_bytes_ += namelen + valuelen + 32;  // RFC 9113 §6.5.2's size
+  if (stream->header_bytes_ > kMaxHeaderBlock) {
+    self->terminate(kH2EnhanceYourCalm, absl::StrCat("protocol error from peer: header block over ",
+                                                     kMaxHeaderBlock / 1024, " KiB"));
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+  }
   uint32_t cap = self->role_ == H2Connection::Role::kServer ? kServerMaxHeaderList : kClientMaxHeaderList;
   if (stream->header_bytes_ > cap) {
+    // Answered when the block is complete (onFrameRecv); decoding goes on meanwhile, so that
+    // the rest of the block is counted against kMaxHeaderBlock.
     stream->headers_too_large_ = true;
-    return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;  // resets this stream only
+    std::vector<Header>().swap(stream->headers_);
+    return 0;
   }
+  if (stream->headers_too_large_) return 0;
   std::string n(reinterpret_cast<const char*>(name), namelen);
   std::string v(reinterpret_cast<const char*>(value), valuelen);
   if (self->role_ == H2Connection::Role::kClient && n == ":status") {
@@ -177,6 +186,15 @@ static int onFrameRecv(nghttp2_session*, const nghttp2_frame* frame, void* user)
       if (!stream) return 0;
       bool first = !stream->headers_done_;
       stream->headers_done_ = true;
+      if (first && stream->headers_too_large_) {
+        // This stream only: a server answers 431 (RFC 6585), a client gives the response up.
+        if (self->role_ == H2Connection::Role::kServer) {
+          stream->respond(431);
+        } else {
+          stream->reset(kH2InternalError);
+        }
+        return 0;
+      }
       if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) stream->remote_eof_ = true;
       stream->recv_signal_.notify();
       if (first && self->role_ == H2Connection::Role::kServer && self->on_request_) self->on_request_(stream);

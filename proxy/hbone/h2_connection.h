@@ -47,6 +47,10 @@ inline constexpr uint32_t kServerMaxConcurrentStreams = 100;
 // request against CONTINUATION and header floods; a larger request resets that stream.
 inline constexpr uint32_t kClientMaxHeaderList = 16 * 1024;
 inline constexpr uint32_t kServerMaxHeaderList = 16 * 1024;
+// Past the list cap a header block is still decoded (the HPACK table must stay in step) but
+// not kept; past this one it is a flood (a block spread over CONTINUATION frames, or an
+// indexing bomb) and the connection ends with GOAWAY(ENHANCE_YOUR_CALM).
+inline constexpr uint32_t kMaxHeaderBlock = 64 * 1024;
 
 // HTTP/2 error codes we use (RFC 9113 §7).
 inline constexpr uint32_t kH2NoError = 0x0;

@@ -461,6 +461,23 @@ TEST_F(HboneFloodTest, MoreThanEightContinuationFramesGetGoawayAndCloseAtOnce) {
   expectServing();
 }
 
+TEST_F(HboneFloodTest, HeaderBlockOverTheHardCapGetsGoawayAndClose) {
+  // Five frames (within the CONTINUATION limit) of small headers, about 20 KiB decoded each:
+  // past the 16 KiB list cap the stream alone would be refused; past 64 KiB it is a flood.
+  std::string headers;
+  while (headers.size() < 16'000) headers += literalNew("x-pad", std::string(100, 'a'));
+  auto c = attacker();
+  std::string req = kPreface + frame(kSettings, 0, 0, "") +
+                    frame(kHeaders, 0, 1, connectBlock("127.0.2.10:8080") + headers);
+  for (int i = 0; i < 4; ++i) req += frame(kContinuation, 0, 1, headers);
+  c->pump(req, nullptr);
+  c->readUntilClosed(std::chrono::seconds(10));
+  EXPECT_EQ(c->goawayCode(), kEnhanceYourCalm);
+  EXPECT_TRUE(c->closed()) << "the connection was held open after an oversized header block";
+  EXPECT_EQ(app_->accepted(), 0u);
+  expectServing();
+}
+
 TEST_F(HboneFloodTest, PingFloodGetsGoawayThenClose) {
   auto c = attacker();
   c->pump(kPreface + frame(kSettings, 0, 0, ""), nullptr, std::chrono::milliseconds(200));
