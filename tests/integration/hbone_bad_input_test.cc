@@ -359,7 +359,7 @@ TEST_F(HboneBadInputTest, NonConnectMethodGets400) {
   expectServing();
 }
 
-TEST_F(HboneBadInputTest, OversizedHeadersResetTheStreamOnly) {
+TEST_F(HboneBadInputTest, OversizedHeaderListIsAnswered431OnThatStreamOnly) {
   TestClient c;
   ASSERT_TRUE(c.connect("127.0.1.10", "127.0.2.10", *good_ctx_));
   auto headers = connectTo("127.0.2.10:8080");
