@@ -1,5 +1,6 @@
 #include "proxy/common/log.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -33,6 +34,25 @@ std::string_view logLevelName(LogLevel level) {
     case LogLevel::kOff: return "off";
   }
   return "?";
+}
+
+bool LogLimiter::allow() {
+  auto now = std::chrono::steady_clock::now();
+  if (interval_.count() > 0 && tokens_ < burst_) {
+    auto earned = (now - last_refill_) / interval_;
+    if (earned > 0) {
+      tokens_ = static_cast<uint32_t>(std::min<int64_t>(burst_, tokens_ + earned));
+      last_refill_ = now;
+    }
+  } else if (tokens_ >= burst_) {
+    last_refill_ = now;
+  }
+  if (tokens_ == 0) {
+    ++suppressed_;
+    return false;
+  }
+  --tokens_;
+  return true;
 }
 
 void setLogLevel(LogLevel level) { gLevel.store(level, std::memory_order_relaxed); }

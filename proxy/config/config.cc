@@ -54,7 +54,7 @@ class ConfigParser {
     auto root = reader_.parseDocument(yaml_text);
     if (!root.ok()) return root.status();
     auto top = reader_.map(*root, {"node", "trust_domain", "workloads_file", "cert_dir", "listen",
-                                   "timeouts", "pool", "workers", "log_level", "transparent",
+                                   "timeouts", "pool", "hbone", "workers", "log_level", "transparent",
                                    "original_destination", "hbone_port", "workloads_poll", "datapath",
                                    "identity"});
     if (!top.ok()) return top.status();
@@ -107,6 +107,7 @@ class ConfigParser {
     if (auto s = parseListen(top); !s.ok()) return s;
     if (auto s = parseTimeouts(top.find("timeouts")); !s.ok()) return s;
     if (auto s = parsePool(top.find("pool")); !s.ok()) return s;
+    if (auto s = parseHbone(top.find("hbone")); !s.ok()) return s;
     if (auto s = parseDatapath(top.find("datapath")); !s.ok()) return s;
     if (auto s = parseIdentity(top.find("identity")); !s.ok()) return s;
 
@@ -300,6 +301,26 @@ class ConfigParser {
           absl::StrCat(common::formatDuration(pool.ping_interval),
                        " must be shorter than pool.ping_timeout (",
                        common::formatDuration(pool.ping_timeout), ", the default)"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status parseHbone(const std::optional<YamlField>& field) {
+    if (!field) return absl::OkStatus();
+    auto map = reader_.map(*field, {"max_pending_connects", "max_premature_resets"});
+    if (!map.ok()) return map.status();
+    Hbone& hbone = config_.hbone;
+    // Past the stream limit (pool.max_streams' bound) a larger value changes nothing.
+    if (auto pending = map->find("max_pending_connects")) {
+      auto value = reader_.integer(*pending, 1, kMaxStreamsLimit);
+      if (!value.ok()) return value.status();
+      hbone.max_pending_connects = static_cast<uint32_t>(*value);
+    }
+    // At least 10: a handful of resets before an answer is normal (applications abort).
+    if (auto resets = map->find("max_premature_resets")) {
+      auto value = reader_.integer(*resets, 10, 100'000);
+      if (!value.ok()) return value.status();
+      hbone.max_premature_resets = static_cast<uint32_t>(*value);
     }
     return absl::OkStatus();
   }

@@ -53,6 +53,21 @@ struct Pool {
   uint32_t workers_per_pair = 4;
 };
 
+// Limits on what one HBONE client connection (15008) may make this node do (docs/security.md,
+// "HTTP/2 abuse").
+struct Hbone {
+  // Upstream connects one HBONE connection may have in flight at once; further CONNECTs wait
+  // their turn (FIFO). A connect to a pod on this node takes well under a millisecond, so a
+  // pool opening a burst of streams waits a few connect times at most; a workload that stops
+  // accepting sees this many SYNs per tunnel instead of one per open stream (100).
+  uint32_t max_pending_connects = 16;
+  // GOAWAY(ENHANCE_YOUR_CALM) once the client has reset this many streams before they were
+  // answered (each one an upstream connect started for nothing) and such resets are at least
+  // half of the streams that ended, counted per window of 10x this many ended streams.
+  // Envoy's premature-reset rule; nghttp2's own limit (1,000 resets, then 33/s) stays behind it.
+  uint32_t max_premature_resets = 100;
+};
+
 // The tc datapath (design §2). Disabled, ferryd is a plain proxy whose listeners get
 // connections some other way (tests on loopback, TPROXY).
 enum class Injection { kAuto, kPeerEgress, kIngressRedirect, kNone };
@@ -103,6 +118,7 @@ struct Config {
   Listen listen;
   Timeouts timeouts;
   Pool pool;
+  Hbone hbone;
   uint32_t workers = 0;           // 0 = one per CPU core
   common::LogLevel log_level = common::LogLevel::kInfo;
   bool transparent = true;        // IP_TRANSPARENT on listeners and upstream sockets

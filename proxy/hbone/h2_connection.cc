@@ -85,6 +85,27 @@ void clearTlsErrors() {
   if (ERR_peek_error() != 0) ERR_clear_error();
 }
 
+// The GOAWAY a fatal error of nghttp2_session_mem_recv() deserves, and why. nghttp2 sends
+// no GOAWAY for these itself: it only reports them (errors it does answer, such as a bad
+// frame, a bad HPACK block or a window overflow, come back as success with their GOAWAY
+// already queued).
+std::pair<uint32_t, const char*> goawayFor(ssize_t rv) {
+  switch (rv) {
+    case NGHTTP2_ERR_FLOODED:
+      // More frames that demand an answer (PING, SETTINGS) than we keep answers queued for,
+      // CVE-2019-9512 / -9515.
+      return {kH2EnhanceYourCalm, "flood of frames that demand an answer (PING or SETTINGS)"};
+    case NGHTTP2_ERR_TOO_MANY_CONTINUATIONS:
+      // A header block split over more frames than any real client needs: our limit, not a
+      // protocol violation, hence "calm" rather than PROTOCOL_ERROR (CVE-2024-27316 family).
+      return {kH2EnhanceYourCalm, "header block in more CONTINUATION frames than allowed"};
+    case NGHTTP2_ERR_BAD_CLIENT_MAGIC:
+      return {kH2ProtocolError, "no HTTP/2 client preface"};
+    default:
+      return {kH2InternalError, nghttp2_strerror(static_cast<int>(rv))};
+  }
+}
+
 nghttp2_nv makeNv(const Header& h) {
   return nghttp2_nv{reinterpret_cast<uint8_t*>(const_cast<char*>(h.name.data())),
                     reinterpret_cast<uint8_t*>(const_cast<char*>(h.value.data())), h.name.size(),
@@ -120,12 +141,21 @@ static int onHeader(nghttp2_session*, const nghttp2_frame* frame, const uint8_t*
   if (frame->hd.type != NGHTTP2_HEADERS) return 0;
   auto stream = self->findStream(frame->hd.stream_id);
   if (!stream || stream->headers_done_) return 0;  // trailers are ignored
-  stream->header_bytes_ += namelen + valuelen + 32;
+  stream->header_bytes_ += namelen + valuelen + 32;  // RFC 9113 §6.5.2's size
+  if (stream->header_bytes_ > kMaxHeaderBlock) {
+    self->terminate(kH2EnhanceYourCalm, absl::StrCat("protocol error from peer: header block over ",
+                                                     kMaxHeaderBlock / 1024, " KiB"));
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+  }
   uint32_t cap = self->role_ == H2Connection::Role::kServer ? kServerMaxHeaderList : kClientMaxHeaderList;
   if (stream->header_bytes_ > cap) {
+    // Answered when the block is complete (onFrameRecv); decoding goes on meanwhile, so that
+    // the rest of the block is counted against kMaxHeaderBlock.
     stream->headers_too_large_ = true;
-    return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;  // resets this stream only
+    std::vector<Header>().swap(stream->headers_);
+    return 0;
   }
+  if (stream->headers_too_large_) return 0;
   std::string n(reinterpret_cast<const char*>(name), namelen);
   std::string v(reinterpret_cast<const char*>(value), valuelen);
   if (self->role_ == H2Connection::Role::kClient && n == ":status") {
@@ -140,6 +170,14 @@ static int onHeader(nghttp2_session*, const nghttp2_frame* frame, const uint8_t*
 static int onFrameRecv(nghttp2_session*, const nghttp2_frame* frame, void* user) {
   auto* self = static_cast<H2Connection*>(user);
   switch (frame->hd.type) {
+    case NGHTTP2_RST_STREAM: {
+      // A request we were still working on (connecting upstream) that the client gave up:
+      // the raw material of rapid reset (streamClosed() counts it).
+      if (self->role_ != H2Connection::Role::kServer) return 0;
+      auto stream = self->findStream(frame->hd.stream_id);
+      if (stream && stream->headers_done_ && !stream->responded_) stream->premature_ = true;
+      return 0;
+    }
     case NGHTTP2_GOAWAY:
       self->closing_ = true;
       return 0;
@@ -148,6 +186,15 @@ static int onFrameRecv(nghttp2_session*, const nghttp2_frame* frame, void* user)
       if (!stream) return 0;
       bool first = !stream->headers_done_;
       stream->headers_done_ = true;
+      if (first && stream->headers_too_large_) {
+        // This stream only: a server answers 431 (RFC 6585), a client gives the response up.
+        if (self->role_ == H2Connection::Role::kServer) {
+          stream->respond(431);
+        } else {
+          stream->reset(kH2InternalError);
+        }
+        return 0;
+      }
       if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) stream->remote_eof_ = true;
       stream->recv_signal_.notify();
       if (first && self->role_ == H2Connection::Role::kServer && self->on_request_) self->on_request_(stream);
@@ -193,6 +240,23 @@ static int onDataChunk(nghttp2_session*, uint8_t, int32_t stream_id, const uint8
 // make nghttp2 drop the answer itself.
 static int onFrameSend(nghttp2_session*, const nghttp2_frame* frame, void* user) {
   auto* self = static_cast<H2Connection*>(user);
+  if (frame->hd.type == NGHTTP2_GOAWAY && frame->goaway.error_code != NGHTTP2_NO_ERROR) {
+    // Ours (terminate()) or one nghttp2 sent for a violation it detected itself.
+    if (!self->goaway_error_) self->goaway_error_ = frame->goaway.error_code;
+    if (self->close_reason_.empty()) {
+      self->close_reason_ = absl::StrCat(
+          "protocol error from peer: ",
+          absl::string_view(reinterpret_cast<const char*>(frame->goaway.opaque_data),
+                            frame->goaway.opaque_data_len));
+    }
+    self->closing_ = true;
+    if (!self->terminating_) {  // nghttp2's own: it too gets kGoawayGrace to leave
+      self->terminating_ = true;
+      self->terminate_deadline_ = Clock::now() + kGoawayGrace;
+      self->keepalive_timer_.cancel();
+    }
+    return 0;
+  }
   if (self->role_ != H2Connection::Role::kServer || frame->hd.type != NGHTTP2_HEADERS ||
       !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
     return 0;
@@ -322,12 +386,22 @@ void H2Stream::sendEof() {
 
 void H2Stream::reset(uint32_t error_code) {
   if (closed_ || reset_) return;
-  reset_ = error_code;
   if (id_ > 0 && conn_.session_ && !conn_.dead_) {
     nghttp2_submit_rst_stream(conn_.session_, NGHTTP2_FLAG_NONE, id_, error_code);
     conn_.kick();
   }
+  markReset(error_code);
   notifyAll();
+}
+
+void H2Stream::markReset(uint32_t code) {
+  if (reset_) return;
+  reset_ = code;
+  if (on_abort_) {
+    auto abort = std::move(on_abort_);
+    on_abort_ = nullptr;
+    abort();
+  }
 }
 
 std::string H2Stream::takeReceived() {
@@ -606,7 +680,35 @@ void H2Connection::drain() {
   kick();
 }
 
+const char* h2ErrorName(uint32_t code) {
+  static constexpr const char* kNames[] = {
+      "no_error",           "protocol_error",      "internal_error",  "flow_control_error",
+      "settings_timeout",   "stream_closed",       "frame_size_error", "refused_stream",
+      "cancel",             "compression_error",   "connect_error",   "enhance_your_calm",
+      "inadequate_security", "http_1_1_required"};
+  return code < std::size(kNames) ? kNames[code] : "unknown";
+}
+
 void H2Connection::close(std::string_view why) { fail(why); }
+
+void H2Connection::terminate(uint32_t error_code, std::string_view why) {
+  if (dead_ || terminating_) return;
+  terminating_ = true;
+  closing_ = true;
+  goaway_error_ = error_code;
+  close_reason_ = std::string(why);
+  FERRY_LOG(kDebug, "hbone: connection error %s: %s", h2ErrorName(error_code), why);
+  // Queues GOAWAY(last stream, error_code); once it is sent nghttp2 neither reads nor writes
+  // anything else, and the write loop closes the connection.
+  int rv = nghttp2_session_terminate_session(session_, error_code);
+  if (rv != 0) {
+    fail(absl::StrCat(common::toAbsl(why), " (no GOAWAY: ", nghttp2_strerror(rv), ")"));
+    return;
+  }
+  terminate_deadline_ = Clock::now() + kGoawayGrace;
+  keepalive_timer_.cancel();  // it now waits for terminate_deadline_
+  kick();
+}
 
 void H2Connection::fail(std::string_view why) {
   if (dead_) return;
@@ -634,7 +736,7 @@ void H2Connection::fail(std::string_view why) {
   for (auto& [id, s] : streams) {
     s->closed_ = true;
     if (!s->reset_ && !(s->remote_eof_ && s->local_eof_ && s->pending_.empty())) {
-      s->reset_ = kH2InternalError;
+      s->markReset(kH2InternalError);
     }
     s->notifyAll();
   }
@@ -650,10 +752,30 @@ void H2Connection::streamClosed(int32_t id, uint32_t error_code) {
   stream->closed_ = true;
   // A stream that closes without both END_STREAMs ended abnormally.
   if (!stream->reset_ && (error_code != NGHTTP2_NO_ERROR || !stream->remote_eof_)) {
-    stream->reset_ = error_code == NGHTTP2_NO_ERROR ? kH2Cancel : error_code;
+    stream->markReset(error_code == NGHTTP2_NO_ERROR ? kH2Cancel : error_code);
   }
   stream->notifyAll();
   eraseStream(id);  // the stream keeps its keep_alive_ (see fail())
+  countPrematureReset(stream->premature_);
+}
+
+// Rapid reset (CVE-2023-44487): each request costs us an upstream connect, each reset costs
+// the client one frame. Envoy's rule: a client whose resets of unanswered streams are at
+// least half of its ended streams, once there are enough of them, is abusing us. Counted
+// per window of ended streams, so that a long-lived connection's history neither excuses
+// nor condemns it.
+void H2Connection::countPrematureReset(bool premature) {
+  uint32_t limit = options_.max_premature_resets;
+  if (role_ != H2Connection::Role::kServer || limit == 0 || terminating_) return;
+  ++window_ended_;
+  if (premature) ++window_resets_;
+  if (premature && window_resets_ >= limit && window_resets_ * 2 >= window_ended_) {
+    terminate(kH2EnhanceYourCalm,
+              absl::StrCat("rapid reset: the client reset ", window_resets_, " of ", window_ended_,
+                           " streams before they were answered"));
+    return;
+  }
+  if (window_ended_ >= 10 * limit) window_ended_ = window_resets_ = 0;
 }
 
 awaitable<void> H2Connection::readLoop() {
@@ -675,14 +797,13 @@ awaitable<void> H2Connection::readLoop() {
         ssize_t rv = nghttp2_session_mem_recv(session_, t_plain.data(), static_cast<size_t>(n));
         in_session_ = false;
         if (rv < 0) {
-          // nghttp2 queued a GOAWAY for protocol errors; give the writer a moment to send it.
-          closing_ = true;
-          FERRY_LOG(kDebug, "hbone: protocol error from peer: %s", nghttp2_strerror(static_cast<int>(rv)));
-          deliverReceived();
-          kick();
+          auto [code, what] = goawayFor(rv);
+          terminate(code, absl::StrCat("protocol error from peer: ", what));
           co_return;  // the writer closes the connection once the GOAWAY is out
         }
-        if (dead_) co_return;
+        // Nothing more is read after a connection error, ours or nghttp2's (a GOAWAY with
+        // an error went out or is queued).
+        if (dead_ || terminating_ || goaway_error_) co_return;
         continue;
       }
       int err = SSL_get_error(ssl, n);
@@ -819,6 +940,12 @@ awaitable<void> H2Connection::writeLoop() {
     if (!tls_out_.empty() && !co_await flushTls()) co_return;
     if (produced > 0) continue;  // nghttp2 may have more than one batch
     if (!nghttp2_session_want_read(session_) && !nghttp2_session_want_write(session_)) {
+      // After a GOAWAY with an error (nghttp2 stops both once it is sent): close at once,
+      // whatever streams are still open.
+      if (goaway_error_) {
+        closeAfterGoaway();
+        co_return;
+      }
       fail(closing_ ? "closed after GOAWAY" : "session finished");
       co_return;
     }
@@ -836,12 +963,39 @@ awaitable<void> H2Connection::writeLoop() {
   }
 }
 
+// The GOAWAY is in the socket: FIN after it, then close. Bytes the peer sent that we will
+// never read are dropped first (bounded), else close() answers them with a RST that may
+// overtake the GOAWAY on a real network.
+void H2Connection::closeAfterGoaway() {
+  auto& socket = tls_->next_layer();
+  boost::system::error_code ignored;
+  socket.shutdown(Tcp::socket::shutdown_send, ignored);
+  for (int i = 0; i < 16; ++i) {
+    boost::system::error_code ec;
+    size_t n = socket.read_some(asio::buffer(t_plain), ec);
+    if (ec || n == 0) break;
+  }
+  fail(close_reason_.empty() ? std::string("closed after GOAWAY") : close_reason_);
+}
+
 awaitable<void> H2Connection::keepaliveLoop() {
   auto self = shared_from_this();
   while (!dead_) {
+    if (terminating_) {
+      // terminate(): the GOAWAY has kGoawayGrace to leave.
+      keepalive_timer_.expires_at(terminate_deadline_);
+      co_await keepalive_timer_.async_wait(asio::as_tuple(use_awaitable));
+      if (dead_) co_return;
+      if (Clock::now() >= terminate_deadline_) {
+        fail(absl::StrCat(close_reason_, " (the peer did not take the GOAWAY in time)"));
+        co_return;
+      }
+      continue;
+    }
     keepalive_timer_.expires_after(options_.ping_interval);
     co_await keepalive_timer_.async_wait(asio::as_tuple(use_awaitable));  // cancelled on close
     if (dead_) co_return;
+    if (terminating_) continue;
     auto now = Clock::now();
     if (now - last_read_ >= options_.ping_timeout) {
       fail("peer silent for longer than the ping timeout");

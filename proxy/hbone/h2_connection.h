@@ -25,6 +25,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "proxy/hbone/buffer_chain.h"
+#include "proxy/hbone/h2_errors.h"
 #include "proxy/hbone/signal.h"
 
 struct nghttp2_session;
@@ -46,12 +47,23 @@ inline constexpr uint32_t kServerMaxConcurrentStreams = 100;
 // request against CONTINUATION and header floods; a larger request resets that stream.
 inline constexpr uint32_t kClientMaxHeaderList = 16 * 1024;
 inline constexpr uint32_t kServerMaxHeaderList = 16 * 1024;
+// Past the list cap a header block is still decoded (the HPACK table must stay in step) but
+// not kept; past this one it is a flood (a block spread over CONTINUATION frames, or an
+// indexing bomb) and the connection ends with GOAWAY(ENHANCE_YOUR_CALM).
+inline constexpr uint32_t kMaxHeaderBlock = 64 * 1024;
 
 // HTTP/2 error codes we use (RFC 9113 §7).
 inline constexpr uint32_t kH2NoError = 0x0;
+inline constexpr uint32_t kH2ProtocolError = 0x1;
 inline constexpr uint32_t kH2InternalError = 0x2;
 inline constexpr uint32_t kH2Cancel = 0x8;
 inline constexpr uint32_t kH2ConnectError = 0xa;
+inline constexpr uint32_t kH2EnhanceYourCalm = 0xb;
+
+// How long a connection that sent a GOAWAY with an error waits for the peer to take it
+// before it closes anyway: a peer that floods us and reads nothing must not hold the
+// connection (and its buffers) until the keepalive gives up.
+inline constexpr std::chrono::milliseconds kGoawayGrace{1'000};
 
 struct Header {
   std::string name;
@@ -128,6 +140,12 @@ class H2Stream {
   // Server side: answer the request. 200 keeps the stream open for data; anything else
   // ends it.
   void respond(int status, const std::vector<Header>& extra = {});
+  bool responded() const { return responded_; }
+
+  // Called once, synchronously, when the stream is reset (by the peer, by us, or because
+  // the connection died): lets the owner cancel work started for it at once, such as an
+  // upstream connect. nullptr to stop; what it captures must outlive its registration.
+  void setAbortHandler(std::function<void()> handler) { on_abort_ = std::move(handler); }
 
   // Wakes the relay's TCP->peer loop: buffer space freed, stream ended.
   Signal& sendReady() { return send_signal_; }
@@ -144,6 +162,8 @@ class H2Stream {
     send_signal_.notify();
     recv_signal_.notify();
   }
+  // Records the first reset and runs the abort handler.
+  void markReset(uint32_t code);
 
   H2Connection& conn_;
   std::shared_ptr<H2Connection> keep_alive_;  // the connection outlives its streams
@@ -163,6 +183,8 @@ class H2Stream {
   std::vector<Header> headers_;
   int status_ = 0;
   bool responded_ = false;
+  bool premature_ = false;  // server: the client reset it before it was answered
+  std::function<void()> on_abort_;
   uint64_t bytes_sent_ = 0;
   uint64_t bytes_received_ = 0;
   Signal send_signal_;
@@ -177,6 +199,10 @@ struct H2Options {
   std::chrono::milliseconds idle_release{0};
   // Cap on streams we open on a client connection (the pool's limit).
   uint32_t max_streams = 100;
+  // Server: GOAWAY(ENHANCE_YOUR_CALM) once the client reset this many streams before they
+  // were answered and those are at least half of the streams that ended, per window of
+  // 10x this many ended streams (config hbone.max_premature_resets). 0 = no limit.
+  uint32_t max_premature_resets = 0;
 };
 
 class H2Connection : public std::enable_shared_from_this<H2Connection> {
@@ -209,6 +235,13 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   void drain();
   // Closes now; every open stream ends with a reset.
   void close(std::string_view why);
+  // Connection error (RFC 9113 §5.4.1): no more frames are read, GOAWAY with `error_code`
+  // is sent, and the connection closes as soon as it is out (kGoawayGrace at most);
+  // every open stream ends with a reset.
+  void terminate(uint32_t error_code, std::string_view why);
+  // The error code of the GOAWAY this end sent or queued for a connection error (ours or
+  // one nghttp2 detected), if any.
+  std::optional<uint32_t> goawayError() const { return goaway_error_; }
 
   bool usable() const { return !closing_ && !dead_; }
   bool dead() const { return dead_; }
@@ -254,6 +287,8 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   void deliverReceived();
   void fail(std::string_view why);
   void streamClosed(int32_t id, uint32_t error_code);
+  void countPrematureReset(bool premature);
+  void closeAfterGoaway();
   void consume(int32_t stream_id, size_t size);
   void resume(H2Stream& stream);
   bool submitData(H2Stream& stream, int status, const std::vector<Header>& extra, bool with_body);
@@ -286,6 +321,12 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   bool in_session_ = false;     // inside nghttp2_session_mem_recv/mem_send (and callbacks)
   bool writer_parked_ = false;  // the write loop waits on write_signal_
   bool data_moved_ = false;     // DATA sent or received since the last keepalive tick
+  bool terminating_ = false;    // terminate(): GOAWAY with an error queued, reading stopped
+  std::chrono::steady_clock::time_point terminate_deadline_;
+  std::optional<uint32_t> goaway_error_;
+  // Premature resets (H2Options::max_premature_resets) in the current window.
+  uint32_t window_resets_ = 0;
+  uint32_t window_ended_ = 0;
   std::string close_reason_;
 
   std::shared_ptr<H2Stream> findStream(int32_t id) const;

@@ -41,8 +41,13 @@ const char* svidRejectionHelp(SvidRejection r) {
   return "";
 }
 
-SvidRejection rejectionForVerifyError(long x509_error) {
+SvidRejection rejectionForVerifyError(long x509_error, VerifyingRole role) {
   switch (x509_error) {
+    case X509_V_ERR_INVALID_PURPOSE:
+      // The leaf's extendedKeyUsage lacks the purpose this end requires (a CA whose own EKU
+      // lacks it fails the same way; either way the chain is not valid for that purpose).
+      return role == VerifyingRole::kServer ? SvidRejection::kEkuNoClientAuth
+                                            : SvidRejection::kEkuNoServerAuth;
     case X509_V_ERR_CERT_HAS_EXPIRED:
       return SvidRejection::kExpired;
     case X509_V_ERR_CERT_NOT_YET_VALID:

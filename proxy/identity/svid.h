@@ -59,8 +59,13 @@ enum class SvidRejection {
 const char* svidRejectionLabel(SvidRejection r);
 const char* svidRejectionHelp(SvidRejection r);
 
+// Which end did the verifying: it decides what a failed purpose check means.
+enum class VerifyingRole { kServer, kClient };
+
 // The rejection an OpenSSL chain verification error (X509_V_ERR_*) stands for.
-SvidRejection rejectionForVerifyError(long x509_error);
+// X509_V_ERR_INVALID_PURPOSE is OpenSSL's own extendedKeyUsage check: a server verifying a
+// client certificate requires clientAuth, a client verifying a server requires serverAuth.
+SvidRejection rejectionForVerifyError(long x509_error, VerifyingRole role);
 
 // X.509-SVID leaf rules (spiffe.md B5.2): exactly one URI SAN which is a valid SPIFFE ID with a
 // non-root path, cA=false, key usage present with digitalSignature and without

@@ -226,7 +226,8 @@ absl::StatusOr<SpiffeId> verifyPeer(SSL* ssl, std::string_view trust_domain, Svi
   }
   long result = SSL_get_verify_result(ssl);
   if (result != X509_V_OK) {
-    why = rejectionForVerifyError(result);
+    why = rejectionForVerifyError(
+        result, SSL_is_server(ssl) ? VerifyingRole::kServer : VerifyingRole::kClient);
     return absl::UnauthenticatedError(absl::StrCat("peer certificate chain did not verify: ",
                                                    X509_verify_cert_error_string(result)));
   }
@@ -247,7 +248,10 @@ std::optional<SvidRejection> handshakeRejection(SSL* ssl, const boost::system::e
   if (ssl == nullptr) return std::nullopt;
   long verify = SSL_get_verify_result(ssl);
   // OpenSSL leaves X509_V_OK in place until a chain was actually verified and failed.
-  if (verify != X509_V_OK) return rejectionForVerifyError(verify);
+  if (verify != X509_V_OK) {
+    return rejectionForVerifyError(verify, SSL_is_server(ssl) ? VerifyingRole::kServer
+                                                              : VerifyingRole::kClient);
+  }
   // Asio's SSL category carries OpenSSL's packed error code; a server with
   // SSL_VERIFY_FAIL_IF_NO_PEER_CERT fails the handshake with this reason.
   if (ec.category() == boost::asio::error::get_ssl_category() &&

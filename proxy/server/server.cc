@@ -172,7 +172,9 @@ absl::Status Server::start() {
         ", idle_release: ", common::formatDuration(config_.pool.idle_release),
         ", ping_interval: ", common::formatDuration(config_.pool.ping_interval),
         ", ping_timeout: ", common::formatDuration(config_.pool.ping_timeout),
-        ", workers_per_pair: ", config_.pool.workers_per_pair, "}\n");
+        ", workers_per_pair: ", config_.pool.workers_per_pair, "}",
+        "\nhbone: {max_pending_connects: ", config_.hbone.max_pending_connects,
+        ", max_premature_resets: ", config_.hbone.max_premature_resets, "}\n");
     return HttpResponse{200, "text/yaml; charset=utf-8", body};
   });
 

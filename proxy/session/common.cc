@@ -167,6 +167,11 @@ void ConnectionRecord::finish(CloseReason reason, uint64_t sent, uint64_t receiv
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                 std::chrono::steady_clock::now() - start_).count();
   auto level = reason == CloseReason::kOk ? common::LogLevel::kInfo : common::LogLevel::kWarn;
+  if (common::logEnabled(level) && level == common::LogLevel::kWarn && warn_limiter != nullptr &&
+      !warn_limiter->allow()) {
+    worker_.shared().stats.log_lines_suppressed.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   if (common::logEnabled(level)) {
     common::logLine(level, absl::StrFormat(
         "access direction=%s src=%s dst=%s peer=%s reason=%s sent=%u received=%u duration_ms=%d%s%s",

@@ -10,6 +10,7 @@
 #include <boost/asio/awaitable.hpp>
 
 #include "absl/status/statusor.h"
+#include "proxy/common/log.h"
 #include "proxy/session/context.h"
 
 namespace ferry::session {
@@ -42,6 +43,9 @@ class ConnectionRecord {
   std::string dst;
   std::string peer_identity;
   std::string detail;  // why it failed, for the log
+  // Rate limit for this record's access line when it is a warning (the streams of one HBONE
+  // connection share one); nullptr = always written. Must outlive finish().
+  common::LogLimiter* warn_limiter = nullptr;
   // After the drain deadline reset the connection, the reason is `shutdown` whatever
   // `reason` says (the relay only saw its sockets closed).
   void finish(CloseReason reason, uint64_t sent = 0, uint64_t received = 0);

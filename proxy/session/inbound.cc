@@ -2,6 +2,9 @@
 // (chosen by the connection's original destination IP), then one CONNECT per proxied
 // connection, validated, and re-originated to the workload from the client pod's IP
 // (design §2 step 6, §4).
+#include <algorithm>
+#include <deque>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -12,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "proxy/common/log.h"
 #include "proxy/hbone/connect_request.h"
+#include "proxy/hbone/signal.h"
 #include "proxy/identity/spiffe_id.h"
 #include "proxy/session/common.h"
 #include "proxy/session/context.h"
@@ -35,8 +39,71 @@ struct TunnelInfo {
   std::string spoof_reason;
 };
 
+// The upstream connects one HBONE connection may have in flight (hbone.max_pending_connects);
+// streams beyond them wait in arrival order. A reset stream leaves the queue at once.
+class ConnectSlots {
+ public:
+  explicit ConnectSlots(size_t limit) : limit_(limit) {}
+
+  // Takes a slot, waiting for one if needed; false (no slot taken) once `stream` is reset.
+  // `wake` is the caller's: notified when a slot may be free, and by the stream's abort
+  // handler.
+  awaitable<bool> acquire(const hbone::H2Stream& stream, hbone::Signal& wake, Stats& stats) {
+    if (used_ >= limit_ || !waiting_.empty()) {
+      stats.hbone_connect_waits.fetch_add(1, std::memory_order_relaxed);
+      waiting_.push_back(&wake);
+      while (!stream.resetCode() && (used_ >= limit_ || waiting_.front() != &wake)) {
+        co_await wake.wait();
+      }
+      waiting_.erase(std::find(waiting_.begin(), waiting_.end(), &wake));
+    }
+    bool ok = !stream.resetCode();
+    if (ok) ++used_;
+    passOn();
+    co_return ok;
+  }
+  void release() {
+    --used_;
+    passOn();
+  }
+
+ private:
+  void passOn() {
+    if (used_ < limit_ && !waiting_.empty()) waiting_.front()->notify();
+  }
+  size_t limit_;
+  size_t used_ = 0;
+  std::deque<hbone::Signal*> waiting_;
+};
+
+// Per-connection warning lines: 10 at once, then one a second (a client whose every stream
+// fails writes about 100 bytes a second, not megabytes; ferry_connections_closed_total
+// still counts every stream).
+constexpr uint32_t kWarnBurst = 10;
+constexpr std::chrono::seconds kWarnInterval{1};
+
+// What the streams of one HBONE connection share and change (one worker, no locks).
+struct TunnelState {
+  TunnelState(size_t max_pending_connects, std::string client)
+      : connects(max_pending_connects), client(std::move(client)) {}
+  // The last stream of the connection has finished: say once what the limit held back.
+  ~TunnelState() {
+    if (warnings.suppressed() > 0) {
+      FERRY_LOG(kWarn, "hbone: %u warning lines about streams of the connection from %s were not written (rate limit)",
+                warnings.suppressed(), client);
+    }
+  }
+  TunnelState(const TunnelState&) = delete;
+  TunnelState& operator=(const TunnelState&) = delete;
+
+  ConnectSlots connects;
+  common::LogLimiter warnings{kWarnBurst, kWarnInterval};
+  std::string client;
+};
+
 awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> stream,
-                            std::shared_ptr<const TunnelInfo> info) {
+                            std::shared_ptr<const TunnelInfo> info,
+                            std::shared_ptr<TunnelState> tunnel) {
   auto& shared = worker.shared();
   const auto& cfg = shared.config;
   // A stream runs on its connection's worker; its load steers where new connections go.
@@ -46,6 +113,19 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
   record.peer_identity = info->peer_id;
   record.dst = stream->header(":authority");
   record.watchStream(stream);
+  record.warn_limiter = &tunnel->warnings;
+
+  // Rapid reset: the client gave up on the stream before it was answered. Nothing more is
+  // done for it (H2Connection counts these and ends a connection that lives on them).
+  auto resetBeforeAnswer = [&] {
+    shared.stats.hbone_streams_reset_unanswered.fetch_add(1, std::memory_order_relaxed);
+    record.detail = "client reset the stream before it was answered";
+    record.finish(CloseReason::kPeerReset);
+  };
+  if (stream->resetCode()) {  // HEADERS and RST_STREAM came in one read
+    resetBeforeAnswer();
+    co_return;
+  }
 
   auto reject = [&](int status, CloseReason reason, std::string why) {
     shared.stats.hbone_streams_rejected.fetch_add(1, std::memory_order_relaxed);
@@ -80,21 +160,45 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
   }
 
   // Connect before answering, so a refusal is a 503 and not a 200 followed by a reset.
+  // A reset of the stream cancels the connect at once: the socket is closed (the workload
+  // sees no connection, or one that ends at once), and a stream still waiting for a slot
+  // leaves the queue.
   Tcp::socket upstream(worker.io());
   WatchedSocket watched(record, upstream);
-  auto ec = co_await shared.sockets.connect(upstream, info->client.ip, verdict.target,
-                                            cfg.timeouts.connect);
+  hbone::Signal wake(worker.io().get_executor());
+  stream->setAbortHandler([&upstream, &wake] {
+    boost::system::error_code ignored;
+    upstream.close(ignored);
+    wake.notify();
+  });
+  struct AbortHandlerGuard {
+    hbone::H2Stream& stream;
+    ~AbortHandlerGuard() { stream.setAbortHandler(nullptr); }
+  } abort_guard{*stream};
+  if (!co_await tunnel->connects.acquire(*stream, wake, shared.stats)) {
+    resetBeforeAnswer();
+    co_return;
+  }
+  boost::system::error_code ec;
+  {
+    struct SlotGuard {
+      ConnectSlots& slots;
+      ~SlotGuard() { slots.release(); }
+    } slot{tunnel->connects};
+    ec = co_await shared.sockets.connect(upstream, info->client.ip, verdict.target,
+                                         cfg.timeouts.connect);
+  }
+  stream->setAbortHandler(nullptr);  // the relay watches the stream from here on
+  if (stream->resetCode()) {
+    abortSocket(upstream);
+    resetBeforeAnswer();
+    co_return;
+  }
   if (ec) {
     reject(503, ec == asio::error::timed_out ? CloseReason::kConnectTimeout
                                              : CloseReason::kConnectFailed,
            absl::StrCat("connecting to ", common::formatHostPort(verdict.target), ": ",
                         ec.message()));
-    co_return;
-  }
-  if (stream->resetCode()) {
-    record.detail = "client reset the stream while we connected";
-    abortSocket(upstream);
-    record.finish(CloseReason::kPeerReset);
     co_return;
   }
   stream->respond(200);
@@ -193,14 +297,25 @@ awaitable<void> serveHbone(Worker& worker, Tcp::socket socket, LoadUnit load) {
   // Twice the clients' own release time: a well-behaved pool lets go first, and a client
   // that completes a handshake and then sends nothing cannot hold the connection forever.
   options.idle_release = cfg.pool.idle_release * 2;
+  options.max_premature_resets = cfg.hbone.max_premature_resets;
   auto conn = hbone::H2Connection::create(hbone::H2Connection::Role::kServer, std::move(tls), options);
+  auto tunnel = std::make_shared<TunnelState>(cfg.hbone.max_pending_connects,
+                                              common::formatHostPort(client));
   // The handshake's unit stays with the tunnel for as long as it is open.
-  conn->setCloseHandler([load = std::make_shared<LoadUnit>(std::move(load))](hbone::H2Connection&) {
+  conn->setCloseHandler([load = std::make_shared<LoadUnit>(std::move(load)), client,
+                         stats = &shared.stats](hbone::H2Connection& c) {
     load->reset();
+    // One line per connection that ended in a connection error (never rate-limited: it is
+    // one per handshake, and handshakes are what admission control bounds).
+    if (auto code = c.goawayError()) {
+      stats->recordGoaway(*code);
+      FERRY_LOG(kWarn, "hbone: closed connection from %s with GOAWAY %s: %s",
+                common::formatHostPort(client), hbone::h2ErrorName(*code), c.closeReason());
+    }
   });
   Worker* w = &worker;
-  conn->setRequestHandler([w, info](std::shared_ptr<hbone::H2Stream> stream) {
-    asio::co_spawn(w->io(), serveStream(*w, std::move(stream), info), logTaskError);
+  conn->setRequestHandler([w, info, tunnel](std::shared_ptr<hbone::H2Stream> stream) {
+    asio::co_spawn(w->io(), serveStream(*w, std::move(stream), info, tunnel), logTaskError);
   });
   conn->start();
 }

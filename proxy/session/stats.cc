@@ -1,6 +1,7 @@
 #include "proxy/session/stats.h"
 
 #include "absl/strings/str_cat.h"
+#include "proxy/hbone/h2_errors.h"
 
 namespace ferry::session {
 
@@ -43,6 +44,10 @@ uint64_t Stats::rejections(Direction d, identity::SvidRejection r) const {
   return svid_rejections[static_cast<size_t>(d)][static_cast<size_t>(r)].load(std::memory_order_relaxed);
 }
 
+void Stats::recordGoaway(uint32_t error_code) {
+  if (error_code < kH2ErrorCodes) hbone_goaway_sent[error_code].fetch_add(1, std::memory_order_relaxed);
+}
+
 std::string Stats::renderPrometheus() const {
   std::string out;
 #define FERRY_X(name, help)                                                          \
@@ -66,6 +71,13 @@ std::string Stats::renderPrometheus() const {
                 "Bytes from the accepting side towards the far side", bytes_sent);
   per_direction("ferry_bytes_received_total", "counter",
                 "Bytes from the far side back to the accepting side", bytes_received);
+  absl::StrAppend(&out,
+                  "# HELP ferry_hbone_goaway_sent_total HBONE server connections ended by a GOAWAY "
+                  "with an error, by its code\n# TYPE ferry_hbone_goaway_sent_total counter\n");
+  for (size_t code = 1; code < kH2ErrorCodes; ++code) {
+    absl::StrAppend(&out, "ferry_hbone_goaway_sent_total{code=\"", hbone::h2ErrorName(code), "\"} ",
+                    hbone_goaway_sent[code].load(std::memory_order_relaxed), "\n");
+  }
   absl::StrAppend(&out,
                   "# HELP ferry_connections_closed_total Proxied connections closed, by reason\n"
                   "# TYPE ferry_connections_closed_total counter\n");

@@ -59,7 +59,10 @@ const char* directionLabel(Direction d);
   X(accept_errors, "accept() errors on any listener")                                      \
   X(worker_handoffs, "accepted connections moved to a less loaded worker before a byte was read")\
   X(self_target_refused, "connections refused because their destination is ferryd itself (one of its listeners or addresses)")\
-  X(identity_spoofing_denied, "CONNECT streams answered 401: the client identity does not own the tunnel's source IP")
+  X(identity_spoofing_denied, "CONNECT streams answered 401: the client identity does not own the tunnel's source IP")\
+  X(hbone_streams_reset_unanswered, "CONNECT streams the client reset before they were answered (upstream connect cancelled or never started)")\
+  X(hbone_connect_waits, "CONNECT streams that waited for one of the connection's hbone.max_pending_connects upstream connects")\
+  X(log_lines_suppressed, "warning lines a per-connection log rate limit did not write (their events are still counted)")
 
 struct Stats {
 #define FERRY_X(name, help) std::atomic<uint64_t> name{0};
@@ -79,7 +82,13 @@ struct Stats {
              static_cast<size_t>(Direction::kCount)>
       svid_rejections{};
 
+  // hbone_goaway_sent{code}: HBONE server connections closed with a GOAWAY carrying an
+  // error (RFC 9113 §7 codes 0x1..0xd; index = code).
+  static constexpr size_t kH2ErrorCodes = 14;
+  std::array<std::atomic<uint64_t>, kH2ErrorCodes> hbone_goaway_sent{};
+
   void recordClose(Direction d, CloseReason r, uint64_t sent, uint64_t received);
+  void recordGoaway(uint32_t error_code);
   void recordRejection(Direction d, identity::SvidRejection r);
   uint64_t rejections(Direction d, identity::SvidRejection r) const;
   // Prometheus text exposition of everything above.

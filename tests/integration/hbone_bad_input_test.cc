@@ -273,6 +273,25 @@ TEST_F(HboneBadInputTest, LeafWithTwoUriSansIsRefusedAndCountedByRule) {
   expectServing();
 }
 
+TEST_F(HboneBadInputTest, LeafWithoutClientAuthEkuIsCountedAsEkuNoClientAuth) {
+  // OpenSSL's own purpose check refuses it during the handshake; the counter must name the
+  // EKU rule, not a generic chain failure.
+  auto ca = identity::CertificateAuthority::load(files_.caDir() + "/ca.pem", files_.caDir() + "/ca.key");
+  ASSERT_TRUE(ca.ok()) << ca.status();
+  identity::CertificateAuthority::LeafOptions opts;
+  opts.uri_sans = {"spiffe://cluster.local/ns/default/sa/client"};
+  opts.eku_client = false;
+  auto ctx = contextWith(*ca, opts);
+  TestClient c;
+  if (c.connect("127.0.1.10", "127.0.2.10", *ctx)) {
+    EXPECT_TRUE(c.request(connectTo("127.0.2.10:8080")).reset);
+  }
+  EXPECT_EQ(app_->accepted(), 0u);
+  EXPECT_TRUE(waitFor([&] { return rejections(identity::SvidRejection::kEkuNoClientAuth) == 1; }));
+  EXPECT_EQ(rejections(identity::SvidRejection::kChainInvalid), 0u);
+  expectServing();
+}
+
 TEST_F(HboneBadInputTest, CertificateOfAnotherTrustDomainIsRefused) {
   auto ca = identity::CertificateAuthority::load(files_.caDir() + "/ca.pem", files_.caDir() + "/ca.key");
   ASSERT_TRUE(ca.ok()) << ca.status();
@@ -340,13 +359,13 @@ TEST_F(HboneBadInputTest, NonConnectMethodGets400) {
   expectServing();
 }
 
-TEST_F(HboneBadInputTest, OversizedHeadersResetTheStreamOnly) {
+TEST_F(HboneBadInputTest, OversizedHeaderListIsAnswered431OnThatStreamOnly) {
   TestClient c;
   ASSERT_TRUE(c.connect("127.0.1.10", "127.0.2.10", *good_ctx_));
   auto headers = connectTo("127.0.2.10:8080");
   headers.push_back({"x-padding", std::string(hbone::kServerMaxHeaderList + 1024, 'a')});
   auto a = c.request(headers);
-  EXPECT_NE(a.status, 200);
+  EXPECT_EQ(a.status, 431);
   EXPECT_EQ(app_->accepted(), 0u);
   // The same connection still carries a good request.
   auto b = c.request(connectTo("127.0.2.10:8080"));

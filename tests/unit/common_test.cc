@@ -1,10 +1,33 @@
 #include <gtest/gtest.h>
 
 #include "proxy/common/duration.h"
+#include "proxy/common/log.h"
 #include "proxy/common/net.h"
 
 namespace ferry::common {
 namespace {
+
+TEST(LogLimiter, LetsABurstThroughThenCountsWhatItSuppresses) {
+  // An interval no test run reaches: no refill happens while it runs.
+  LogLimiter limiter(3, std::chrono::hours(1));
+  EXPECT_TRUE(limiter.allow());
+  EXPECT_TRUE(limiter.allow());
+  EXPECT_TRUE(limiter.allow());
+  EXPECT_FALSE(limiter.allow());
+  EXPECT_FALSE(limiter.allow());
+  EXPECT_EQ(limiter.suppressed(), 2u);
+}
+
+TEST(LogLimiter, RefillsOnePerInterval) {
+  LogLimiter limiter(1, std::chrono::milliseconds(1));
+  EXPECT_TRUE(limiter.allow());
+  EXPECT_FALSE(limiter.allow());
+  auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
+  while (std::chrono::steady_clock::now() < until) {
+  }
+  EXPECT_TRUE(limiter.allow());
+  EXPECT_EQ(limiter.suppressed(), 1u);
+}
 
 TEST(HostPort, ParsesIpv4AndBracketedIpv6) {
   auto a = parseHostPort("10.0.0.1:80");

@@ -293,6 +293,25 @@ TEST(ConfigTest, RejectsMaxStreamsOutOfRange) {
               "pool.max_streams: must be between 1 and 1000");
 }
 
+TEST(ConfigTest, ParsesHboneAbuseLimitsWithSafeDefaults) {
+  auto defaults = parse(kMinimal);
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->hbone.max_pending_connects, 16u);
+  EXPECT_EQ(defaults->hbone.max_premature_resets, 100u);
+  auto set = parse(withMinimal("hbone: {max_pending_connects: 4, max_premature_resets: 50}\n"));
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->hbone.max_pending_connects, 4u);
+  EXPECT_EQ(set->hbone.max_premature_resets, 50u);
+}
+
+TEST(ConfigTest, RejectsHboneAbuseLimitsOutOfRange) {
+  expectError(parse(withMinimal("hbone:\n  max_pending_connects: 0\n")), 6,
+              "hbone.max_pending_connects: must be between 1 and 1000");
+  expectError(parse(withMinimal("hbone:\n  max_premature_resets: 9\n")), 6,
+              "hbone.max_premature_resets: must be between 10 and 100000");
+  expectError(parse(withMinimal("hbone:\n  max_resets: 9\n")), 6, "hbone.max_resets: unknown key");
+}
+
 TEST(ConfigTest, RejectsWorkersPerPairOutOfRange) {
   expectError(parse(withMinimal("pool:\n  workers_per_pair: 0\n")), 6,
               "pool.workers_per_pair: must be between 1 and 256");

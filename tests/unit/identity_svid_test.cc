@@ -168,13 +168,18 @@ TEST_F(SvidTest, EveryRejectionNamesTheRuleThatFailed) {
 }
 
 TEST(SvidRejectionTest, ChainErrorsMapToReasonsAndEveryReasonHasALabel) {
-  EXPECT_EQ(rejectionForVerifyError(X509_V_ERR_CERT_HAS_EXPIRED), SvidRejection::kExpired);
-  EXPECT_EQ(rejectionForVerifyError(X509_V_ERR_CERT_NOT_YET_VALID), SvidRejection::kNotYetValid);
-  EXPECT_EQ(rejectionForVerifyError(X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY), SvidRejection::kUntrustedChain);
-  EXPECT_EQ(rejectionForVerifyError(X509_V_ERR_CERT_SIGNATURE_FAILURE), SvidRejection::kUntrustedChain);
-  EXPECT_EQ(rejectionForVerifyError(X509_V_ERR_CERT_CHAIN_TOO_LONG), SvidRejection::kChainTooLong);
-  EXPECT_EQ(rejectionForVerifyError(X509_V_ERR_APPLICATION_VERIFICATION), SvidRejection::kIdentityMismatch);
-  EXPECT_EQ(rejectionForVerifyError(X509_V_ERR_INVALID_CA), SvidRejection::kChainInvalid);
+  EXPECT_EQ(rejectionForVerifyError(X509_V_ERR_CERT_HAS_EXPIRED, VerifyingRole::kServer), SvidRejection::kExpired);
+  EXPECT_EQ(rejectionForVerifyError(X509_V_ERR_CERT_NOT_YET_VALID, VerifyingRole::kServer), SvidRejection::kNotYetValid);
+  EXPECT_EQ(rejectionForVerifyError(X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY, VerifyingRole::kServer), SvidRejection::kUntrustedChain);
+  EXPECT_EQ(rejectionForVerifyError(X509_V_ERR_CERT_SIGNATURE_FAILURE, VerifyingRole::kServer), SvidRejection::kUntrustedChain);
+  EXPECT_EQ(rejectionForVerifyError(X509_V_ERR_CERT_CHAIN_TOO_LONG, VerifyingRole::kServer), SvidRejection::kChainTooLong);
+  EXPECT_EQ(rejectionForVerifyError(X509_V_ERR_APPLICATION_VERIFICATION, VerifyingRole::kServer), SvidRejection::kIdentityMismatch);
+  EXPECT_EQ(rejectionForVerifyError(X509_V_ERR_INVALID_CA, VerifyingRole::kServer), SvidRejection::kChainInvalid);
+  // OpenSSL's purpose check is the EKU rule of the end that verified.
+  EXPECT_EQ(rejectionForVerifyError(X509_V_ERR_INVALID_PURPOSE, VerifyingRole::kServer),
+            SvidRejection::kEkuNoClientAuth);
+  EXPECT_EQ(rejectionForVerifyError(X509_V_ERR_INVALID_PURPOSE, VerifyingRole::kClient),
+            SvidRejection::kEkuNoServerAuth);
   std::set<std::string> labels;
   for (size_t r = 0; r < static_cast<size_t>(SvidRejection::kCount); ++r) {
     std::string label = svidRejectionLabel(static_cast<SvidRejection>(r));
