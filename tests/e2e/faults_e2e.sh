@@ -319,13 +319,14 @@ case_own_restart() {
   start_echo
   start_dl
   assert "n1/p1 -> n2/p1 works before" mesh_works n1/p1 cased-before
-  python3 -c 'import sys; b = bytes(range(256)) * 256; open(sys.argv[1], "wb").write(b * 128)' "$TMP/cased.expected"  # 8 MiB
-  # Three echo streams (one short enough to finish within the drain) and a paced download.
+  python3 -c 'import sys; b = bytes(range(256)) * 256; open(sys.argv[1], "wb").write(b * 1024)' "$TMP/cased.expected"  # 64 MiB
+  # Three echo streams (one short enough to finish within the drain) and a paced download
+  # (64 MiB at 1 MiB/s: more than the socket buffers on the way can hold).
   stream cased1 n1/p1 $((256 << 10)) $((512 << 10))
   stream cased2 n1/p1 $((32 << 20)) $((512 << 10))
   stream cased3 n1/p2 $((32 << 20)) $((512 << 10))
   bg n1/p1 "$TMP/cased-curl.out" bash -c \
-    "curl -sS --limit-rate 512k -o '$TMP/cased.body' http://10.77.2.11:$DL_PORT/$((8 << 20)); echo \"curl exit \$?\""
+    "curl -sS --limit-rate 1m -o '$TMP/cased.body' http://10.77.2.11:$DL_PORT/$((64 << 20)); echo \"curl exit \$?\""
   for i in 2 3; do assert "stream $i under way" wait_for 10 "progress" progressed "cased$i"; done
   assert "the download is under way" wait_for 10 "body" test -s "$TMP/cased.body"
   # n1's ferryd comes back even when an assertion ends the case: the next cases need it.
@@ -333,13 +334,14 @@ case_own_restart() {
   trap '"$LAB" start n1 8<&- >/dev/null 2>&1 || true' EXIT
   note "ferry-lab stop n1 (SIGTERM: drain for timeouts.drain, then exit)"
   "$LAB" stop n1 8<&- | sed 's/^/      /'
+  # Every outcome first (all of them are the record), then the verdicts.
+  for i in 1 2 3; do assert "stream $i reports" wait_for 30 "outcome" has_outcome "cased$i"; done
+  assert "the download reports" wait_for 30 "curl exit" grep -q "curl exit" "$TMP/cased-curl.out"
+  for i in 1 2 3; do note "stream $i: $(outcome "cased$i")"; done
+  note "download: $(tr '\n' ' ' <"$TMP/cased-curl.out")"
   for i in 1 2 3; do
-    assert "stream $i reports" wait_for 30 "outcome" has_outcome "cased$i"
-    note "stream $i: $(outcome "cased$i")"
     assert "stream $i: complete and byte-exact, or a reset; never a truncating EOF" complete_or_reset "cased$i"
   done
-  assert "the download reports" wait_for 30 "curl exit" grep -q "curl exit" "$TMP/cased-curl.out"
-  note "download: $(tr '\n' ' ' <"$TMP/cased-curl.out")"
   rc=$(sed -n 's/^curl exit //p' "$TMP/cased-curl.out")
   assert "the download is not a FIN-truncated body (curl exit 18, 'transfer closed with ... remaining')" test "$rc" -ne 18
   if [ "$rc" -eq 0 ]; then
