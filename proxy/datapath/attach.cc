@@ -87,6 +87,7 @@ Attachment& Attachment::operator=(Attachment&& other) noexcept {
     tcx_ = other.tcx_;
     position_ = other.position_;
     want_pin_ = std::move(other.want_pin_);
+    repair_failing_ = other.repair_failing_;
     other.link_fd_ = -1;
     other.tc_attached_ = false;
     other.pin_path_.clear();
@@ -203,8 +204,9 @@ bool Attachment::stillAttached() const {
 }
 
 absl::StatusOr<Attachment::Repair> Attachment::repair() {
-  if (link_fd_ < 0 && !tc_attached_) return Repair::kIntact;
-  if (stillAttached()) {
+  // After a failed re-attach nothing is attached: try again on every check.
+  if (!repair_failing_ && link_fd_ < 0 && !tc_attached_) return Repair::kIntact;
+  if (!repair_failing_ && stillAttached()) {
     if (pin_path_.empty()) return Repair::kIntact;
     // The pin is what keeps the pod steered into the proxy when ferryd stops (fail closed):
     // it must name this link, not be missing or name another.
@@ -220,6 +222,7 @@ absl::StatusOr<Attachment::Repair> Attachment::repair() {
     if (ours) return Repair::kIntact;
     ::unlink(pin_path_.c_str());
     if (bpf_obj_pin(link_fd_, pin_path_.c_str()) != 0) {
+      repair_failing_ = true;  // the next check makes a fresh, pinned link
       return absl::InternalError(absl::StrCat("pinning the link of ", what_, " again at ", pin_path_, ": ",
                                               strerror(errno)));
     }
@@ -235,7 +238,10 @@ absl::StatusOr<Attachment::Repair> Attachment::repair() {
   }
   tc_attached_ = false;  // BPF_TC_F_REPLACE takes our handle back if another program holds it
   auto a = attach(prog_fd_, ifindex_, hook_, tcx_, what_, want_pin_, position_);
-  if (!a.ok()) return a.status();
+  if (!a.ok()) {
+    repair_failing_ = true;
+    return a.status();
+  }
   *this = std::move(*a);
   return Repair::kReattached;
 }

@@ -44,6 +44,8 @@ class Attachment {
   // device is gone: the registry will release the pod).
   enum class Repair { kIntact, kRepinned, kReattached };
   absl::StatusOr<Repair> repair();
+  // The last repair() failed (to log a failing hook once, not on every check).
+  bool repairFailing() const { return repair_failing_; }
   const std::string& what() const { return what_; }
   bool usesTcx() const { return link_fd_ >= 0; }
 
@@ -55,6 +57,7 @@ class Attachment {
   bool tcx_ = false;
   Position position_ = Position::kFirst;
   std::string want_pin_;
+  bool repair_failing_ = false;
   int link_fd_ = -1;      // TCX link
   std::string pin_path_;  // where the link is pinned, if it is
   int tc_ifindex_ = 0;    // cls_bpf: where to detach from

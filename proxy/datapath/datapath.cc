@@ -344,12 +344,16 @@ absl::Status Datapath::sync(const workloads::Registry& registry) {
 void Datapath::checkAttachments() {
   auto check = [this](Attachment* a) {
     if (a == nullptr) return;
+    bool was_failing = a->repairFailing();
     auto r = a->repair();
     if (!r.ok()) {
-      // Once per poll at most per hook; the device is usually gone and the next workloads
-      // change releases the pod.
+      // Usually the device is gone and the next workloads change releases the pod: counted
+      // on every check, logged once.
       reattach_failures_.fetch_add(1, std::memory_order_relaxed);
-      FERRY_LOG(kWarn, "datapath: %s is no longer attached and cannot be re-attached: %s", a->what(), r.status().message());
+      if (!was_failing) {
+        FERRY_LOG(kWarn, "datapath: %s is no longer attached and cannot be re-attached: %s", a->what(),
+                  r.status().message());
+      }
       return;
     }
     if (*r == Attachment::Repair::kIntact) return;
