@@ -6,7 +6,7 @@ JOBS ?= $(shell nproc)
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := true
 
-.PHONY: all bootstrap configure build test test-asan test-tsan demo kernel-lab bench bench-quick clean ci
+.PHONY: all bootstrap configure build test test-asan test-tsan demo kernel-lab bench bench-quick soak clean ci
 
 all: build
 
@@ -49,6 +49,15 @@ bench: build
 # configuration carries no traffic (CI runs it so that the suite cannot rot).
 bench-quick: build
 	@tests/bench/run_bench.py --quick --build build/$(PRESET) $(BENCH_ARGS)
+
+# 10,000 connections (idle, request/response, bulk) through two lab nodes for 10 minutes;
+# zero errors, byte-exact, ferryd's descriptors and RSS back to baseline (root;
+# tests/soak/run_soak.py, docs/testing.md). CI runs SOAK_CONNS=1000 SOAK_SECONDS=60.
+SOAK_CONNS ?= 10000
+SOAK_SECONDS ?= 600
+soak: build
+	@tests/soak/run_soak.py --build build/$(PRESET) --conns $(SOAK_CONNS) --seconds $(SOAK_SECONDS) \
+		--out build/$(PRESET)/soak/result.json $(SOAK_ARGS)
 
 ci:
 	@bash .ci/run

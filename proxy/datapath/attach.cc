@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -81,6 +82,12 @@ Attachment& Attachment::operator=(Attachment&& other) noexcept {
     hook_ = other.hook_;
     tc_attached_ = other.tc_attached_;
     what_ = std::move(other.what_);
+    prog_fd_ = other.prog_fd_;
+    ifindex_ = other.ifindex_;
+    tcx_ = other.tcx_;
+    position_ = other.position_;
+    want_pin_ = std::move(other.want_pin_);
+    repair_failing_ = other.repair_failing_;
     other.link_fd_ = -1;
     other.tc_attached_ = false;
     other.pin_path_.clear();
@@ -94,6 +101,11 @@ absl::StatusOr<Attachment> Attachment::attach(int prog_fd, int ifindex, Hook hoo
   Attachment a;
   a.what_ = what;
   a.hook_ = hook;
+  a.prog_fd_ = prog_fd;
+  a.ifindex_ = ifindex;
+  a.tcx_ = tcx;
+  a.position_ = position;
+  a.want_pin_ = pin_path;
   if (isNetkit(hook) && !tcx) {
     return absl::FailedPreconditionError(absl::StrCat(
         "attaching ", what, ": netkit programs need BPF links, which this kernel lacks"));
@@ -163,6 +175,75 @@ void Attachment::detach() {
     bpf_tc_detach(&h, &o);
     tc_attached_ = false;
   }
+}
+
+bool Attachment::stillAttached() const {
+  if (link_fd_ >= 0) {
+    // A TCX or netkit link that was detached (BPF_LINK_DETACH, or its device went away)
+    // stays a valid fd but reports ifindex 0. libbpf 1.1's bpf_link_info lacks the tcx and
+    // netkit members: both begin with the ifindex, at the start of the union.
+    bpf_link_info info{};
+    uint32_t len = sizeof(info);
+    if (bpf_obj_get_info_by_fd(link_fd_, &info, &len) != 0) return false;
+    uint32_t ifindex = 0;
+    std::memcpy(&ifindex, reinterpret_cast<const char*>(&info) + offsetof(bpf_link_info, raw_tracepoint),
+                sizeof(ifindex));
+    return ifindex == static_cast<uint32_t>(ifindex_);
+  }
+  if (tc_attached_) {
+    LIBBPF_OPTS(bpf_tc_hook, h, .ifindex = tc_ifindex_,
+                .attach_point = hook_ == Hook::kIngress ? BPF_TC_INGRESS : BPF_TC_EGRESS);
+    LIBBPF_OPTS(bpf_tc_opts, o, .handle = kTcHandle, .priority = kTcPriority);
+    if (bpf_tc_query(&h, &o) != 0) return false;  // filter or whole clsact qdisc gone
+    bpf_prog_info pi{};
+    uint32_t len = sizeof(pi);
+    if (bpf_obj_get_info_by_fd(prog_fd_, &pi, &len) != 0) return true;  // cannot tell: leave it
+    return o.prog_id == pi.id;  // our handle and priority, someone else's program: replace it
+  }
+  return true;  // nothing was attached
+}
+
+absl::StatusOr<Attachment::Repair> Attachment::repair() {
+  // After a failed re-attach nothing is attached: try again on every check.
+  if (!repair_failing_ && link_fd_ < 0 && !tc_attached_) return Repair::kIntact;
+  if (!repair_failing_ && stillAttached()) {
+    if (pin_path_.empty()) return Repair::kIntact;
+    // The pin is what keeps the pod steered into the proxy when ferryd stops (fail closed):
+    // it must name this link, not be missing or name another.
+    int pinned = bpf_obj_get(pin_path_.c_str());
+    bool ours = false;
+    if (pinned >= 0) {
+      bpf_link_info a{}, b{};
+      uint32_t la = sizeof(a), lb = sizeof(b);
+      ours = bpf_obj_get_info_by_fd(pinned, &a, &la) == 0 && bpf_obj_get_info_by_fd(link_fd_, &b, &lb) == 0 &&
+             a.id == b.id;
+      ::close(pinned);
+    }
+    if (ours) return Repair::kIntact;
+    ::unlink(pin_path_.c_str());
+    if (bpf_obj_pin(link_fd_, pin_path_.c_str()) != 0) {
+      repair_failing_ = true;  // the next check makes a fresh, pinned link
+      return absl::InternalError(absl::StrCat("pinning the link of ", what_, " again at ", pin_path_, ": ",
+                                              strerror(errno)));
+    }
+    return Repair::kRepinned;
+  }
+  // Gone from its hook. Drop the dead link and its pin, so that attach() makes a fresh one
+  // rather than adopting the pin of a detached link.
+  if (link_fd_ >= 0) {
+    if (!pin_path_.empty()) ::unlink(pin_path_.c_str());
+    ::close(link_fd_);
+    link_fd_ = -1;
+    pin_path_.clear();
+  }
+  tc_attached_ = false;  // BPF_TC_F_REPLACE takes our handle back if another program holds it
+  auto a = attach(prog_fd_, ifindex_, hook_, tcx_, what_, want_pin_, position_);
+  if (!a.ok()) {
+    repair_failing_ = true;
+    return a.status();
+  }
+  *this = std::move(*a);
+  return Repair::kReattached;
 }
 
 void Attachment::release() {

@@ -37,10 +37,27 @@ class Attachment {
   void detach();
   // Forgets the attachment without detaching: a pinned link stays in the kernel.
   void release();
+  // Someone else can take ferry's programs off a device underneath it (`bpftool link
+  // detach`, `tc filter del`, a CNI that recreates the clsact qdisc, an unlinked pin).
+  // repair() looks, and puts back what is missing: the program on its hook (a fresh link,
+  // pinned again) or just the pin. An error when the hook cannot be re-attached (the
+  // device is gone: the registry will release the pod).
+  enum class Repair { kIntact, kRepinned, kReattached };
+  absl::StatusOr<Repair> repair();
+  // The last repair() failed (to log a failing hook once, not on every check).
+  bool repairFailing() const { return repair_failing_; }
   const std::string& what() const { return what_; }
   bool usesTcx() const { return link_fd_ >= 0; }
 
  private:
+  bool stillAttached() const;
+  // What attach() was given, for repair().
+  int prog_fd_ = -1;
+  int ifindex_ = 0;
+  bool tcx_ = false;
+  Position position_ = Position::kFirst;
+  std::string want_pin_;
+  bool repair_failing_ = false;
   int link_fd_ = -1;      // TCX link
   std::string pin_path_;  // where the link is pinned, if it is
   int tc_ifindex_ = 0;    // cls_bpf: where to detach from

@@ -341,6 +341,35 @@ absl::Status Datapath::sync(const workloads::Registry& registry) {
   return absl::OkStatus();
 }
 
+void Datapath::checkAttachments() {
+  auto check = [this](Attachment* a) {
+    if (a == nullptr) return;
+    bool was_failing = a->repairFailing();
+    auto r = a->repair();
+    if (!r.ok()) {
+      // Usually the device is gone and the next workloads change releases the pod: counted
+      // on every check, logged once.
+      reattach_failures_.fetch_add(1, std::memory_order_relaxed);
+      if (!was_failing) {
+        FERRY_LOG(kWarn, "datapath: %s is no longer attached and cannot be re-attached: %s", a->what(),
+                  r.status().message());
+      }
+      return;
+    }
+    if (*r == Attachment::Repair::kIntact) return;
+    reattached_.fetch_add(1, std::memory_order_relaxed);
+    FERRY_LOG(kWarn, "datapath: %s was %s underneath ferryd; %s", a->what(),
+              *r == Attachment::Repair::kReattached ? "detached" : "unpinned",
+              *r == Attachment::Repair::kReattached ? "re-attached" : "pinned again");
+  };
+  check(from_proxy_.get());
+  check(to_proxy_.get());
+  for (auto& [ip, pod] : pods_) {
+    check(&pod.egress_side);
+    check(&pod.ingress_side);
+  }
+}
+
 DatapathCounters Datapath::counters() const {
   DatapathCounters out;
   int ncpu = libbpf_num_possible_cpus();
@@ -394,6 +423,14 @@ std::string Datapath::renderPrometheus() const {
   }
   absl::StrAppend(&out, "# HELP ferry_datapath_enrolled_pods Local pods whose devices carry ferry's programs\n",
                   "# TYPE ferry_datapath_enrolled_pods gauge\nferry_datapath_enrolled_pods ", pods_.size(), "\n");
+  absl::StrAppend(&out,
+                  "# HELP ferry_datapath_reattached_total Programs or link pins put back after something removed "
+                  "them underneath ferryd\n# TYPE ferry_datapath_reattached_total counter\nferry_datapath_reattached_total ",
+                  reattached_.load(std::memory_order_relaxed),
+                  "\n# HELP ferry_datapath_reattach_failures_total Checks that found a program detached and could not "
+                  "re-attach it\n# TYPE ferry_datapath_reattach_failures_total counter\n"
+                  "ferry_datapath_reattach_failures_total ",
+                  reattach_failures_.load(std::memory_order_relaxed), "\n");
   auto feature = [&](const char* name, bool v) {
     absl::StrAppend(&out, "ferry_datapath_kernel_feature{feature=\"", name, "\"} ", v ? 1 : 0, "\n");
   };

@@ -3,6 +3,7 @@
 // load-time constants, pins the maps (adopting pins a previous ferryd left), attaches
 // from_proxy / to_proxy once and pod_egress / pod_ingress per local pod, and keeps the
 // maps in step with the workload registry. Runs on the control thread, in the node netns.
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -40,6 +41,11 @@ class Datapath {
   // enrolled (device missing) is logged and skipped; the others are unaffected.
   absl::Status sync(const workloads::Registry& registry);
 
+  // Puts back programs (and link pins) that someone took off an enrolled pod's device or
+  // the proxy's devices underneath ferryd; counted and logged. Called on every workloads
+  // poll, so a detached pod is re-attached within `workloads_poll`. Until then the pod's
+  // traffic is not steered (see docs/datapath.md, "Programs detached underneath ferryd").
+  void checkAttachments();
   const KernelFeatures& features() const { return features_; }
   const InjectionChoice& injection() const { return injection_; }
   size_t enrolledPods() const { return pods_.size(); }
@@ -75,6 +81,9 @@ class Datapath {
   std::unique_ptr<Attachment> from_proxy_;
   std::unique_ptr<Attachment> to_proxy_;
   std::map<uint32_t, Pod> pods_;  // by IPv4 (network order)
+  // ferry_datapath_reattached_total / _reattach_failures_total (read by the metrics page).
+  std::atomic<uint64_t> reattached_{0};
+  std::atomic<uint64_t> reattach_failures_{0};
 };
 
 }  // namespace ferry::datapath

@@ -289,6 +289,7 @@ void Server::pollOnce() {
       }
     }
   }
+  if (datapath_) datapath_->checkAttachments();
   stats_.workloads_reload_failures.store(workloads_.reloadFailures(), std::memory_order_relaxed);
 }
 
