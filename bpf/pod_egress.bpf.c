@@ -8,9 +8,13 @@
  *   4. any other segment to a mesh destination (a flow that no ferryd
  *      socket holds: it predates enrolment, or ferryd restarted under
  *      it)                                                              -> RST to the pod
- *      except an RST (it carries no data) and a flow the pod serves
- *      (it listens on the source port: a client reached it directly,
- *      as PERMISSIVE allows, e.g. from a node whose ferryd failed open) -> pass
+ *      except an RST (it carries no data) and, for a PERMISSIVE pod, a
+ *      flow it serves (it listens on the source port: a client reached
+ *      it directly, as PERMISSIVE allows, e.g. from a node whose ferryd
+ *      failed open)                                                     -> pass
+ *      A STRICT pod serves no direct client, so its segments of a flow
+ *      ferryd no longer holds (the server leg ferryd just reset, still
+ *      in flight) are reset, never routed in plaintext.
  *   5. anything else                                                    -> pass
  * Before the rules: TCP fragments and IPv6 TCP cannot be carried by the mesh
  * and would reach the destination in plaintext, so they are dropped.
@@ -80,7 +84,7 @@ static __always_inline int ferry_pod_egress(struct __sk_buff *skb, bool at_tc_in
 	if (!ferry_is_syn(&pkt) && ferry_is_mesh_dst(pkt.daddr)) {
 		if (pkt.tcp_flags & FERRY_TCP_RST)
 			return ferry_account(skb, prog, FERRY_PASS, FERRY_REASON_STALE_RST);
-		if (ferry_pod_serves(skb, &pkt))
+		if (ferry_pod_permissive(pkt.saddr) && ferry_pod_serves(skb, &pkt))
 			return ferry_account(skb, prog, FERRY_PASS, FERRY_REASON_POD_SERVES);
 		return ferry_account(skb, prog, ferry_reset_stale(skb, &pkt, at_tc_ingress), FERRY_REASON_STALE_FLOW);
 	}

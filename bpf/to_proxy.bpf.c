@@ -13,10 +13,15 @@
  *   6. SYN neither from nor to a local enrolled pod               -> pass (normal routing)
  *   A missing socket or listener, or a refused assignment         -> drop, except:
  *   no HBONE listener for a SYN to port 15008                      -> RST to the sender
+ *     (unless ferryd paused HBONE for a planned restart: drop)
  * The exception: a SYN to 15008 comes from a peer ferryd (or a ztunnel), never
  * from an application, so a reset in the HBONE port's name tells the peer at
  * once that this node's ferryd is not there (it fails the connection fast and
  * says which node), where a drop would hold it for its whole connect timeout.
+ * A ferryd that drains, and one that starts, sets FERRY_SETTING_HBONE_PAUSED
+ * until it listens: then the SYN is dropped and its retransmission reaches the
+ * next ferryd, as for applications. Only a ferryd that died (SIGKILL, a crash)
+ * leaves the flag clear.
  * An application's SYN without a listener (ferryd restarting on this node) is
  * still dropped: its retransmission reaches the restarted ferryd, and a reset
  * would answer in the name of a server that never saw it.
@@ -56,10 +61,15 @@ static __always_inline int assign_verdict(struct __sk_buff *skb, enum ferry_assi
  * No HBONE listener: send the SYN back as an RST out of the proxy's eth0. On
  * the proxy's host-side device from_proxy treats it as any of ferryd's packets
  * from the local pod it names as source: injected into that pod's egress path
- * and routed to the peer, whose ferryd holds the connecting socket.
+ * (or, with injection none, passed to routing as PACKET_HOST) and routed to the
+ * peer, whose ferryd holds the connecting socket.
  */
 static __always_inline int refuse_hbone(struct __sk_buff *skb, __u32 *reason)
 {
+	if (ferry_setting(FERRY_SETTING_HBONE_PAUSED)) {
+		*reason = FERRY_REASON_NO_LISTENER;
+		return FERRY_DROP;
+	}
 	*reason = FERRY_REASON_NO_HBONE_LISTENER;
 	if (ferry_rewrite_as_reset(skb) < 0)
 		return FERRY_DROP;

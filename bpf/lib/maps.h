@@ -61,14 +61,27 @@ static __always_inline const struct ferry_pod *ferry_local_pod(__u32 addr)
 	return bpf_map_lookup_elem(&ferry_pods, &addr);
 }
 
-static __always_inline bool ferry_is_capture_dst(__u32 addr)
+static __always_inline bool ferry_setting(__u32 flag)
 {
 	const __u32 zero = 0;
 	const struct ferry_settings *settings = bpf_map_lookup_elem(&ferry_settings, &zero);
 
-	if (settings && (settings->flags & FERRY_SETTING_CAPTURE_ALL))
+	return settings && (settings->flags & flag);
+}
+
+static __always_inline bool ferry_is_capture_dst(__u32 addr)
+{
+	if (ferry_setting(FERRY_SETTING_CAPTURE_ALL))
 		return true;
 	return bpf_map_lookup_elem(&ferry_capture, &addr) != NULL;
+}
+
+/* A local enrolled pod that accepts plaintext (not STRICT). */
+static __always_inline bool ferry_pod_permissive(__u32 addr)
+{
+	const struct ferry_pod *pod = ferry_local_pod(addr);
+
+	return pod && !(pod->flags & FERRY_POD_STRICT);
 }
 
 /* A mesh workload (HBONE-capable), whatever capture: all says: traffic to it

@@ -44,12 +44,19 @@ static __always_inline bool ferry_linear(struct __sk_buff *skb, __u32 len)
 #ifndef IPPROTO_DSTOPTS
 #define IPPROTO_DSTOPTS 60
 #endif
+#ifndef IPPROTO_ICMPV6
+#define IPPROTO_ICMPV6 58
+#endif
+#ifndef IPPROTO_AH
+#define IPPROTO_AH 51
+#endif
 
 /*
  * An IPv6 packet: does it carry TCP? The mesh carries IPv4 only, so IPv6 TCP
  * of an enrolled pod must not leave in plaintext. The transport is found
- * through the extension headers, including a fragment header (whose next
- * header names the fragmented payload's protocol, in every fragment). Returns
+ * through the extension headers (hop-by-hop, routing, destination options,
+ * AH), up to a fragment header, whose next header names the fragmented
+ * payload's protocol in every fragment and decides alone. Returns
  * IPV6_TCP, or NOT_IPV4 for IPv6 that carries something else (ICMPv6 for
  * neighbour discovery, UDP).
  */
@@ -67,15 +74,23 @@ static __always_inline __u32 ferry_parse_ipv6(struct __sk_buff *skb)
 		if (next == IPPROTO_TCP)
 			return FERRY_REASON_IPV6_TCP;
 		if (next != IPPROTO_HOPOPTS && next != IPPROTO_ROUTING && next != IPPROTO_DSTOPTS &&
-		    next != IPPROTO_FRAGMENT)
+		    next != IPPROTO_FRAGMENT && next != IPPROTO_AH)
 			return FERRY_REASON_NOT_IPV4;
 		if (bpf_skb_load_bytes(skb, off, ext, sizeof(ext)))
 			return FERRY_REASON_IPV6_TCP; /* cut inside the chain: cannot tell, refuse */
-		off += next == IPPROTO_FRAGMENT ? 8 : ((__u32)ext[1] + 1) * 8;
+		if (next == IPPROTO_FRAGMENT) {
+			/* What follows a fragment header may be payload (a later
+			 * fragment), not a header to walk: decide on its next
+			 * header alone. TCP, or headers that may hide it: refuse. */
+			next = ext[0];
+			return next == IPPROTO_UDP || next == IPPROTO_ICMPV6 ? FERRY_REASON_NOT_IPV4
+									   : FERRY_REASON_IPV6_TCP;
+		}
+		off += next == IPPROTO_AH ? ((__u32)ext[1] + 2) * 4 : ((__u32)ext[1] + 1) * 8;
 		next = ext[0];
 	}
 	return next == IPPROTO_TCP || next == IPPROTO_HOPOPTS || next == IPPROTO_ROUTING ||
-			       next == IPPROTO_DSTOPTS || next == IPPROTO_FRAGMENT
+			       next == IPPROTO_DSTOPTS || next == IPPROTO_FRAGMENT || next == IPPROTO_AH
 		       ? FERRY_REASON_IPV6_TCP
 		       : FERRY_REASON_NOT_IPV4;
 }

@@ -38,6 +38,11 @@ static __always_inline int ferry_inject(struct __sk_buff *skb, const struct ferr
 {
 	if (injection_mode == FERRY_INJECT_NONE) {
 		*reason = FERRY_REASON_INJECT_DISABLED;
+		/* Plain routing takes it from here. to_proxy's resets (bpf/lib/reset.h)
+		 * leave with the MACs of the SYN they answer, not this device's: as
+		 * PACKET_OTHERHOST the stack would drop them. */
+		if (skb->pkt_type == PACKET_OTHERHOST)
+			ferry_skb_change_type(skb, PACKET_HOST);
 		return FERRY_PASS;
 	}
 	/* As if the pod had sent it to its gateway: in both modes the

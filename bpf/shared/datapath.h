@@ -114,6 +114,11 @@ FERRY_STATIC_ASSERT(sizeof(struct ferry_capture_dst) == 4, "ferry_capture_dst is
 /* CAPTURE_ALL: `capture: all` — every TCP SYN an enrolled pod sends goes into
  * the proxy, not only those to ferry_capture destinations. */
 #define FERRY_SETTING_CAPTURE_ALL (1U << 0)
+/* HBONE_PAUSED: ferryd's HBONE listener is away for a planned restart (set from the
+ * start of a drain, and by a starting ferryd until it listens): to_proxy drops SYNs to
+ * 15008 that find no listener, so the peer's retransmission reaches the next ferryd,
+ * instead of resetting them as it does when ferryd died (no one set the flag). */
+#define FERRY_SETTING_HBONE_PAUSED (1U << 1)
 
 struct ferry_settings {
 	__u32 flags;    /* FERRY_SETTING_* */

@@ -142,6 +142,9 @@ absl::StatusOr<std::unique_ptr<Datapath>> Datapath::create(const config::Config&
   uint32_t zero = 0;
   ferry_settings settings{};
   if (cfg.capture == config::Capture::kAll) settings.flags |= FERRY_SETTING_CAPTURE_ALL;
+  // Paused until the server listens (setHbonePaused(false)): a peer's SYN meanwhile is
+  // dropped and retransmitted, not reset (bpf/to_proxy.bpf.c).
+  settings.flags |= FERRY_SETTING_HBONE_PAUSED;
   bpf_map__update_elem(dp->skel_->maps.ferry_settings, &zero, sizeof(zero), &settings,
                        sizeof(settings), BPF_ANY);
 
@@ -217,6 +220,30 @@ absl::Status Datapath::enroll(uint32_t ip, const workloads::Workload& w, Pod& po
   }
   value.flags = podFlags(w);
   pod.flags = value.flags;
+  // The maps first: the programs read them from their first packet on (a pod without its
+  // entry would be neither injected into nor told apart as a server).
+  auto forget = [&] {
+    bpf_map__delete_elem(skel_->maps.ferry_pods, &ip, sizeof(ip), 0);
+    bpf_map__delete_elem(skel_->maps.ferry_pod_netns, &ip, sizeof(ip), 0);
+  };
+  if (bpf_map__update_elem(skel_->maps.ferry_pods, &ip, sizeof(ip), &value, sizeof(value), BPF_ANY) != 0) {
+    return absl::InternalError(absl::StrCat("ferry_pods update: ", strerror(errno)));
+  }
+  // Without it pod_egress cannot tell a flow the pod serves from a flow of its own that
+  // the mesh lost, and resets both (fail closed): say so rather than fail enrolment.
+  if (host->peer_netnsid >= 0) {
+    const ferry_pod_netns ns{static_cast<uint32_t>(host->peer_netnsid)};
+    if (bpf_map__update_elem(skel_->maps.ferry_pod_netns, &ip, sizeof(ip), &ns, sizeof(ns), BPF_ANY) != 0) {
+      auto err = absl::InternalError(absl::StrCat("ferry_pod_netns update: ", strerror(errno)));
+      forget();
+      return err;
+    }
+  } else {
+    FERRY_LOG(kWarn,
+              "datapath: %s: the node netns has no id for the pod's netns; plaintext clients that reach "
+              "the pod directly will be reset",
+              w.host_interface);
+  }
   bool tcx = features_.tcx;
   bool pin = tcx && cfg_.failure_mode == config::FailureMode::kClosed;
   pod.ifname = w.host_interface;
@@ -230,29 +257,19 @@ absl::Status Datapath::enroll(uint32_t ip, const workloads::Workload& w, Pod& po
                 : Attachment::attach(bpf_program__fd(skel_->progs.pod_egress), host->ifindex, Hook::kIngress, tcx,
                                      absl::StrCat("pod_egress on ", w.host_interface),
                                      pin ? absl::StrCat(pin_dir_, "/link_", w.host_interface, "_in") : "");
-  if (!eg.ok()) return eg.status();
+  if (!eg.ok()) {
+    forget();
+    return eg.status();
+  }
   auto in = Attachment::attach(bpf_program__fd(skel_->progs.pod_ingress), host->ifindex, Hook::kEgress, tcx,
                                absl::StrCat("pod_ingress on ", w.host_interface),
                                pin ? absl::StrCat(pin_dir_, "/link_", w.host_interface, "_eg") : "");
-  if (!in.ok()) return in.status();
+  if (!in.ok()) {
+    forget();
+    return in.status();
+  }
   pod.egress_side = std::move(*eg);
   pod.ingress_side = std::move(*in);
-  if (bpf_map__update_elem(skel_->maps.ferry_pods, &ip, sizeof(ip), &value, sizeof(value), BPF_ANY) != 0) {
-    return absl::InternalError(absl::StrCat("ferry_pods update: ", strerror(errno)));
-  }
-  // Without it pod_egress cannot tell a flow the pod serves from a flow of its own that
-  // the mesh lost, and resets both (fail closed): say so rather than fail enrolment.
-  if (host->peer_netnsid >= 0) {
-    const ferry_pod_netns ns{static_cast<uint32_t>(host->peer_netnsid)};
-    if (bpf_map__update_elem(skel_->maps.ferry_pod_netns, &ip, sizeof(ip), &ns, sizeof(ns), BPF_ANY) != 0) {
-      return absl::InternalError(absl::StrCat("ferry_pod_netns update: ", strerror(errno)));
-    }
-  } else {
-    FERRY_LOG(kWarn,
-              "datapath: %s: the node netns has no id for the pod's netns; plaintext clients that reach "
-              "the pod directly will be reset",
-              w.host_interface);
-  }
   if (pod.netkit && injection_.mode == config::Injection::kIngressRedirect) {
     FERRY_LOG(kWarn,
               "datapath: %s is netkit and injection is ingress-redirect: ferryd's upstream packets enter "
@@ -367,6 +384,16 @@ void Datapath::checkAttachments() {
   for (auto& [ip, pod] : pods_) {
     check(&pod.egress_side);
     check(&pod.ingress_side);
+  }
+}
+
+void Datapath::setHbonePaused(bool paused) {
+  const uint32_t zero = 0;
+  ferry_settings settings{};
+  bpf_map__lookup_elem(skel_->maps.ferry_settings, &zero, sizeof(zero), &settings, sizeof(settings), 0);
+  settings.flags = paused ? (settings.flags | FERRY_SETTING_HBONE_PAUSED) : (settings.flags & ~FERRY_SETTING_HBONE_PAUSED);
+  if (bpf_map__update_elem(skel_->maps.ferry_settings, &zero, sizeof(zero), &settings, sizeof(settings), BPF_ANY) != 0) {
+    FERRY_LOG(kWarn, "datapath: cannot %s HBONE in ferry_settings: %s", paused ? "pause" : "resume", strerror(errno));
   }
 }
 

@@ -46,6 +46,11 @@ class Datapath {
   // poll, so a detached pod is re-attached within `workloads_poll`. Until then the pod's
   // traffic is not steered (see docs/datapath.md, "Programs detached underneath ferryd").
   void checkAttachments();
+  // While paused (from create() until the server listens, and from the start of a drain)
+  // to_proxy drops peers' SYNs to 15008 that find no listener, so that they reach the next
+  // ferryd; a ferryd that died never paused, and those SYNs are reset (fail fast).
+  void setHbonePaused(bool paused);
+
   const KernelFeatures& features() const { return features_; }
   const InjectionChoice& injection() const { return injection_; }
   size_t enrolledPods() const { return pods_.size(); }

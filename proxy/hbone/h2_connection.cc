@@ -969,6 +969,10 @@ awaitable<void> H2Connection::writeLoop() {
 void H2Connection::closeAfterGoaway() {
   auto& socket = tls_->next_layer();
   boost::system::error_code ignored;
+  // The GOAWAY ends the streams for the peer, so this close is an orderly one: disarm the
+  // reset-on-close (SO_LINGER {1, 0}, session::closeGracefully), which would discard a
+  // GOAWAY still in the send queue (a full peer window, on a real network) with the FIN.
+  socket.set_option(boost::asio::socket_base::linger(false, 0), ignored);
   socket.shutdown(Tcp::socket::shutdown_send, ignored);
   for (int i = 0; i < 16; ++i) {
     boost::system::error_code ec;

@@ -109,6 +109,7 @@ absl::Status Server::start() {
     }
     if (auto st = bindListeners(); !st.ok()) return st;
   }
+  if (datapath_) datapath_->setHbonePaused(false);
   readiness_.route("/healthz/ready", [this] {
     absl::Status ready = readiness();
     if (ready.ok()) return HttpResponse{200, "text/plain; charset=utf-8", "ready\n"};
@@ -372,6 +373,9 @@ void Server::shutdown() {
 void Server::beginDrain() {
   if (stopping_.exchange(true)) return;
   shared_->draining = true;
+  // A planned stop: peers' new tunnels are held (dropped SYNs) for the next ferryd, not
+  // refused as if this node had no ferryd (bpf/to_proxy.bpf.c).
+  if (datapath_) datapath_->setHbonePaused(true);
   poll_timer_.cancel();
   identity_timer_.cancel();
   // Readiness keeps answering, 503 `draining` (readiness()), so that a probe tells a

@@ -1,6 +1,7 @@
 // from_proxy: tc ingress of the proxy's host-side device (design §2). One test
 // per row of the rule table, per injection mode for the first row.
 #include <linux/bpf.h>
+#include <linux/if_packet.h>
 
 #include <algorithm>
 
@@ -106,7 +107,13 @@ TEST_F(FromProxyTest, NoneModePassesPacketFromLocalPod) {
   const RunResult result = runFromProxy(frame);
   EXPECT_EQ(result.verdict, kPass);
   EXPECT_EQ(result.data, frame);
-  EXPECT_TRUE(calls().empty());
+  EXPECT_TRUE(calls(FERRY_TEST_CALL_REDIRECT).empty());
+  EXPECT_TRUE(calls(FERRY_TEST_CALL_REDIRECT_PEER).empty());
+  // test_run receives the frame on lo, whose MAC it does not carry: PACKET_OTHERHOST,
+  // which plain routing would drop. The pass makes it PACKET_HOST (to_proxy's resets
+  // leave with the MACs of the SYN they answer), and changes nothing else.
+  for (const auto& call : calls(FERRY_TEST_CALL_CHANGE_TYPE)) EXPECT_EQ(call.ifindex, static_cast<uint32_t>(PACKET_HOST));
+  EXPECT_EQ(calls().size(), calls(FERRY_TEST_CALL_CHANGE_TYPE).size());
   EXPECT_EQ(packets(FERRY_PROG_FROM_PROXY, FERRY_VERDICT_PASS, FERRY_REASON_INJECT_DISABLED), 1u);
 }
 

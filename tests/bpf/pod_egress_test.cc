@@ -105,6 +105,18 @@ TEST_F(PodEgressTest, MidStreamSegmentToNonMeshDestinationPassesEvenWithCaptureA
   expectPassed(runPodEgress(frame), frame, FERRY_REASON_NOT_CAPTURED);
 }
 
+TEST_F(PodEgressTest, StrictPodServesNoDirectClientSoItsStaleSegmentsAreReset) {
+  // ferryd just reset its server leg to a STRICT pod; the pod's reply was already in
+  // flight. The pod listens on the port, yet nothing of it may cross in plaintext.
+  ASSERT_NO_FATAL_FAILURE(enroll(kPodA, FERRY_POD_STRICT));
+  Fd pod_listener = tcpListener(80);
+  const RunResult result = runPodEgress(tcpFrame(fromPod(kPodA, kRemotePod), 80, 40000, kAck | kPsh, 10));
+  EXPECT_EQ(result.verdict, kRedirect);
+  EXPECT_EQ(readTcp(result.data).flags, kRst);
+  EXPECT_EQ(packets(FERRY_PROG_POD_EGRESS, FERRY_VERDICT_REDIRECT, FERRY_REASON_STALE_FLOW), 1u);
+  EXPECT_EQ(packets(FERRY_PROG_POD_EGRESS, FERRY_VERDICT_PASS, FERRY_REASON_POD_SERVES), 0u);
+}
+
 TEST_F(PodEgressTest, NetkitVariantDropsStaleSegmentItCannotBounce) {
   const RunResult result =
       run(skel_->progs.pod_egress_netkit, tcpFrame(fromPod(kPodA, kRemotePod), 40000, 80, kAck | kPsh, 10));
@@ -133,9 +145,10 @@ TEST_F(PodEgressTest, Ipv6TcpIsDroppedWhereverItHidesInTheHeaderChain) {
   EXPECT_EQ(runPodEgress(ipv6Frame(path, {}, 6)).verdict, kShot);
   EXPECT_EQ(runPodEgress(ipv6Frame(path, {0, 60}, 6)).verdict, kShot) << "behind hop-by-hop and dest options";
   EXPECT_EQ(runPodEgress(ipv6Frame(path, {44}, 6)).verdict, kShot) << "a fragment of TCP";
+  EXPECT_EQ(runPodEgress(ipv6Frame(path, {51}, 6)).verdict, kShot) << "behind an authentication header";
   EXPECT_EQ(runPodEgress(ipv6Frame(path, {0, 43, 60, 0, 43, 60, 0}, 17)).verdict, kShot)
       << "a chain too long to see through is refused";
-  EXPECT_EQ(packets(FERRY_PROG_POD_EGRESS, FERRY_VERDICT_DROP, FERRY_REASON_IPV6_TCP), 4u);
+  EXPECT_EQ(packets(FERRY_PROG_POD_EGRESS, FERRY_VERDICT_DROP, FERRY_REASON_IPV6_TCP), 5u);
 }
 
 TEST_F(PodEgressTest, Ipv6WithoutTcpPasses) {

@@ -23,8 +23,9 @@
 #      cannot reach a STRICT pod
 #   12 stale flows: a connection that predates enrolment, and one whose client-node ferryd
 #      was SIGKILLed and restarted, get a reset and never continue in plaintext
-#   13 the server-node ferryd is down: the client's connection fails at once (a reset for
-#      the tunnel SYN, not the connect timeout) and n1's log names the peer's HBONE address
+#   13 the server-node ferryd died (SIGKILL): the client's connection fails at once (a reset
+#      for the tunnel SYN, not the connect timeout) and n1's log names the peer's HBONE
+#      address; stopped for a restart (SIGTERM): a connection opened in the gap waits for it
 #   9  after `ferry-lab down`: no namespace, link, pin or process left
 #
 # Exit 0 all passed, 1 any failed, 77 skip (not root; under CI=true not being root fails).
@@ -746,8 +747,8 @@ case_peer_ferryd_down() {
   start_httpd n2/p1 10.77.2.11
   assert "n1/p1 -> n2/p1 works before" "$LAB" exec n1/p1 -- curl -sf --max-time 5 -o /dev/null http://10.77.2.11:8080/case13-before
   pid=$(cat "$STATE/n2/ferryd.pid")
-  kill -TERM "$pid"
-  assert "ferryd n2 exits on SIGTERM" wait_for 10 "ferryd n2 to exit" bash -c "! kill -0 $pid 2>/dev/null"
+  kill -KILL "$pid"
+  assert "ferryd n2 is gone (SIGKILL: it died, it did not drain)" wait_for 10 "ferryd n2 to exit" bash -c "! kill -0 $pid 2>/dev/null"
   m1=$(flog_mark n1)
   rc=0
   "$LAB" exec n1/p1 -- curl -sS --max-time 8 -o /dev/null http://10.77.2.11:8080/case13-down >"$TMP/case13.out" 2>&1 || rc=$?
@@ -760,6 +761,17 @@ case_peer_ferryd_down() {
   assert "n2 counted the reset it sent (reason NO_HBONE_LISTENER)" reason_reached n2 NO_HBONE_LISTENER 1
   assert "after n2's restart the connection works again" \
     wait_for 10 "curl n1/p1 -> n2/p1" "$LAB" exec n1/p1 -- curl -sf --max-time 3 -o /dev/null http://10.77.2.11:8080/case13-after
+
+  note "a planned stop (SIGTERM) pauses HBONE: a connection opened in the gap waits for the next ferryd"
+  "$LAB" stop n2 8<&- | sed 's/^/      /'
+  bg n1/p1 "$TMP/case13-gap.out" curl -sS --max-time 20 -o /dev/null -w '%{http_code}\n' http://10.77.2.11:8080/case13-gap
+  local gap=$BG_PID
+  assert "the tunnel SYN meets the paused node (reason NO_LISTENER, dropped, not reset)" \
+    wait_for 10 "a dropped SYN" bash -c "ip netns exec fy-n1-proxy ss -Htn state syn-sent 'dport = :15008' | grep -q ."
+  "$LAB" start n2 8<&- | sed 's/^/      /'
+  assert "the connection opened while n2 was stopped succeeds once n2 is back" \
+    wait_for 20 "curl to finish" bash -c "grep -q '^200' '$TMP/case13-gap.out'"
+  stop_pid "$gap"
 }
 
 run_case 1 "cross-node curl n1/p1 -> n2/p1, server sees 10.77.1.11" case_cross_node_curl
@@ -773,7 +785,7 @@ run_case 7b "pods leave and join at run time; an unenrolled pod keeps working; o
 run_case 10 "no plaintext escape: TCP fragments and IPv6 TCP from a pod are refused" case_no_plaintext_escape
 run_case 11 "STRICT switched at run time reaches the datapath; fragments cannot reach a STRICT pod" case_strict_at_runtime
 run_case 12 "stale flows (pre-enrolment, client ferryd killed) get a reset, never plaintext" case_stale_flows
-run_case 13 "server-node ferryd down: the client fails fast (reset from to_proxy) and names the peer" case_peer_ferryd_down
+run_case 13 "server-node ferryd died: the client fails fast and names the peer; a planned restart holds new tunnels" case_peer_ferryd_down
 run_case 8 "ferryd stopped: closed cuts off without leaking, restart adopts, open routes directly" case_failure_modes
 run_case 4b "iperf3 across nodes without ferryd (plaintext baseline)" case_iperf3_plaintext
 run_case 9 "leak check after ferry-lab down" case_leaks
