@@ -90,7 +90,7 @@ struct ListenerLimits {
 
 struct Limits {
   // 15008: sources are pods of any node (each pooled tunnel is one connection).
-  ListenerLimits hbone{16384, 1024, 4096, 256};
+  ListenerLimits hbone{4096, 512, 2048, 256};
   // 15001: sources are this node's pods (one connection per application connection).
   ListenerLimits outbound{65536, 16384, 4096, 1024};
   // 15006: sources are any client of a local pod that is not in the mesh.

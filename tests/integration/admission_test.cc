@@ -178,8 +178,9 @@ TEST(AdmissionTest, LegitimateClientIsServedWithin100msWhile2000SilentConnection
   // Eight sources, 250 each: under the per-source limit, so all 2,000 are held.
   auto silent = silentConnections(2000, 8, "127.0.2.10", 15008);
   ASSERT_EQ(silent.size(), 2000u);
-  ASSERT_TRUE(waitFor([&] { return n2.metric("ferry_pending_handshakes{listener=\"hbone\"}") == 2000; }))
-      << n2.metric("ferry_pending_handshakes{listener=\"hbone\"}");
+  // Accepted by ferryd (a descriptor each), on the old code as on the new.
+  ASSERT_TRUE(waitFor([&] { return n2.openDescriptors() >= 2000; })) << n2.openDescriptors();
+  EXPECT_EQ(n2.metric("ferry_pending_handshakes{listener=\"hbone\"}"), 2000);
   long during = n2.rssKb();
   // From c2, whose pool key is new: a new HBONE connection to 15008 and its handshake.
   auto served = timeToServe("127.0.1.11");
@@ -190,8 +191,9 @@ TEST(AdmissionTest, LegitimateClientIsServedWithin100msWhile2000SilentConnection
 
   double trims = n2.metric("ferry_memory_trims_total");
   closeAll(silent);
-  ASSERT_TRUE(waitFor([&] { return n2.metric("ferry_pending_handshakes{listener=\"hbone\"}") == 0; }));
-  ASSERT_TRUE(waitFor([&] { return n2.metric("ferry_memory_trims_total") > trims; }));
+  ASSERT_TRUE(waitFor([&] { return n2.openDescriptors() < 1000; }));
+  // The trim follows the burst of closes within two checks (one per second).
+  EXPECT_TRUE(waitFor([&] { return n2.metric("ferry_memory_trims_total") > trims; }, std::chrono::seconds(5)));
   long after = n2.rssKb();
   std::printf("[ measure  ] n2 VmRSS: baseline %ld KB, with 2,000 silent connections %ld KB (%.1f KB each), "
               "after they closed %ld KB (%+.1f %%)\n",
@@ -234,10 +236,11 @@ TEST(AdmissionTest, AnotherSourceIsServedWhileOneFloodsWithALowDescriptorLimit) 
   AppServer app("127.0.2.10", kAppPort, AppServer::echo);
 
   auto silent = silentConnections(2000, 1, "127.0.2.10", 15008);
-  ASSERT_TRUE(waitFor([&] {
-    return n2.metric("ferry_pending_handshakes{listener=\"hbone\"}") +
-               n2.metric("ferry_admission_refused_total{listener=\"hbone\",reason=\"pending_handshakes_per_source\"}") >=
-           2000;
+  // ferryd took what it could (the per-source limit; the old code: every descriptor).
+  ASSERT_TRUE(waitFor([&] { return n2.openDescriptors() >= 256; })) << n2.openDescriptors();
+  EXPECT_TRUE(waitFor([&] {
+    return n2.metric("ferry_admission_refused_total{listener=\"hbone\",reason=\"pending_handshakes_per_source\"}") ==
+           2000 - 256;
   }));
   auto served = timeToServe();
   ASSERT_TRUE(served.has_value());
@@ -257,8 +260,9 @@ TEST(AdmissionTest, ReadinessMetricsAndAdminAnswerWhileTheDataPlaneIsAtItsDescri
   // 40 sources, 30 each: no per-source limit applies, the descriptors run out.
   auto silent = silentConnections(1200, 40, "127.0.2.10", 15008);
   const std::string refused = "ferry_admission_refused_total{listener=\"hbone\",reason=\"descriptors\"}";
-  ASSERT_TRUE(waitFor([&] { return n2.metric(refused) > 0; })) << n2.metric(refused);
+  ASSERT_TRUE(waitFor([&] { return n2.openDescriptors() >= 760; })) << n2.openDescriptors();
   EXPECT_EQ(httpGet("127.0.2.1", 15021, "/healthz/ready"), 200);
+  EXPECT_TRUE(waitFor([&] { return n2.metric(refused) > 0; })) << n2.metric(refused);
   EXPECT_EQ(httpGet("127.0.2.1", 15000, "/certs"), 200);
   EXPECT_GT(n2.metric("ferry_pending_handshakes{listener=\"hbone\"}"), 600);
   size_t open = n2.openDescriptors();
@@ -326,9 +330,10 @@ TEST(AdmissionTest, MemoryComesBackAfter5000IdleProxiedConnectionsClose) {
   HoldingServer app("127.0.2.10", kAppPort);
   constexpr size_t kConnections = 5000;
   std::vector<int> clients;
+  size_t idle_descriptors = n2.openDescriptors();
   auto tunnelsGone = [&] {
     return n1.metric("ferry_hbone_connections_closed_total") == n1.metric("ferry_hbone_connections_opened_total") &&
-           n2.metric("ferry_admitted_connections{listener=\"hbone\"}") == 0;
+           n2.openDescriptors() <= idle_descriptors;
   };
   // The baseline is a ferryd that has carried traffic: the first connections page in the
   // TLS client and server code (libcrypto alone: ~200 KB of file-backed RSS), which is no
@@ -340,7 +345,7 @@ TEST(AdmissionTest, MemoryComesBackAfter5000IdleProxiedConnectionsClose) {
     closeAll(clients);
     app.closeHeld();
     ASSERT_TRUE(waitFor(tunnelsGone, std::chrono::seconds(30)));
-    ASSERT_TRUE(waitFor([&] {
+    EXPECT_TRUE(waitFor([&] {
       return n1.metric("ferry_memory_trims_total") > trims1 && n2.metric("ferry_memory_trims_total") > trims2;
     }));
   }
@@ -360,8 +365,8 @@ TEST(AdmissionTest, MemoryComesBackAfter5000IdleProxiedConnectionsClose) {
   ASSERT_TRUE(waitFor([&] { return n1.metric("ferry_connections_active{direction=\"outbound\"}") == 0; }));
   // The tunnels go (idle release), and a trim follows their close.
   ASSERT_TRUE(waitFor(tunnelsGone, std::chrono::seconds(30)));
-  ASSERT_TRUE(waitFor([&] { return n1.metric("ferry_memory_trims_total") > trims1; }));
-  ASSERT_TRUE(waitFor([&] { return n2.metric("ferry_memory_trims_total") > trims2; }));
+  EXPECT_TRUE(waitFor([&] { return n1.metric("ferry_memory_trims_total") > trims1; }, std::chrono::seconds(5)));
+  EXPECT_TRUE(waitFor([&] { return n2.metric("ferry_memory_trims_total") > trims2; }, std::chrono::seconds(5)));
   // The tunnels' close is followed by a trim of its own within two checks (one per second),
   // unless the one seen above already came after it.
   trims1 = n1.metric("ferry_memory_trims_total");

@@ -483,9 +483,9 @@ namespace {
 TEST(ConfigLimitsTest, DefaultsAreTheDocumentedOnes) {
   auto c = parse(kMinimal);
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->limits.hbone.max_connections, 16384u);
-  EXPECT_EQ(c->limits.hbone.max_connections_per_source, 1024u);
-  EXPECT_EQ(c->limits.hbone.max_pending, 4096u);
+  EXPECT_EQ(c->limits.hbone.max_connections, 4096u);
+  EXPECT_EQ(c->limits.hbone.max_connections_per_source, 512u);
+  EXPECT_EQ(c->limits.hbone.max_pending, 2048u);
   EXPECT_EQ(c->limits.hbone.max_pending_per_source, 256u);
   EXPECT_EQ(c->limits.descriptor_reserve, 256u);
   EXPECT_EQ(c->limits.trim_after_closes, 32u);
