@@ -91,10 +91,12 @@ struct ListenerLimits {
 struct Limits {
   // 15008: sources are pods of any node (each pooled tunnel is one connection).
   ListenerLimits hbone{4096, 512, 2048, 256};
-  // 15001: sources are this node's pods (one connection per application connection).
-  ListenerLimits outbound{65536, 16384, 4096, 1024};
+  // 15001: sources are this node's pods (one connection per application connection). Its
+  // pending phase is the PROXY header (original_destination: proxy_protocol); with the
+  // datapath (socket) it ends at accept, and a pod's burst of connects must not be cut.
+  ListenerLimits outbound{65536, 16384, 8192, 4096};
   // 15006: sources are any client of a local pod that is not in the mesh.
-  ListenerLimits inbound_plaintext{65536, 16384, 4096, 1024};
+  ListenerLimits inbound_plaintext{65536, 16384, 8192, 4096};
   // Descriptors kept back from the data plane (of RLIMIT_NOFILE) so that readiness,
   // metrics, admin and the control thread's files always have one.
   uint32_t descriptor_reserve = 256;

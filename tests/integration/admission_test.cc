@@ -35,6 +35,8 @@ constexpr uint16_t kAppPort = 8080;
 // slack for a loaded two-core CI machine (the old code took 7.3 s with a lowered limit).
 constexpr auto kServedWithin = std::chrono::milliseconds(100);
 constexpr auto kSlack = 5;
+// The kubelet's default probe timeout: an operator endpoint slower than this is down.
+constexpr auto kProbeTimeout = std::chrono::seconds(1);
 
 sockaddr_in address(const std::string& ip, uint16_t port) {
   sockaddr_in a{};
@@ -261,7 +263,14 @@ TEST(AdmissionTest, ReadinessMetricsAndAdminAnswerWhileTheDataPlaneIsAtItsDescri
   auto silent = silentConnections(1200, 40, "127.0.2.10", 15008);
   const std::string refused = "ferry_admission_refused_total{listener=\"hbone\",reason=\"descriptors\"}";
   ASSERT_TRUE(waitFor([&] { return n2.openDescriptors() >= 760; })) << n2.openDescriptors();
+  // Answered, and in time for a probe: the kubelet gives up after 1 s by default (the old
+  // code answered only once handshake timeouts had freed descriptors, up to 10 s later).
+  auto start = Clock::now();
   EXPECT_EQ(httpGet("127.0.2.1", 15021, "/healthz/ready"), 200);
+  EXPECT_LT(Clock::now() - start, kProbeTimeout);
+  start = Clock::now();
+  EXPECT_EQ(httpGet("127.0.2.1", 15020, "/metrics"), 200);
+  EXPECT_LT(Clock::now() - start, kProbeTimeout);
   EXPECT_TRUE(waitFor([&] { return n2.metric(refused) > 0; })) << n2.metric(refused);
   EXPECT_EQ(httpGet("127.0.2.1", 15000, "/certs"), 200);
   EXPECT_GT(n2.metric("ferry_pending_handshakes{listener=\"hbone\"}"), 600);
