@@ -4,6 +4,8 @@
 // (design §2 step 6, §4).
 #include <sys/socket.h>
 
+#include <cerrno>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -228,7 +230,8 @@ awaitable<void> serveHbone(Worker& worker, Tcp::socket socket, LoadUnit load, Ad
     uint8_t byte = 0;
     ssize_t n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n == 0) why = "closed before sending anything";
-    if (n < 0) why = "failed before sending anything";
+    // EAGAIN (readiness that went away) is left to the handshake, which waits again.
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) why = "failed before sending anything";
     if (n == 1 && byte != kTlsHandshakeRecord) why = "did not start a TLS handshake";
   }
   if (why != nullptr) {
