@@ -27,6 +27,12 @@ constexpr size_t kMaxTrustDomainBytes = 255;
 constexpr int64_t kMaxStreamsLimit = 1000;
 // One worker per core; more than 256 is a typo on any node ferryd runs on.
 constexpr int64_t kMaxWorkers = 256;
+// Above any descriptor limit a kernel hands out by default (fs.nr_open is 1,048,576).
+constexpr int64_t kMaxAdmissionLimit = 1 << 20;
+// The operator endpoints need one descriptor per request, the control thread a few for
+// files (workloads, certificates) and the worker event loops one each: below 16 the
+// reserve would not even cover those.
+constexpr int64_t kMinDescriptorReserve = 16;
 
 bool isNodeName(std::string_view name) {
   if (name.empty() || name.size() > kMaxNodeNameBytes) return false;
@@ -56,7 +62,7 @@ class ConfigParser {
     auto top = reader_.map(*root, {"node", "trust_domain", "workloads_file", "cert_dir", "listen",
                                    "timeouts", "pool", "hbone", "workers", "log_level", "transparent",
                                    "original_destination", "hbone_port", "workloads_poll", "datapath",
-                                   "identity"});
+                                   "identity", "limits"});
     if (!top.ok()) return top.status();
     if (auto s = parseTop(*top); !s.ok()) return s;
     return std::move(config_);
@@ -110,6 +116,7 @@ class ConfigParser {
     if (auto s = parseHbone(top.find("hbone")); !s.ok()) return s;
     if (auto s = parseDatapath(top.find("datapath")); !s.ok()) return s;
     if (auto s = parseIdentity(top.find("identity")); !s.ok()) return s;
+    if (auto s = parseLimits(top.find("limits")); !s.ok()) return s;
 
     if (auto field = top.find("workers")) {
       auto workers = reader_.integer(*field, 0, kMaxWorkers);
@@ -383,6 +390,86 @@ class ConfigParser {
       if (id.ca_key.empty()) return reader_.error(*field, "identity.ca_key is required with source: ca");
       id.ca_cert = resolvePath(base_dir_, id.ca_cert);
       id.ca_key = resolvePath(base_dir_, id.ca_key);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status parseListenerLimits(const YamlMap& limits, std::string_view key, ListenerLimits& out) {
+    auto field = limits.find(key);
+    if (!field) return absl::OkStatus();
+    auto map = reader_.map(*field, {"max_connections", "max_connections_per_source",
+                                    "max_pending_handshakes", "max_pending_handshakes_per_source"});
+    if (!map.ok()) return map.status();
+    auto read = [&](std::string_view name, uint32_t& value) -> absl::Status {
+      auto f = map->find(name);
+      if (!f) return absl::OkStatus();
+      // 0 would refuse everything; no limit at all is what the descriptor cap is for.
+      auto v = reader_.integer(*f, 1, kMaxAdmissionLimit);
+      if (!v.ok()) return v.status();
+      value = static_cast<uint32_t>(*v);
+      return absl::OkStatus();
+    };
+    if (auto s = read("max_connections", out.max_connections); !s.ok()) return s;
+    if (auto s = read("max_connections_per_source", out.max_connections_per_source); !s.ok()) return s;
+    if (auto s = read("max_pending_handshakes", out.max_pending); !s.ok()) return s;
+    if (auto s = read("max_pending_handshakes_per_source", out.max_pending_per_source); !s.ok()) return s;
+    // A per-source or pending limit above the one it is part of could never be reached:
+    // written so, it is almost certainly a typo (say which); left at its default under a
+    // lower written limit, it follows that limit down.
+    auto bound = [&](std::string_view name, uint32_t& value, std::string_view whole_name,
+                     uint32_t whole) -> absl::Status {
+      if (value <= whole) return absl::OkStatus();
+      if (auto f = map->find(name)) {
+        return reader_.error(*f, absl::StrCat(value, " is above ", common::toAbsl(whole_name), " (", whole, ")"));
+      }
+      value = whole;
+      return absl::OkStatus();
+    };
+    if (auto s = bound("max_connections_per_source", out.max_connections_per_source, "max_connections",
+                       out.max_connections);
+        !s.ok()) {
+      return s;
+    }
+    if (auto s = bound("max_pending_handshakes", out.max_pending, "max_connections", out.max_connections);
+        !s.ok()) {
+      return s;
+    }
+    if (auto s = bound("max_pending_handshakes_per_source", out.max_pending_per_source, "max_pending_handshakes",
+                       out.max_pending);
+        !s.ok()) {
+      return s;
+    }
+    if (auto s = bound("max_pending_handshakes_per_source", out.max_pending_per_source,
+                       "max_connections_per_source", out.max_connections_per_source);
+        !s.ok()) {
+      return s;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status parseLimits(const std::optional<YamlField>& field) {
+    if (!field) return absl::OkStatus();
+    auto map = reader_.map(*field, {"hbone", "outbound", "inbound_plaintext", "descriptor_reserve",
+                                    "preallocated_sockets", "trim_after_closes"});
+    if (!map.ok()) return map.status();
+    Limits& l = config_.limits;
+    if (auto s = parseListenerLimits(*map, "hbone", l.hbone); !s.ok()) return s;
+    if (auto s = parseListenerLimits(*map, "outbound", l.outbound); !s.ok()) return s;
+    if (auto s = parseListenerLimits(*map, "inbound_plaintext", l.inbound_plaintext); !s.ok()) return s;
+    if (auto f = map->find("descriptor_reserve")) {
+      auto v = reader_.integer(*f, kMinDescriptorReserve, kMaxAdmissionLimit);
+      if (!v.ok()) return v.status();
+      l.descriptor_reserve = static_cast<uint32_t>(*v);
+    }
+    if (auto f = map->find("preallocated_sockets")) {
+      auto v = reader_.integer(*f, 0, kMaxAdmissionLimit);
+      if (!v.ok()) return v.status();
+      l.preallocated_sockets = static_cast<uint32_t>(*v);
+    }
+    if (auto f = map->find("trim_after_closes")) {
+      auto v = reader_.integer(*f, 0, kMaxAdmissionLimit);
+      if (!v.ok()) return v.status();
+      l.trim_after_closes = static_cast<uint32_t>(*v);
     }
     return absl::OkStatus();
   }

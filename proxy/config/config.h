@@ -91,6 +91,37 @@ struct Datapath {
   uint32_t mark = 0x539;  // FERRY_DEFAULT_PROXY_MARK (bpf/shared/datapath.h), Istio's TPROXY mark
 };
 
+// Admission limits of one data-plane listener (docs/configuration.md, "Limits", says how
+// the defaults were sized). "Pending" is a connection accepted whose first protocol step is
+// not done yet: the TLS handshake on 15008, the PROXY header on 15001/15006 (none with
+// `original_destination: socket`). A limit only ever refuses a new connection; one that
+// was admitted is never cut by it.
+struct ListenerLimits {
+  uint32_t max_connections = 0;             // open at once on this listener kind
+  uint32_t max_connections_per_source = 0;  // from one source IP
+  uint32_t max_pending = 0;                 // not yet past the handshake
+  uint32_t max_pending_per_source = 0;      // of those, from one source IP
+};
+
+struct Limits {
+  // 15008: sources are pods of any node (each pooled tunnel is one connection).
+  ListenerLimits hbone{4096, 512, 2048, 256};
+  // 15001: sources are this node's pods (one connection per application connection). Its
+  // pending phase is the PROXY header (original_destination: proxy_protocol); with the
+  // datapath (socket) it ends at accept, and a pod's burst of connects must not be cut.
+  ListenerLimits outbound{65536, 16384, 8192, 4096};
+  // 15006: sources are any client of a local pod that is not in the mesh.
+  ListenerLimits inbound_plaintext{65536, 16384, 8192, 4096};
+  // Descriptors kept back from the data plane (of RLIMIT_NOFILE) so that readiness,
+  // metrics, admin and the control thread's files always have one.
+  uint32_t descriptor_reserve = 256;
+  // Socket states (~200 bytes each, kept by Asio for ever) made at start, spread over the
+  // workers, so that a flood's leftovers do not pin the pages it freed (server.cc).
+  uint32_t preallocated_sockets = 8192;
+  // malloc_trim() after this many closes (and the burst is over); 0 = never.
+  uint32_t trim_after_closes = 32;
+};
+
 // Where workload certificates come from (design §5).
 enum class CertSourceKind {
   kFiles,  // cert_dir/<ns>/<sa>/{cert,key}.pem written by an agent (cert-manager, SPIRE helper)
@@ -126,7 +157,8 @@ struct Config {
   uint16_t hbone_port = 15008;    // port of peers' HBONE listeners (destination pod IP:port)
   Millis workloads_poll{1'000};   // how often the workloads file is checked for changes
   Datapath datapath;
-  Identity identity;  // trust roots always come from cert_dir/bundle.pem
+  Identity identity;
+  Limits limits;  // trust roots always come from cert_dir/bundle.pem
 };
 
 // Parses and validates. `source_name` (usually the path) prefixes every error, which also

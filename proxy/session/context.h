@@ -15,6 +15,7 @@
 #include "proxy/hbone/pool.h"
 #include "proxy/identity/cert_source.h"
 #include "proxy/identity/tls_context.h"
+#include "proxy/session/admission.h"
 #include "proxy/session/placement.h"
 #include "proxy/session/relay.h"
 #include "proxy/session/self_addresses.h"
@@ -43,6 +44,11 @@ struct Shared {
   Placement placement;
   // Every worker, by index; filled in by the server before the first accept.
   std::vector<Worker*> workers;
+  // Connection and handshake limits of the listeners (session/admission.h).
+  Admission& admission;
+  // Data-plane sockets numbered at or above this are closed at once: the descriptors
+  // above it are the operator endpoints' reserve (dataPlaneDescriptorCap).
+  int descriptor_cap = 0;
 };
 
 class Worker {
@@ -86,9 +92,10 @@ void runPlaced(Worker& here, boost::asio::ip::tcp::socket socket, SocketTask tas
 // A unit on the least loaded worker, `here` on ties: for a connection any worker may run.
 LoadUnit placeOnAnyWorker(Worker& here);
 
-// Accept handlers, one per listener kind: each places the connection and starts its task.
-void acceptOutbound(Worker& worker, boost::asio::ip::tcp::socket socket);
-void acceptHbone(Worker& worker, boost::asio::ip::tcp::socket socket);
-void acceptPlaintext(Worker& worker, boost::asio::ip::tcp::socket socket);
+// Accept handlers, one per listener kind: each places the connection and starts its task,
+// which holds `admitted` for the connection's life and marks its handshake done.
+void acceptOutbound(Worker& worker, boost::asio::ip::tcp::socket socket, Admitted admitted);
+void acceptHbone(Worker& worker, boost::asio::ip::tcp::socket socket, Admitted admitted);
+void acceptPlaintext(Worker& worker, boost::asio::ip::tcp::socket socket, Admitted admitted);
 
 }  // namespace ferry::session

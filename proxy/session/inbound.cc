@@ -2,7 +2,10 @@
 // (chosen by the connection's original destination IP), then one CONNECT per proxied
 // connection, validated, and re-originated to the workload from the client pod's IP
 // (design §2 step 6, §4).
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <deque>
 
 #include <boost/asio/as_tuple.hpp>
@@ -13,6 +16,7 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "proxy/common/duration.h"
 #include "proxy/common/log.h"
 #include "proxy/hbone/connect_request.h"
 #include "proxy/hbone/signal.h"
@@ -212,8 +216,10 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
   record.finish(result.reason, result.received, result.sent);
 }
 
-// `load` counts the handshake on this worker, then the tunnel for its life.
-awaitable<void> serveHbone(Worker& worker, Tcp::socket socket, LoadUnit load) {
+// `load` counts the handshake on this worker, then the tunnel for its life; so does
+// `admitted` on the listener's limits, pending until the handshake is done.
+awaitable<void> handshakeAndServe(Worker& worker, Tcp::socket socket, LoadUnit load, Admitted admitted,
+                                  std::chrono::steady_clock::time_point deadline) {
   auto& shared = worker.shared();
   const auto& cfg = shared.config;
   boost::system::error_code ec;
@@ -246,7 +252,7 @@ awaitable<void> serveHbone(Worker& worker, Tcp::socket socket, LoadUnit load) {
   socket.set_option(Tcp::no_delay(true), ec);
   auto tls = std::make_unique<hbone::TlsStream>(std::move(socket), **ctx);
   asio::steady_timer timer(worker.io());
-  timer.expires_after(cfg.timeouts.handshake);
+  timer.expires_at(deadline);
   auto hs = co_await (tls->async_handshake(asio::ssl::stream_base::server, kTuple) ||
                       timer.async_wait(kTuple));
   if (hs.index() == 1) {
@@ -276,6 +282,7 @@ awaitable<void> serveHbone(Worker& worker, Tcp::socket socket, LoadUnit load) {
     co_return;
   }
   shared.stats.hbone_connections_accepted.fetch_add(1, std::memory_order_relaxed);
+  admitted->handshakeDone();
 
   auto info = std::make_shared<TunnelInfo>();
   info->client = client;
@@ -301,10 +308,11 @@ awaitable<void> serveHbone(Worker& worker, Tcp::socket socket, LoadUnit load) {
   auto conn = hbone::H2Connection::create(hbone::H2Connection::Role::kServer, std::move(tls), options);
   auto tunnel = std::make_shared<TunnelState>(cfg.hbone.max_pending_connects,
                                               common::formatHostPort(client));
-  // The handshake's unit stays with the tunnel for as long as it is open.
-  conn->setCloseHandler([load = std::make_shared<LoadUnit>(std::move(load)), client,
-                         stats = &shared.stats](hbone::H2Connection& c) {
+  // The handshake's unit and admission stay with the tunnel for as long as it is open.
+  conn->setCloseHandler([load = std::make_shared<LoadUnit>(std::move(load)), admitted = std::move(admitted),
+                         client, stats = &shared.stats](hbone::H2Connection& c) mutable {
     load->reset();
+    admitted.reset();
     // One line per connection that ended in a connection error (never rate-limited: it is
     // one per handshake, and handshakes are what admission control bounds).
     if (auto code = c.goawayError()) {
@@ -320,11 +328,57 @@ awaitable<void> serveHbone(Worker& worker, Tcp::socket socket, LoadUnit load) {
   conn->start();
 }
 
+// The first byte of a TLS handshake record (RFC 8446 §5.1, ContentType handshake).
+constexpr uint8_t kTlsHandshakeRecord = 0x16;
+
+// A connection that has sent nothing costs a descriptor and this small frame: the TLS
+// state (the SSL object, Asio's and the BIO pair's record buffers, ~85 KB together) is
+// made only once the client's first byte is there, within the handshake deadline, and is
+// the start of a TLS handshake (a peer that closed, or sent something else, never gets it).
+awaitable<void> serveHbone(Worker& worker, Tcp::socket socket, LoadUnit load, Admitted admitted) {
+  auto& shared = worker.shared();
+  const auto& cfg = shared.config;
+  auto deadline = std::chrono::steady_clock::now() + cfg.timeouts.handshake;
+  bool readable = false;
+  {
+    asio::steady_timer timer(worker.io());
+    timer.expires_at(deadline);
+    auto first = co_await (socket.async_wait(Tcp::socket::wait_read, kTuple) || timer.async_wait(kTuple));
+    readable = first.index() == 0 && !std::get<0>(std::get<0>(first));
+  }
+  const char* why = nullptr;
+  if (!readable) {
+    why = "sent nothing within the handshake timeout";
+  } else {
+    uint8_t byte = 0;
+    ssize_t n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0) why = "closed before sending anything";
+    // EAGAIN (readiness that went away) is left to the handshake, which waits again.
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) why = "failed before sending anything";
+    if (n == 1 && byte != kTlsHandshakeRecord) why = "did not start a TLS handshake";
+  }
+  if (why != nullptr) {
+    shared.stats.hbone_handshake_failures.fetch_add(1, std::memory_order_relaxed);
+    boost::system::error_code ec;
+    auto peer = socket.remote_endpoint(ec);
+    // Debug: a flood of these must not flood the log; the counter has them all.
+    FERRY_LOG(kDebug, "hbone: %s %s", ec ? std::string("a client") : common::formatHostPort(toHostPort(peer)),
+              why);
+    abortSocket(socket);
+    co_return;
+  }
+  co_await handshakeAndServe(worker, std::move(socket), std::move(load), std::move(admitted), deadline);
+}
+
 }  // namespace
 
-void acceptHbone(Worker& worker, Tcp::socket socket) {
+void acceptHbone(Worker& worker, Tcp::socket socket, Admitted admitted) {
   // Any worker will do: the tunnel goes where the load is least.
-  runPlaced(worker, std::move(socket), &serveHbone, placeOnAnyWorker(worker));
+  runPlaced(worker, std::move(socket),
+            [admitted = std::move(admitted)](Worker& w, Tcp::socket s, LoadUnit load) {
+              return serveHbone(w, std::move(s), std::move(load), admitted);
+            },
+            placeOnAnyWorker(worker));
 }
 
 }  // namespace ferry::session

@@ -5,6 +5,7 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -130,9 +131,12 @@ awaitable<absl::StatusOr<std::shared_ptr<hbone::H2Connection>>> dialHbone(Worker
   options.max_streams = cfg.pool.max_streams;
   auto conn = hbone::H2Connection::create(hbone::H2Connection::Role::kClient, std::move(tls), options);
   Stats* stats = &shared.stats;
-  conn->setCloseHandler([stats](hbone::H2Connection& c) {
+  Worker* w = &worker;
+  conn->setCloseHandler([stats, w](hbone::H2Connection& c) {
     stats->hbone_connections_closed.fetch_add(1, std::memory_order_relaxed);
     FERRY_LOG(kDebug, "hbone: pooled connection closed: %s", c.closeReason());
+    // After this handler: the pool's reference may be the last one.
+    asio::post(w->io(), [w] { w->pool().dropClosed(); });
   });
   conn->start();
   shared.stats.hbone_connections_opened.fetch_add(1, std::memory_order_relaxed);
@@ -140,8 +144,9 @@ awaitable<absl::StatusOr<std::shared_ptr<hbone::H2Connection>>> dialHbone(Worker
   co_return conn;
 }
 
-// `load` is held for the connection's life, as in tunnel().
-awaitable<void> passthrough(Worker& worker, Tcp::socket socket, Endpoints ends, LoadUnit load) {
+// `load` and `admitted` are held for the connection's life, as in tunnel().
+awaitable<void> passthrough(Worker& worker, Tcp::socket socket, Endpoints ends, LoadUnit load,
+                            Admitted admitted) {
   auto& shared = worker.shared();
   ConnectionRecord record(worker, Direction::kOutbound);
   record.src = common::formatHostPort(ends.peer);
@@ -216,8 +221,10 @@ awaitable<std::shared_ptr<hbone::H2Stream>> openStream(Worker& worker, Tcp::sock
 }
 
 // One CONNECT stream on this worker's pooled HBONE connection for the key, then the relay.
-// `load` counts the connection on this worker for as long as it lives.
-awaitable<void> tunnel(Worker& worker, Tcp::socket socket, OutboundPlan plan, LoadUnit load) {
+// `load` counts the connection on this worker for as long as it lives; `admitted` on the
+// outbound listener's limits.
+awaitable<void> tunnel(Worker& worker, Tcp::socket socket, OutboundPlan plan, LoadUnit load,
+                       Admitted admitted) {
   ConnectionRecord record(worker, Direction::kOutbound);
   record.src = common::formatHostPort(plan.source);
   record.dst = common::formatHostPort(plan.destination);
@@ -234,7 +241,7 @@ awaitable<void> tunnel(Worker& worker, Tcp::socket socket, OutboundPlan plan, Lo
 
 // On the accepting worker: the original destination, then passthrough or tunnel, each
 // placed on its worker.
-awaitable<void> classifyOutbound(Worker& worker, Tcp::socket socket) {
+awaitable<void> classifyOutbound(Worker& worker, Tcp::socket socket, Admitted admitted) {
   auto& shared = worker.shared();
   const auto& cfg = shared.config;
   auto ends = co_await originalEndpoints(worker, socket);
@@ -245,6 +252,7 @@ awaitable<void> classifyOutbound(Worker& worker, Tcp::socket socket) {
     record.finish(CloseReason::kBadProxyHeader);
     co_return;
   }
+  admitted->handshakeDone();
   if (shared.self.contains(ends->destination)) {
     // Before anything else: a passthrough to one of ferryd's listeners would parse the next
     // PROXY header again, and again (finding: 600 nested headers took every descriptor).
@@ -258,8 +266,8 @@ awaitable<void> classifyOutbound(Worker& worker, Tcp::socket socket) {
   const auto* dst = registry->findByIp(ends->destination.ip);
   if (dst == nullptr || !dst->hbone) {
     runPlaced(worker, std::move(socket),
-              [ends = *ends](Worker& w, Tcp::socket s, LoadUnit load) {
-                return passthrough(w, std::move(s), ends, std::move(load));
+              [ends = *ends, admitted](Worker& w, Tcp::socket s, LoadUnit load) {
+                return passthrough(w, std::move(s), ends, std::move(load), admitted);
               },
               placeOnAnyWorker(worker));
     co_return;
@@ -291,16 +299,16 @@ awaitable<void> classifyOutbound(Worker& worker, Tcp::socket socket) {
   size_t home = absl::HashOf(plan.key) % placement.workers();
   LoadUnit load = placement.place(home, cfg.pool.workers_per_pair);
   runPlaced(worker, std::move(socket),
-            [plan = std::move(plan)](Worker& w, Tcp::socket s, LoadUnit load) mutable {
-              return tunnel(w, std::move(s), std::move(plan), std::move(load));
+            [plan = std::move(plan), admitted](Worker& w, Tcp::socket s, LoadUnit load) mutable {
+              return tunnel(w, std::move(s), std::move(plan), std::move(load), admitted);
             },
             std::move(load));
 }
 
 }  // namespace
 
-void acceptOutbound(Worker& worker, Tcp::socket socket) {
-  asio::co_spawn(worker.io(), classifyOutbound(worker, std::move(socket)), logTaskError);
+void acceptOutbound(Worker& worker, Tcp::socket socket, Admitted admitted) {
+  asio::co_spawn(worker.io(), classifyOutbound(worker, std::move(socket), std::move(admitted)), logTaskError);
 }
 
 }  // namespace ferry::session

@@ -11,8 +11,8 @@ using asio::awaitable;
 
 namespace {
 
-// `load` is held for the connection's life.
-awaitable<void> servePlaintext(Worker& worker, Tcp::socket socket, LoadUnit load) {
+// `load` and `admitted` are held for the connection's life.
+awaitable<void> servePlaintext(Worker& worker, Tcp::socket socket, LoadUnit load, Admitted admitted) {
   auto& shared = worker.shared();
   const auto& cfg = shared.config;
   ConnectionRecord record(worker, Direction::kPlaintext);
@@ -24,6 +24,7 @@ awaitable<void> servePlaintext(Worker& worker, Tcp::socket socket, LoadUnit load
     record.finish(CloseReason::kBadProxyHeader);
     co_return;
   }
+  admitted->handshakeDone();
   record.src = common::formatHostPort(ends->peer);
   record.dst = common::formatHostPort(ends->destination);
   record.peer_identity = "plaintext";
@@ -55,8 +56,12 @@ awaitable<void> servePlaintext(Worker& worker, Tcp::socket socket, LoadUnit load
 
 }  // namespace
 
-void acceptPlaintext(Worker& worker, Tcp::socket socket) {
-  runPlaced(worker, std::move(socket), &servePlaintext, placeOnAnyWorker(worker));
+void acceptPlaintext(Worker& worker, Tcp::socket socket, Admitted admitted) {
+  runPlaced(worker, std::move(socket),
+            [admitted = std::move(admitted)](Worker& w, Tcp::socket s, LoadUnit load) {
+              return servePlaintext(w, std::move(s), std::move(load), admitted);
+            },
+            placeOnAnyWorker(worker));
 }
 
 }  // namespace ferry::session

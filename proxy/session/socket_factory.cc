@@ -83,6 +83,10 @@ asio::awaitable<boost::system::error_code> KernelSocketFactory::connect(
   auto dst = toEndpoint(destination);
   socket.open(dst.protocol(), ec);
   if (ec) co_return ec;
+  if (socket.native_handle() >= descriptor_cap_) {
+    socket.close(ec);
+    co_return boost::system::error_code(EMFILE, boost::system::system_category());
+  }
   if (transparent_ && !setTransparent(socket.native_handle(), dst.address().is_v6())) {
     co_return boost::system::error_code(errno, boost::system::system_category());
   }

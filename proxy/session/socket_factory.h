@@ -2,6 +2,7 @@
 // The seam between ferryd and the kernel's sockets: every socket option the data plane
 // depends on is set here and nowhere else (ztunnel's SocketFactory).
 #include <chrono>
+#include <limits>
 #include <system_error>
 
 #include <boost/asio/awaitable.hpp>
@@ -39,6 +40,9 @@ class SocketFactory {
 class KernelSocketFactory : public SocketFactory {
  public:
   explicit KernelSocketFactory(bool transparent) : transparent_(transparent) {}
+  // Upstream sockets numbered at or above `cap` fail with EMFILE at once: the descriptors
+  // above it are kept for the operator endpoints (session/admission.h).
+  void setDescriptorCap(int cap) { descriptor_cap_ = cap; }
   absl::StatusOr<Tcp::acceptor> listen(const boost::asio::any_io_executor& ex,
                                        const HostPort& addr) override;
   boost::asio::awaitable<boost::system::error_code> connect(
@@ -47,6 +51,7 @@ class KernelSocketFactory : public SocketFactory {
 
  private:
   bool transparent_;
+  int descriptor_cap_ = std::numeric_limits<int>::max();
 };
 
 // Closes with SO_LINGER {1, 0}: the peer sees a TCP RST, not a FIN. Used to carry a reset

@@ -56,7 +56,6 @@ const char* directionLabel(Direction d);
   X(passthrough_connections, "outbound connections to non-mesh destinations, passed as TCP")\
   X(workloads_reloads, "successful reloads of the workloads file")                         \
   X(workloads_reload_failures, "workloads file reloads rejected (old state kept)")         \
-  X(accept_errors, "accept() errors on any listener")                                      \
   X(worker_handoffs, "accepted connections moved to a less loaded worker before a byte was read")\
   X(self_target_refused, "connections refused because their destination is ferryd itself (one of its listeners or addresses)")\
   X(identity_spoofing_denied, "CONNECT streams answered 401: the client identity does not own the tunnel's source IP")\

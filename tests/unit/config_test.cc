@@ -495,3 +495,59 @@ TEST(IdentityConfigTest, LeafLifetimeHasAMinimumAndWholeSecondsAndPollIntervalPa
 
 }  // namespace
 }  // namespace ferry::config
+
+namespace ferry::config {
+namespace {
+
+TEST(ConfigLimitsTest, DefaultsAreTheDocumentedOnes) {
+  auto c = parse(kMinimal);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->limits.hbone.max_connections, 4096u);
+  EXPECT_EQ(c->limits.hbone.max_connections_per_source, 512u);
+  EXPECT_EQ(c->limits.hbone.max_pending, 2048u);
+  EXPECT_EQ(c->limits.hbone.max_pending_per_source, 256u);
+  EXPECT_EQ(c->limits.descriptor_reserve, 256u);
+  EXPECT_EQ(c->limits.trim_after_closes, 32u);
+}
+
+TEST(ConfigLimitsTest, ParsesEveryKey) {
+  auto c = parse(withMinimal(
+      "limits:\n"
+      "  hbone: {max_connections: 100, max_connections_per_source: 10, max_pending_handshakes: 50,\n"
+      "          max_pending_handshakes_per_source: 5}\n"
+      "  outbound: {max_connections: 200}\n"
+      "  inbound_plaintext: {max_pending_handshakes_per_source: 7}\n"
+      "  descriptor_reserve: 64\n  preallocated_sockets: 0\n  trim_after_closes: 0\n"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->limits.hbone.max_connections, 100u);
+  EXPECT_EQ(c->limits.hbone.max_connections_per_source, 10u);
+  EXPECT_EQ(c->limits.hbone.max_pending, 50u);
+  EXPECT_EQ(c->limits.hbone.max_pending_per_source, 5u);
+  // Unwritten limits follow a lower written one down.
+  EXPECT_EQ(c->limits.outbound.max_connections, 200u);
+  EXPECT_EQ(c->limits.outbound.max_connections_per_source, 200u);
+  EXPECT_EQ(c->limits.outbound.max_pending, 200u);
+  EXPECT_EQ(c->limits.inbound_plaintext.max_pending_per_source, 7u);
+  EXPECT_EQ(c->limits.descriptor_reserve, 64u);
+  EXPECT_EQ(c->limits.preallocated_sockets, 0u);
+  EXPECT_EQ(c->limits.trim_after_closes, 0u);
+}
+
+TEST(ConfigLimitsTest, RejectsZeroLimitsAndATinyReserve) {
+  expectError(parse(withMinimal("limits:\n  hbone: {max_connections: 0}\n")), 6, "limits.hbone.max_connections");
+  expectError(parse(withMinimal("limits:\n  descriptor_reserve: 4\n")), 6, "limits.descriptor_reserve");
+}
+
+TEST(ConfigLimitsTest, RejectsAWrittenPartAboveItsWhole) {
+  expectError(parse(withMinimal("limits:\n  hbone:\n    max_connections: 10\n    max_connections_per_source: 20\n")), 8,
+              "limits.hbone.max_connections_per_source", "above max_connections");
+  expectError(parse(withMinimal("limits:\n  outbound: {max_pending_handshakes: 10, max_pending_handshakes_per_source: 11}\n")),
+              6, "limits.outbound.max_pending_handshakes_per_source", "above max_pending_handshakes");
+}
+
+TEST(ConfigLimitsTest, RejectsUnknownLimitKeys) {
+  expectError(parse(withMinimal("limits:\n  hbone: {max_conections: 1}\n")), 6, "limits.hbone.max_conections");
+}
+
+}  // namespace
+}  // namespace ferry::config

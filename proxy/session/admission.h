@@ -1,0 +1,145 @@
+#pragma once
+// Admission control for the data-plane listeners (15001, 15006, 15008): how many
+// connections each may hold, from one source and in all, and how many of them may still be
+// in their handshake. A connection is admitted once, at accept, and holds its ticket for
+// life: a limit only ever refuses a new connection, never touches one it admitted.
+// docs/security.md ("Admission limits") says why, docs/configuration.md how the defaults
+// were sized.
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include <boost/system/error_code.hpp>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "proxy/common/net.h"
+#include "proxy/config/config.h"
+
+namespace ferry::session {
+
+// The data-plane listener kinds, named as their config keys (listen.*).
+enum class Listener { kOutbound, kHbone, kPlaintext, kCount };
+const char* listenerLabel(Listener l);
+
+// Why a connection was refused at accept: one counter per listener and reason.
+#define FERRY_REFUSALS(X)                                                                           \
+  X(kConnections, "connections", "the listener's max_connections reached")                         \
+  X(kConnectionsPerSource, "connections_per_source", "max_connections_per_source reached")         \
+  X(kPending, "pending_handshakes", "max_pending_handshakes reached")                              \
+  X(kPendingPerSource, "pending_handshakes_per_source", "max_pending_handshakes_per_source reached")\
+  X(kDescriptors, "descriptors", "the data plane's descriptor cap reached (RLIMIT_NOFILE - reserve)")
+
+enum class Refusal {
+#define FERRY_X(name, label, help) name,
+  FERRY_REFUSALS(FERRY_X)
+#undef FERRY_X
+  kCount
+};
+const char* refusalLabel(Refusal r);
+
+// accept() failures, by what they mean for the operator.
+enum class AcceptError { kDescriptors, kMemory, kOther, kCount };
+AcceptError classifyAcceptError(const boost::system::error_code& ec);
+const char* acceptErrorLabel(AcceptError e);
+
+class Admission;
+
+// One per admitted connection: counts it (and, until handshakeDone(), its pending
+// handshake) against its listener and source, and gives both back when destroyed.
+// Thread-safe against the Admission; one owner at a time.
+class AdmissionTicket {
+ public:
+  AdmissionTicket(Admission& admission, Listener listener, const std::array<uint8_t, 16>& source)
+      : admission_(admission), listener_(listener), source_(source) {}
+  ~AdmissionTicket();
+  AdmissionTicket(const AdmissionTicket&) = delete;
+  AdmissionTicket& operator=(const AdmissionTicket&) = delete;
+  // The connection finished its handshake (or had none): it no longer counts as pending.
+  void handshakeDone();
+
+ private:
+  Admission& admission_;
+  Listener listener_;
+  std::array<uint8_t, 16> source_;
+  bool pending_ = true;
+};
+// Shared so that it can ride in the copyable tasks that place a connection on a worker.
+using Admitted = std::shared_ptr<AdmissionTicket>;
+
+// Rate-limits a repeated warning: at most one line per interval, the others counted and
+// reported with the next line (metrics count every event; the log need not).
+class LogThrottle {
+ public:
+  explicit LogThrottle(std::chrono::steady_clock::duration interval) : interval_(interval) {}
+  // True when a line may be written now; `suppressed` is then the number held back since.
+  bool allow(uint64_t& suppressed);
+
+ private:
+  std::chrono::steady_clock::duration interval_;
+  std::atomic<int64_t> next_{0};
+  std::atomic<uint64_t> held_{0};
+};
+
+class Admission {
+ public:
+  explicit Admission(const config::Limits& limits);
+
+  // Admits a connection from `source` on `listener`, pending until the ticket's
+  // handshakeDone(); null, counted, with `why` set, when a limit refuses it.
+  Admitted admit(Listener listener, const common::IpAddress& source, Refusal& why);
+  // Counts a refusal decided by the caller (the descriptor cap).
+  void countRefusal(Listener listener, Refusal why);
+  void countAcceptError(Listener listener, AcceptError error);
+
+  uint64_t refused(Listener listener, Refusal why) const;
+  uint64_t acceptErrors(Listener listener, AcceptError error) const;
+  int64_t connections(Listener listener) const;
+  int64_t pending(Listener listener) const;
+  // Tickets given back since start (the memory-trim rule counts closes).
+  uint64_t released() const { return released_.load(std::memory_order_relaxed); }
+  std::string renderPrometheus() const;
+
+ private:
+  friend class AdmissionTicket;
+  void release(Listener listener, const std::array<uint8_t, 16>& source, bool pending);
+  void finishHandshake(Listener listener, const std::array<uint8_t, 16>& source);
+
+  struct PerSource {
+    uint32_t connections = 0;
+    uint32_t pending = 0;
+  };
+  struct State {
+    config::ListenerLimits limits;
+    std::mutex mu;
+    // Under mu; a source leaves the map when it holds nothing, so the map is bounded by
+    // max_connections whatever the number of addresses an attacker uses.
+    absl::flat_hash_map<std::array<uint8_t, 16>, PerSource> sources;
+    uint32_t connections = 0;
+    uint32_t pending = 0;
+    // Copies for the metrics (read without the lock).
+    std::atomic<int64_t> connections_gauge{0};
+    std::atomic<int64_t> pending_gauge{0};
+    std::array<std::atomic<uint64_t>, static_cast<size_t>(Refusal::kCount)> refused{};
+    std::array<std::atomic<uint64_t>, static_cast<size_t>(AcceptError::kCount)> accept_errors{};
+  };
+  std::array<State, static_cast<size_t>(Listener::kCount)> state_;
+  std::atomic<uint64_t> released_{0};
+};
+
+// The data plane's share of the descriptor table: RLIMIT_NOFILE's soft limit minus
+// `reserve`. The kernel hands out the lowest free descriptor, so a data-plane socket whose
+// number is at or above the cap means every descriptor below it is in use: the data plane
+// closes it at once and the numbers above the cap stay free for the operator endpoints and
+// the control thread. An error when the limit leaves less than `reserve` to the data plane.
+absl::StatusOr<int> dataPlaneDescriptorCap(uint32_t reserve);
+
+// Raises RLIMIT_NOFILE's soft limit to the hard limit (a proxy needs descriptors, and the
+// soft limit is often the 1,024 of select()-era defaults). Returns the limit in force.
+uint64_t raiseDescriptorLimit();
+
+}  // namespace ferry::session
