@@ -6,7 +6,7 @@ JOBS ?= $(shell nproc)
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := true
 
-.PHONY: all bootstrap configure build test test-asan demo kernel-lab bench bench-quick clean ci
+.PHONY: all bootstrap configure build test test-asan fuzz demo kernel-lab bench bench-quick clean ci
 
 all: build
 
@@ -26,6 +26,16 @@ test: build
 # Unit and integration tiers under ASan + UBSan.
 test-asan:
 	@$(MAKE) --no-print-directory test PRESET=asan CTEST_ARGS="-L 'unit|integration' $(CTEST_ARGS)"
+
+# libFuzzer over every target in tests/fuzz/ (preset fuzz: clang, ASan + UBSan), one after
+# the other for FUZZ_SECONDS each; FUZZ_TARGETS picks some (e.g. "svid spiffe_id"). New
+# inputs go to build/fuzz/fuzz-work/, crashes to build/fuzz/fuzz-crashes/ (docs/testing.md).
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?=
+fuzz: bootstrap
+	@cmake --preset fuzz >/dev/null
+	@cmake --build --preset fuzz -j $(JOBS)
+	@scripts/fuzz.sh build/fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 demo: build
 	@scripts/demo.sh
