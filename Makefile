@@ -23,9 +23,9 @@ build: configure
 test: build
 	@cd build/$(PRESET) && ctest --output-on-failure --timeout 300 -j $(JOBS) $(CTEST_ARGS)
 
-# Unit and integration tiers under ASan + UBSan.
+# Unit and integration tiers, and the fuzz corpora's replay, under ASan + UBSan.
 test-asan:
-	@$(MAKE) --no-print-directory test PRESET=asan CTEST_ARGS="-L 'unit|integration' $(CTEST_ARGS)"
+	@$(MAKE) --no-print-directory test PRESET=asan CTEST_ARGS="-L 'unit|integration|fuzz' $(CTEST_ARGS)"
 
 # libFuzzer over every target in tests/fuzz/ (preset fuzz: clang, ASan + UBSan), one after
 # the other for FUZZ_SECONDS each; FUZZ_TARGETS picks some (e.g. "svid spiffe_id"). New
