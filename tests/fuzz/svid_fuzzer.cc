@@ -2,8 +2,8 @@
 // more DER certificates back to back: the first is the leaf, the last (when there are two
 // or more) stands for the trust bundle's root and the ones between are intermediates, so
 // that the fuzzer reaches the chain checks past the signatures with the seeds' real chains.
-// Checks beyond "does not crash": an accepted leaf has exactly one URI SAN, which is the ID
-// returned; a refused one names a rejection label.
+// Checks beyond "does not crash": an accepted leaf has exactly one URI SAN, which parses to
+// the ID returned; a refused one names a rejection label.
 #include <openssl/x509.h>
 
 #include <chrono>
@@ -48,7 +48,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto id = validateSvidLeaf(leaf, &reason);
   auto sans = uriSans(leaf);
   if (id.ok()) {
-    if (sans.size() != 1 || sans.front() != id->str()) std::abort();
+    // The SAN parses to the ID returned; it need not print the same, as the scheme is
+    // case-insensitive (SPIFFE-ID §2.4: "SPIFFE://" is accepted, "spiffe://" emitted).
+    if (sans.size() != 1) std::abort();
+    auto san_id = SpiffeId::parse(sans.front());
+    if (!san_id.ok() || !(*san_id == *id)) std::abort();
   } else if (reason == SvidRejection::kCount || svidRejectionLabel(reason) == nullptr) {
     std::abort();
   }
