@@ -8,7 +8,8 @@
 // The input is what the client sends after the connection preface (which is added here):
 // split at most kMaxPasses times, at the 4-byte marker "FYRP", into read passes, with the
 // server's answers collected, streams' data written out and window given back in between,
-// as the read and write loops do.
+// as the read and write loops do. Checks beyond the sanitizers: a request reaches the
+// handler complete and within the header list cap.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -62,12 +63,29 @@ World& world() {
   return *w;
 }
 
+// A relay parked on its socket takes DATA straight from the read pass (ReceiveSink), as
+// proxy/session/relay.cc does: it writes some of it (here: up to 1000 bytes) and gives that
+// window back at once.
+struct DirectSink : hbone::ReceiveSink {
+  void onReceived(H2Stream& stream) override {
+    size_t n = std::min<size_t>(stream.received().size(), 1000);
+    stream.received().consume(n);
+    stream.consumed(n);
+  }
+};
+DirectSink g_sink;
+
 // What the streams' relays would do between read passes: write out what arrived (giving the
 // window back), queue a reply, and end or reset their side as the client did.
 void relay(std::vector<std::shared_ptr<H2Stream>>& accepted) {
   static const std::string reply(kReplyBytes, 'r');
   for (auto& stream : accepted) {
-    if (stream->closed() || stream->resetCode()) continue;
+    if (stream->closed() || stream->resetCode()) {
+      // What the relay does with bytes it will never write (the window comes back).
+      stream->setReceiveSink(nullptr);
+      stream->discardReceived();
+      continue;
+    }
     std::string got = stream->takeReceived();
     stream->consumed(got.size());
     if (stream->sendSpace() > 0) stream->send(reply.data(), std::min(reply.size(), stream->sendSpace()));
@@ -85,6 +103,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::make_unique<hbone::TlsStream>(hbone::Tcp::socket(w.io), w.tls), hbone::H2Options{});
   std::vector<std::shared_ptr<H2Stream>> accepted;
   conn->setRequestHandler([&w, &accepted](std::shared_ptr<H2Stream> stream) {
+    // Only complete requests within the header list cap reach the handler.
+    size_t header_bytes = 0;
+    for (const auto& h : stream->headers()) header_bytes += h.name.size() + h.value.size() + 32;
+    if (!stream->headersDone() || header_bytes > hbone::kServerMaxHeaderList) std::abort();
     auto verdict = hbone::validateConnect(stream->headers(), w.local_ip, *w.registry, w.ferry_ports);
     if (verdict.status != 200) {
       stream->respond(verdict.status);
@@ -92,6 +114,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     stream->respond(200);
     stream->releaseHeaders();
+    // Half of the relays are parked on their socket (direct delivery), half are busy.
+    if (stream->id() % 4 == 1) stream->setReceiveSink(&g_sink);
     accepted.push_back(std::move(stream));
   });
   conn->startFrames();
