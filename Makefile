@@ -6,7 +6,7 @@ JOBS ?= $(shell nproc)
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := true
 
-.PHONY: all bootstrap configure build test test-asan test-tsan demo kernel-lab bench bench-quick soak clean ci
+.PHONY: all bootstrap configure build test test-asan test-tsan fuzz demo kernel-lab bench bench-quick soak clean ci
 
 all: build
 
@@ -23,9 +23,19 @@ build: configure
 test: build
 	@cd build/$(PRESET) && ctest --output-on-failure --timeout 300 -j $(JOBS) $(CTEST_ARGS)
 
-# Unit and integration tiers under ASan + UBSan.
+# Unit and integration tiers, and the fuzz corpora's replay, under ASan + UBSan.
 test-asan:
-	@$(MAKE) --no-print-directory test PRESET=asan CTEST_ARGS="-L 'unit|integration' $(CTEST_ARGS)"
+	@$(MAKE) --no-print-directory test PRESET=asan CTEST_ARGS="-L 'unit|integration|fuzz' $(CTEST_ARGS)"
+
+# libFuzzer over every target in tests/fuzz/ (preset fuzz: clang, ASan + UBSan), one after
+# the other for FUZZ_SECONDS each; FUZZ_TARGETS picks some (e.g. "svid spiffe_id"). New
+# inputs go to build/fuzz/fuzz-work/, crashes to build/fuzz/fuzz-crashes/ (docs/testing.md).
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?=
+fuzz: bootstrap
+	@cmake --preset fuzz >/dev/null
+	@cmake --build --preset fuzz -j $(JOBS)
+	@scripts/fuzz.sh build/fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 # The same tiers under ThreadSanitizer (preset tsan): each ferryd in them runs a control
 # thread and several workers. Any report fails the test (TSan exits 66).

@@ -15,6 +15,9 @@ build_pkgs=(
 )
 # BPF datapath: clang -target bpf, skeletons, libbpf.
 bpf_pkgs=(clang llvm libbpf-dev bpftool linux-libc-dev libelf-dev zlib1g-dev)
+# Fuzzing (make fuzz): libFuzzer and the sanitizer runtimes of clang-14 (clang itself is
+# in bpf_pkgs).
+fuzz_pkgs=(libclang-rt-14-dev)
 # Tests and the lab: interop peers, traffic tools, capture, netns plumbing.
 test_pkgs=(nghttp2-proxy nghttp2-client curl iperf3 tcpdump iproute2 iputils-ping procps psmisc python3)
 # Benchmarks (make bench): the peers ferry is measured against, and the charts.
@@ -25,7 +28,7 @@ bench_pkgs=(stunnel4 haproxy gnuplot-nox)
 kernel_lab_pkgs=(linux-source-6.12 qemu-system-x86 dwarves bc flex bison libelf-dev libssl-dev
   cpio xz-utils patch)
 
-want=("${build_pkgs[@]}" "${bpf_pkgs[@]}" "${test_pkgs[@]}" "${bench_pkgs[@]}")
+want=("${build_pkgs[@]}" "${bpf_pkgs[@]}" "${fuzz_pkgs[@]}" "${test_pkgs[@]}" "${bench_pkgs[@]}")
 case "${1:-}" in
   "") ;;
   kernel-lab) want+=("${kernel_lab_pkgs[@]}") ;;

@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <charconv>
 #include <exception>
+#include <sstream>
+
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/parser.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -35,6 +39,48 @@ int lineOf(const YAML::Node& node, int fallback) {
   return mark.is_null() ? fallback : mark.line + 1;
 }
 
+// Walks the stream's documents without building them: how many there are (at most two are
+// looked at) and where the second one's content starts. Needed because yaml-cpp 0.7
+// (Debian 12) reports some malformed input (e.g. `, su"a l`) as an empty document over and
+// over without consuming it: YAML::LoadAll then never returns and allocates a node per round
+// until memory runs out (found by tests/fuzz/config_fuzzer). Every document starts after
+// the one before it, so a second one at the first one's position is that loop.
+class DocumentProbe : public YAML::EventHandler {
+ public:
+  static constexpr int kMaxDocuments = 2;
+  int documents = 0;
+  YAML::Mark first_start;
+  YAML::Mark second_start;
+  YAML::Mark second_content = YAML::Mark::null_mark();  // until the second document's first node
+
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    ++documents;
+    (documents == 1 ? first_start : second_start) = mark;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { content(mark); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { content(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                const std::string&) override {
+    content(mark);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    content(mark);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    content(mark);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void content(const YAML::Mark& mark) {
+    if (documents == 2 && second_content.is_null()) second_content = mark;
+  }
+};
+
 std::string joinPath(std::string_view parent, std::string_view key) {
   return parent.empty() ? std::string(key)
                         : absl::StrCat(common::toAbsl(parent), ".", common::toAbsl(key));
@@ -51,14 +97,22 @@ std::optional<YamlField> YamlMap::find(std::string_view key) const {
 
 absl::StatusOr<YamlField> YamlReader::parseDocument(std::string_view text) const {
   try {
-    std::vector<YAML::Node> docs = YAML::LoadAll(std::string(text));
-    if (docs.empty() || (docs.size() == 1 && docs[0].IsNull())) {
-      return error(1, "", "the document is empty");
+    std::string copy(text);
+    std::istringstream in(copy);
+    YAML::Parser parser(in);
+    DocumentProbe probe;
+    while (probe.documents < DocumentProbe::kMaxDocuments && parser.HandleNextDocument(probe)) {
     }
-    if (docs.size() > 1) {
-      return error(lineOf(docs[1], 1), "", "only one YAML document is allowed per file");
+    if (probe.documents == DocumentProbe::kMaxDocuments) {
+      if (probe.second_start.pos <= probe.first_start.pos) {
+        return error(probe.second_start.line + 1, "", "YAML syntax error: the parser cannot go past this point");
+      }
+      const YAML::Mark& at = probe.second_content.is_null() ? probe.second_start : probe.second_content;
+      return error(at.line + 1, "", "only one YAML document is allowed per file");
     }
-    return YamlField{"", docs[0], lineOf(docs[0], 1)};
+    YAML::Node doc = YAML::Load(copy);
+    if (!doc.IsDefined() || doc.IsNull()) return error(1, "", "the document is empty");
+    return YamlField{"", doc, lineOf(doc, 1)};
   } catch (const YAML::Exception& e) {
     return error(e.mark.is_null() ? 1 : e.mark.line + 1, "",
                  absl::StrCat("YAML syntax error: ", e.msg));

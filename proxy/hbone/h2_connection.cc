@@ -510,9 +510,7 @@ H2Connection::~H2Connection() {
   if (session_) nghttp2_session_del(session_);
 }
 
-void H2Connection::start() {
-  if (started_) return;
-  started_ = true;
+void H2Connection::submitSettings() {
   std::vector<nghttp2_settings_entry> settings = {
       {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, static_cast<uint32_t>(kStreamWindow)},
       {NGHTTP2_SETTINGS_MAX_FRAME_SIZE, kMaxFrameSize},
@@ -526,7 +524,29 @@ void H2Connection::start() {
   }
   nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings.data(), settings.size());
   nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, kConnectionWindow);
+}
 
+void H2Connection::startFrames() {
+  if (started_) return;
+  started_ = true;
+  submitSettings();
+}
+
+bool H2Connection::receiveFrames(const uint8_t* data, size_t size) {
+  bool open = feed(data, size);
+  if (open) endReadPass();
+  return open && !dead_;
+}
+
+std::span<const uint8_t> H2Connection::sendFrames() {
+  if (dead_ || !collectFrames()) return {};
+  return {t_batch.data(), t_batch.size()};
+}
+
+void H2Connection::start() {
+  if (started_) return;
+  started_ = true;
+  submitSettings();
   auto self = shared_from_this();
   auto log_exception = [self](std::exception_ptr e) {
     if (!e) return;
@@ -793,17 +813,7 @@ awaitable<void> H2Connection::readLoop() {
       int n = SSL_read(ssl, t_plain.data(), static_cast<int>(t_plain.size()));
       if (n > 0) {
         any = true;
-        in_session_ = true;
-        ssize_t rv = nghttp2_session_mem_recv(session_, t_plain.data(), static_cast<size_t>(n));
-        in_session_ = false;
-        if (rv < 0) {
-          auto [code, what] = goawayFor(rv);
-          terminate(code, absl::StrCat("protocol error from peer: ", what));
-          co_return;  // the writer closes the connection once the GOAWAY is out
-        }
-        // Nothing more is read after a connection error, ours or nghttp2's (a GOAWAY with
-        // an error went out or is queued).
-        if (dead_ || terminating_ || goaway_error_) co_return;
+        if (!feed(t_plain.data(), static_cast<size_t>(n))) co_return;
         continue;
       }
       int err = SSL_get_error(ssl, n);
@@ -813,15 +823,8 @@ awaitable<void> H2Connection::readLoop() {
       co_return;
     }
     if (any) {
-      if (nghttp2_session_get_remote_settings(session_, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS) == 0) {
-        // Peer allows no streams: treat as draining.
-        if (role_ == H2Connection::Role::kClient) closing_ = true;
-      }
-      // Written out by the streams' sinks where they can, in one gathered write each.
-      deliverReceived();
+      endReadPass();
       if (dead_) co_return;
-      // The write loop's end-of-connection checks (GOAWAY seen, last stream closed).
-      if (closing_) kick();
     }
     // SETTINGS and PING acknowledgements, WINDOW_UPDATEs, records SSL_read produced itself
     // (a KeyUpdate answer, an alert).
@@ -852,6 +855,34 @@ awaitable<void> H2Connection::readLoop() {
   }
 }
 
+// Plaintext from SSL_read into nghttp2. False when the read loop must stop: a protocol
+// error (the writer closes the connection once the GOAWAY is out) or the connection died.
+bool H2Connection::feed(const uint8_t* data, size_t size) {
+  in_session_ = true;
+  ssize_t rv = nghttp2_session_mem_recv(session_, data, size);
+  in_session_ = false;
+  if (rv < 0) {
+    auto [code, what] = goawayFor(rv);
+    terminate(code, absl::StrCat("protocol error from peer: ", what));
+    return false;  // the writer closes the connection once the GOAWAY is out
+  }
+  // Nothing more is read after a connection error, ours or nghttp2's (a GOAWAY with an
+  // error went out or is queued).
+  return !(dead_ || terminating_ || goaway_error_);
+}
+
+void H2Connection::endReadPass() {
+  if (nghttp2_session_get_remote_settings(session_, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS) == 0) {
+    // Peer allows no streams: treat as draining.
+    if (role_ == H2Connection::Role::kClient) closing_ = true;
+  }
+  // Written out by the streams' sinks where they can, in one gathered write each.
+  deliverReceived();
+  if (dead_) return;
+  // The write loop's end-of-connection checks (GOAWAY seen, last stream closed).
+  if (closing_) kick();
+}
+
 // Whether SSL_read has a whole record to work on (or plaintext left from one): asking it
 // without one only gets SSL_ERROR_WANT_READ, at the cost of a trip through its state
 // machine per message.
@@ -866,7 +897,7 @@ bool H2Connection::recordBuffered() const {
   return length > kMaxCiphertext || tls_in_.size() >= kHeader + length;
 }
 
-bool H2Connection::produce(size_t& produced) {
+bool H2Connection::collectFrames() {
   auto& out = t_batch;
   out.clear();
   in_session_ = true;
@@ -882,6 +913,12 @@ bool H2Connection::produce(size_t& produced) {
     out.append(data, static_cast<size_t>(n));
   }
   in_session_ = false;
+  return true;
+}
+
+bool H2Connection::produce(size_t& produced) {
+  if (!collectFrames()) return false;
+  auto& out = t_batch;
   produced = out.size();
   if (out.empty()) return true;
   // The BIO accepts everything, so one SSL_write turns the whole batch into records.

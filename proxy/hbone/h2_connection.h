@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -231,6 +232,17 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   // (connection closing, stream ids exhausted).
   std::shared_ptr<H2Stream> openStream(const std::vector<Header>& headers);
 
+  // The frame layer alone, without a socket or TLS: what start(), the read loop and the
+  // write loop do with plaintext. tests/fuzz/hbone_server_fuzzer.cc drives a server
+  // connection through these (never start()ed), so that it explores frames, not handshakes.
+  //   startFrames(): queues the SETTINGS preface (start() without its loops);
+  //   receiveFrames(): one read pass of decrypted bytes; false once the connection ends;
+  //   sendFrames(): what the session has queued (one write batch), empty when nothing;
+  //                 valid until the next call.
+  void startFrames();
+  bool receiveFrames(const uint8_t* data, size_t size);
+  std::span<const uint8_t> sendFrames();
+
   // Sends GOAWAY and closes once in-flight streams ended; no new streams are accepted.
   void drain();
   // Closes now; every open stream ends with a reset.
@@ -279,6 +291,13 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   // nghttp2_session_mem_send into one batch, through SSL_write into tls_out_. False after
   // fail(); `produced` is the number of frame bytes.
   bool produce(size_t& produced);
+  // The frame steps of the loops (see startFrames()): the SETTINGS preface; plaintext into
+  // nghttp2 (false once the connection ends); the end of a read pass; nghttp2's queued frames
+  // into the thread's write batch (false after fail()).
+  void submitSettings();
+  bool feed(const uint8_t* data, size_t size);
+  void endReadPass();
+  bool collectFrames();
   enum class Drain { kDone, kBlocked, kFailed };
   // Writes tls_out_ while the socket takes it (kFailed after fail()).
   Drain drainTls();

@@ -387,6 +387,14 @@ TEST(ConfigTest, RejectsMoreThanOneDocument) {
   expectError(parse(withMinimal("---\nnode: n2\n")), 6, "only one YAML document");
 }
 
+// yaml-cpp 0.7 reports this input as an empty document over and over without consuming it:
+// loading every document never returned and allocated until memory ran out (found by
+// tests/fuzz/config_fuzzer; the input is crash_yaml_parser_no_progress in its corpus).
+TEST(ConfigTest, RejectsInputTheYamlParserCannotGetPast) {
+  expectError(parse(", su\"a l"), 1, "YAML syntax error: the parser cannot go past this point");
+  expectError(parse(withMinimal(", su\"a l")), 5, "YAML syntax error");
+}
+
 }  // namespace
 }  // namespace ferry::config
 
