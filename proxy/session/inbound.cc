@@ -55,11 +55,21 @@ class ConnectSlots {
   awaitable<bool> acquire(const hbone::H2Stream& stream, hbone::Signal& wake, Stats& stats) {
     if (used_ >= limit_ || !waiting_.empty()) {
       stats.hbone_connect_waits.fetch_add(1, std::memory_order_relaxed);
+      // Leaves the queue however this frame ends: also when it is destroyed suspended
+      // (the worker's io_context stopped at exit), so that no other frame's release()
+      // notifies a Signal that is gone.
+      struct Waiter {
+        std::deque<hbone::Signal*>& queue;
+        hbone::Signal* wake;
+        ~Waiter() {
+          auto it = std::find(queue.begin(), queue.end(), wake);
+          if (it != queue.end()) queue.erase(it);
+        }
+      } waiter{waiting_, &wake};
       waiting_.push_back(&wake);
       while (!stream.resetCode() && (used_ >= limit_ || waiting_.front() != &wake)) {
         co_await wake.wait();
       }
-      waiting_.erase(std::find(waiting_.begin(), waiting_.end(), &wake));
     }
     bool ok = !stream.resetCode();
     if (ok) ++used_;

@@ -30,9 +30,13 @@ constexpr auto kTuple = asio::as_tuple(use_awaitable);
 // How one direction of a relay ended.
 enum class Leg { kEof, kReadReset, kWriteFailed, kPeerReset, kAborted };
 
-bool isReset(const boost::system::error_code& ec) {
-  return ec == asio::error::connection_reset || ec == asio::error::broken_pipe ||
-         ec == asio::error::connection_aborted;
+// A read error that ends the connection as a reset would: the peer reset it, or the
+// kernel gave up on it (a keepalive or retransmission timeout, an unreachable host). Only
+// our own abort of the socket (an idle timeout, the drain deadline, the other leg's
+// reset) is not: whoever aborted it has already dealt with both sides. Anything else must
+// reach the other side as a reset at once, not wait there for the idle timeout.
+bool isCut(const boost::system::error_code& ec) {
+  return ec && ec != asio::error::operation_aborted && ec != asio::error::bad_descriptor;
 }
 
 struct Activity {
@@ -116,7 +120,7 @@ awaitable<Leg> copyTcp(Tcp::socket& from, Tcp::socket& to, uint64_t& counter, Ac
       to.shutdown(Tcp::socket::shutdown_send, ignored);
       co_return Leg::kEof;
     }
-    if (ec) co_return isReset(ec) ? Leg::kReadReset : Leg::kAborted;
+    if (ec) co_return isCut(ec) ? Leg::kReadReset : Leg::kAborted;
     act.touch();
     auto wec = co_await writeAll(to, scratch.bytes.data(), n);
     if (wec) co_return Leg::kWriteFailed;
@@ -408,8 +412,9 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
       if (ec) {
         if (stream.resetCode()) {
           up_reason = CloseReason::kPeerReset;  // we aborted the socket
-        } else if (isReset(ec)) {
-          // The application reset its connection: tell the far end to do the same.
+        } else if (isCut(ec)) {
+          // The application reset its connection, or the kernel gave up on it: tell the
+          // far end to reset too.
           stream.reset(hbone::kH2ConnectError);
           abortSocket(tcp);
           up_reason = CloseReason::kDownstreamReset;
