@@ -6,7 +6,13 @@
  *   2. SYN to the HBONE port                                          -> into the proxy (15008)
  *   3. ferryd holds the reverse tuple: ferryd's own traffic          -> pass
  *   4. the pod is STRICT and this is a new TCP connection             -> into the proxy (15006)
+ *   4b. the pod is STRICT and this is a segment of a flow it serves
+ *      (it listens on the port) that ferryd does not hold: a plaintext
+ *      connection that predates STRICT or enrolment                    -> RST to the pod
+ *      in place of the segment (an RST itself passes)
  *   5. anything else                                                   -> pass
+ * 4b asks the pod's own netns for a listener (ferry_pod_netns), so replies to
+ * the STRICT pod's own outbound connections (to non-mesh destinations) pass.
  * Before the rules: TCP fragments and IPv6 TCP to the pod cannot be steered
  * and would reach it in plaintext past STRICT, so they are dropped.
  * Rule 3 is not in design §2's list; it is what makes same-node STRICT work:
@@ -23,6 +29,7 @@
 #include "lib/maps.h"
 #include "lib/parse.h"
 #include "lib/redirect.h"
+#include "lib/reset.h"
 #include "lib/sock.h"
 
 SEC("tc")
@@ -43,9 +50,16 @@ int pod_ingress(struct __sk_buff *skb)
 		return ferry_account(skb, prog, ferry_into_proxy_from_egress(), FERRY_REASON_HBONE_SYN);
 	if (ferry_holds_reverse(skb, &pkt, proxy_netns_id))
 		return ferry_account(skb, prog, FERRY_PASS, FERRY_REASON_OWN_TRAFFIC);
-	if (!ferry_is_syn(&pkt))
-		return ferry_account(skb, prog, FERRY_PASS, FERRY_REASON_NOT_CAPTURED);
 	pod = ferry_local_pod(pkt.daddr);
+	if (!ferry_is_syn(&pkt)) {
+		if (pod && (pod->flags & FERRY_POD_STRICT) && !(pkt.tcp_flags & FERRY_TCP_RST) &&
+		    ferry_pod_is_server_of(skb, &pkt)) {
+			int ret = ferry_rewrite_as_forward_reset(skb) < 0 ? FERRY_DROP : FERRY_PASS;
+
+			return ferry_account(skb, prog, ret, FERRY_REASON_STRICT_STALE);
+		}
+		return ferry_account(skb, prog, FERRY_PASS, FERRY_REASON_NOT_CAPTURED);
+	}
 	if (pod && (pod->flags & FERRY_POD_STRICT))
 		return ferry_account(skb, prog, ferry_into_proxy_from_egress(), FERRY_REASON_STRICT_SYN);
 	return ferry_account(skb, prog, FERRY_PASS, FERRY_REASON_NOT_CAPTURED);

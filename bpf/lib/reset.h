@@ -1,10 +1,14 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * Turn a TCP segment into the RST its sender would get from a peer that has no
- * such connection (RFC 9293 3.10.7.1), so that an application whose flow the
- * mesh cannot carry sees a reset instead of silence or plaintext. The frame is
- * rewritten in place: addresses, ports and MACs swapped, options and payload
- * cut, both checksums recomputed. The caller then sends it back to the sender.
+ * Turn a TCP segment into an RST, so that an application whose flow the mesh
+ * cannot carry sees a reset instead of silence or plaintext. The frame is
+ * rewritten in place, options and payload cut, both checksums recomputed:
+ *   as a reply: the RST its sender would get from a peer that has no such
+ *     connection (RFC 9293 3.10.7.1): addresses, ports and MACs swapped; the
+ *     caller sends it back to the sender;
+ *   forward: the segment's receiver gets an RST in the sender's name, at the
+ *     segment's own sequence number (the next one it expects, RFC 5961), in
+ *     place of the segment's bytes.
  */
 #ifndef FERRY_BPF_LIB_RESET_H
 #define FERRY_BPF_LIB_RESET_H
@@ -40,13 +44,13 @@ static __always_inline __u16 ferry_csum_fold(__s64 sum)
 }
 
 /*
- * Rewrite skb (Ethernet + IPv4 + TCP, as ferry_parse accepted it) into the RST
- * answering it. Only packets with a 20-byte IPv4 header qualify: pods do not
- * send IP options, and a packet that does is dropped by the caller instead.
- * Returns 0, or a negative value when the frame could not be rewritten.
- * Invalidates packet pointers.
+ * Rewrite skb (Ethernet + IPv4 + TCP, as ferry_parse accepted it) into an RST,
+ * as a reply or forward (above). Only packets with a 20-byte IPv4 header
+ * qualify: pods do not send IP options, and a packet that does is dropped by
+ * the caller instead. Returns 0, or a negative value when the frame could not
+ * be rewritten. Invalidates packet pointers.
  */
-static __always_inline long ferry_rewrite_as_reset(struct __sk_buff *skb)
+static __always_inline long ferry_rewrite_as_rst(struct __sk_buff *skb, bool reply)
 {
 	const __u32 hdrs_len = sizeof(struct ferry_reset_hdrs);
 	struct ferry_pseudo_tcp pseudo = {};
@@ -89,12 +93,20 @@ static __always_inline long ferry_rewrite_as_reset(struct __sk_buff *skb)
 	out.ip.frag_off = bpf_htons(0x4000); /* DF */
 	out.ip.ttl = 64;
 	out.ip.protocol = IPPROTO_TCP;
+	out.tcp.doff = 5;
+	out.tcp.rst = 1;
+	if (!reply) {
+		out.ip.saddr = ip->saddr;
+		out.ip.daddr = ip->daddr;
+		out.tcp.source = tcp->source;
+		out.tcp.dest = tcp->dest;
+		out.tcp.seq = tcp->seq;
+		goto checksums;
+	}
 	out.ip.saddr = ip->daddr;
 	out.ip.daddr = ip->saddr;
 	out.tcp.source = tcp->dest;
 	out.tcp.dest = tcp->source;
-	out.tcp.doff = 5;
-	out.tcp.rst = 1;
 	if (flags & FERRY_TCP_ACK) {
 		/* The sender accepts a reset whose sequence number is exactly the
 		 * next one it expects (RFC 5961), which is what it acknowledged. */
@@ -103,6 +115,7 @@ static __always_inline long ferry_rewrite_as_reset(struct __sk_buff *skb)
 		out.tcp.ack = 1;
 		out.tcp.ack_seq = bpf_htonl(seq + segment_len);
 	}
+checksums:
 	out.ip.check = ferry_csum_fold(bpf_csum_diff(NULL, 0, (__be32 *)&out.ip, sizeof(out.ip), 0));
 
 	pseudo.saddr = out.ip.saddr;
@@ -114,9 +127,21 @@ static __always_inline long ferry_rewrite_as_reset(struct __sk_buff *skb)
 
 	if (bpf_skb_change_tail(skb, ETH_HLEN + hdrs_len, 0))
 		return -1;
-	if (bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0))
+	if (reply && bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0))
 		return -1;
 	return bpf_skb_store_bytes(skb, ETH_HLEN, &out, hdrs_len, 0);
+}
+
+/* The RST a peer without the connection sends back (see above). */
+static __always_inline long ferry_rewrite_as_reset(struct __sk_buff *skb)
+{
+	return ferry_rewrite_as_rst(skb, true);
+}
+
+/* The segment's receiver gets an RST in place of its bytes (see above). */
+static __always_inline long ferry_rewrite_as_forward_reset(struct __sk_buff *skb)
+{
+	return ferry_rewrite_as_rst(skb, false);
 }
 
 #endif /* FERRY_BPF_LIB_RESET_H */

@@ -78,20 +78,32 @@ static __always_inline bool ferry_holds_reverse(struct __sk_buff *skb, const str
  * connection has (remote port 0), so only a listener can match. Unknown netns:
  * false (the caller then treats the flow as the pod's own, and fails closed).
  */
-static __always_inline bool ferry_pod_serves(struct __sk_buff *skb, const struct ferry_pkt *pkt)
+static __always_inline bool ferry_pod_listens(struct __sk_buff *skb, __u32 pod_ip, __be16 port, __u32 peer_ip)
 {
-	const struct ferry_pod_netns *ns = bpf_map_lookup_elem(&ferry_pod_netns, &pkt->saddr);
+	const struct ferry_pod_netns *ns = bpf_map_lookup_elem(&ferry_pod_netns, &pod_ip);
 	struct bpf_sock *sk;
 	bool listens;
 
 	if (!ns)
 		return false;
-	sk = ferry_lookup(skb, pkt->daddr, 0, pkt->saddr, pkt->sport, ns->netnsid);
+	sk = ferry_lookup(skb, peer_ip, 0, pod_ip, port, ns->netnsid);
 	if (!sk)
 		return false;
 	listens = sk->state == BPF_TCP_LISTEN;
 	bpf_sk_release(sk);
 	return listens;
+}
+
+/* A packet the pod sends on a flow it serves. */
+static __always_inline bool ferry_pod_serves(struct __sk_buff *skb, const struct ferry_pkt *pkt)
+{
+	return ferry_pod_listens(skb, pkt->saddr, pkt->sport, pkt->daddr);
+}
+
+/* A packet to the pod on a flow it serves. */
+static __always_inline bool ferry_pod_is_server_of(struct __sk_buff *skb, const struct ferry_pkt *pkt)
+{
+	return ferry_pod_listens(skb, pkt->daddr, pkt->dport, pkt->saddr);
 }
 
 /* Outcome of an assignment attempt. */

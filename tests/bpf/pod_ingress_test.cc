@@ -142,6 +142,43 @@ TEST_F(PodIngressTest, TcpFragmentsToThePodAreDroppedSoStrictCannotBeBypassed) {
   EXPECT_TRUE(calls(FERRY_TEST_CALL_REDIRECT).empty());
 }
 
+TEST_F(PodIngressTest, StrictPodGetsAResetInPlaceOfPlaintextOnAFlowItServes) {
+  // A plaintext connection to the pod's port 80 that predates STRICT (or enrolment):
+  // the pod gets an RST at the segment's own sequence number, never its bytes.
+  ASSERT_NO_FATAL_FAILURE(enroll(kPodA, FERRY_POD_STRICT));
+  Fd pod_listener = tcpListener(80);
+  const Bytes frame = tcpFrame(toPod(kExternal, kPodA), 40000, 80, kAck | kPsh, 50);
+  const RunResult result = runPodIngress(frame);
+  EXPECT_EQ(result.verdict, kPass) << "on to the pod, as a reset";
+  ASSERT_EQ(result.data.size(), 14u + 20u + 20u) << "the payload is gone";
+  EXPECT_EQ(frameDstMac(result.data), frameDstMac(frame));
+  const TcpView rst = readTcp(result.data);
+  EXPECT_EQ(rst.saddr, kExternal);
+  EXPECT_EQ(rst.daddr, kPodA.ip);
+  EXPECT_EQ(rst.sport, 40000);
+  EXPECT_EQ(rst.dport, 80);
+  EXPECT_EQ(rst.flags, kRst);
+  EXPECT_EQ(rst.seq, readTcp(frame).seq);
+  EXPECT_TRUE(rst.ip_checksum_ok);
+  EXPECT_TRUE(rst.tcp_checksum_ok);
+  EXPECT_EQ(packets(FERRY_PROG_POD_INGRESS, FERRY_VERDICT_PASS, FERRY_REASON_STRICT_STALE), 1u);
+}
+
+TEST_F(PodIngressTest, RepliesToAStrictPodsOwnConnectionsPass) {
+  // The pod called a non-mesh service directly: nothing listens on its ephemeral port.
+  ASSERT_NO_FATAL_FAILURE(enroll(kPodA, FERRY_POD_STRICT));
+  Fd pod_listener = tcpListener(80);
+  const Bytes frame = tcpFrame(toPod(kExternal, kPodA), 443, 40000, kAck | kPsh, 50);
+  expectPassed(runPodIngress(frame), frame, FERRY_REASON_NOT_CAPTURED);
+}
+
+TEST_F(PodIngressTest, PermissivePodKeepsItsDirectPlaintextFlows) {
+  ASSERT_NO_FATAL_FAILURE(enroll(kPodA));
+  Fd pod_listener = tcpListener(80);
+  const Bytes frame = tcpFrame(toPod(kExternal, kPodA), 40000, 80, kAck | kPsh, 50);
+  expectPassed(runPodIngress(frame), frame, FERRY_REASON_NOT_CAPTURED);
+}
+
 TEST_F(PodIngressTest, Ipv6TcpToThePodIsDropped) {
   ASSERT_NO_FATAL_FAILURE(enroll(kPodA));
   EXPECT_EQ(runPodIngress(ipv6Frame(toPod(kExternal, kPodA), {}, 6)).verdict, kShot);
