@@ -496,6 +496,7 @@ PYEOF
 case_join_leave() {
   local wl="$STATE/workloads.yaml" saved="$TMP/workloads.saved" out m1 go="$TMP/longlived.go"
   enrolled_is() { [ "$(metric "$1" ferry_datapath_enrolled_pods)" = "$2" ]; }
+  workloads_known() { [ "$(metric "$1" 'ferry_workloads{scope="all"}')" = "$2" ]; }
   no_line_since() { ! flog_since "$1" "$2" | grep -q -- "$3"; }
   count_at_least() { [ "$(grep -c -- "$2" "$1" 2>/dev/null || true)" -ge "$3" ]; }
   start_httpd n2/p1 10.77.2.11
@@ -544,6 +545,9 @@ print(s.recv(4096).decode().strip(), flush=True)' "$go"
   cp "$saved" "$wl.tmp" && mv "$wl.tmp" "$wl"
   assert "n1 enrolled n1-p2 again" wait_for 10 "2 enrolled" enrolled_is n1 2
   m1=$(flog_mark n1)
+  # n2 reads the file on its own poll: until it knows n1-p2 again, it answers that identity's
+  # tunnel 401 (unknown source), as it must.
+  assert "n2 knows all four workloads again" wait_for 10 "n2 to reload" workloads_known n2 4
   out=$(curl_get n1/p2 http://10.77.2.11:8080/rejoined)
   assert "the rejoined pod reaches n2/p1 (200)" grep -qE '^200 ' <<<"$out"
   assert "... through the mesh again" flog_wait n1 "$m1" "direction=outbound src=10\.77\.1\.12:[0-9]+ dst=10\.77\.2\.11:8080 .*reason=ok"
@@ -606,6 +610,13 @@ case_strict_at_runtime() {
   start_httpd n2/p1 10.77.2.11
   assert "PERMISSIVE: plaintext from node n2 to n2/p1 is served" \
     "$LAB" exec n2 -- curl -sf --max-time 3 -o /dev/null http://10.77.2.11:8080/case11-permissive
+  # A plaintext connection opened now, while n2/p1 is PERMISSIVE, speaks again once it is STRICT.
+  local held_marker held_go=$TMP/case11b.go
+  held_marker=$(new_marker case11b)
+  start_echo9191
+  bg n2 "$TMP/case11b.out" python3 -c "$STALE_CLIENT_PY" "$held_go" "$held_marker"
+  assert "a plaintext connection from node n2 to n2/p1:9191 echoes while PERMISSIVE" \
+    wait_for 10 "first echo" grep -q "first: hello" "$TMP/case11b.out"
   m2=$(flog_mark n2)
   set_tls_mode n2-p1 strict
   assert "n2 switched default/n2-p1 to STRICT in the datapath" flog_wait n2 "$m2" "default/n2-p1 is now STRICT"
@@ -628,6 +639,20 @@ case_strict_at_runtime() {
     wait_for 5 "FRAGMENT >= $((before + 2))" reason_reached n2 FRAGMENT $((before + 2))
   stop_pid "$cap" INT
   assert "nothing of the fragments reached n2/p1's eth0" bash -c "! grep -q '$marker' '$TMP/case11.pcap'"
+
+  note "the plaintext connection opened while PERMISSIVE writes again, the pod now STRICT"
+  before=$(reason_count n2 STRICT_STALE)
+  bg n2/p1 "$TMP/case11b.tcpdump" tcpdump -i eth0 -n -s 0 -U --immediate-mode -w "$TMP/case11b.pcap" tcp port 9191
+  cap=$BG_PID
+  wait_for 10 "tcpdump in n2/p1" grep -q "listening on" "$TMP/case11b.tcpdump"
+  touch "$held_go"
+  assert "n2 reset the pod's side instead of delivering (reason STRICT_STALE)" \
+    wait_for 10 "STRICT_STALE > $before" reason_reached n2 STRICT_STALE $((before + 1))
+  assert "n2/p1 holds no connection from the node on :9191 any more" \
+    wait_for 10 "the pod's socket to go" bash -c "[ -z \"\$(ip netns exec fy-n2-p1 ss -Htn state established 'sport = :9191')\" ]"
+  stop_pid "$cap" INT
+  assert "nothing of the plaintext reached n2/p1's eth0" bash -c "! grep -q '$held_marker' '$TMP/case11b.pcap'"
+  assert "the client got no echo" bash -c "! grep -q 'outcome: echo' '$TMP/case11b.out'"
 
   m2=$(flog_mark n2)
   set_tls_mode n2-p1 permissive

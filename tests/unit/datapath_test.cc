@@ -251,7 +251,7 @@ TEST(Attachment, RepairPutsBackATcxLinkDetachedUnderneathAndItsRemovedPin) {
       error = "unshare failed";
       return;
     }
-    run("mount --make-rprivate / && mkdir -p /run/fy-attach-test && mount -t bpf bpf /run/fy-attach-test");
+    run("mount --make-rprivate / && mkdir -p /run/fy-attach-repair-test && mount -t bpf bpf /run/fy-attach-repair-test");
     run("ip link add fy-at0 type veth peer name fy-at1");
     int ifindex = static_cast<int>(if_nametoindex("fy-at0"));
     int prog = loadPassProgram();
@@ -259,7 +259,7 @@ TEST(Attachment, RepairPutsBackATcxLinkDetachedUnderneathAndItsRemovedPin) {
       error = "setup failed";
       return;
     }
-    const std::string pin = "/run/fy-attach-test/link_fy-at0_in";
+    const std::string pin = "/run/fy-attach-repair-test/link_fy-at0_in";
     {
       auto a = Attachment::attach(prog, ifindex, Hook::kIngress, /*tcx=*/true, "pod_egress on fy-at0", pin);
       if (!a.ok()) {
@@ -285,7 +285,7 @@ TEST(Attachment, RepairPutsBackATcxLinkDetachedUnderneathAndItsRemovedPin) {
       repinned = access(pin.c_str(), F_OK) == 0;
       record();  // intact
     }
-    run("umount /run/fy-attach-test; rmdir /run/fy-attach-test");
+    run("umount /run/fy-attach-repair-test; rmdir /run/fy-attach-repair-test");
     close(prog);
   });
   t.join();
