@@ -218,7 +218,9 @@ TEST_F(LifecycleTest, OutboundToAnyOfFerrydsOwnListenersIsRefusedWithoutConnecti
   }
   size_t n = kN1Listeners.size();
   EXPECT_TRUE(waitFor([&] { return n1_->stats().self_target_refused.load() == n; }));
-  EXPECT_EQ(n1_->closed(Direction::kOutbound, CloseReason::kSelfTarget), n);
+  // The close is recorded just after the refusal is counted (and the reset sent).
+  EXPECT_TRUE(waitFor([&] { return n1_->closed(Direction::kOutbound, CloseReason::kSelfTarget) == n; }))
+      << n1_->closed(Direction::kOutbound, CloseReason::kSelfTarget);
   // ferryd accepted nothing more than the attacker's own connections.
   EXPECT_EQ(n1_->stats().opened[static_cast<size_t>(Direction::kOutbound)].load(), n);
   EXPECT_EQ(n1_->stats().opened[static_cast<size_t>(Direction::kPlaintext)].load(), plaintext_before);
