@@ -37,6 +37,15 @@ constexpr auto kServedWithin = std::chrono::milliseconds(100);
 constexpr auto kSlack = 5;
 // The kubelet's default probe timeout: an operator endpoint slower than this is down.
 constexpr auto kProbeTimeout = std::chrono::seconds(1);
+// The sanitizers' allocators hold freed memory (ASan's quarantine, TSan's shadow) and give
+// nothing back the way glibc's malloc_trim does, and ferryd runs with them in the asan and
+// tsan presets: RSS during and after a flood is asserted in the plain build (make test)
+// and only measured and printed under make test-asan / test-tsan.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kAllocatorGivesMemoryBack = false;
+#else
+constexpr bool kAllocatorGivesMemoryBack = true;
+#endif
 
 sockaddr_in address(const std::string& ip, uint16_t port) {
   sockaddr_in a{};
@@ -201,8 +210,10 @@ TEST(AdmissionTest, LegitimateClientIsServedWithin100msWhile2000SilentConnection
               "after they closed %ld KB (%+.1f %%)\n",
               baseline, during, (during - baseline) / 2000.0, after, 100.0 * (after - baseline) / baseline);
   // Before: ~89 KB each (full TLS state per silent connection), 190 MB, never given back.
-  EXPECT_LT(during - baseline, 2000 * 16) << "silent connections must not hold TLS state";
-  EXPECT_LE(after, baseline * 110 / 100) << "RSS must come back within 10 % of its baseline";
+  if (kAllocatorGivesMemoryBack) {  // TSan's shadow memory alone is several times this
+    EXPECT_LT(during - baseline, 2000 * 16) << "silent connections must not hold TLS state";
+    EXPECT_LE(after, baseline * 110 / 100) << "RSS must come back within 10 % of its baseline";
+  }
 }
 
 TEST(AdmissionTest, PerSourceLimitRefusesTheExcessAtOnceWhileAnotherSourceIsServed) {
@@ -391,8 +402,10 @@ TEST(AdmissionTest, MemoryComesBackAfter5000IdleProxiedConnectionsClose) {
               "n2 (server node) %ld -> %ld -> %ld KB (%+.1f %%)\n",
               base1, during1, after1, 100.0 * (after1 - base1) / base1, base2, during2, after2,
               100.0 * (after2 - base2) / base2);
-  EXPECT_LE(after2, base2 * 110 / 100) << "server node RSS must come back within 10 % of its baseline";
-  EXPECT_LE(after1, base1 * 110 / 100) << "client node RSS must come back within 10 % of its baseline";
+  if (kAllocatorGivesMemoryBack) {
+    EXPECT_LE(after2, base2 * 110 / 100) << "server node RSS must come back within 10 % of its baseline";
+    EXPECT_LE(after1, base1 * 110 / 100) << "client node RSS must come back within 10 % of its baseline";
+  }
 }
 
 }  // namespace
