@@ -474,6 +474,29 @@ echo "== ferry-lab up"
 if ! "$LAB" up 8<&- 2>&1 | sed 's/^/    /'; then echo "$ME: FAIL: ferry-lab up failed"; exit 1; fi
 note "$("$LAB" exec n1/proxy -- curl -s --max-time 2 http://127.0.0.1:15000/datapath | tr '\n' ';')"
 
+# start_echo PORT: an echo server on n2/p1:PORT (one thread per connection), unless one
+# already listens there.
+ECHO_PY='
+import socket, sys, threading
+srv = socket.create_server(("10.77.2.11", int(sys.argv[1])))
+def serve(c):
+    while True:
+        try:
+            d = c.recv(65536)
+        except OSError:
+            break
+        if not d: break
+        c.sendall(d)
+    c.close()
+while True:
+    c, _ = srv.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()'
+start_echo() {
+  listening n2/p1 "$1" && return 0
+  bg n2/p1 "$TMP/echo$1.log" python3 -c "$ECHO_PY" "$1"
+  wait_for 10 "echo server on n2/p1:$1" listening n2/p1 "$1"
+}
+
 # remove_workload POD: POD's entry leaves the workloads file (atomic rename).
 remove_workload() {
   python3 - "$STATE/workloads.yaml" "$1" <<'PYEOF'
@@ -505,19 +528,7 @@ case_join_leave() {
   # A connection of n1/p1 held open across the change, to an echo server on n2/p1:9090;
   # it speaks again once $go exists.
   rm -f "$go"
-  bg n2/p1 "$TMP/echo9090.log" python3 -c '
-import socket, threading
-srv = socket.create_server(("10.77.2.11", 9090))
-def serve(c):
-    while True:
-        d = c.recv(4096)
-        if not d: break
-        c.sendall(d)
-    c.close()
-while True:
-    c, _ = srv.accept()
-    threading.Thread(target=serve, args=(c,), daemon=True).start()'
-  assert "echo server on n2/p1:9090 listening" wait_for 10 "listener" listening n2/p1 9090
+  assert "echo server on n2/p1:9090 listening" start_echo 9090
   bg n1/p1 "$TMP/longlived.out" python3 -c '
 import os, socket, sys, time
 go = sys.argv[1]
@@ -613,7 +624,7 @@ case_strict_at_runtime() {
   # A plaintext connection opened now, while n2/p1 is PERMISSIVE, speaks again once it is STRICT.
   local held_marker held_go=$TMP/case11b.go
   held_marker=$(new_marker case11b)
-  start_echo9191
+  start_echo 9191
   bg n2 "$TMP/case11b.out" python3 -c "$STALE_CLIENT_PY" "$held_go" "$held_marker"
   assert "a plaintext connection from node n2 to n2/p1:9191 echoes while PERMISSIVE" \
     wait_for 10 "first echo" grep -q "first: hello" "$TMP/case11b.out"
@@ -661,24 +672,9 @@ case_strict_at_runtime() {
     wait_for 5 "curl from n2" "$LAB" exec n2 -- curl -sf --max-time 3 -o /dev/null http://10.77.2.11:8080/case11-permissive-again
 }
 
-# An echo server on n2/p1:9191, and a client (in pod $1) that echoes once, waits for the
+# A client of the echo server on n2/p1:9191 (start_echo) that echoes once, waits for the
 # file $2, then sends a marker payload and reports what the socket said: "echo" (it came
 # back), "reset" (ECONNRESET/EPIPE at any step) or "eof".
-ECHO9191_PY='
-import socket, threading
-srv = socket.create_server(("10.77.2.11", 9191))
-def serve(c):
-    while True:
-        try:
-            d = c.recv(65536)
-        except OSError:
-            break
-        if not d: break
-        c.sendall(d)
-    c.close()
-while True:
-    c, _ = srv.accept()
-    threading.Thread(target=serve, args=(c,), daemon=True).start()'
 STALE_CLIENT_PY='
 import os, socket, sys, time
 go, marker = sys.argv[1], sys.argv[2]
@@ -704,11 +700,6 @@ except (ConnectionResetError, BrokenPipeError):
 except socket.timeout:
     outcome = "timeout"
 print("outcome:", outcome, flush=True)'
-start_echo9191() {
-  listening n2/p1 9191 && return 0
-  bg n2/p1 "$TMP/echo9191.log" python3 -c "$ECHO9191_PY"
-  wait_for 10 "echo server on n2/p1:9191" listening n2/p1 9191
-}
 # stale_write_is_reset NAME MARKER: lets the client started with $TMP/NAME.go write its
 # marker, then asserts the application got a reset and the wire never saw the marker.
 stale_write_is_reset() {
@@ -729,7 +720,7 @@ enrolled_n1() { [ "$(metric n1 ferry_datapath_enrolled_pods)" = "$1" ]; }
 case_stale_flows() {
   local wl="$STATE/workloads.yaml" saved="$TMP/case12.workloads" marker go pid
   start_httpd n2/p1 10.77.2.11
-  start_echo9191
+  start_echo 9191
   cp "$wl" "$saved"
 
   note "a connection that predates enrolment (n1/p2 unenrolled while it opens)"
