@@ -130,6 +130,17 @@ case_wire() {
 }
 
 cni_seen() { bpftool -j map dump pinned "$CNI_PIN/maps/cni_seen" | jq --argjson p "$1" '[.[] | select(.formatted.key == $p) | .formatted.value] | add // 0'; }
+# reasons NODE: every non-zero ferry_datapath_reason_packets_total series, "REASON N" lines.
+reasons() {
+  "$LAB" exec "$1/proxy" -- curl -sf --max-time 5 http://127.0.0.1:15020/metrics \
+    | sed -n 's/^ferry_datapath_reason_packets_total{reason="\([A-Z_0-9]*\)"} \([0-9]*\)$/\1 \2/p' || true
+}
+# reasons_delta BEFORE AFTER: the reasons whose counts grew, "REASON+N" words.
+reasons_delta() {
+  awk 'NR == FNR { b[$1] = $2; next } $2 > b[$1] + 0 { printf "%s+%d ", $1, $2 - b[$1] }' \
+    <(echo "$1") <(echo "$2")
+}
+ss_tunnels() { "$LAB" exec "$1/proxy" -- ss -tnoH state all '( dport = :15008 or sport = :15008 )' 2>&1 || true; }
 cni_dropped() { bpftool -j map dump pinned "$CNI_PIN/maps/cni_dropped" | jq '[.[].formatted.value] | add // 0'; }
 
 case_cni_on_netkit_peer() {
@@ -159,7 +170,16 @@ case_cni_on_netkit_peer() {
     assert "ferry counted its peer-egress injections" test "${inject%.*}" -gt 0
     bpftool map update pinned "$CNI_PIN/maps/cni_deny" key 10 77 2 11 value 1 0 0 0
     note "policy: drop TCP to 10.77.2.11:15008"
-    out=$(CURL_TIMEOUT=8 curl_get n1/p1 http://10.77.2.11:8080/kl4b 2>&1) && die_case "n1/p1 -> n2/p1 still answered: $out"
+    local before m1
+    before=$(reasons n1); m1=$(flog_mark n1)
+    if out=$(CURL_TIMEOUT=8 curl_get n1/p1 http://10.77.2.11:8080/kl4b 2>&1); then
+      # Which path did the tunnel take? The policy's view, ferry's verdicts and legs.
+      note "cni_seen :15008 = $(cni_seen 15008) (was $seen), cni_dropped = $(cni_dropped)"
+      note "n1 datapath verdicts during the request: $(reasons_delta "$before" "$(reasons n1)")"
+      flog_since n1 "$m1" | tail -n 20 | sed 's/^/    n1| /'
+      ss_tunnels n1 | sed 's/^/    n1 ss| /'
+      die_case "n1/p1 -> n2/p1 still answered: $out"
+    fi
     ok "n1/p1 -> n2/p1 is cut off by the pod's policy (no answer)"
     out=$(curl_get n1/p1 http://10.77.2.12:8080/kl4c)
     assert "n1/p1 -> n2/p2 still works" grep -qE '^200 ' <<<"$out"
