@@ -188,6 +188,11 @@ bool Attachment::stillAttached() const {
     uint32_t ifindex = 0;
     std::memcpy(&ifindex, reinterpret_cast<const char*>(&info) + offsetof(bpf_link_info, raw_tracepoint),
                 sizeof(ifindex));
+    // A netkit peer link belongs to the peer device, inside the pod's netns: it reports
+    // that device's ifindex, a number of another netns that never equals the primary's we
+    // attached through. Only 0 means detached there (compared with ifindex_, every check
+    // "re-attached" it: a gap each second in which the pod's packets went uncaptured).
+    if (hook_ == Hook::kNetkitPeer) return ifindex != 0;
     return ifindex == static_cast<uint32_t>(ifindex_);
   }
   if (tc_attached_) {

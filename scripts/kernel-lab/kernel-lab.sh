@@ -65,6 +65,11 @@ for variant in patched vanilla; do
     # CI keeps only this script's output: show each failed case whole, and the guest's last
     # words when it ended outside a case.
     failed_cases "$OUT/$variant/output.log"
+    for f in "$OUT/$variant"/ferryd-n*.log; do
+      [ -f "$f" ] || continue
+      echo "  ${f##*/}: its last warnings, errors and failed connections"
+      grep -E ' (warn|error) |reason=' "$f" | grep -v 'reason=ok' | tail -n 20 | sed 's/^/  | /'
+    done
     rc=1
   fi
 done

@@ -61,6 +61,10 @@ cleanup() {
   if [ -n "${CASE_PID:-}" ]; then kill "$CASE_PID" 2>/dev/null; wait "$CASE_PID" 2>/dev/null; fi
   while read -r pid st; do [ "$(starttime "$pid")" = "$st" ] && kill "$pid" 2>/dev/null; done <"$PIDS"
   rm -rf -- "$CNI_PIN"
+  # The guest's /run goes with it: keep ferryd's logs beside output.log when a case failed.
+  if [ "$FAILED" -gt 0 ]; then
+    for n in n1 n2; do cp -- "$STATE/$n/ferryd.log" "$RESULTS/ferryd-$n.log" 2>/dev/null; done
+  fi
   "$LAB" down >/dev/null 2>&1 || echo "$ME: 'ferry-lab down' failed in cleanup" >&2
   while read -r pid st; do wait "$pid" 2>/dev/null; done <"$PIDS"
   rm -rf -- "$TMP"
@@ -215,6 +219,35 @@ case_ktls() {
   fi
 }
 
+reattached() { [ "$(metric n1 ferry_datapath_reattached_total)" -gt "$1" ]; }
+
+# Run last: by now each ferryd has checked its links every second for the whole run.
+case_netkit_links_kept() {
+  local pin=$BPFFS/n1/link_fy1-p1_nkpeer id new r0 n m1 out
+  # A netkit peer link reports the peer's ifindex (the pod's netns), never the primary's:
+  # taking that for "detached", ferryd re-attached it every second, and in each gap the
+  # pod's packets went out uncaptured (port 8080 on the wire, a CNI program skipped).
+  for n in n1 n2; do
+    assert "$n: ferryd left its intact links alone for the whole run (ferry_datapath_reattached_total = 0)" \
+      test "$(metric "$n" ferry_datapath_reattached_total)" = 0
+  done
+  [ -e "$pin" ] || die_case "no pinned netkit link at $pin (needs failure_mode closed)"
+  id=$(bpftool -j link show pinned "$pin" | jq -r '.id // empty')
+  r0=$(metric n1 ferry_datapath_reattached_total)
+  note "pod_egress_netkit on fy1-p1 is link $id; detaching it underneath ferryd"
+  bpftool link detach id "$id"
+  assert "ferryd re-attaches it (ferry_datapath_reattached_total > $r0)" wait_for 10 "re-attach" reattached "$r0"
+  new=$(bpftool -j link show pinned "$pin" | jq -r '.id // empty')
+  assert "a new link ($new, not $id) is pinned at $pin" bash -c "[ -n '$new' ] && [ '$new' != '$id' ]"
+  start_httpd n2/p1 10.77.2.11
+  m1=$(flog_mark n1)
+  out=$(curl_get n1/p1 http://10.77.2.11:8080/kl6)
+  assert "n1/p1 -> n2/p1 answers" grep -qE '^200 ' <<<"$out"
+  assert "n1's ferryd carried it" flog_wait n1 "$m1" "direction=outbound src=10\.77\.1\.11:[0-9]+ dst=10\.77\.2\.11:8080 .*reason=ok"
+  assert "and re-attached once, not again (ferry_datapath_reattached_total = $((r0 + 1)))" \
+    test "$(metric n1 ferry_datapath_reattached_total)" = "$((r0 + 1))"
+}
+
 # ---------------------------------------------------------------------------------------
 echo "$ME: kernel $(uname -r), $(nproc) CPUs, expecting $EXPECTED"
 "$LAB" up
@@ -224,6 +257,7 @@ run_case 2 "same-node curl over netkit pods" case_netkit_same_node
 run_case 3 "the wire carries only TLS" case_wire
 run_case 4 "CNI policy program on the client pod's netkit peer" case_cni_on_netkit_peer
 run_case 5 "kTLS report" case_ktls
+run_case 6 "netkit links: intact ones left alone, a detached one put back" case_netkit_links_kept
 echo
 echo "$ME: $PASSED passed, $FAILED failed${FAILED_NAMES:+ (cases ${FAILED_NAMES[*]})}"
 [ "$FAILED" -eq 0 ]
