@@ -1,5 +1,6 @@
 #include "proxy/config/config.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -478,7 +479,7 @@ class ConfigParser {
     if (!field) return absl::OkStatus();
     auto map = reader_.map(*field, {"enabled", "injection", "egress_flag", "proxy_netns",
                                     "proxy_interface", "host_proxy_interface", "bpffs", "capture",
-                                    "failure_mode", "mark"});
+                                    "failure_mode", "mark", "proxy_address"});
     if (!map.ok()) return map.status();
     Datapath& d = config_.datapath;
     if (auto enabled = map->find("enabled")) {
@@ -522,12 +523,22 @@ class ConfigParser {
     if (auto s = optionalString(*map, "proxy_interface", d.proxy_interface); !s.ok()) return s;
     if (auto s = optionalString(*map, "host_proxy_interface", d.host_proxy_interface); !s.ok()) return s;
     if (auto s = optionalString(*map, "bpffs", d.bpffs); !s.ok()) return s;
+    if (auto f = map->find("proxy_address")) {
+      if (auto s = optionalString(*map, "proxy_address", d.proxy_address); !s.ok()) return s;
+      in_addr a{};
+      // The node's side takes the next address: the last one of the space cannot be used.
+      if (inet_pton(AF_INET, d.proxy_address.c_str(), &a) != 1 || a.s_addr == 0xffffffffu) {
+        return reader_.error(*f, absl::StrCat("'", d.proxy_address, "' is not an IPv4 address (e.g. 169.254.77.1)"));
+      }
+    }
+    d.proxy_netns_auto = d.proxy_netns == "auto";
+    if (d.proxy_netns_auto && d.host_proxy_interface.empty()) d.host_proxy_interface = "ferry-px";
     if (d.enabled) {
       if (d.proxy_netns.empty()) return reader_.error(*field, "datapath.proxy_netns is required when enabled");
       if (d.host_proxy_interface.empty()) {
         return reader_.error(*field, "datapath.host_proxy_interface is required when enabled");
       }
-      d.proxy_netns = resolvePath(base_dir_, d.proxy_netns);
+      if (!d.proxy_netns_auto) d.proxy_netns = resolvePath(base_dir_, d.proxy_netns);
       d.bpffs = resolvePath(base_dir_, d.bpffs);
     }
     return absl::OkStatus();

@@ -80,9 +80,13 @@ struct Datapath {
   // Numeric value of the proposed BPF_F_EGRESS flag for bpf_redirect_peer: not settled
   // upstream (design §2), so it is configurable. Bit 5 is what the kernel lab's patch uses.
   uint32_t egress_flag = 1u << 5;
-  std::string proxy_netns;           // path, e.g. /run/netns/fy-n1-proxy (required)
+  std::string proxy_netns;           // path, e.g. /run/netns/fy-n1-proxy, or "auto" (required)
+  // "auto": ferryd creates the proxy netns itself (proxy/datapath/proxy_netns.h), with
+  // proxy_address on its device and proxy_address + 1 on the node's side.
+  bool proxy_netns_auto = false;
+  std::string proxy_address = "169.254.77.1";
   std::string proxy_interface = "eth0";  // ferryd's device inside proxy_netns
-  std::string host_proxy_interface;  // its peer in the node netns (required)
+  std::string host_proxy_interface;  // its peer in the node netns (required; "ferry-px" with auto)
   std::string bpffs = "/run/ferry/bpffs";  // pins live here (ip netns exec hides /sys/fs/bpf)
   Capture capture = Capture::kHbone;  // which SYNs leaving a pod are captured
   FailureMode failure_mode = FailureMode::kClosed;  // pods without ferryd: cut off or routed

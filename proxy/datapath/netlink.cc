@@ -1,7 +1,9 @@
 #include "proxy/datapath/netlink.h"
 
 #include <linux/if.h>
+#include <linux/fib_rules.h>
 #include <linux/if_link.h>
+#include <linux/neighbour.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <sys/socket.h>
@@ -20,6 +22,11 @@ namespace {
 #ifndef IFLA_TARGET_NETNSID
 #define IFLA_TARGET_NETNSID IFLA_IF_NETNSID
 #endif
+
+std::string formatIp(uint32_t ip) {
+  const auto* b = reinterpret_cast<const uint8_t*>(&ip);
+  return absl::StrFormat("%d.%d.%d.%d", b[0], b[1], b[2], b[3]);
+}
 
 // One rtnetlink request with (nested) attributes; begin()/end() bracket a nest.
 class Request {
@@ -196,6 +203,196 @@ absl::Status createNetkitPair(const NetkitPairSpec& spec) {
 }
 
 absl::StatusOr<LinkInfo> linkByName(const std::string& name) { return getLink(0, name, -1); }
+
+absl::Status createVethPair(const std::string& name, const std::string& peer_name, int peer_netns_fd) {
+  if (name.empty() || name.size() >= IFNAMSIZ || peer_name.empty() || peer_name.size() >= IFNAMSIZ) {
+    return absl::InvalidArgumentError("veth: device names must have 1 to 15 characters");
+  }
+  Request req(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL | NLM_F_ACK);
+  ifinfomsg ifi{};
+  ifi.ifi_family = AF_UNSPEC;
+  req.putStruct(ifi);
+  req.putString(IFLA_IFNAME, name);
+  size_t linkinfo = req.begin(IFLA_LINKINFO);
+  req.putString(IFLA_INFO_KIND, "veth");
+  size_t data = req.begin(IFLA_INFO_DATA);
+  size_t peer = req.begin(1);  // VETH_INFO_PEER: the peer's ifinfomsg and attributes
+  req.putStruct(ifi);
+  req.putString(IFLA_IFNAME, peer_name);
+  if (peer_netns_fd >= 0) req.putU32(IFLA_NET_NS_FD, static_cast<uint32_t>(peer_netns_fd));
+  req.end(peer);
+  req.end(data);
+  req.end(linkinfo);
+  return req.acknowledge(absl::StrCat("creating veth pair ", name, " <-> ", peer_name));
+}
+
+absl::Status deleteLink(const std::string& name) {
+  Request req(RTM_DELLINK, NLM_F_ACK);
+  ifinfomsg ifi{};
+  ifi.ifi_family = AF_UNSPEC;
+  req.putStruct(ifi);
+  req.putString(IFLA_IFNAME, name);
+  return req.acknowledge(absl::StrCat("deleting ", name));
+}
+
+absl::Status setLinkUp(int ifindex) {
+  Request req(RTM_NEWLINK, NLM_F_ACK);
+  ifinfomsg ifi{};
+  ifi.ifi_family = AF_UNSPEC;
+  ifi.ifi_index = ifindex;
+  ifi.ifi_flags = IFF_UP;
+  ifi.ifi_change = IFF_UP;
+  req.putStruct(ifi);
+  return req.acknowledge(absl::StrCat("setting ifindex ", ifindex, " up"));
+}
+
+absl::Status addAddress(int ifindex, uint32_t address) {
+  Request req(RTM_NEWADDR, NLM_F_CREATE | NLM_F_REPLACE | NLM_F_ACK);
+  ifaddrmsg ifa{};
+  ifa.ifa_family = AF_INET;
+  ifa.ifa_prefixlen = 32;
+  ifa.ifa_scope = RT_SCOPE_UNIVERSE;
+  ifa.ifa_index = static_cast<uint32_t>(ifindex);
+  req.putStruct(ifa);
+  req.put(IFA_LOCAL, &address, sizeof(address));
+  req.put(IFA_ADDRESS, &address, sizeof(address));
+  return req.acknowledge(absl::StrCat("adding ", formatIp(address), "/32 to ifindex ", ifindex));
+}
+
+absl::Status addRoute(const RouteSpec& r) {
+  Request req(RTM_NEWROUTE, NLM_F_CREATE | NLM_F_REPLACE | NLM_F_ACK);
+  rtmsg rt{};
+  rt.rtm_family = AF_INET;
+  rt.rtm_dst_len = r.dst_len;
+  rt.rtm_table = static_cast<uint8_t>(r.table < 256 ? r.table : uint32_t{RT_TABLE_UNSPEC});
+  rt.rtm_protocol = RTPROT_STATIC;
+  rt.rtm_type = r.local ? RTN_LOCAL : RTN_UNICAST;
+  rt.rtm_scope = r.local ? RT_SCOPE_HOST : (r.gateway != 0 ? RT_SCOPE_UNIVERSE : RT_SCOPE_LINK);
+  if (r.gateway != 0) rt.rtm_flags = RTNH_F_ONLINK;
+  req.putStruct(rt);
+  req.putU32(RTA_TABLE, r.table);
+  if (r.dst_len > 0) req.put(RTA_DST, &r.dst, sizeof(r.dst));
+  req.putU32(RTA_OIF, static_cast<uint32_t>(r.ifindex));
+  if (r.gateway != 0) req.put(RTA_GATEWAY, &r.gateway, sizeof(r.gateway));
+  return req.acknowledge(absl::StrCat("adding ", r.local ? "local " : "", "route ", formatIp(r.dst), "/", r.dst_len,
+                                      " table ", r.table));
+}
+
+absl::Status addFwmarkRule(uint32_t mark, uint32_t table, uint32_t priority) {
+  Request req(RTM_NEWRULE, NLM_F_CREATE | NLM_F_EXCL | NLM_F_ACK);
+  fib_rule_hdr h{};
+  h.family = AF_INET;
+  h.table = static_cast<uint8_t>(table < 256 ? table : uint32_t{RT_TABLE_UNSPEC});
+  h.action = FR_ACT_TO_TBL;
+  req.putStruct(h);
+  req.putU32(FRA_PRIORITY, priority);
+  req.putU32(FRA_FWMARK, mark);
+  req.putU32(FRA_FWMASK, mark);
+  req.putU32(FRA_TABLE, table);
+  return req.acknowledge(absl::StrCat("adding rule fwmark ", mark, " lookup ", table));
+}
+
+namespace {
+
+// The error an answer carries, or OK for a data message.
+absl::Status answerError(const std::string& answer, const std::string& what) {
+  auto* nh = reinterpret_cast<const nlmsghdr*>(answer.data());
+  if (nh->nlmsg_type != NLMSG_ERROR) return absl::OkStatus();
+  int err = -static_cast<const nlmsgerr*>(NLMSG_DATA(nh))->error;
+  if (err == ENOENT || err == ENETUNREACH || err == EHOSTUNREACH || err == ESRCH) {
+    return absl::NotFoundError(absl::StrCat(what, ": ", strerror(err)));
+  }
+  return absl::InternalError(absl::StrCat(what, ": ", strerror(err)));
+}
+
+// RTM_GETNEIGH (a get, not a dump: 5.0+) for `ip` on `ifindex`: the MAC it resolved to.
+absl::StatusOr<MacAddress> neighbourMac(uint32_t ip, int ifindex, const std::string& dev) {
+  std::string what = absl::StrCat("neighbour entry of ", formatIp(ip), " on ", dev);
+  Request req(RTM_GETNEIGH, 0);
+  ndmsg q{};
+  q.ndm_family = AF_INET;
+  q.ndm_ifindex = ifindex;
+  req.putStruct(q);
+  req.put(NDA_DST, &ip, sizeof(ip));
+  auto answer = req.exchange(what);
+  if (!answer.ok()) return answer.status();
+  if (auto st = answerError(*answer, what); !st.ok()) return st;
+  auto* nh = reinterpret_cast<const nlmsghdr*>(answer->data());
+  auto* nd = static_cast<const ndmsg*>(NLMSG_DATA(nh));
+  if (nd->ndm_state & (NUD_FAILED | NUD_INCOMPLETE)) {
+    return absl::NotFoundError(absl::StrCat(what, ": not resolved"));
+  }
+  int alen = static_cast<int>(nh->nlmsg_len) - static_cast<int>(NLMSG_LENGTH(sizeof(ndmsg)));
+  for (auto* rta = reinterpret_cast<const rtattr*>(reinterpret_cast<const char*>(nd) + NLMSG_ALIGN(sizeof(ndmsg)));
+       RTA_OK(rta, alen); rta = RTA_NEXT(rta, alen)) {
+    if (rta->rta_type == NDA_LLADDR && RTA_PAYLOAD(rta) == 6) {
+      MacAddress mac{};
+      std::memcpy(mac.data(), RTA_DATA(rta), 6);
+      return mac;
+    }
+  }
+  return absl::NotFoundError(absl::StrCat(what, ": no link-layer address"));
+}
+
+// The bridge port behind which `mac` was learnt (`bridge fdb get MAC br BRIDGE`, 5.1+).
+absl::StatusOr<int> bridgePortOf(const MacAddress& mac, int bridge, const std::string& dev) {
+  std::string what = absl::StrCat("forwarding entry of ", formatMac(mac), " on bridge ", dev);
+  Request req(RTM_GETNEIGH, 0);
+  ndmsg q{};
+  q.ndm_family = AF_BRIDGE;
+  req.putStruct(q);
+  req.put(NDA_LLADDR, mac.data(), mac.size());
+  req.putU32(NDA_MASTER, static_cast<uint32_t>(bridge));
+  auto answer = req.exchange(what);
+  if (!answer.ok()) return answer.status();
+  if (auto st = answerError(*answer, what); !st.ok()) return st;
+  auto* nd = static_cast<const ndmsg*>(NLMSG_DATA(reinterpret_cast<const nlmsghdr*>(answer->data())));
+  if (nd->ndm_ifindex == bridge) return absl::NotFoundError(absl::StrCat(what, ": the bridge's own address"));
+  return nd->ndm_ifindex;
+}
+
+}  // namespace
+
+absl::StatusOr<PodInterface> findPodInterface(uint32_t ip) {
+  std::string what = absl::StrCat("route to ", formatIp(ip));
+  Request req(RTM_GETROUTE, 0);
+  rtmsg q{};
+  q.rtm_family = AF_INET;
+  q.rtm_dst_len = 32;
+  req.putStruct(q);
+  req.put(RTA_DST, &ip, sizeof(ip));
+  auto answer = req.exchange(what);
+  if (!answer.ok()) return answer.status();
+  if (auto st = answerError(*answer, what); !st.ok()) return st;
+  auto* nh = reinterpret_cast<const nlmsghdr*>(answer->data());
+  auto* rt = static_cast<const rtmsg*>(NLMSG_DATA(nh));
+  if (rt->rtm_type != RTN_UNICAST) {
+    return absl::NotFoundError(absl::StrCat(what, ": not a unicast route (type ", rt->rtm_type,
+                                            "; a local or unreachable address)"));
+  }
+  int oif = 0;
+  uint32_t gateway = 0;
+  int alen = static_cast<int>(RTM_PAYLOAD(nh));
+  for (auto* rta = RTM_RTA(rt); RTA_OK(rta, alen); rta = RTA_NEXT(rta, alen)) {
+    if (rta->rta_type == RTA_OIF) std::memcpy(&oif, RTA_DATA(rta), sizeof(oif));
+    if (rta->rta_type == RTA_GATEWAY && RTA_PAYLOAD(rta) == 4) std::memcpy(&gateway, RTA_DATA(rta), 4);
+  }
+  if (oif == 0) return absl::NotFoundError(absl::StrCat(what, ": no output device"));
+  if (gateway != 0) {
+    return absl::NotFoundError(absl::StrCat(what, ": via gateway ", formatIp(gateway),
+                                            " (a pod of another node, or not set up yet)"));
+  }
+  auto dev = getLink(oif, "", -1);
+  if (!dev.ok()) return dev.status();
+  if (dev->kind != "bridge") return PodInterface{*std::move(dev), "route"};
+  auto mac = neighbourMac(ip, dev->ifindex, dev->name);
+  if (!mac.ok()) return mac.status();
+  auto port = bridgePortOf(*mac, dev->ifindex, dev->name);
+  if (!port.ok()) return port.status();
+  auto link = getLink(*port, "", -1);
+  if (!link.ok()) return link.status();
+  return PodInterface{*std::move(link), absl::StrCat("bridge ", dev->name)};
+}
 
 absl::StatusOr<LinkInfo> linkByIndexInNetns(int ifindex, int32_t netnsid) {
   return getLink(ifindex, "", netnsid);

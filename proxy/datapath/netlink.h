@@ -31,6 +31,20 @@ absl::StatusOr<LinkInfo> linkByIndexInNetns(int ifindex, int32_t netnsid);
 
 std::string formatMac(const MacAddress& mac);
 
+// A pod's host-side device, found from what the CNI left in the node netns (no guessing
+// from names): the route to the pod IP (ptp, Calico, Cilium with per-endpoint routes:
+// `<ip> dev <host side>`), or, when that route leads to a bridge (the bridge plugin,
+// flannel), the bridge port behind which the pod's MAC sits (neighbour entry for the IP,
+// then the bridge's forwarding entry for that MAC). `how` says which.
+struct PodInterface {
+  LinkInfo link;
+  std::string how;  // "route" or "bridge <name>"
+};
+// `ip` in network byte order. NotFound when the pod is not (yet) reachable through a
+// device of this netns: no route, a route via a gateway (a pod of another node), a bridge
+// that has not seen the pod yet (retry: the entries appear with the pod's first packet).
+absl::StatusOr<PodInterface> findPodInterface(uint32_t ip);
+
 // netkit (6.7+, CONFIG_NETKIT): a BPF-programmable device pair. Debian 12's iproute2 (6.1)
 // cannot create one, so ferry speaks RTM_NEWLINK itself. The primary stays in the calling
 // netns; the peer is created in `peer_netns_fd` (or here when -1).
@@ -42,5 +56,27 @@ struct NetkitPairSpec {
   NetkitMode mode = NetkitMode::kL2;
 };
 absl::Status createNetkitPair(const NetkitPairSpec& spec);
+
+// The plumbing of a netns ferryd makes itself (proxy_netns.h), on the calling thread's
+// netns. Addresses in network byte order.
+// A veth pair: `name` here, `peer_name` in `peer_netns_fd`.
+absl::Status createVethPair(const std::string& name, const std::string& peer_name, int peer_netns_fd);
+absl::Status deleteLink(const std::string& name);
+absl::Status setLinkUp(int ifindex);
+// `address`/32 on the device, scope global.
+absl::Status addAddress(int ifindex, uint32_t address);
+// A route in `table` (RT_TABLE_MAIN = 254): `dst/dst_len` out of `ifindex`, via `gateway`
+// (0: none) with onlink; `local` makes it a local route (ip route add local ...).
+struct RouteSpec {
+  uint32_t dst = 0;
+  uint8_t dst_len = 0;
+  int ifindex = 0;
+  uint32_t gateway = 0;
+  uint32_t table = 254;
+  bool local = false;
+};
+absl::Status addRoute(const RouteSpec& route);
+// ip rule add pref `priority` fwmark `mark`/`mark` lookup `table`.
+absl::Status addFwmarkRule(uint32_t mark, uint32_t table, uint32_t priority);
 
 }  // namespace ferry::datapath

@@ -1,5 +1,6 @@
 #include "proxy/server/server.h"
 
+#include <arpa/inet.h>
 #include <malloc.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "proxy/common/duration.h"
 #include "proxy/common/log.h"
+#include "proxy/datapath/proxy_netns.h"
 #include "proxy/hbone/buffer_chain.h"
 #include "proxy/session/common.h"
 
@@ -167,7 +169,7 @@ absl::Status Server::start() {
   }
   preallocateSocketStates(*cap);
   if (config_.datapath.enabled) {
-    auto ns = datapath::NetnsFd::open(config_.datapath.proxy_netns);
+    auto ns = config_.datapath.proxy_netns_auto ? createProxyNetns() : datapath::NetnsFd::open(config_.datapath.proxy_netns);
     if (!ns.ok()) return absl::FailedPreconditionError(absl::StrCat("datapath.proxy_netns: ", ns.status().message()));
     proxy_netns_.emplace(std::move(*ns));
     auto dp = datapath::Datapath::create(config_, *proxy_netns_);
@@ -176,15 +178,23 @@ absl::Status Server::start() {
     if (auto st = datapath_->sync(*workloads_.current()); !st.ok()) return st;
   }
   {
-    // Every socket of the data plane and of the operator endpoints lives in the proxy
-    // netns; the control thread returns to the node netns afterwards.
+    // Every socket of the data plane lives in the proxy netns; the control thread returns
+    // to the node netns afterwards. The operator endpoints live there too, except in a
+    // proxy netns ferryd made itself (on a real node): there they belong where ferryd
+    // runs, the node's netns (a host-network pod), where the kubelet probes and Prometheus
+    // scrapes the pod's IP.
+    const bool operator_in_proxy = !config_.datapath.proxy_netns_auto;
     std::optional<datapath::ScopedNetns> in_proxy;
     if (proxy_netns_) {
       auto scoped = datapath::ScopedNetns::enter(*proxy_netns_);
       if (!scoped.ok()) return scoped.status();
       in_proxy.emplace(std::move(*scoped));
     }
-    if (auto st = bindListeners(); !st.ok()) return st;
+    if (auto st = bindListeners(operator_in_proxy); !st.ok()) return st;
+    in_proxy.reset();
+    if (!operator_in_proxy) {
+      if (auto st = bindOperatorListeners(); !st.ok()) return st;
+    }
   }
   if (datapath_) datapath_->setHbonePaused(false);
   readiness_.route("/healthz/ready", [this] {
@@ -462,7 +472,31 @@ void Server::pollWorkloads() {
   });
 }
 
-absl::Status Server::bindListeners() {
+absl::StatusOr<datapath::NetnsFd> Server::createProxyNetns() {
+  const auto& d = config_.datapath;
+  datapath::ProxyNetnsSpec spec;
+  spec.host_interface = d.host_proxy_interface;
+  spec.proxy_interface = d.proxy_interface;
+  inet_pton(AF_INET, d.proxy_address.c_str(), &spec.proxy_address);  // validated by config
+  spec.mark = d.mark;
+  // Inside ferryd's own netns: nothing else has tables or rules there to collide with.
+  spec.table = 100;
+  spec.rule_priority = 1000;
+  auto ns = datapath::createProxyNetns(spec);
+  if (ns.ok()) {
+    FERRY_LOG(kInfo, "datapath: created the proxy netns: %s %s/32 <-> %s (node side)", d.proxy_interface,
+              d.proxy_address, d.host_proxy_interface);
+  }
+  return ns;
+}
+
+absl::Status Server::bindOperatorListeners() {
+  if (auto st = readiness_.listen(config_.listen.readiness); !st.ok()) return st;
+  if (auto st = metrics_.listen(config_.listen.metrics); !st.ok()) return st;
+  return admin_.listen(config_.listen.admin);
+}
+
+absl::Status Server::bindListeners(bool operator_too) {
   size_t n = workers_.size();
   acceptors_.resize(n);
   struct Kind {
@@ -489,9 +523,9 @@ absl::Status Server::bindListeners() {
     }
   }
 
-  if (auto st = readiness_.listen(config_.listen.readiness); !st.ok()) return st;
-  if (auto st = metrics_.listen(config_.listen.metrics); !st.ok()) return st;
-  if (auto st = admin_.listen(config_.listen.admin); !st.ok()) return st;
+  if (operator_too) {
+    if (auto st = bindOperatorListeners(); !st.ok()) return st;
+  }
 
   // What ferryd must never connect to: every listener (as bound), and with the datapath
   // every address of the proxy netns, which is ferryd's alone. Called in that netns.

@@ -107,7 +107,12 @@ class Server {
   // With the tc datapath: the proxy netns (sockets live there) and the loaded programs.
   std::optional<datapath::NetnsFd> proxy_netns_;
   std::unique_ptr<datapath::Datapath> datapath_;
-  absl::Status bindListeners();
+  // The data-plane listeners, and the operator ones (readiness, metrics, admin) when
+  // `operator_too`; bindOperatorListeners() does those alone.
+  absl::Status bindListeners(bool operator_too);
+  absl::Status bindOperatorListeners();
+  // datapath.proxy_netns: auto.
+  absl::StatusOr<datapath::NetnsFd> createProxyNetns();
 };
 
 }  // namespace ferry::server

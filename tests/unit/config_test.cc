@@ -433,6 +433,24 @@ TEST(DatapathConfigTest, ParsesEveryKey) {
   EXPECT_EQ(d.mark, 4096u);
 }
 
+TEST(DatapathConfigTest, AutoProxyNetnsNamesTheNodeSideDeviceItCreates) {
+  auto config = parseConfig(std::string(kMinimalForDatapath) + "datapath:\n  enabled: true\n  proxy_netns: auto\n",
+                            "/etc/ferry/f.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  const auto& d = config->datapath;
+  EXPECT_TRUE(d.proxy_netns_auto);
+  EXPECT_EQ(d.proxy_netns, "auto") << "not resolved as a path";
+  EXPECT_EQ(d.host_proxy_interface, "ferry-px");
+  EXPECT_EQ(d.proxy_address, "169.254.77.1");
+  config = parseConfig(std::string(kMinimalForDatapath) +
+                           "datapath:\n  enabled: true\n  proxy_netns: auto\n  host_proxy_interface: fy-px\n"
+                           "  proxy_address: 169.254.99.1\n",
+                       "f.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->datapath.host_proxy_interface, "fy-px");
+  EXPECT_EQ(config->datapath.proxy_address, "169.254.99.1");
+}
+
 TEST(DatapathConfigTest, RejectsBadValuesWithKeyAndLine) {
   struct Case {
     const char* yaml;
@@ -447,6 +465,8 @@ TEST(DatapathConfigTest, RejectsBadValuesWithKeyAndLine) {
       {"datapath:\n  enabled: true\n  proxy_netns: /run/netns/p\n", "host_proxy_interface is required"},
       {"datapath:\n  bogus: 1\n", "unknown key 'bogus'"},
       {"datapath:\n  mark: 0\n", "datapath.mark"},
+      {"datapath:\n  proxy_address: 169.254.77\n", "f.yaml:6: datapath.proxy_address: '169.254.77' is not an IPv4"},
+      {"datapath:\n  proxy_address: 255.255.255.255\n", "datapath.proxy_address"},
   };
   for (const auto& c : cases) {
     auto config = parseConfig(std::string(kMinimalForDatapath) + c.yaml, "f.yaml");

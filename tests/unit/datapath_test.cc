@@ -115,6 +115,8 @@ TEST(Netns, AssignsAndReadsThePeerIdThatBpfLookupsNeed) {
 #include <bpf/bpf.h>
 #include <linux/bpf.h>
 #include <net/if.h>
+#include <arpa/inet.h>
+#include <gmock/gmock.h>
 
 #include <array>
 #include <cstddef>
@@ -124,6 +126,7 @@ TEST(Netns, AssignsAndReadsThePeerIdThatBpfLookupsNeed) {
 
 #include "proxy/datapath/attach.h"
 #include "proxy/datapath/netlink.h"
+#include "proxy/datapath/proxy_netns.h"
 
 namespace ferry::datapath {
 namespace {
@@ -373,6 +376,114 @@ TEST(Netlink, ReportsTheLinkKindThatDecidesHowPodsAreAttached) {
   ASSERT_TRUE(error.empty()) << error;
   EXPECT_EQ(kind, "veth");
   EXPECT_FALSE(is_netkit);
+}
+
+TEST(Netlink, FindsAPodsHostSideDeviceFromTheRouteOrTheBridgeItSitsBehind) {
+  if (!mustRunAsRoot()) GTEST_SKIP() << "creating links needs CAP_NET_ADMIN";
+  auto ip = [](const char* s) {
+    in_addr a{};
+    inet_pton(AF_INET, s, &a);
+    return a.s_addr;
+  };
+  std::string setup;
+  absl::StatusOr<PodInterface> ptp = absl::InternalError("unset"), bridged = ptp, remote = ptp, unrouted = ptp,
+                               unseen = ptp, unlearnt = ptp;
+  std::thread t([&] {
+    if (unshare(CLONE_NEWNET) != 0) return;
+    // ptp-style (Calico, Cilium, the ptp plugin): a /32 route to the host side.
+    setup += run("ip link add fy-hr0 type veth peer name fy-hr1 && ip link set fy-hr0 up && ip link set fy-hr1 up"
+                 " && ip route add 10.250.0.5/32 dev fy-hr0 && ip addr add 10.250.9.1/24 dev fy-hr1"
+                 " && ip route add 10.251.0.0/16 via 10.250.9.2");
+    // Bridge-style: the pod's MAC behind a port. Static entries stand for what the bridge
+    // and ARP learn from the pod's first packets.
+    setup += run("ip link add fy-br0 type bridge && ip addr add 10.250.1.1/24 dev fy-br0 && ip link set fy-br0 up"
+                 " && ip link add fy-hb0 type veth peer name fy-hb1 && ip link set fy-hb0 master fy-br0 up"
+                 " && ip link set fy-hb1 up"
+                 " && ip neigh add 10.250.1.5 lladdr 02:fe:00:00:01:05 dev fy-br0 nud permanent"
+                 " && bridge fdb add 02:fe:00:00:01:05 dev fy-hb0 master static"
+                 " && ip neigh add 10.250.1.7 lladdr 02:fe:00:00:01:07 dev fy-br0 nud permanent");
+    ptp = findPodInterface(ip("10.250.0.5"));
+    bridged = findPodInterface(ip("10.250.1.5"));
+    remote = findPodInterface(ip("10.251.3.4"));
+    unrouted = findPodInterface(ip("10.252.0.1"));
+    unseen = findPodInterface(ip("10.250.1.6"));
+    unlearnt = findPodInterface(ip("10.250.1.7"));
+  });
+  t.join();
+  ASSERT_TRUE(setup.empty()) << setup;
+  ASSERT_TRUE(ptp.ok()) << ptp.status();
+  EXPECT_EQ(ptp->link.name, "fy-hr0");
+  EXPECT_EQ(ptp->how, "route");
+  ASSERT_TRUE(bridged.ok()) << bridged.status();
+  EXPECT_EQ(bridged->link.name, "fy-hb0");
+  EXPECT_EQ(bridged->link.kind, "veth");
+  EXPECT_EQ(bridged->how, "bridge fy-br0");
+  // Each miss says why, and is NotFound: the caller retries (the pod may not be set up yet).
+  EXPECT_TRUE(absl::IsNotFound(remote.status())) << remote.status();
+  EXPECT_THAT(std::string(remote.status().message()), testing::HasSubstr("via gateway 10.250.9.2"));
+  EXPECT_TRUE(absl::IsNotFound(unrouted.status())) << unrouted.status();
+  EXPECT_TRUE(absl::IsNotFound(unseen.status())) << unseen.status();
+  EXPECT_THAT(std::string(unseen.status().message()), testing::HasSubstr("neighbour entry of 10.250.1.6 on fy-br0"));
+  EXPECT_TRUE(absl::IsNotFound(unlearnt.status())) << unlearnt.status();
+  EXPECT_THAT(std::string(unlearnt.status().message()),
+              testing::HasSubstr("forwarding entry of 02:fe:00:00:01:07 on bridge fy-br0"));
+}
+
+TEST(ProxyNetns, AutoBuildsTheProxyNetnsTheLabScriptWouldAndItGoesWithItsFd) {
+  if (!mustRunAsRoot()) GTEST_SKIP() << "creating namespaces and links needs CAP_SYS_ADMIN/CAP_NET_ADMIN";
+  ProxyNetnsSpec spec;
+  spec.host_interface = "fy-px0";
+  spec.proxy_interface = "eth0";
+  inet_pton(AF_INET, "169.254.77.1", &spec.proxy_address);
+  spec.mark = 0x539;
+  spec.table = 100;
+  spec.rule_priority = 1000;
+  std::string node_side, inside, ping, error;
+  absl::Status again;
+  bool gone = false;
+  LinkInfo host;
+  std::thread t([&] {
+    if (unshare(CLONE_NEWNET) != 0) return;  // the "node": a netns of our own
+    run("ip link set lo up");
+    auto ns = createProxyNetns(spec);
+    if (!ns.ok()) {
+      error = std::string(ns.status().message());
+      return;
+    }
+    if (auto l = linkByName("fy-px0"); l.ok()) host = *l;
+    node_side = run("ip -4 -o addr show dev fy-px0; ip route show dev fy-px0; sysctl -n net.ipv4.conf.fy-px0.rp_filter");
+    again = createProxyNetns(spec).status();
+    {
+      auto in = ScopedNetns::enter(*ns);
+      if (!in.ok()) return;
+      inside = run("ip -4 -o addr show dev eth0; ip route show; ip rule show; ip route show table 100;"
+                   " sysctl -n net.ipv4.conf.all.rp_filter net.ipv4.conf.eth0.rp_filter");
+      ping = run("ping -c 1 -W 5 169.254.77.2 >/dev/null && echo reached");
+    }
+    // Dropping the last fd removes the netns, and with it the pair (the kernel does it
+    // asynchronously: poll for it).
+    { auto drop = std::move(*ns); }
+    for (int i = 0; i < 500 && !gone; ++i) {
+      gone = absl::IsNotFound(linkByName("fy-px0").status());
+      if (!gone) usleep(10000);
+    }
+  });
+  t.join();
+  ASSERT_TRUE(error.empty()) << error;
+  EXPECT_EQ(host.kind, "veth");
+  EXPECT_GE(host.peer_netnsid, 0) << "the peer lives in another netns";
+  EXPECT_THAT(node_side, testing::HasSubstr("inet 169.254.77.2/32"));
+  EXPECT_THAT(node_side, testing::HasSubstr("169.254.77.1 proto static scope link"));
+  EXPECT_THAT(node_side, testing::EndsWith("0\n"));
+  EXPECT_THAT(inside, testing::HasSubstr("inet 169.254.77.1/32"));
+  EXPECT_THAT(inside, testing::HasSubstr("default via 169.254.77.2 dev eth0 proto static onlink"));
+  EXPECT_THAT(inside, testing::HasSubstr("1000:\tfrom all fwmark 0x539/0x539 lookup 100"));
+  EXPECT_THAT(inside, testing::HasSubstr("local default dev lo proto static scope host"));
+  EXPECT_THAT(inside, testing::EndsWith("0\n0\n"));
+  EXPECT_EQ(ping, "reached\n") << "the proxy netns reaches the node through the pair";
+  EXPECT_TRUE(absl::IsAlreadyExists(again)) << again;
+  EXPECT_THAT(std::string(again.message()), testing::HasSubstr("already has a device named fy-px0"));
+  EXPECT_TRUE(gone) << "the pair outlived the proxy netns's last fd";
 }
 
 }  // namespace

@@ -1,0 +1,111 @@
+#include "proxy/datapath/proxy_netns.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "proxy/datapath/netlink.h"
+
+namespace ferry::datapath {
+namespace {
+
+// /proc/sys/net is per netns, resolved at open time from the opening thread's netns.
+absl::Status writeSysctl(const std::string& key, const char* value, bool optional = false) {
+  std::string path = absl::StrCat("/proc/sys/", key);
+  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (optional && errno == ENOENT) return absl::OkStatus();
+    return absl::InternalError(absl::StrCat("sysctl ", key, ": ", strerror(errno)));
+  }
+  ssize_t n = ::write(fd, value, std::strlen(value));
+  int e = errno;
+  ::close(fd);
+  if (n < 0) return absl::InternalError(absl::StrCat("sysctl ", key, " = ", value, ": ", strerror(e)));
+  return absl::OkStatus();
+}
+
+// A new netns, made by a thread of its own (unshare is per thread) so that the caller's
+// thread stays where it is; it lives on through the returned fd.
+absl::StatusOr<NetnsFd> newNetns() {
+  absl::StatusOr<NetnsFd> out = absl::InternalError("unset");
+  std::thread t([&] {
+    if (::unshare(CLONE_NEWNET) != 0) {
+      out = absl::PermissionDeniedError(absl::StrCat("creating a network namespace: ", strerror(errno)));
+      return;
+    }
+    out = NetnsFd::current();
+  });
+  t.join();
+  return out;
+}
+
+uint32_t plusOne(uint32_t be) { return htonl(ntohl(be) + 1); }
+
+// Everything inside the proxy netns; the caller's thread is in it.
+absl::Status plumbInside(const ProxyNetnsSpec& spec, uint32_t gateway) {
+  auto lo = linkByName("lo");
+  if (!lo.ok()) return lo.status();
+  if (auto st = setLinkUp(lo->ifindex); !st.ok()) return st;
+  auto eth = linkByName(spec.proxy_interface);
+  if (!eth.ok()) return eth.status();
+  // No IPv6 here: the mesh carries IPv4 only (docs/datapath.md).
+  for (const char* k : {"net/ipv6/conf/all/disable_ipv6", "net/ipv6/conf/default/disable_ipv6"}) {
+    if (auto st = writeSysctl(k, "1", /*optional=*/true); !st.ok()) return st;
+  }
+  // Captured packets carry pod addresses this netns does not own, and ferryd's upstream
+  // packets leave with them as source: no reverse-path filtering anywhere here.
+  for (std::string dev : {"all", "default", "lo", spec.proxy_interface.c_str()}) {
+    if (auto st = writeSysctl(absl::StrCat("net/ipv4/conf/", dev, "/rp_filter"), "0"); !st.ok()) return st;
+  }
+  if (auto st = setLinkUp(eth->ifindex); !st.ok()) return st;
+  if (auto st = addAddress(eth->ifindex, spec.proxy_address); !st.ok()) return st;
+  if (auto st = addRoute({.dst = 0, .dst_len = 0, .ifindex = eth->ifindex, .gateway = gateway}); !st.ok()) return st;
+  // bpf_sk_assign needs the "local" routing decision for packets to any address.
+  if (auto st = addFwmarkRule(spec.mark, spec.table, spec.rule_priority); !st.ok()) return st;
+  return addRoute({.dst = 0, .dst_len = 0, .ifindex = lo->ifindex, .table = spec.table, .local = true});
+}
+
+}  // namespace
+
+absl::StatusOr<NetnsFd> createProxyNetns(const ProxyNetnsSpec& spec) {
+  if (auto existing = linkByName(spec.host_interface); existing.ok()) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "the node already has a device named ", spec.host_interface,
+        " (another ferryd running on this node, or datapath.host_proxy_interface names someone else's device)"));
+  }
+  auto ns = newNetns();
+  if (!ns.ok()) return ns.status();
+  if (auto st = createVethPair(spec.host_interface, spec.proxy_interface, ns->fd()); !st.ok()) return st;
+  // From here on a failure removes the pair (its peer goes with it) before returning.
+  auto fail = [&](const absl::Status& st) {
+    (void)deleteLink(spec.host_interface);
+    return absl::Status(st.code(), absl::StrCat("setting up the proxy netns: ", st.message()));
+  };
+  const uint32_t host_address = plusOne(spec.proxy_address);
+  auto host = linkByName(spec.host_interface);
+  if (!host.ok()) return fail(host.status());
+  // Packets ferryd sends as a pod leave through this device when they are not injected
+  // (injection none, or failure_mode open): its reverse path is the pod's device.
+  if (auto st = writeSysctl(absl::StrCat("net/ipv4/conf/", spec.host_interface, "/rp_filter"), "0"); !st.ok()) {
+    return fail(st);
+  }
+  if (auto st = addAddress(host->ifindex, host_address); !st.ok()) return fail(st);
+  if (auto st = setLinkUp(host->ifindex); !st.ok()) return fail(st);
+  if (auto st = addRoute({.dst = spec.proxy_address, .dst_len = 32, .ifindex = host->ifindex}); !st.ok()) {
+    return fail(st);
+  }
+  {
+    auto inside = ScopedNetns::enter(*ns);
+    if (!inside.ok()) return fail(inside.status());
+    if (auto st = plumbInside(spec, host_address); !st.ok()) return fail(st);
+  }
+  return ns;
+}
+
+}  // namespace ferry::datapath
