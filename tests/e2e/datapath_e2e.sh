@@ -435,8 +435,9 @@ case_iperf3_plaintext() {
 
 case_leaks() {
   "$LAB" down 8<&- >"$TMP/down.log" 2>&1 || { cat "$TMP/down.log"; die_case "ferry-lab down failed"; }
-  assert "no fy-* network namespace" bash -c '! ip netns list | grep -E "^fy-"'
-  assert "no fy* link in the root netns" bash -c "! ip -o link show | awk -F': ' '{print \$2}' | grep -E '^fy'"
+  assert "no lab network namespace" bash -c '! ip netns list | grep -E "^fy-n[0-9]"'
+  # The lab's own link names (fyN-pM, fyN-px, fy-wireN), not every fy- object on the host.
+  assert "no lab link in the root netns" bash -c "! ip -o link show | awk -F': ' '{print \$2}' | grep -E '^(fy[0-9]+-|fy-wire[0-9])'"
   assert "no lab pins ($BPFFS/n1, $BPFFS/n2, $CNI_PIN)" bash -c "[ ! -e $BPFFS/n1 ] && [ ! -e $BPFFS/n2 ] && [ ! -e $CNI_PIN ]"
   assert "no state directory $STATE" test ! -e "$STATE"
   assert "no ferryd of the lab running" bash -c '! pgrep -af -- "--config /run/ferry-la[b]/"'

@@ -76,8 +76,10 @@ http_get_expect() {  # http_get_expect TARGET URL EXPECTED-SUBSTRING
   echo "$out"
   grep -qF -- "$3" <<<"$out" || { echo "expected '$3'"; return 1; }
 }
-no_fy_netns() { ! ip netns list | grep -E '^fy-'; }
-no_fy_links() { ! ip -o link show | awk -F': ' '{print $2}' | grep -E '^fy'; }
+no_fy_netns() { ! ip netns list | grep -E '^fy-n[0-9]'; }
+# The lab's own link names only (scripts/ferry-lab: fyN-pM, fyN-px, fy-wireN): other fy-
+# objects (the Kubernetes lab's bridge) are not the lab's to judge.
+no_fy_links() { ! ip -o link show | awk -F': ' '{print $2}' | grep -E '^(fy[0-9]+-|fy-wire[0-9])'; }
 
 step "ferry-lab down (leftovers of a crashed run), then up --no-ferryd"
 "$LAB" down
@@ -121,8 +123,8 @@ check "server log of n2-p1 names the client pod" grep -qE '^10\.77\.1\.11:[0-9]+
 
 step "ferry-lab down"
 "$LAB" down
-check "no fy-* network namespace" no_fy_netns
-check "no fy* link in the root netns" no_fy_links
+check "no lab network namespace" no_fy_netns
+check "no lab link in the root netns" no_fy_links
 check "state dir $STATE removed" test ! -e "$STATE"
 if [ $bpffs_preexisting -eq 1 ]; then
   check "pre-existing bpffs at $BPFFS kept, lab pins gone" bash -c "mountpoint -q $BPFFS && [ ! -e $BPFFS/n1 ] && [ ! -e $BPFFS/n2 ]"
