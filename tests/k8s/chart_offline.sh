@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# The chart offline (issue 13): charts/ferry checked without a cluster. ctest runs one case
+# per call (tests/k8s/CMakeLists.txt, label `chart`):
+#   chart_offline.sh lint                     helm lint --strict, with each value set
+#   chart_offline.sh render SET               helm template with tests/k8s/values/SET.yaml
+#                                             (default: the chart's own values), then
+#                                             yamllint, the security promises
+#                                             (chart_checks.py) and the Kubernetes schemas,
+#                                             unknown fields included (chart_validate.mjs)
+#   chart_offline.sh schema-negative NAME     values/bad/NAME.yaml must be refused with the
+#                                             error its `# expect:` line names
+#   chart_offline.sh validator-negative CASE  an object broken on purpose must be caught by
+#   chart_offline.sh security-negative CASE   the schema check / the security check
+#   chart_offline.sh broken-chart CASE        a copy of the chart broken on purpose must fail
+#                                             lint or render
+# Tools: scripts/k8s-tools/install.sh (run by scripts/bootstrap.sh); no network here.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+chart="${FERRY_CHART_DIR:-$root/charts/ferry}"  # broken-chart points it at a broken copy
+tools="$("$root/scripts/k8s-tools/install.sh" --dir)"
+helm="$tools/bin/helm"
+# The Kubernetes the lab runs (docs/install.md): Capabilities.KubeVersion and kubeVersion.
+kube_version=1.20.2
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/fy-chart-XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+# Helm keeps its caches and repositories here, not in the user's home.
+export HELM_CACHE_HOME="$work/helm/cache" HELM_CONFIG_HOME="$work/helm/config" HELM_DATA_HOME="$work/helm/data"
+ln -s "$tools/node_modules" "$work/node_modules"
+echo '{"private": true, "type": "module"}' >"$work/package.json"
+cp "$here/chart_validate.mjs" "$work/"
+
+values_file() {
+  if [ "$1" = default ]; then echo ""; else echo "$here/values/$1.yaml"; fi
+}
+
+# render CHART SET: every check of a value set; prints why it failed.
+render() {
+  local chart="$1" set="$2" vf
+  vf="$(values_file "$set")"
+  "$helm" template fy "$chart" --namespace ferry-system --kube-version "$kube_version" \
+    ${vf:+--values "$vf"} >"$work/$set.yaml"
+  yamllint --strict --config-file "$here/yamllint.yaml" "$work/$set.yaml"
+  python3 "$here/chart_checks.py" check "$work/$set.yaml" "$chart" $vf --json "$work/$set.json"
+  node "$work/chart_validate.mjs" "$work/$set.json" "$work"
+}
+
+lint() {
+  local chart="$1" set vf
+  for set in default minimal production; do
+    vf="$(values_file "$set")"
+    "$helm" lint --strict "$chart" --kube-version "$kube_version" ${vf:+--values "$vf"}
+  done
+}
+
+# expect_failure WHAT EXPECTED CMD...: CMD must fail, and its output must say EXPECTED.
+expect_failure() {
+  local what="$1" expected="$2" out rc=0
+  shift 2
+  out="$("$@" 2>&1)" || rc=$?
+  if [ "$rc" -eq 0 ]; then
+    printf '%s\nFAIL: %s was accepted; expected an error saying: %s\n' "$out" "$what" "$expected"
+    return 1
+  fi
+  if ! grep -qF -- "$expected" <<<"$out"; then
+    printf '%s\nFAIL: %s failed, but not with: %s\n' "$out" "$what" "$expected"
+    return 1
+  fi
+  printf 'ok: %s refused: %s\n' "$what" "$(grep -F -- "$expected" <<<"$out" | head -1)"
+}
+
+# Objects broken after rendering, and what must catch them (chart_checks.py mutate).
+validator_expect() {
+  case "$1" in
+    unknown-field) echo "'\"securityContex\"' does not exist in type 'IContainer'" ;;
+    unknown-nested-field) echo "'\"paht\"' does not exist in type 'IHTTPGetAction'" ;;
+    unknown-field-configmap) echo "'\"datas\"' does not exist in type 'IConfigMap'" ;;
+    wrong-type) echo "terminationGracePeriodSeconds must be integer" ;;
+    missing-required) echo "must have required property name" ;;
+    unknown-kind) echo "no schema for example.com/v1 Gadget" ;;
+    *) return 1 ;;
+  esac
+}
+security_expect() {
+  case "$1" in
+    privileged) echo "privileged must be false" ;;
+    extra-capability) echo "capabilities.add must be exactly ['NET_ADMIN', 'SYS_ADMIN'], is ['NET_ADMIN', 'NET_RAW', 'SYS_ADMIN']" ;;
+    no-drop-all) echo "capabilities.drop must be [ALL]" ;;
+    host-pid) echo "hostPID must not be set" ;;
+    host-root) echo "hostPath / is not one the chart needs" ;;
+    shell-init) echo "container setup: command runs a shell" ;;
+    rbac-write) echo "verbs ['get', 'list', 'patch', 'watch'] go beyond get/list/watch" ;;
+    rbac-secrets) echo "grants core/secrets, which ferryd does not read" ;;
+    *) return 1 ;;
+  esac
+}
+
+# A copy of the chart with one deliberate fault; prints what must be said about it.
+break_chart() {
+  local copy="$1" case="$2" ds="$1/templates/daemonset.yaml"
+  case "$case" in
+    unknown-field)  # a misspelt pod field: only the unknown-field check sees it
+      sed -i 's/^      hostNetwork: true$/      hostNetwork: true\n      hostNetworking: true/' "$ds"
+      echo "'\"hostNetworking\"' does not exist in type 'IPodSpec'" ;;
+    unjustified-capability)
+      sed -i 's/^                - SYS_ADMIN$/                - SYS_ADMIN\n                - NET_RAW/' "$ds"
+      echo "capabilities.add must be exactly" ;;
+    uncommented-capability)
+      sed -i '/^                # SYS_ADMIN:$/d' "$ds"
+      echo "capability SYS_ADMIN has no justification comment" ;;
+    privileged)
+      sed -i 's/^            privileged: false$/            privileged: true/' "$ds"
+      echo "privileged must be false" ;;
+    rbac-wildcard)
+      sed -i '0,/verbs: \[get, list, watch\]/s//verbs: ["*"]/' "$copy/templates/clusterrole.yaml"
+      echo "go beyond get/list/watch" ;;
+    broken-indentation)
+      sed -i 's/^      serviceAccountName:/    serviceAccountName:/' "$ds"
+      echo "error converting YAML to JSON" ;;
+    broken-notes)  # NOTES.txt is rendered only by install: lint must still see it
+      echo '{{ .Values.notAValue.field }}' >>"$copy/templates/NOTES.txt"
+      echo 'executing "ferry/templates/NOTES.txt"' ;;
+    lint-no-version)
+      sed -i '/^version:/d' "$copy/Chart.yaml"
+      echo "version is required" ;;
+    *) return 1 ;;
+  esac
+}
+
+case "${1:-}" in
+  lint)
+    lint "$chart"
+    ;;
+  render)
+    render "$chart" "${2:?value set}"
+    ;;
+  schema-negative)
+    f="$here/values/bad/${2:?case}.yaml"
+    expected="$(sed -n '1s/^# expect: //p' "$f")"
+    [ -n "$expected" ] || { echo "FAIL: $f has no '# expect:' first line"; exit 1; }
+    expect_failure "values/bad/$2.yaml" "$expected" \
+      "$helm" template fy "$chart" --kube-version "$kube_version" --values "$f"
+    ;;
+  validator-negative)
+    expected="$(validator_expect "${2:?case}")" || { echo "unknown case $2"; exit 2; }
+    render "$chart" default >/dev/null
+    python3 "$here/chart_checks.py" mutate "$work/default.json" "$2" "$work/broken.json"
+    expect_failure "an object with $2" "$expected" node "$work/chart_validate.mjs" "$work/broken.json" "$work"
+    ;;
+  security-negative)
+    expected="$(security_expect "${2:?case}")" || { echo "unknown case $2"; exit 2; }
+    render "$chart" default >/dev/null
+    python3 "$here/chart_checks.py" mutate "$work/default.json" "$2" "$work/broken.json"
+    expect_failure "an object with $2" "$expected" \
+      python3 "$here/chart_checks.py" recheck "$work/broken.json" "$chart" -
+    ;;
+  broken-chart)
+    copy="$work/chart/ferry"
+    mkdir -p "$work/chart"
+    cp -r "$chart" "$copy"
+    expected="$(break_chart "$copy" "${2:?case}")" || { echo "unknown case $2"; exit 2; }
+    # The same script on the broken copy: lint, then every check of the default values.
+    expect_failure "the chart with $2" "$expected" \
+      env FERRY_CHART_DIR="$copy" bash -c 'bash "$0" lint && bash "$0" render default' "$0"
+    ;;
+  *)
+    sed -n '2,16p' "$0" >&2
+    exit 2
+    ;;
+esac
