@@ -78,7 +78,7 @@ class Checker:
             self.expect(not spec.get(field), f"{name}: {field} must not be set")
         self.expect(not spec.get("initContainers"), f"{name}: no init containers (ferryd owns the datapath)")
         self.expect(len(spec.get("containers", [])) == 1, f"{name}: exactly one container (ferryd)")
-        allowed_host_paths = {v["hostPaths"]["bpffs"], v["hostPaths"]["netns"]}
+        allowed_host_paths = {v["hostPaths"]["bpffs"]}
         if v["identity"]["source"] == "files":
             allowed_host_paths.add(v["identity"]["files"]["hostPath"])
         for vol in spec.get("volumes", []):
