@@ -7,6 +7,7 @@
 
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/parser.h>
+#include <yaml-cpp/yaml.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -15,29 +16,73 @@
 namespace ferry::config {
 namespace {
 
-const char* typeName(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Null:
+const char* typeName(const Value& value) {
+  switch (value.kind) {
+    case Value::Kind::kNull:
       return "an empty value";
-    case YAML::NodeType::Scalar:
+    case Value::Kind::kScalar:
       return "a scalar";
-    case YAML::NodeType::Sequence:
+    case Value::Kind::kSequence:
       return "a list";
-    case YAML::NodeType::Map:
+    case Value::Kind::kMap:
       return "a map";
-    case YAML::NodeType::Undefined:
-      break;
   }
   return "nothing";
 }
 
-// yaml-cpp gives an empty value the position of the *next* token (often the next line),
-// so for those the caller's line (the key's) is the one the operator wants to see.
-int lineOf(const YAML::Node& node, int fallback) {
-  if (!node.IsDefined() || node.IsNull()) return fallback;
-  YAML::Mark mark = node.Mark();
-  return mark.is_null() ? fallback : mark.line + 1;
+// An empty value has no line of its own (yaml-cpp gives it the position of the *next*
+// token, often the next line), so for those the caller's line (the key's) is shown.
+int lineOf(const Value& value, int fallback) {
+  return value.kind == Value::Kind::kNull || value.line == 0 ? fallback : value.line;
 }
+
+// Aliases are expanded into copies, so a document of a few lines could otherwise grow into
+// billions of values ("billion laughs"); and an anchor may refer to itself.
+constexpr int kMaxDepth = 64;
+
+class YamlConverter {
+ public:
+  explicit YamlConverter(size_t max_values) : budget_(max_values) {}
+  // nullptr when the document nests too deeply or expands past the budget.
+  ValuePtr convert(const YAML::Node& node, int depth = 0) {
+    if (depth > kMaxDepth || budget_ == 0) return nullptr;
+    --budget_;
+    auto value = std::make_shared<Value>();
+    YAML::Mark mark = node.Mark();
+    value->line = mark.is_null() ? 0 : mark.line + 1;
+    switch (node.Type()) {
+      case YAML::NodeType::Scalar:
+        value->kind = Value::Kind::kScalar;
+        value->scalar = node.Scalar();
+        break;
+      case YAML::NodeType::Sequence:
+        value->kind = Value::Kind::kSequence;
+        value->items.reserve(node.size());
+        for (auto it = node.begin(); it != node.end(); ++it) {
+          auto item = convert(*it, depth + 1);
+          if (!item) return nullptr;
+          value->items.push_back(std::move(item));
+        }
+        break;
+      case YAML::NodeType::Map:
+        value->kind = Value::Kind::kMap;
+        for (auto it = node.begin(); it != node.end(); ++it) {
+          auto key = convert(it->first, depth + 1);
+          auto item = key ? convert(it->second, depth + 1) : nullptr;
+          if (!item) return nullptr;
+          value->entries.emplace_back(std::move(key), std::move(item));
+        }
+        break;
+      default:
+        value->line = 0;  // null or undefined: the key's line is shown
+        break;
+    }
+    return value;
+  }
+
+ private:
+  size_t budget_;
+};
 
 // Walks the stream's documents without building them: how many there are (at most two are
 // looked at) and where the second one's content starts. Needed because yaml-cpp 0.7
@@ -49,6 +94,7 @@ class DocumentProbe : public YAML::EventHandler {
  public:
   static constexpr int kMaxDocuments = 2;
   int documents = 0;
+  size_t values = 0;  // nodes and aliases as written
   YAML::Mark first_start;
   YAML::Mark second_start;
   YAML::Mark second_content = YAML::Mark::null_mark();  // until the second document's first node
@@ -77,6 +123,7 @@ class DocumentProbe : public YAML::EventHandler {
 
  private:
   void content(const YAML::Mark& mark) {
+    ++values;
     if (documents == 2 && second_content.is_null()) second_content = mark;
   }
 };
@@ -112,7 +159,14 @@ absl::StatusOr<YamlField> YamlReader::parseDocument(std::string_view text) const
     }
     YAML::Node doc = YAML::Load(copy);
     if (!doc.IsDefined() || doc.IsNull()) return error(1, "", "the document is empty");
-    return YamlField{"", doc, lineOf(doc, 1)};
+    // Generous for anchors reused a few times, far below what expanding aliases can reach.
+    YamlConverter converter(std::max<size_t>(probe.values * 8, 4096));
+    ValuePtr root = converter.convert(doc);
+    if (!root) {
+      return error(1, "", absl::StrCat("the document nests deeper than ", kMaxDepth,
+                                       " levels or its aliases expand too far"));
+    }
+    return YamlField{"", root, lineOf(*root, 1)};
   } catch (const YAML::Exception& e) {
     return error(e.mark.is_null() ? 1 : e.mark.line + 1, "",
                  absl::StrCat("YAML syntax error: ", e.msg));
@@ -132,23 +186,20 @@ absl::Status YamlReader::error(int line, std::string_view path, absl::string_vie
 
 absl::StatusOr<YamlMap> YamlReader::map(
     const YamlField& field, std::initializer_list<std::string_view> allowed_keys) const {
-  if (!field.node.IsMap()) {
-    return error(field, absl::StrCat("expected a map, got ", typeName(field.node)));
+  if (field.node->kind != Value::Kind::kMap) {
+    return error(field, absl::StrCat("expected a map, got ", typeName(*field.node)));
   }
   YamlMap out;
   out.path_ = field.path;
   out.line_ = field.line;
   std::vector<int> key_lines;
-  for (auto it = field.node.begin(); it != field.node.end(); ++it) {
-    // Copies: yaml-cpp's iterator hands out a temporary pair, references would dangle.
-    YAML::Node key = it->first;
-    YAML::Node value = it->second;
-    int key_line = lineOf(key, field.line);
-    if (!key.IsScalar()) {
+  for (const auto& [key, value] : field.node->entries) {
+    int key_line = lineOf(*key, field.line);
+    if (key->kind != Value::Kind::kScalar) {
       return error(key_line, field.path,
-                   absl::StrCat("keys must be plain strings, got ", typeName(key)));
+                   absl::StrCat("keys must be plain strings, got ", typeName(*key)));
     }
-    const std::string& name = key.Scalar();
+    const std::string& name = key->scalar;
     std::string path = joinPath(field.path, name);
     if (std::find(allowed_keys.begin(), allowed_keys.end(), name) == allowed_keys.end()) {
       return error(key_line, path,
@@ -167,7 +218,7 @@ absl::StatusOr<YamlMap> YamlReader::map(
       }
     }
     key_lines.push_back(key_line);
-    out.fields_.emplace_back(name, YamlField{std::move(path), value, lineOf(value, key_line)});
+    out.fields_.emplace_back(name, YamlField{std::move(path), value, lineOf(*value, key_line)});
   }
   return out;
 }
@@ -178,33 +229,32 @@ absl::StatusOr<YamlField> YamlReader::require(const YamlMap& map, std::string_vi
 }
 
 absl::StatusOr<std::vector<YamlField>> YamlReader::sequence(const YamlField& field) const {
-  if (!field.node.IsSequence()) {
-    return error(field, absl::StrCat("expected a list, got ", typeName(field.node)));
+  if (field.node->kind != Value::Kind::kSequence) {
+    return error(field, absl::StrCat("expected a list, got ", typeName(*field.node)));
   }
   std::vector<YamlField> out;
-  out.reserve(field.node.size());
-  size_t index = 0;
-  for (auto it = field.node.begin(); it != field.node.end(); ++it, ++index) {
-    out.push_back(
-        YamlField{absl::StrCat(field.path, "[", index, "]"), *it, lineOf(*it, field.line)});
+  out.reserve(field.node->items.size());
+  for (size_t index = 0; index < field.node->items.size(); ++index) {
+    const ValuePtr& item = field.node->items[index];
+    out.push_back(YamlField{absl::StrCat(field.path, "[", index, "]"), item, lineOf(*item, field.line)});
   }
   return out;
 }
 
 absl::StatusOr<std::vector<YamlField>> YamlReader::scalarOrSequence(const YamlField& field) const {
-  if (field.node.IsScalar()) return std::vector<YamlField>{field};
-  if (!field.node.IsSequence()) {
+  if (field.node->kind == Value::Kind::kScalar) return std::vector<YamlField>{field};
+  if (field.node->kind != Value::Kind::kSequence) {
     return error(
-        field, absl::StrCat("expected a string or a list of strings, got ", typeName(field.node)));
+        field, absl::StrCat("expected a string or a list of strings, got ", typeName(*field.node)));
   }
   return sequence(field);
 }
 
 absl::StatusOr<std::string> YamlReader::string(const YamlField& field) const {
-  if (!field.node.IsScalar()) {
-    return error(field, absl::StrCat("expected a string, got ", typeName(field.node)));
+  if (field.node->kind != Value::Kind::kScalar) {
+    return error(field, absl::StrCat("expected a string, got ", typeName(*field.node)));
   }
-  return field.node.Scalar();
+  return field.node->scalar;
 }
 
 absl::StatusOr<int64_t> YamlReader::integer(const YamlField& field, int64_t min,
