@@ -69,9 +69,11 @@ void WatchedFile::reset() {
   stamp_ = Stamp{};
   racy_ = false;
   have_digest_ = false;
+  failing_ = false;
 }
 
 WatchedFile::Result WatchedFile::fail(absl::Status status) {
+  failing_ = true;
   error_ = std::move(status);
   return Result::kFailed;
 }
@@ -104,6 +106,7 @@ WatchedFile::Result WatchedFile::poll() {
                      std::chrono::system_clock::now().time_since_epoch())
                      .count();
   racy_ = wall - now.mtime_ns < kRacyWindowNs;
+  failing_ = false;
 
   std::array<unsigned char, 32> digest{};
   unsigned int length = 0;

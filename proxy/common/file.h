@@ -52,6 +52,9 @@ class WatchedFile {
   // Moves the content out (large files); content() is empty afterwards.
   std::string takeContent() { return std::move(content_); }
   const absl::Status& error() const { return error_; }
+  // The last poll found the file broken (missing, unreadable...): kUnchanged then means
+  // "still broken", not "still the content last read".
+  bool failing() const { return failing_; }
 
  private:
   struct Stamp {
@@ -70,6 +73,7 @@ class WatchedFile {
   std::array<unsigned char, 32> digest_{};
   std::string content_;
   absl::Status error_;
+  bool failing_ = false;
 };
 
 }  // namespace ferry::common

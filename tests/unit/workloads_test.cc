@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "proxy/config/workloads_file.h"
 #include "proxy/workloads/file_source.h"
+#include "tests/unit/watched_dir.h"
 
 namespace ferry::workloads {
 namespace {
@@ -490,33 +491,9 @@ TEST(RegistryMemoryTest, ReportsHeapBytesPerWorkload) {
 
 // --- FileSource: the file, watched -------------------------------------------------------
 
-// FileSource tests write into a fresh folder and give every write its own mtime, so a change is
-// visible even when two writes land within the filesystem's timestamp granularity.
-class FileSourceTest : public testing::Test {
+class FileSourceTest : public testing_support::WatchedDirTest {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::path(testing::TempDir()) /
-           absl::StrCat("workloads_test_",
-                        testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-    path_ = (dir_ / "workloads.yaml").string();
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  void write(std::string_view text) {
-    {
-      std::ofstream out(path_, std::ios::trunc);
-      out << text;
-    }
-    ++mtime_sec_;
-    timespec times[2] = {{mtime_sec_, 0}, {mtime_sec_, 0}};
-    ASSERT_EQ(::utimensat(AT_FDCWD, path_.c_str(), times, 0), 0);
-  }
-
-  std::filesystem::path dir_;
-  std::string path_;
-  time_t mtime_sec_ = 1'700'000'000;
+  FileSourceTest() { file_name_ = "workloads.yaml"; }
 };
 
 TEST_F(FileSourceTest, LoadInitialPublishesFirstSnapshot) {
