@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proxy/common/strings.h"
+#include "proxy/config/value_builder.h"
 #include "proxy/config/yaml_reader.h"
 
 namespace ferry::config {
@@ -20,116 +21,58 @@ bool isBlank(std::string_view text) {
   return std::all_of(text.begin(), text.end(), [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; });
 }
 
-// Builds Values as the parser reports them; `line` is set by the feeder before each line.
-class TreeBuilder {
+// Boost.JSON's SAX events into a ValueBuilder; `line` is set by the feeder before each line.
+class JsonHandler {
  public:
   static constexpr std::size_t max_object_size = std::size_t(-1);
   static constexpr std::size_t max_array_size = std::size_t(-1);
   static constexpr std::size_t max_key_size = std::size_t(-1);
   static constexpr std::size_t max_string_size = std::size_t(-1);
 
-  TreeBuilder(std::string_view stream_key, const YamlReader::OnItem* on_item)
-      : stream_key_(stream_key), on_item_(on_item) {}
+  JsonHandler(std::string_view stream_key, const YamlReader::OnItem* on_item) : builder(stream_key, on_item) {}
 
   int line = 1;
-  ValuePtr root;
-  absl::Status item_error;  // from on_item; ends the parse
+  ValueBuilder builder;
+  absl::Status error;  // from the builder; ends the parse
 
   bool on_document_begin(error_code&) { return true; }
   bool on_document_end(error_code&) { return true; }
-  bool on_object_begin(error_code&) { return open(Value::Kind::kMap); }
-  bool on_object_end(std::size_t, error_code& ec) { return close(ec); }
-  bool on_array_begin(error_code&) { return open(Value::Kind::kSequence); }
-  bool on_array_end(std::size_t, error_code& ec) { return close(ec); }
-  bool on_key_part(json::string_view s, std::size_t, error_code&) {
-    text_.append(s.data(), s.size());
-    return true;
-  }
-  bool on_key(json::string_view s, std::size_t, error_code&) {
-    text_.append(s.data(), s.size());
-    stack_.back().key = scalar(Value::Kind::kScalar);
-    return true;
-  }
-  bool on_string_part(json::string_view s, std::size_t, error_code&) {
-    text_.append(s.data(), s.size());
-    return true;
-  }
-  bool on_string(json::string_view s, std::size_t, error_code& ec) { return number(s, ec); }
-  bool on_number_part(json::string_view s, error_code&) {
-    text_.append(s.data(), s.size());
-    return true;
-  }
-  bool on_int64(int64_t, json::string_view s, error_code& ec) { return number(s, ec); }
-  bool on_uint64(uint64_t, json::string_view s, error_code& ec) { return number(s, ec); }
-  bool on_double(double, json::string_view s, error_code& ec) { return number(s, ec); }
-  bool on_bool(bool b, error_code& ec) { return number(b ? "true" : "false", ec); }
-  bool on_null(error_code& ec) { return finish(scalar(Value::Kind::kNull), ec); }
+  bool on_object_begin(error_code& ec) { return check(builder.open(Value::Kind::kMap, line), ec); }
+  bool on_object_end(std::size_t, error_code& ec) { return check(builder.close(), ec); }
+  bool on_array_begin(error_code& ec) { return check(builder.open(Value::Kind::kSequence, line), ec); }
+  bool on_array_end(std::size_t, error_code& ec) { return check(builder.close(), ec); }
+  bool on_key_part(json::string_view s, std::size_t, error_code&) { return part(s); }
+  bool on_key(json::string_view s, std::size_t, error_code& ec) { return text(s, ec); }
+  bool on_string_part(json::string_view s, std::size_t, error_code&) { return part(s); }
+  bool on_string(json::string_view s, std::size_t, error_code& ec) { return text(s, ec); }
+  bool on_number_part(json::string_view s, error_code&) { return part(s); }
+  // Numbers and booleans keep their text, as YAML scalars do.
+  bool on_int64(int64_t, json::string_view s, error_code& ec) { return text(s, ec); }
+  bool on_uint64(uint64_t, json::string_view s, error_code& ec) { return text(s, ec); }
+  bool on_double(double, json::string_view s, error_code& ec) { return text(s, ec); }
+  bool on_bool(bool b, error_code& ec) { return text(b ? "true" : "false", ec); }
+  bool on_null(error_code& ec) { return check(builder.scalar(Value::Kind::kNull, "", line), ec); }
   bool on_comment_part(json::string_view, error_code&) { return true; }
   bool on_comment(json::string_view, error_code&) { return true; }
 
  private:
-  struct Frame {
-    std::shared_ptr<Value> value;
-    ValuePtr key;  // maps: the key whose value comes next
-  };
-
-  ValuePtr scalar(Value::Kind kind) {
-    auto value = std::make_shared<Value>();
-    value->kind = kind;
-    value->line = kind == Value::Kind::kNull ? 0 : line;
-    value->scalar = std::move(text_);
-    text_.clear();
-    return value;
-  }
-  // Strings, numbers and booleans are all scalars holding their text.
-  bool number(json::string_view s, error_code& ec) {
+  bool part(json::string_view s) {
     text_.append(s.data(), s.size());
-    return finish(scalar(Value::Kind::kScalar), ec);
-  }
-  bool open(Value::Kind kind) {
-    auto value = std::make_shared<Value>();
-    value->kind = kind;
-    value->line = line;
-    stack_.push_back(Frame{std::move(value), nullptr});
     return true;
   }
-  bool close(error_code& ec) {
-    ValuePtr done = std::move(stack_.back().value);
-    stack_.pop_back();
-    return finish(std::move(done), ec);
+  bool text(json::string_view s, error_code& ec) {
+    text_.append(s.data(), s.size());
+    std::string done = std::move(text_);
+    text_.clear();
+    return check(builder.scalar(Value::Kind::kScalar, std::move(done), line), ec);
   }
-  bool finish(ValuePtr value, error_code& ec) {
-    if (stack_.empty()) {
-      root = std::move(value);
-      return true;
-    }
-    Frame& top = stack_.back();
-    if (top.value->kind == Value::Kind::kMap) {
-      top.value->entries.emplace_back(std::move(top.key), std::move(value));
-      return true;
-    }
-    // An item of the root's streamed list: handed over, not kept.
-    if (on_item_ != nullptr && *on_item_ && stack_.size() == 2 && stack_[0].key &&
-        stack_[0].key->scalar == stream_key_) {
-      int fallback = top.value->line;
-      YamlField field{absl::StrCat(common::toAbsl(stream_key_), "[", streamed_++, "]"), value,
-                      value->kind == Value::Kind::kNull || value->line == 0 ? fallback : value->line};
-      item_error = (*on_item_)(field);
-      if (!item_error.ok()) {
-        ec = json::error::exception;
-        return false;
-      }
-      return true;
-    }
-    top.value->items.push_back(std::move(value));
-    return true;
+  bool check(absl::Status status, error_code& ec) {
+    if (status.ok()) return true;
+    error = std::move(status);
+    ec = json::error::exception;
+    return false;
   }
-
-  std::string_view stream_key_;
-  const YamlReader::OnItem* on_item_;
-  std::vector<Frame> stack_;
   std::string text_;
-  size_t streamed_ = 0;
 };
 
 }  // namespace
@@ -140,7 +83,7 @@ absl::StatusOr<YamlField> YamlReader::parseJsonDocument(std::string_view text, s
   json::parse_options options;
   options.allow_comments = false;
   options.allow_trailing_commas = false;
-  json::basic_parser<TreeBuilder> parser(options, stream_key, &on_item);
+  json::basic_parser<JsonHandler> parser(options, stream_key, &on_item);
   // Fed one line at a time so that every event knows its line: no JSON token spans lines.
   size_t pos = 0;
   int line = 1;
@@ -151,7 +94,11 @@ absl::StatusOr<YamlField> YamlReader::parseJsonDocument(std::string_view text, s
     error_code ec;
     size_t used = parser.write_some(end < text.size(), text.data() + pos, end - pos, ec);
     if (ec) {
-      if (!parser.handler().item_error.ok()) return parser.handler().item_error;
+      const JsonHandler& handler = parser.handler();
+      if (!handler.error.ok()) {
+        if (handler.builder.itemFailed()) return handler.error;
+        return error(line, "", handler.error.message());
+      }
       return error(line, "", absl::StrCat("JSON syntax error: ", ec.message()));
     }
     if (parser.done()) {
@@ -172,7 +119,7 @@ absl::StatusOr<YamlField> YamlReader::parseJsonDocument(std::string_view text, s
       return error(line, "", absl::StrCat("JSON syntax error: ", ec ? ec.message() : "incomplete document"));
     }
   }
-  ValuePtr root = parser.handler().root;
+  ValuePtr root = parser.handler().builder.root();
   if (!root || root->kind == Value::Kind::kNull) return error(1, "", "the document is empty");
   return YamlField{"", root, root->line == 0 ? 1 : root->line};
 }

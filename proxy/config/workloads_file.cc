@@ -41,18 +41,15 @@ class WorkloadsParser {
       : reader_(source_name), each_(each) {}
 
   absl::Status parse(std::string_view text, FileFormat format) {
-    absl::StatusOr<YamlField> root;
-    if (format == FileFormat::kJson) {
-      root = reader_.parseJsonDocument(text, "workloads", [this](const YamlField& entry) { return add(entry); });
-    } else {
-      root = reader_.parseDocument(text);
-    }
+    auto add_entry = [this](const YamlField& entry) { return add(entry); };
+    auto root = format == FileFormat::kJson ? reader_.parseJsonDocument(text, "workloads", add_entry)
+                                            : reader_.parseDocument(text, "workloads", add_entry);
     if (!root.ok()) return root.status();
     auto top = reader_.map(*root, {"workloads"});
     if (!top.ok()) return top.status();
     auto list = reader_.require(*top, "workloads");
     if (!list.ok()) return list.status();
-    // JSON entries were streamed already; the list left in the tree is empty.
+    // The entries were streamed already; the list left in the tree is empty.
     auto entries = reader_.sequence(*list);
     if (!entries.ok()) return entries.status();
     for (const YamlField& entry : *entries) {

@@ -7,11 +7,12 @@
 
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/parser.h>
-#include <yaml-cpp/yaml.h>
+#include <yaml-cpp/exceptions.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "proxy/common/strings.h"
+#include "proxy/config/value_builder.h"
 
 namespace ferry::config {
 namespace {
@@ -36,95 +37,86 @@ int lineOf(const Value& value, int fallback) {
   return value.kind == Value::Kind::kNull || value.line == 0 ? fallback : value.line;
 }
 
-// Aliases are expanded into copies, so a document of a few lines could otherwise grow into
-// billions of values ("billion laughs"); and an anchor may refer to itself.
-constexpr int kMaxDepth = 64;
-
-class YamlConverter {
+// yaml-cpp's events into a ValueBuilder, without building yaml-cpp's own node tree (which
+// took 7 KB per workload of a big workloads file). A builder error is thrown through the
+// parser (yaml-cpp unwinds on exceptions) and caught in parseDocument.
+class YamlHandler : public YAML::EventHandler {
  public:
-  explicit YamlConverter(size_t max_values) : budget_(max_values) {}
-  // nullptr when the document nests too deeply or expands past the budget.
-  ValuePtr convert(const YAML::Node& node, int depth = 0) {
-    if (depth > kMaxDepth || budget_ == 0) return nullptr;
-    --budget_;
-    auto value = std::make_shared<Value>();
-    YAML::Mark mark = node.Mark();
-    value->line = mark.is_null() ? 0 : mark.line + 1;
-    switch (node.Type()) {
-      case YAML::NodeType::Scalar:
-        value->kind = Value::Kind::kScalar;
-        value->scalar = node.Scalar();
-        break;
-      case YAML::NodeType::Sequence:
-        value->kind = Value::Kind::kSequence;
-        value->items.reserve(node.size());
-        for (auto it = node.begin(); it != node.end(); ++it) {
-          auto item = convert(*it, depth + 1);
-          if (!item) return nullptr;
-          value->items.push_back(std::move(item));
-        }
-        break;
-      case YAML::NodeType::Map:
-        value->kind = Value::Kind::kMap;
-        for (auto it = node.begin(); it != node.end(); ++it) {
-          auto key = convert(it->first, depth + 1);
-          auto item = key ? convert(it->second, depth + 1) : nullptr;
-          if (!item) return nullptr;
-          value->entries.emplace_back(std::move(key), std::move(item));
-        }
-        break;
-      default:
-        value->line = 0;  // null or undefined: the key's line is shown
-        break;
-    }
-    return value;
+  struct Stop {
+    absl::Status status;
+    int line;
+    bool from_item;
+  };
+
+  YamlHandler(std::string_view stream_key, const YamlReader::OnItem* on_item) : builder(stream_key, on_item) {}
+
+  ValueBuilder builder;
+  YAML::Mark start;  // of the document
+  int line = 1;      // of the last event
+
+  void OnDocumentStart(const YAML::Mark& mark) override { start = mark; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    check(builder.scalar(Value::Kind::kNull, "", at(mark), anchor));
   }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    at(mark);
+    check(builder.alias(anchor));
+  }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor, const std::string& value) override {
+    check(builder.scalar(Value::Kind::kScalar, value, at(mark), anchor));
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value) override {
+    check(builder.open(Value::Kind::kSequence, at(mark), anchor));
+  }
+  void OnSequenceEnd() override { check(builder.close()); }
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                  YAML::EmitterStyle::value) override {
+    check(builder.open(Value::Kind::kMap, at(mark), anchor));
+  }
+  void OnMapEnd() override { check(builder.close()); }
 
  private:
-  size_t budget_;
+  int at(const YAML::Mark& mark) {
+    if (!mark.is_null()) line = mark.line + 1;
+    return line;
+  }
+  void check(absl::Status status) {
+    if (!status.ok()) throw Stop{std::move(status), line, builder.itemFailed()};
+  }
 };
 
-// Walks the stream's documents without building them: how many there are (at most two are
-// looked at) and where the second one's content starts. Needed because yaml-cpp 0.7
+// Whether the stream holds another document after the first, and where. yaml-cpp 0.7
 // (Debian 12) reports some malformed input (e.g. `, su"a l`) as an empty document over and
 // over without consuming it: YAML::LoadAll then never returns and allocates a node per round
-// until memory runs out (found by tests/fuzz/config_fuzzer). Every document starts after
-// the one before it, so a second one at the first one's position is that loop.
-class DocumentProbe : public YAML::EventHandler {
+// until memory runs out (found by tests/fuzz/config_fuzzer). Every document starts after the
+// one before it, so a second one at the first one's position is that loop.
+class NextDocumentProbe : public YAML::EventHandler {
  public:
-  static constexpr int kMaxDocuments = 2;
-  int documents = 0;
-  size_t values = 0;  // nodes and aliases as written
-  YAML::Mark first_start;
-  YAML::Mark second_start;
-  YAML::Mark second_content = YAML::Mark::null_mark();  // until the second document's first node
+  YAML::Mark start;
+  YAML::Mark content = YAML::Mark::null_mark();  // of its first node
 
-  void OnDocumentStart(const YAML::Mark& mark) override {
-    ++documents;
-    (documents == 1 ? first_start : second_start) = mark;
-  }
+  void OnDocumentStart(const YAML::Mark& mark) override { start = mark; }
   void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { content(mark); }
-  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { content(mark); }
-  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
-                const std::string&) override {
-    content(mark);
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { seen(mark); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { seen(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override {
+    seen(mark);
   }
   void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
                        YAML::EmitterStyle::value) override {
-    content(mark);
+    seen(mark);
   }
   void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
-                  YAML::EmitterStyle::value) override {
-    content(mark);
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    seen(mark);
   }
   void OnMapEnd() override {}
 
  private:
-  void content(const YAML::Mark& mark) {
-    ++values;
-    if (documents == 2 && second_content.is_null()) second_content = mark;
+  void seen(const YAML::Mark& mark) {
+    if (content.is_null()) content = mark;
   }
 };
 
@@ -142,34 +134,30 @@ std::optional<YamlField> YamlMap::find(std::string_view key) const {
   return std::nullopt;
 }
 
-absl::StatusOr<YamlField> YamlReader::parseDocument(std::string_view text) const {
+absl::StatusOr<YamlField> YamlReader::parseDocument(std::string_view text, std::string_view stream_key,
+                                                    const OnItem& on_item) const {
   try {
     std::string copy(text);
     std::istringstream in(copy);
     YAML::Parser parser(in);
-    DocumentProbe probe;
-    while (probe.documents < DocumentProbe::kMaxDocuments && parser.HandleNextDocument(probe)) {
-    }
-    if (probe.documents == DocumentProbe::kMaxDocuments) {
-      if (probe.second_start.pos <= probe.first_start.pos) {
-        return error(probe.second_start.line + 1, "", "YAML syntax error: the parser cannot go past this point");
+    YamlHandler handler(stream_key, &on_item);
+    if (!parser.HandleNextDocument(handler)) return error(1, "", "the document is empty");
+    NextDocumentProbe next;
+    if (parser.HandleNextDocument(next)) {
+      if (next.start.pos <= handler.start.pos) {
+        return error(next.start.line + 1, "", "YAML syntax error: the parser cannot go past this point");
       }
-      const YAML::Mark& at = probe.second_content.is_null() ? probe.second_start : probe.second_content;
+      const YAML::Mark& at = next.content.is_null() ? next.start : next.content;
       return error(at.line + 1, "", "only one YAML document is allowed per file");
     }
-    YAML::Node doc = YAML::Load(copy);
-    if (!doc.IsDefined() || doc.IsNull()) return error(1, "", "the document is empty");
-    // Generous for anchors reused a few times, far below what expanding aliases can reach.
-    YamlConverter converter(std::max<size_t>(probe.values * 8, 4096));
-    ValuePtr root = converter.convert(doc);
-    if (!root) {
-      return error(1, "", absl::StrCat("the document nests deeper than ", kMaxDepth,
-                                       " levels or its aliases expand too far"));
-    }
+    ValuePtr root = handler.builder.root();
+    if (!root || root->kind == Value::Kind::kNull) return error(1, "", "the document is empty");
     return YamlField{"", root, lineOf(*root, 1)};
+  } catch (const YamlHandler::Stop& stop) {
+    if (stop.from_item) return stop.status;
+    return error(stop.line, "", stop.status.message());
   } catch (const YAML::Exception& e) {
-    return error(e.mark.is_null() ? 1 : e.mark.line + 1, "",
-                 absl::StrCat("YAML syntax error: ", e.msg));
+    return error(e.mark.is_null() ? 1 : e.mark.line + 1, "", absl::StrCat("YAML syntax error: ", e.msg));
   } catch (const std::exception& e) {
     // yaml-cpp may also throw plain std:: exceptions (e.g. bad_alloc on absurd input).
     return error(1, "", absl::StrCat("cannot parse YAML: ", e.what()));

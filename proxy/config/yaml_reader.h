@@ -59,14 +59,16 @@ class YamlReader {
  public:
   explicit YamlReader(std::string_view source_name) : source_name_(source_name) {}
 
-  // The single document in `text`. A syntax error, an empty document and more than one
-  // document are errors. Never throws.
-  absl::StatusOr<YamlField> parseDocument(std::string_view text) const;
-  // The same for JSON. With `stream_key`, the items of the root's `stream_key` list are
-  // handed to `on_item` (path "<stream_key>[i]") as soon as each is complete and left out of
-  // the returned tree, so that a file of 150,000 entries is never held as one tree; an
-  // error from on_item ends the parse. Line numbers are exact (the text is fed line by line).
+  // With `stream_key`, the items of the root's `stream_key` list are handed to `on_item`
+  // (path "<stream_key>[i]") as soon as each is complete and left out of the returned tree,
+  // so that a file of 150,000 entries is never held as one tree; an error from on_item ends
+  // the parse and is returned as it is.
   using OnItem = std::function<absl::Status(const YamlField&)>;
+  // The single document in `text`. A syntax error, an empty document and more than one
+  // document are errors. Aliases share the anchored value (nothing is expanded). Never throws.
+  absl::StatusOr<YamlField> parseDocument(std::string_view text, std::string_view stream_key = "",
+                                          const OnItem& on_item = nullptr) const;
+  // The same for JSON (Boost.JSON); line numbers are exact (the text is fed line by line).
   absl::StatusOr<YamlField> parseJsonDocument(std::string_view text, std::string_view stream_key = "",
                                               const OnItem& on_item = nullptr) const;
 
