@@ -13,11 +13,13 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "proxy/common/duration.h"
 #include "proxy/common/log.h"
 #include "proxy/datapath/proxy_netns.h"
 #include "proxy/hbone/buffer_chain.h"
 #include "proxy/session/common.h"
+#include "proxy/workloads/file_source.h"
 
 namespace ferry::server {
 namespace asio = boost::asio;
@@ -137,7 +139,7 @@ std::vector<uint16_t> ferryPorts(const config::Config& c) {
 
 Server::Server(config::Config config)
     : config_(std::move(config)),
-      workloads_(config_.workloads_file, config_.node),
+      workloads_(config_.node),
       sockets_(config_.transparent),
       admission_(config_.limits) {}
 
@@ -151,7 +153,8 @@ Server::~Server() {
 absl::Status Server::start() {
   common::setLogLevel(config_.log_level);
   started_at_ = std::chrono::steady_clock::now();
-  if (auto st = workloads_.loadInitial(); !st.ok()) {
+  if (auto st = makeWorkloadSource(); !st.ok()) return st;
+  if (auto st = source_->start(workloads_); !st.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("workloads: ", st.message()));
   }
   if (auto st = makeCertSource(); !st.ok()) return st;
@@ -177,6 +180,9 @@ absl::Status Server::start() {
     datapath_ = std::move(*dp);
     if (auto st = datapath_->sync(*workloads_.current()); !st.ok()) return st;
   }
+  workloads_.subscribe([this](const workloads::Registry& after, const workloads::Delta& delta) {
+    onWorkloadsChanged(after, delta);
+  });
   {
     // Every socket of the data plane lives in the proxy netns; the control thread returns
     // to the node netns afterwards. The operator endpoints live there too, except in a
@@ -225,15 +231,17 @@ absl::Status Server::start() {
   });
   admin_.route("/workloads", [this] {
     auto reg = workloads_.current();
-    std::string body;
-    for (const auto& w : reg->all()) {
+    std::vector<std::string> lines;
+    lines.reserve(reg->size());
+    reg->forEach([&](const workloads::Workload& w) {
       std::string ips;
       for (const auto& ip : w.ips) absl::StrAppend(&ips, ips.empty() ? "" : ",", ip.to_string());
-      absl::StrAppend(&body, w.displayName(), " node=", w.node, " ips=", ips,
-                      " identity=", w.spiffeId(config_.trust_domain), " hbone=", w.hbone ? "true" : "false",
-                      w.node == config_.node ? " local" : "", "\n");
-    }
-    return HttpResponse{200, "text/plain; charset=utf-8", body};
+      lines.push_back(absl::StrCat(w.displayName(), " node=", w.node.str(), " ips=", ips,
+                                   " identity=", w.spiffeId(config_.trust_domain), " hbone=", w.hbone ? "true" : "false",
+                                   reg->isLocal(w) ? " local" : "", "\n"));
+    });
+    std::sort(lines.begin(), lines.end());  // the registry keeps no order
+    return HttpResponse{200, "text/plain; charset=utf-8", absl::StrJoin(lines, "")};
   });
   admin_.route("/datapath", [this] {
     if (!datapath_) return HttpResponse{200, "text/plain; charset=utf-8", "datapath: disabled\n"};
@@ -246,7 +254,7 @@ absl::Status Server::start() {
   admin_.route("/config_dump", [this] {
     std::string body = absl::StrCat(
         "node: ", config_.node, "\ntrust_domain: ", config_.trust_domain,
-        "\nworkloads_file: ", config_.workloads_file, "\ncert_dir: ", config_.cert_dir,
+        "\nworkload_source: ", source_->describe(), "\ncert_dir: ", config_.cert_dir,
         "\nworkers: ", workers_.size(), "\nlog_level: ", common::toAbsl(common::logLevelName(config_.log_level)),
         "\ntransparent: ", config_.transparent ? "true" : "false",
         "\noriginal_destination: ",
@@ -309,7 +317,7 @@ absl::Status Server::start() {
     FERRY_LOG(kWarn, "ferryd started but not ready: %s", ready.message());
   }
   FERRY_LOG(kInfo, "ferryd started: node=%s trust_domain=%s workers=%d workloads=%d (local %d)",
-            config_.node, config_.trust_domain, n, workloads_.current()->all().size(),
+            config_.node, config_.trust_domain, n, workloads_.current()->size(),
             workloads_.current()->localCount());
   return absl::OkStatus();
 }
@@ -346,6 +354,9 @@ absl::Status Server::makeCertSource() {
 absl::Status Server::readiness() {
   if (stopping_.load()) return absl::UnavailableError("draining");
   if (!started_.load()) return absl::UnavailableError("starting");
+  if (absl::Status s = source_->health(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("not ready: workloads: ", s.message()));
+  }
   if (ca_source_ != nullptr) {
     if (absl::Status s = ca_source_->status(); !s.ok()) return absl::Status(s.code(), absl::StrCat("not ready: ", s.message()));
   } else if (dir_source_ != nullptr) {
@@ -375,9 +386,8 @@ void Server::scheduleIdentityPoll() {
 
 void Server::forgetUnusedIdentities() {
   absl::flat_hash_set<identity::SpiffeId> keep;
-  for (const auto& w : workloads_.current()->all()) {
-    if (w.node != config_.node) continue;
-    keep.insert(identity::SpiffeId::forWorkload(config_.trust_domain, w.namespace_name, w.service_account));
+  for (const auto& w : workloads_.current()->local()) {
+    keep.insert(identity::SpiffeId::forWorkload(config_.trust_domain, w->namespace_name.str(), w->service_account.str()));
   }
   size_t certs = ca_source_ != nullptr ? ca_source_->retain(keep) : 0;
   size_t contexts = tls_->retain(keep);
@@ -387,18 +397,37 @@ void Server::forgetUnusedIdentities() {
   }
 }
 
-void Server::pollOnce() {
-  if (workloads_.poll()) {
-    stats_.workloads_reloads.fetch_add(1, std::memory_order_relaxed);
-    forgetUnusedIdentities();
-    if (datapath_) {
-      if (auto st = datapath_->sync(*workloads_.current()); !st.ok()) {
-        FERRY_LOG(kWarn, "datapath: %s", st.message());
-      }
-    }
+absl::Status Server::makeWorkloadSource() {
+  switch (config_.workload_source) {
+    case config::WorkloadSourceKind::kFile:
+      source_ = std::make_unique<workloads::FileSource>(config_.workloads_file);
+      return absl::OkStatus();
+    case config::WorkloadSourceKind::kKubernetes:
+      break;
   }
-  if (datapath_) datapath_->checkAttachments();
-  stats_.workloads_reload_failures.store(workloads_.reloadFailures(), std::memory_order_relaxed);
+  // Refused rather than started empty: a ferryd that knows no workloads would serve nothing
+  // and look healthy.
+  return absl::UnimplementedError(
+      "workload_source: kubernetes is not available in this ferryd yet (the Kubernetes source is not built in); "
+      "use workload_source: file with a workloads_file");
+}
+
+void Server::onWorkloadsChanged(const workloads::Registry& after, const workloads::Delta& delta) {
+  if (datapath_) datapath_->apply(after, delta);
+  bool local = false;
+  for (const auto& change : delta.changes) {
+    for (const auto* w : {change.before.get(), change.after.get()}) local = local || (w != nullptr && after.isLocal(*w));
+  }
+  if (local) forgetUnusedIdentities();
+}
+
+void Server::pollOnce() {
+  if (source_->poll(workloads_)) stats_.workloads_reloads.fetch_add(1, std::memory_order_relaxed);
+  if (datapath_) {
+    datapath_->retryFailed(*workloads_.current());
+    datapath_->checkAttachments();
+  }
+  stats_.workloads_reload_failures.store(source_->failures() + workloads_.rejected(), std::memory_order_relaxed);
 }
 
 void Server::scheduleMemoryTrim() {
@@ -669,7 +698,7 @@ std::string Server::renderMetrics() {
                   memory_trims_.load(std::memory_order_relaxed), "\n");
   auto reg = workloads_.current();
   absl::StrAppend(&out, "# HELP ferry_workloads Workloads known, and those on this node\n",
-                  "# TYPE ferry_workloads gauge\nferry_workloads{scope=\"all\"} ", reg->all().size(),
+                  "# TYPE ferry_workloads gauge\nferry_workloads{scope=\"all\"} ", reg->size(),
                   "\nferry_workloads{scope=\"local\"} ", reg->localCount(), "\n");
   if (datapath_) absl::StrAppend(&out, datapath_->renderPrometheus());
   renderIdentityMetrics(out);
