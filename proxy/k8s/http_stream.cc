@@ -3,9 +3,6 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
-#include <charconv>
-#include <optional>
-
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>

@@ -262,15 +262,7 @@ def record(c, out):
          "paged LIST of all pods (limit=2), then a WATCH from its resourceVersion while fy-big (60 KB annotation) "
          "is created and deleted and fy-a/fy-b are relabelled; the watch ends by timeoutSeconds=8")
 
-    # 2. A WATCH from a resourceVersion older than the watch cache: 200 with ERROR 410. The
-    # pods' watch cache holds the last 100 events (--default-watch-cache-size): 150 writes
-    # push resourceVersion 1 out of it.
-    c.churn(f"/api/v1/namespaces/{NS}/pods/fy-noip", 150)
-    save(out, "pods-watch-expired", [c.get("/api/v1/pods?watch=1&allowWatchBookmarks=true&resourceVersion=1"
-                                           "&timeoutSeconds=30")],
-         "WATCH from resourceVersion=1: the server answers 200 and sends one ERROR event with code 410")
-
-    # 3. A paged LIST whose continue token outlives an etcd compaction: 410 Expired.
+    # 2. A paged LIST whose continue token outlives an etcd compaction: 410 Expired.
     first = c.get(f"/api/v1/namespaces/{NS}/pods?limit=1")
     cont = body_json(first)["metadata"]["continue"]
     c.kubectl("-n", NS, "annotate", "pod", "fy-noip", f"fy-compact={time.time()}", "--overwrite")
@@ -280,18 +272,18 @@ def record(c, out):
     save(out, "pods-list-expired-continue", [first, second],
          f"LIST page 1 (limit=1), etcd compacted at revision {rev}, then the continue token: 410 Expired")
 
-    # 4. A WATCH with nothing to report, ended by timeoutSeconds (the clean close).
+    # 3. A WATCH with nothing to report, ended by timeoutSeconds (the clean close).
     ns_list = c.get("/api/v1/namespaces?limit=500")
     nrv = body_json(ns_list)["metadata"]["resourceVersion"]
     ns_watch = c.get(f"/api/v1/namespaces?watch=1&allowWatchBookmarks=true&resourceVersion={nrv}&timeoutSeconds=3")
     save(out, "namespaces-list-quiet-watch", [ns_list, ns_watch],
          "LIST of namespaces, then a WATCH in which nothing changes, closed by timeoutSeconds=3")
 
-    # 5. A bearer token the server does not know: 401 (the rotated-token case's first answer).
+    # 4. A bearer token the server does not know: 401 (the rotated-token case's first answer).
     save(out, "unauthorized", [c.get("/api/v1/pods?limit=500", client_cert=False, bearer="fy-expired-token")],
          "LIST with a bearer token the server does not accept (and no client certificate): 401")
 
-    # 6. Services and EndpointSlices: 1.20 serves discovery.k8s.io/v1beta1 only, so the v1 path
+    # 5. Services and EndpointSlices: 1.20 serves discovery.k8s.io/v1beta1 only, so the v1 path
     # is a real 404.
     svc = c.get("/api/v1/services?limit=500")
     srv = body_json(svc)["metadata"]["resourceVersion"]
@@ -304,6 +296,18 @@ def record(c, out):
                       f"&resourceVersion={erv}&timeoutSeconds=2")
     save(out, "endpointslices-v1beta1", [v1, beta, eps_watch],
          "LIST on discovery.k8s.io/v1 (404 on 1.20), on v1beta1, then a quiet WATCH closed by timeoutSeconds=2")
+
+    # 6. A WATCH from a resourceVersion older than the watch cache: 200 with ERROR 410. The
+    # pods' watch cache (1.20) keeps at least the last 75 s of events and grows while they
+    # are younger: wait them out, then 400 writes push resourceVersion 1 out of it.
+    print("record_wire: waiting 80 s for the watch cache's fresh window to pass", file=sys.stderr)
+    time.sleep(80)
+    c.churn(f"/api/v1/namespaces/{NS}/pods/fy-noip", 400)
+    expired = c.get("/api/v1/pods?watch=1&allowWatchBookmarks=true&resourceVersion=1&timeoutSeconds=30")
+    if b'"type":"ERROR"' not in expired["raw"]:
+        sys.exit("record_wire: the watch from resourceVersion 1 did not end in ERROR 410; not saved")
+    save(out, "pods-watch-expired", [expired],
+         "WATCH from resourceVersion=1 once 400 writes pushed it out of the watch cache: 200, then ERROR 410")
 
     c.kubectl("delete", "namespace", NS, "--wait=false")
 

@@ -343,6 +343,27 @@ TEST_F(ReplayTest, ExpiredContinueTokenRestartsTheListFromScratch) {
   EXPECT_EQ(request(pages.size() + 2).param("resourceVersion"), listVersion(pages.back()));
 }
 
+// The recorded 410 Gone (an expired continue token's answer) given to a WATCH request:
+// same rule as the ERROR event, a fresh LIST at once.
+TEST_F(ReplayTest, WatchAnswered410GoneRelists) {
+  LOAD_OR_SKIP(c, "pods-list-watch");
+  LOAD_OR_SKIP(e, "pods-list-expired-continue");
+  auto pages = pagesOf(c);
+  std::vector<Reply> replies = verbatimAll(pages);
+  replies.push_back(replay::verbatim(e[1]));
+  for (const auto& p : pages) replies.push_back(replay::verbatim(p));
+  script(replies);
+  start();
+  Store<Pod> pods;
+  Informer& inf = client_->pods(pods);
+  client_->start();
+  ASSERT_TRUE(runUntil([&] { return requests() == 2 * pages.size() + 2; }));
+  EXPECT_EQ(inf.metrics().relists, 1u);
+  EXPECT_EQ(pods.replaces, 2);
+  EXPECT_TRUE(clock_->sleeps.empty());
+  EXPECT_EQ(request(pages.size() + 1).param("watch"), "");
+}
+
 TEST_F(ReplayTest, TimeoutSecondsCloseRewatchesFromTheSameVersionWithoutBackoff) {
   LOAD_OR_SKIP(c, "namespaces-list-quiet-watch");
   WatchFacts facts = factsOf(c[1]);
@@ -709,6 +730,27 @@ TEST_F(ReplayTest, StateKeepsServingWhileItsAgeGrows) {
   std::string text = client_->renderPrometheus();
   EXPECT_NE(text.find("ferry_k8s_errors_total{resource=\"pods\",reason=\"server_error\"} 5"), std::string::npos);
   EXPECT_NE(text.find("ferry_k8s_lists_total{resource=\"pods\"} 1"), std::string::npos);
+}
+
+// stop() closes the open watch at once; the client can then be destroyed while the
+// io_context still runs (ferryd's control thread outlives it).
+TEST_F(ReplayTest, StopEndsTheOpenWatchAndTheClientCanGo) {
+  LOAD_OR_SKIP(c, "pods-list-watch");
+  auto pages = pagesOf(c);
+  std::vector<Reply> replies = verbatimAll(pages);
+  replies.push_back(replay::headerThenSilence(c.back()));
+  script(replies);
+  start();
+  Store<Pod> pods;
+  Informer& inf = client_->pods(pods);
+  client_->start();
+  ASSERT_TRUE(runUntil([&] { return inf.metrics().watches == 1; }));
+  client_->stop();
+  client_.reset();
+  io_.restart();
+  io_.run_for(50ms);
+  EXPECT_EQ(requests(), pages.size() + 1) << "nothing after stop";
+  EXPECT_EQ(pods.replaces, 1);
 }
 
 }  // namespace
