@@ -188,6 +188,7 @@ class ReplayTest : public ::testing::Test {
     client_ = std::move(*c);
   }
   void script(std::vector<Reply> replies) { server_.respond(scripted(std::move(replies))); }
+  void expectImmediateRelist(const std::vector<Recorded>& c, Reply watch);
   // Runs the io_context until `done` holds (false after 20 s: a failure, never a timing).
   bool runUntil(const std::function<bool()>& done) {
     auto deadline = std::chrono::steady_clock::now() + 20s;
@@ -295,15 +296,13 @@ TEST_F(ReplayTest, EventsSplitAcrossChunksOrSharingOneGiveTheSameState) {
   }
 }
 
-TEST_F(ReplayTest, WatchErrorGoneInsideA200Relists) {
-  LOAD_OR_SKIP(c, "pods-list-watch");
-  LOAD_OR_SKIP(expired, "pods-watch-expired");
-  ASSERT_EQ(expired[0].status, 200);
-  ASSERT_EQ(factsOf(expired[0]).errors, 1);
+// The recorded LIST pages, `watch` as the answer to the WATCH, then the pages again: the
+// client must re-list at once (no continue, no back-off) and deliver the state twice.
+void ReplayTest::expectImmediateRelist(const std::vector<Recorded>& c, Reply watch) {
   auto pages = pagesOf(c);
   std::vector<Reply> replies = verbatimAll(pages);
-  replies.push_back(replay::verbatim(expired[0]));  // the watch: 200, then ERROR 410
-  for (const auto& p : pages) replies.push_back(replay::verbatim(p));  // the re-list
+  replies.push_back(std::move(watch));
+  for (const auto& p : pages) replies.push_back(replay::verbatim(p));
   script(replies);
   start();
   Store<Pod> pods;
@@ -313,12 +312,28 @@ TEST_F(ReplayTest, WatchErrorGoneInsideA200Relists) {
   EXPECT_EQ(inf.metrics().relists, 1u);
   EXPECT_EQ(inf.metrics().error(ErrorReason::kGone), 1u);
   EXPECT_EQ(pods.replaces, 2);
-  // The re-list is a fresh LIST (no continue, no watch), made at once (no back-off).
   const auto& relist = request(pages.size() + 1);
   EXPECT_EQ(relist.param("watch"), "");
   EXPECT_EQ(relist.param("continue"), "");
   EXPECT_TRUE(clock_->sleeps.empty());
   EXPECT_EQ(pods.state.size(), itemCount(pages));
+}
+
+TEST_F(ReplayTest, WatchErrorGoneInsideA200Relists) {
+  LOAD_OR_SKIP(c, "pods-list-watch");
+  LOAD_OR_SKIP(expired, "pods-watch-expired");
+  ASSERT_EQ(expired[0].status, 200);
+  ASSERT_EQ(factsOf(expired[0]).errors, 1);
+  expectImmediateRelist(c, replay::verbatim(expired[0]));  // 200, then ERROR 410
+}
+
+// The recorded 410 Gone (an expired continue token's answer) given to a WATCH request:
+// same rule as the ERROR event.
+TEST_F(ReplayTest, WatchAnswered410GoneRelists) {
+  LOAD_OR_SKIP(c, "pods-list-watch");
+  LOAD_OR_SKIP(e, "pods-list-expired-continue");
+  ASSERT_EQ(e[1].status, 410);
+  expectImmediateRelist(c, replay::verbatim(e[1]));
 }
 
 TEST_F(ReplayTest, ExpiredContinueTokenRestartsTheListFromScratch) {
@@ -341,27 +356,6 @@ TEST_F(ReplayTest, ExpiredContinueTokenRestartsTheListFromScratch) {
   EXPECT_EQ(pods.replaces, 1) << "the first page of the expired list is never delivered";
   EXPECT_EQ(pods.state.size(), itemCount(pages));
   EXPECT_EQ(request(pages.size() + 2).param("resourceVersion"), listVersion(pages.back()));
-}
-
-// The recorded 410 Gone (an expired continue token's answer) given to a WATCH request:
-// same rule as the ERROR event, a fresh LIST at once.
-TEST_F(ReplayTest, WatchAnswered410GoneRelists) {
-  LOAD_OR_SKIP(c, "pods-list-watch");
-  LOAD_OR_SKIP(e, "pods-list-expired-continue");
-  auto pages = pagesOf(c);
-  std::vector<Reply> replies = verbatimAll(pages);
-  replies.push_back(replay::verbatim(e[1]));
-  for (const auto& p : pages) replies.push_back(replay::verbatim(p));
-  script(replies);
-  start();
-  Store<Pod> pods;
-  Informer& inf = client_->pods(pods);
-  client_->start();
-  ASSERT_TRUE(runUntil([&] { return requests() == 2 * pages.size() + 2; }));
-  EXPECT_EQ(inf.metrics().relists, 1u);
-  EXPECT_EQ(pods.replaces, 2);
-  EXPECT_TRUE(clock_->sleeps.empty());
-  EXPECT_EQ(request(pages.size() + 1).param("watch"), "");
 }
 
 TEST_F(ReplayTest, TimeoutSecondsCloseRewatchesFromTheSameVersionWithoutBackoff) {
