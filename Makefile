@@ -26,7 +26,7 @@ test: build
 
 # Unit and integration tiers, and the fuzz corpora's replay, under ASan + UBSan.
 test-asan:
-	@$(MAKE) --no-print-directory test PRESET=asan CTEST_ARGS="-L 'unit|integration|fuzz' $(CTEST_ARGS)"
+	@$(MAKE) --no-print-directory test PRESET=asan CTEST_ARGS="-L 'unit|integration|k8s-replay|fuzz' $(CTEST_ARGS)"
 
 # libFuzzer over every target in tests/fuzz/ (preset fuzz: clang, ASan + UBSan), one after
 # the other for FUZZ_SECONDS each; FUZZ_TARGETS picks some (e.g. "svid spiffe_id"). New
@@ -41,7 +41,7 @@ fuzz: bootstrap
 # The same tiers under ThreadSanitizer (preset tsan): each ferryd in them runs a control
 # thread and several workers. Any report fails the test (TSan exits 66).
 test-tsan:
-	@$(MAKE) --no-print-directory test PRESET=tsan CTEST_ARGS="-L 'unit|integration' $(CTEST_ARGS)"
+	@$(MAKE) --no-print-directory test PRESET=tsan CTEST_ARGS="-L 'unit|integration|k8s-replay' $(CTEST_ARGS)"
 
 demo: build
 	@scripts/demo.sh
