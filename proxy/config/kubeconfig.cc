@@ -21,9 +21,9 @@ class KubeconfigParser {
   absl::StatusOr<Kubeconfig> parse(std::string_view text) {
     auto root = reader_.parseDocument(text);
     if (!root.ok()) return root.status();
-    if (!root->node.IsMap()) return reader_.error(*root, "a kubeconfig is a map");
+    if (!isMap(*root)) return reader_.error(*root, "a kubeconfig is a map");
     auto current = child(*root, "current-context");
-    if (!current || current->node.IsNull()) return reader_.error(*root, "no current-context");
+    if (!current || isNull(*current)) return reader_.error(*root, "no current-context");
     auto context_name = reader_.string(*current);
     if (!context_name.ok()) return context_name.status();
     auto context = named(*root, "contexts", *context_name, "context");
@@ -47,28 +47,34 @@ class KubeconfigParser {
   }
 
  private:
+  static bool isMap(const YamlField& f) { return f.node != nullptr && f.node->kind == Value::Kind::kMap; }
+  static bool isNull(const YamlField& f) { return f.node == nullptr || f.node->kind == Value::Kind::kNull; }
+  // Unknown keys are allowed here (see kubeconfig.h), so no YamlReader::map().
   std::optional<YamlField> child(const YamlField& map, const std::string& key) const {
-    if (!map.node.IsMap() || !map.node[key]) return std::nullopt;
-    YAML::Node n = map.node[key];
-    return YamlField{map.path.empty() ? key : absl::StrCat(map.path, ".", key), n,
-                     n.Mark().is_null() ? map.line : n.Mark().line + 1};
+    if (!isMap(map)) return std::nullopt;
+    for (const auto& [k, v] : map.node->entries) {
+      if (k == nullptr || k->scalar != key) continue;
+      return YamlField{map.path.empty() ? key : absl::StrCat(map.path, ".", key), v,
+                       v != nullptr && v->line > 0 ? v->line : (k->line > 0 ? k->line : map.line)};
+    }
+    return std::nullopt;
   }
   // A string under `key`, "" when absent or empty.
   absl::StatusOr<std::string> stringAt(const YamlField& map, const std::string& key) const {
     auto f = child(map, key);
-    if (!f || f->node.IsNull()) return std::string();
+    if (!f || isNull(*f)) return std::string();
     return reader_.string(*f);
   }
   absl::StatusOr<bool> boolAt(const YamlField& map, const std::string& key) const {
     auto f = child(map, key);
-    if (!f || f->node.IsNull()) return false;
+    if (!f || isNull(*f)) return false;
     return reader_.boolean(*f);
   }
   // The `inner` map of the entry of list `list` whose name is `name`.
   absl::StatusOr<YamlField> named(const YamlField& root, const std::string& list, const std::string& name,
                                   const std::string& inner) const {
     auto l = child(root, list);
-    if (!l || l->node.IsNull()) return reader_.error(root, absl::StrCat("no ", list, " (looking for '", name, "')"));
+    if (!l || isNull(*l)) return reader_.error(root, absl::StrCat("no ", list, " (looking for '", name, "')"));
     auto entries = reader_.sequence(*l);
     if (!entries.ok()) return entries.status();
     for (const YamlField& e : *entries) {
@@ -76,7 +82,7 @@ class KubeconfigParser {
       if (!n.ok()) return n.status();
       if (*n != name) continue;
       auto body = child(e, inner);
-      if (!body || !body->node.IsMap()) return reader_.error(e, absl::StrCat("'", name, "' has no ", inner, " map"));
+      if (!body || !isMap(*body)) return reader_.error(e, absl::StrCat("'", name, "' has no ", inner, " map"));
       return *body;
     }
     return reader_.error(*l, absl::StrCat("no entry named '", name, "'"));
@@ -112,7 +118,7 @@ class KubeconfigParser {
 
   absl::Status readUser(const YamlField& user, Kubeconfig& out) const {
     for (const char* unsupported : {"exec", "auth-provider", "username"}) {
-      if (auto f = child(user, unsupported); f && !f->node.IsNull()) {
+      if (auto f = child(user, unsupported); f && !isNull(*f)) {
         return reader_.error(*f, "this credential type is not supported by ferryd (use a token, a token file or a "
                                  "client certificate)");
       }

@@ -19,7 +19,10 @@
 #include "proxy/datapath/proxy_netns.h"
 #include "proxy/hbone/buffer_chain.h"
 #include "proxy/session/common.h"
+#include "proxy/config/kubeconfig.h"
+#include "proxy/k8s/client.h"
 #include "proxy/workloads/file_source.h"
+#include "proxy/workloads/kubernetes_source.h"
 
 namespace ferry::server {
 namespace asio = boost::asio;
@@ -398,18 +401,38 @@ void Server::forgetUnusedIdentities() {
 }
 
 absl::Status Server::makeWorkloadSource() {
-  switch (config_.workload_source) {
-    case config::WorkloadSourceKind::kFile:
-      source_ = std::make_unique<workloads::FileSource>(config_.workloads_file);
-      return absl::OkStatus();
-    case config::WorkloadSourceKind::kKubernetes:
-      break;
+  if (config_.workload_source == config::WorkloadSourceKind::kFile) {
+    source_ = std::make_unique<workloads::FileSource>(config_.workloads_file);
+    return absl::OkStatus();
   }
-  // Refused rather than started empty: a ferryd that knows no workloads would serve nothing
-  // and look healthy.
-  return absl::UnimplementedError(
-      "workload_source: kubernetes is not available in this ferryd yet (the Kubernetes source is not built in); "
-      "use workload_source: file with a workloads_file");
+  const auto& kc = config_.kubernetes;
+  k8s::ClusterAccess access;
+  std::string where;
+  if (kc.kubeconfig.empty()) {
+    auto in_cluster = k8s::inClusterAccess([](const char* name) { return std::getenv(name); });
+    if (!in_cluster.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat("kubernetes: in-cluster credentials: ", in_cluster.status().message(),
+                                                        " (outside a cluster, set kubernetes.kubeconfig)"));
+    }
+    access = *std::move(in_cluster);
+    where = "the in-cluster API server";
+  } else {
+    auto file = config::loadKubeconfig(kc.kubeconfig);
+    if (!file.ok()) return absl::FailedPreconditionError(absl::StrCat("kubernetes.kubeconfig: ", file.status().message()));
+    access = k8s::ClusterAccess{file->server, file->ca_file, file->ca_pem, file->client_cert_file,
+                                file->client_cert_pem, file->client_key_file, file->client_key_pem,
+                                file->token, file->token_file};
+    where = absl::StrCat("the API server of ", kc.kubeconfig);
+  }
+  std::string describe = absl::StrCat("kubernetes ", access.server);
+  auto client = k8s::ApiClient::create(control_, std::move(access), k8s::Options{});
+  if (!client.ok()) return absl::FailedPreconditionError(absl::StrCat("kubernetes: ", client.status().message()));
+  auto source = std::make_unique<workloads::KubernetesSource>(
+      *std::move(client), workloads::KubernetesSourceOptions{kc.istio_ambient, kc.max_state_age}, describe);
+  k8s_source_ = source.get();
+  source_ = std::move(source);
+  FERRY_LOG(kInfo, "workloads: from %s (%s)", where, describe);
+  return absl::OkStatus();
 }
 
 void Server::onWorkloadsChanged(const workloads::Registry& after, const workloads::Delta& delta) {
@@ -696,6 +719,7 @@ std::string Server::renderMetrics() {
                   "# HELP ferry_memory_trims_total Heap trims (malloc_trim) after bursts of closes\n"
                   "# TYPE ferry_memory_trims_total counter\nferry_memory_trims_total ",
                   memory_trims_.load(std::memory_order_relaxed), "\n");
+  if (k8s_source_ != nullptr) absl::StrAppend(&out, k8s_source_->renderPrometheus());
   auto reg = workloads_.current();
   absl::StrAppend(&out, "# HELP ferry_workloads Workloads known, and those on this node\n",
                   "# TYPE ferry_workloads gauge\nferry_workloads{scope=\"all\"} ", reg->size(),

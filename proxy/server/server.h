@@ -27,6 +27,10 @@
 #include "proxy/workloads/registry.h"
 #include "proxy/workloads/source.h"
 
+namespace ferry::workloads {
+class KubernetesSource;
+}
+
 namespace ferry::server {
 
 class Server {
@@ -73,6 +77,7 @@ class Server {
   session::Stats stats_;
   workloads::Store workloads_;
   std::unique_ptr<workloads::Source> source_;
+  workloads::KubernetesSource* k8s_source_ = nullptr;  // source_, when it is the Kubernetes one
   absl::Status makeWorkloadSource();
   // A registry change: the datapath applies it, identities no local workload uses go.
   void onWorkloadsChanged(const workloads::Registry& after, const workloads::Delta& delta);
