@@ -217,9 +217,21 @@ Datapath::~Datapath() {
   if (skel_) ferry_datapath__destroy(skel_);
 }
 
-absl::Status Datapath::enroll(uint32_t ip, const workloads::Workload& w, uint32_t flags) {
+absl::StatusOr<std::string> Datapath::deviceOf(uint32_t ip, const workloads::Workload& w) {
+  if (!w.host_interface.empty()) return w.host_interface;
+  auto found = findPodInterface(ip);
+  if (!found.ok()) return found.status();
+  auto [it, fresh] = found_how_.try_emplace(ip, found->how);
+  if (fresh || it->second != found->how) {
+    it->second = found->how;
+    FERRY_LOG(kInfo, "datapath: %s is on %s (found by %s)", w.displayName(), found->link.name, found->how);
+  }
+  return found->link.name;
+}
+
+absl::Status Datapath::enroll(uint32_t ip, const workloads::Workload& w, const std::string& device, uint32_t flags) {
   Pod pod;
-  auto host = linkByName(w.host_interface);
+  auto host = linkByName(device);
   if (!host.ok()) return host.status();
   ferry_pod value{};
   value.host_ifindex = static_cast<uint32_t>(host->ifindex);
@@ -252,28 +264,28 @@ absl::Status Datapath::enroll(uint32_t ip, const workloads::Workload& w, uint32_
     FERRY_LOG(kWarn,
               "datapath: %s: the node netns has no id for the pod's netns; plaintext clients that reach "
               "the pod directly will be reset",
-              w.host_interface);
+              device);
   }
   bool tcx = features_.tcx;
   bool pin = tcx && cfg_.failure_mode == config::FailureMode::kClosed;
-  pod.ifname = w.host_interface;
+  pod.ifname = device;
   pod.ifindex = host->ifindex;
   pod.netkit = host->isNetkit();
   auto eg = pod.netkit
                 ? Attachment::attach(bpf_program__fd(skel_->progs.pod_egress_netkit), host->ifindex,
                                      Hook::kNetkitPeer, tcx,
-                                     absl::StrCat("pod_egress_netkit on ", w.host_interface, " (netkit peer)"),
-                                     pin ? absl::StrCat(pin_dir_, "/link_", w.host_interface, "_nkpeer") : "")
+                                     absl::StrCat("pod_egress_netkit on ", device, " (netkit peer)"),
+                                     pin ? absl::StrCat(pin_dir_, "/link_", device, "_nkpeer") : "")
                 : Attachment::attach(bpf_program__fd(skel_->progs.pod_egress), host->ifindex, Hook::kIngress, tcx,
-                                     absl::StrCat("pod_egress on ", w.host_interface),
-                                     pin ? absl::StrCat(pin_dir_, "/link_", w.host_interface, "_in") : "");
+                                     absl::StrCat("pod_egress on ", device),
+                                     pin ? absl::StrCat(pin_dir_, "/link_", device, "_in") : "");
   if (!eg.ok()) {
     forget();
     return eg.status();
   }
   auto in = Attachment::attach(bpf_program__fd(skel_->progs.pod_ingress), host->ifindex, Hook::kEgress, tcx,
-                               absl::StrCat("pod_ingress on ", w.host_interface),
-                               pin ? absl::StrCat(pin_dir_, "/link_", w.host_interface, "_eg") : "");
+                               absl::StrCat("pod_ingress on ", device),
+                               pin ? absl::StrCat(pin_dir_, "/link_", device, "_eg") : "");
   if (!in.ok()) {
     forget();
     return in.status();
@@ -285,10 +297,10 @@ absl::Status Datapath::enroll(uint32_t ip, const workloads::Workload& w, uint32_
               "datapath: %s is netkit and injection is ingress-redirect: ferryd's upstream packets enter "
               "%s at the node side and skip the pod's netkit peer programs (its CNI egress policy); "
               "peer-egress needs a kernel whose bpf_redirect_peer accepts the egress flag",
-              w.host_interface, w.host_interface);
+              device, device);
   }
   FERRY_LOG(kInfo, "datapath: enrolled %s (%s %s ifindex %d, pod mac %s)", w.displayName(),
-            pod.netkit ? "netkit" : "veth", w.host_interface, host->ifindex, formatMac(MacAddress{value.pod_mac[0], value.pod_mac[1], value.pod_mac[2],
+            pod.netkit ? "netkit" : "veth", device, host->ifindex, formatMac(MacAddress{value.pod_mac[0], value.pod_mac[1], value.pod_mac[2],
                                                 value.pod_mac[3], value.pod_mac[4], value.pod_mac[5]}));
   pods_.insert_or_assign(ip, std::move(pod));
   return absl::OkStatus();
@@ -298,6 +310,7 @@ void Datapath::release(uint32_t ip) {
   auto it = pods_.find(ip);
   bpf_map__delete_elem(skel_->maps.ferry_pods, &ip, sizeof(ip), 0);
   bpf_map__delete_elem(skel_->maps.ferry_pod_netns, &ip, sizeof(ip), 0);
+  found_how_.erase(ip);
   if (it == pods_.end()) return;
   FERRY_LOG(kInfo, "datapath: released %s", it->second.ifname);
   pods_.erase(it);  // the Attachments detach

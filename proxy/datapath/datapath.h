@@ -81,13 +81,16 @@ class Datapath : private PodSteering {
     Attachment ingress_side;
   };
   // PodSteering: the kernel side of PodSync.
-  absl::Status enroll(uint32_t ip, const workloads::Workload& w, uint32_t flags) override;
+  absl::StatusOr<std::string> deviceOf(uint32_t ip, const workloads::Workload& w) override;
+  absl::Status enroll(uint32_t ip, const workloads::Workload& w, const std::string& device, uint32_t flags) override;
   void release(uint32_t ip) override;
   absl::Status setFlags(uint32_t ip, uint32_t flags) override;
   void setCapture(uint32_t ip, bool capture) override;
 
   config::Datapath cfg_;
   ferry_datapath* skel_ = nullptr;
+  // How each discovered pod device was found ("route", "bridge cni0"): logged when it changes.
+  absl::flat_hash_map<uint32_t, std::string> found_how_;
   KernelFeatures features_;
   InjectionChoice injection_;
   std::string pin_dir_;

@@ -37,10 +37,13 @@ void PodSync::reconcile(uint32_t ip, const workloads::Registry& registry) {
       capture_.erase(ip);
     }
   }
-  bool want_pod = w != nullptr && registry.isLocal(*w) && !w->host_interface.empty();
+  bool want_pod = w != nullptr && registry.isLocal(*w);
+  absl::StatusOr<std::string> device = absl::NotFoundError("not local");
+  if (want_pod) device = kernel_.deviceOf(ip, *w);
   auto it = pods_.find(ip);
   // Leave first: a pod that left (or moved to another device) must not keep being steered.
-  if (it != pods_.end() && (!want_pod || it->second.ifname != w->host_interface)) {
+  // A device that cannot be looked up right now leaves an enrolled pod as it is.
+  if (it != pods_.end() && (!want_pod || (device.ok() && it->second.ifname != *device))) {
     kernel_.release(ip);
     pods_.erase(it);
     it = pods_.end();
@@ -51,7 +54,8 @@ void PodSync::reconcile(uint32_t ip, const workloads::Registry& registry) {
   }
   uint32_t flags = podFlags(*w);
   if (it == pods_.end()) {
-    if (auto st = kernel_.enroll(ip, *w, flags); !st.ok()) {
+    absl::Status st = device.ok() ? kernel_.enroll(ip, *w, *device, flags) : device.status();
+    if (!st.ok()) {
       if (failed_.insert(ip).second) {
         FERRY_LOG(kWarn, "datapath: cannot enroll %s (retried every workloads_poll): %s", w->displayName(),
                   st.message());
@@ -59,7 +63,7 @@ void PodSync::reconcile(uint32_t ip, const workloads::Registry& registry) {
       return;
     }
     if (failed_.erase(ip) > 0) FERRY_LOG(kInfo, "datapath: enrolled %s after earlier failures", w->displayName());
-    pods_.emplace(ip, Enrolled{w->host_interface, flags});
+    pods_.emplace(ip, Enrolled{*device, flags});
     return;
   }
   if (it->second.flags != flags) {

@@ -18,8 +18,13 @@ namespace ferry::datapath {
 class PodSteering {
  public:
   virtual ~PodSteering() = default;
+  // The pod's host-side device: the workload's `host_interface` when it names one (the
+  // workloads file), else found from the node's routes or bridge (netlink.h,
+  // findPodInterface: the Kubernetes source names no devices). NotFound: not there yet.
+  virtual absl::StatusOr<std::string> deviceOf(uint32_t ip, const workloads::Workload& w) = 0;
   // Attaches the programs to the pod's device and writes its map entries.
-  virtual absl::Status enroll(uint32_t ip, const workloads::Workload& w, uint32_t flags) = 0;
+  virtual absl::Status enroll(uint32_t ip, const workloads::Workload& w, const std::string& device,
+                              uint32_t flags) = 0;
   // Detaches and forgets the pod; it is no longer steered.
   virtual void release(uint32_t ip) = 0;
   // Rewrites an enrolled pod's flags (FERRY_POD_*: STRICT).

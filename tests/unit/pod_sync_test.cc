@@ -25,10 +25,16 @@ uint32_t key(const char* text) { return ipv4Key(*common::parseIp(text)); }
 // What the kernel would hold, and every operation asked of it, in order.
 class FakeSteering : public PodSteering {
  public:
-  absl::Status enroll(uint32_t ip, const Workload& w, uint32_t flags) override {
-    ops.push_back(absl::StrCat("enroll ", w.host_interface));
-    if (missing_devices.count(w.host_interface)) return absl::NotFoundError("no such device");
-    pods[ip] = {w.host_interface, flags};
+  absl::StatusOr<std::string> deviceOf(uint32_t ip, const Workload& w) override {
+    if (!w.host_interface.empty()) return w.host_interface;
+    auto it = routes.find(ip);  // what findPodInterface would find on the node
+    if (it == routes.end()) return absl::NotFoundError("no route to the pod yet");
+    return it->second;
+  }
+  absl::Status enroll(uint32_t ip, const Workload&, const std::string& device, uint32_t flags) override {
+    ops.push_back(absl::StrCat("enroll ", device));
+    if (missing_devices.count(device)) return absl::NotFoundError("no such device");
+    pods[ip] = {device, flags};
     return absl::OkStatus();
   }
   void release(uint32_t ip) override {
@@ -52,6 +58,7 @@ class FakeSteering : public PodSteering {
   std::map<uint32_t, std::pair<std::string, uint32_t>> pods;
   std::set<uint32_t> capture;
   std::set<std::string> missing_devices;
+  std::map<uint32_t, std::string> routes;
   std::vector<std::string> ops;
 };
 
@@ -146,6 +153,28 @@ TEST_F(PodSyncTest, APodWhoseDeviceIsMissingIsRetriedUntilItAppears) {
   sync_.retryFailed(*store_.current());
   EXPECT_EQ(sync_.failed(), 0u);
   EXPECT_EQ(kernel_.pods[key("10.1.0.3")].first, "fy-c");
+}
+
+TEST_F(PodSyncTest, APodNamingNoDeviceIsEnrolledOnTheOneFoundForItsIpOnceThereIsOne) {
+  // The Kubernetes source names no devices: the node's routes do, once the CNI set them up.
+  store_.apply({upsert(pod("k", "n1", "10.1.0.9"))});
+  EXPECT_EQ(sync_.failed(), 1u) << "no route to the pod yet: retried";
+  EXPECT_THAT(kernel_.ops, testing::ElementsAre("capture+ 10.1.0.9"));
+  kernel_.routes[key("10.1.0.9")] = "cali1234";
+  sync_.retryFailed(*store_.current());
+  EXPECT_EQ(sync_.failed(), 0u);
+  EXPECT_EQ(kernel_.pods[key("10.1.0.9")].first, "cali1234");
+  // A lookup that fails later (a netlink hiccup) leaves the enrolled pod alone; a pod whose
+  // IP now leads to another device (recreated by the CNI) moves there.
+  kernel_.routes.clear();
+  Workload k = pod("k", "n1", "10.1.0.9");
+  k.tls_mode = workloads::TlsMode::kStrict;
+  store_.apply({upsert(k)});
+  EXPECT_EQ(kernel_.pods[key("10.1.0.9")].first, "cali1234");
+  kernel_.routes[key("10.1.0.9")] = "cali5678";
+  k.tls_mode = workloads::TlsMode::kPermissive;
+  store_.apply({upsert(k)});
+  EXPECT_EQ(kernel_.pods[key("10.1.0.9")].first, "cali5678");
 }
 
 TEST_F(PodSyncTest, APodThatLeavesWhileFailingIsForgotten) {
