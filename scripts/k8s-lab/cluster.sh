@@ -40,9 +40,10 @@ readonly KUBECONFIG_ADMIN=$STATE/admin.kubeconfig
 # Images the lab builds itself (never pulled).
 readonly PAUSE_IMAGE=docker.io/ferry/pause:v1.20.2
 readonly BUSYBOX_IMAGE=docker.io/ferry/busybox:dev
-# Host paths the kubelet uses whatever its flags say (1.20 hard-codes them) and libcni's
-# result cache; down removes only the entries that appeared after up.
-readonly HOST_DIRS=(/var/log/pods /var/log/containers /var/lib/cni)
+# Host paths used whatever the flags say: the kubelet's pod logs (hard-coded in 1.20),
+# libcni's result cache, containerd 1.6's shim sockets (/run/containerd/s); down removes
+# only the entries that appeared after up.
+readonly HOST_DIRS=(/var/log/pods /var/log/containers /var/lib/cni /run/containerd)
 # The kubelet sets the first six at start, kube-proxy the seventh, the bridge plugin the
 # eighth. The three named by the lab's facts have fixed machine values; the rest are saved.
 readonly SYSCTLS=(kernel.panic kernel.panic_on_oops vm.overcommit_memory vm.panic_on_oom
@@ -65,7 +66,8 @@ ctr_() { ctr --address "$SOCK" "$@"; }
 start() {
   local name=$1; shift
   mkdir -p "$RUN/pids" "$LOGS"
-  setsid "$@" >"$LOGS/$name.log" 2>&1 </dev/null &
+  # 9>&-: the lock of up/down must not live on in the daemons.
+  setsid "$@" >"$LOGS/$name.log" 2>&1 </dev/null 9>&- &
   echo "$! $(readlink -f "$1")" >"$RUN/pids/$name"
 }
 
@@ -317,6 +319,7 @@ oom_score = 0
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         BinaryName = "$STATE/bin/fy-runc"
+        Root = "$RUN/runc"
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
@@ -502,8 +505,11 @@ record_netns() {
 
 down() {
   mkdir -p "$RUN"
+  # Nothing may recreate pods while they go: controllers and scheduler first.
+  stop kube-controller-manager
+  stop kube-scheduler
   if pid_of kube-apiserver >/dev/null && pid_of kubelet >/dev/null && pid_of containerd >/dev/null; then
-    # Pods first, through the kubelet: it unmounts their volumes and the runtime calls the
+    # Pods next, through the kubelet: it unmounts their volumes and the runtime calls the
     # CNI plugin's DEL (veth, IP).
     kubectl_admin delete pods --all --all-namespaces --grace-period=0 --force --wait=false \
       >/dev/null 2>&1 || true
@@ -528,8 +534,6 @@ down() {
       ctr_ -n k8s.io containers delete "$id" >/dev/null 2>&1 || true
     done
   fi
-  stop kube-scheduler
-  stop kube-controller-manager
   stop kube-apiserver
   stop containerd
   stop etcd
@@ -542,11 +546,19 @@ down() {
       kill -KILL "${p#/proc/}" 2>/dev/null || true
     fi
   done
-  # kube-proxy's chains (KUBE-*, its own names): its own clean-up removes exactly those.
-  local bin
+  # kube-proxy's chains (KUBE-*: Kubernetes' names, used by nothing else here). Its own
+  # clean-up removes the service rules and their jumps but 1.20 leaves KUBE-PROXY-CANARY
+  # (nat, filter, mangle) and KUBE-MARK-{DROP,MASQ} (nat): those go by name.
+  local bin t c ipt
   if [[ -f $RUN/bin ]] && bin=$(cat "$RUN/bin") && [[ -x $bin/kube-proxy ]]; then
     "$bin/kube-proxy" --cleanup >/dev/null 2>&1 || true
   fi
+  for ipt in iptables ip6tables; do
+    for t in nat filter mangle; do
+      for c in $(kube_chains "$ipt" "$t"); do "$ipt" -w -t "$t" -F "$c" 2>/dev/null || true; done
+      for c in $(kube_chains "$ipt" "$t"); do "$ipt" -w -t "$t" -X "$c" 2>/dev/null || true; done
+    done
+  done
   # Mounts under our prefixes (overlay rootfs, sandbox shm, pod volumes), deepest first.
   local m
   for m in $(awk '{print $5}' /proc/self/mountinfo | grep -E "^($STATE|$RUN)/" | sort -r); do
@@ -562,9 +574,42 @@ down() {
   teardown_bpffs
   ip link del "$BRIDGE" 2>/dev/null || true
   restore_host_state
+  local bindir
+  bindir=$(cat "$RUN/bin" 2>/dev/null || true)
   rm -rf "$STATE" "$RUN"
   rm -f /run/fy-k8s.lock
+  verify_clean "$bindir"
   log "down"
+}
+
+kube_chains() { "$1" -w -t "$2" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-/ {print $2}'; }
+
+# What down promises, checked: a leftover fails down (and so make k8s-lab).
+verify_clean() {
+  local bindir=$1 left=() p exe s
+  ip link show "$BRIDGE" >/dev/null 2>&1 && left+=("link $BRIDGE")
+  grep -qE " ($STATE|$RUN)(/| )" /proc/self/mountinfo && left+=("mounts under $STATE or $RUN")
+  [[ $(findmnt -n -o SOURCE /sys/fs/bpf 2>/dev/null) == fy-bpffs ]] && left+=("bpffs on /sys/fs/bpf")
+  for p in iptables ip6tables; do
+    for s in nat filter mangle; do
+      [[ -z $(kube_chains "$p" "$s") ]] || left+=("$p KUBE-* chains in table $s")
+    done
+  done
+  for p in /proc/[0-9]*; do
+    exe=$(readlink "$p/exe" 2>/dev/null) || continue
+    if [[ -n $bindir && $exe == "$bindir"/* ]] ||
+       { [[ $exe == */containerd-shim-runc-v2 || $exe == */containerd ]] &&
+         tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "$RUN/"; }; then
+      left+=("process ${p#/proc/} ($exe)")
+    fi
+  done
+  for s in kernel.panic=1 kernel.panic_on_oops=0 vm.overcommit_memory=0; do
+    [[ $(sysctl -n "${s%=*}") == "${s#*=}" ]] || left+=("sysctl ${s%=*}=$(sysctl -n "${s%=*}")")
+  done
+  [[ -e $STATE || -e $RUN ]] && left+=("$STATE or $RUN")
+  ((${#left[@]} == 0)) && return 0
+  log "left behind: ${left[*]}"
+  return 1
 }
 
 status() {
