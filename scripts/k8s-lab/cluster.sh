@@ -499,7 +499,7 @@ record_netns() {
   local id
   for id in $(ctr_ -n k8s.io containers ls -q 2>/dev/null); do
     ctr_ -n k8s.io containers info "$id" 2>/dev/null |
-      grep -o '"path": *"/var/run/netns/cni-[^"]*"' | sed 's/.*"\(\/var[^"]*\)"/\1/'
+      grep -o '"path": *"/var/run/netns/cni-[^"]*"' | sed 's/.*"\(\/var[^"]*\)"/\1/' || true
   done | sort -u >>"$RUN/netns"
 }
 
