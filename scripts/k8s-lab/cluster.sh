@@ -79,14 +79,24 @@ pid_of() {
   echo "$pid"
 }
 
-stop() {
-  local name=$1 pid i
-  if pid=$(pid_of "$name"); then
-    kill -TERM "$pid" 2>/dev/null || true
-    for ((i = 0; i < 100; i++)); do [[ -d /proc/$pid ]] || break; sleep 0.1; done
-    if [[ -d /proc/$pid ]]; then log "$name ($pid) ignored SIGTERM for 10 s: SIGKILL"; kill -KILL "$pid" 2>/dev/null || true; fi
-  fi
-  rm -f "$RUN/pids/$name"
+stop() { # stop NAME...: SIGTERM to all, then wait for all (SIGKILL after 10 s)
+  local name pid i pids=()
+  for name in "$@"; do
+    if pid=$(pid_of "$name"); then kill -TERM "$pid" 2>/dev/null || true; pids+=("$pid:$name"); fi
+  done
+  for ((i = 0; i < 100; i++)); do
+    local alive=0 p
+    for p in "${pids[@]}"; do [[ -d /proc/${p%%:*} ]] && alive=1; done
+    ((alive)) || break
+    sleep 0.1
+  done
+  for p in "${pids[@]}"; do
+    if [[ -d /proc/${p%%:*} ]]; then
+      log "${p#*:} (${p%%:*}) ignored SIGTERM for 10 s: SIGKILL"
+      kill -KILL "${p%%:*}" 2>/dev/null || true
+    fi
+  done
+  for name in "$@"; do rm -f "$RUN/pids/$name"; done
 }
 
 # wait_for WHAT SECONDS COMMAND...: polls a readiness check; on timeout shows the log of the
@@ -506,8 +516,7 @@ record_netns() {
 down() {
   mkdir -p "$RUN"
   # Nothing may recreate pods while they go: controllers and scheduler first.
-  stop kube-controller-manager
-  stop kube-scheduler
+  stop kube-controller-manager kube-scheduler
   if pid_of kube-apiserver >/dev/null && pid_of kubelet >/dev/null && pid_of containerd >/dev/null; then
     # Pods next, through the kubelet: it unmounts their volumes and the runtime calls the
     # CNI plugin's DEL (veth, IP).
@@ -519,9 +528,14 @@ down() {
       sleep 0.2
     done
   fi
+  # A containerd that died (or was killed) with sandboxes left: start it again on its own
+  # state, so that its tasks and the sandboxes' netns can be found and removed.
+  if ! pid_of containerd >/dev/null && [[ -f $STATE/containerd.toml && -d $STATE/containerd ]]; then
+    start containerd "$(command -v containerd)" --config "$STATE/containerd.toml"
+    wait_for containerd 30 ctr_ version || true
+  fi
   record_netns
-  stop kube-proxy
-  stop kubelet
+  stop kube-proxy kubelet
   if pid_of containerd >/dev/null; then
     local id
     for id in $(ctr_ -n k8s.io tasks ls -q 2>/dev/null); do
@@ -534,8 +548,7 @@ down() {
       ctr_ -n k8s.io containers delete "$id" >/dev/null 2>&1 || true
     done
   fi
-  stop kube-apiserver
-  stop containerd
+  stop kube-apiserver containerd
   stop etcd
   # Shims of our containerd that outlived it: they carry our socket's path on their command
   # line.
