@@ -35,10 +35,10 @@ kernel_lab_pkgs=(linux-source-6.12 qemu-system-x86 dwarves bc flex bison libelf-
 # The Kubernetes lab (docs/k8s-lab.md): etcd, the Go toolchain that builds Debian's
 # `kubernetes` source package, Debian's reflect2/json-iterator that replace the vendored ones
 # (the vendored reflect2 1.0.1 faults under Go >= 1.18), the runtime and CNI plugins, busybox
-# for test pods, dpkg-dev for `apt-get source`, iptables and conntrack for kube-proxy, kubectl.
+# for test pods, dpkg-dev for `apt-get source`, iptables and conntrack for kube-proxy.
 k8s_lab_pkgs=(etcd-server etcd-client golang-go containerd runc containernetworking-plugins
   busybox-static golang-github-modern-go-reflect2-dev golang-github-json-iterator-go-dev
-  dpkg-dev iptables conntrack kubectl openssl)
+  dpkg-dev iptables conntrack openssl)
 
 want=("${build_pkgs[@]}" "${bpf_pkgs[@]}" "${fuzz_pkgs[@]}" "${test_pkgs[@]}" "${bench_pkgs[@]}")
 case "${1:-}" in
@@ -56,6 +56,10 @@ done
 # Node.js >= 18 is needed for the HTTP/2 interop client; the CI image ships 20.
 if ! command -v node >/dev/null 2>&1; then
   missing+=(nodejs)
+fi
+# Any kubectl will do (the CI image ships 1.32); Debian's is kubernetes-client (1.20).
+if [[ ${1:-} == k8s-lab ]] && ! command -v kubectl >/dev/null 2>&1; then
+  missing+=(kubernetes-client)
 fi
 
 if [ ${#missing[@]} -eq 0 ]; then
