@@ -118,7 +118,7 @@ for ((i = 0; i < 100; i++)); do
   iptables -w -t nat -S KUBE-SERVICES 2>/dev/null | grep -q -- "-d $vip/32 .*--dport 80 .*-j KUBE-SVC-" && break
   sleep 0.2
 done
-if iptables -w -t nat -S KUBE-SERVICES | grep -q -- "-d $vip/32 .*--dport 80 .*-j KUBE-SVC-"; then
+if iptables -w -t nat -S KUBE-SERVICES 2>/dev/null | grep -q -- "-d $vip/32 .*--dport 80 .*-j KUBE-SVC-"; then
   pass "kube-proxy installed the rule for $vip:80"
 else
   fail "no KUBE-SERVICES rule for $vip:80"
