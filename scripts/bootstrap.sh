@@ -5,6 +5,10 @@
 #                             and tsc from npm: scripts/k8s-tools/install.sh), the netns lab
 #   bootstrap.sh kernel-lab   also the kernel lab: Debian's kernel source and what builds and
 #                             boots it (docs/kernel-lab.md)
+#   bootstrap.sh k8s-lab      also the real-cluster lab: etcd, Go, containerd, runc, the CNI
+#                             plugins, busybox (docs/k8s-lab.md); the `kubernetes` source
+#                             package itself is fetched by scripts/k8s-lab/build-kubernetes.sh
+#                             through a private deb-src list
 set -euo pipefail
 
 # Build toolchain and libraries (design.md §7).
@@ -32,11 +36,20 @@ bench_pkgs=(stunnel4 haproxy gnuplot-nox)
 kernel_lab_pkgs=(linux-source-6.12 qemu-system-x86 dwarves bc flex bison libelf-dev libssl-dev
   cpio xz-utils patch)
 
+# The Kubernetes lab (docs/k8s-lab.md): etcd, the Go toolchain that builds Debian's
+# `kubernetes` source package, Debian's reflect2/json-iterator that replace the vendored ones
+# (the vendored reflect2 1.0.1 faults under Go >= 1.18), the runtime and CNI plugins, busybox
+# for test pods, dpkg-dev for `apt-get source`, iptables and conntrack for kube-proxy.
+k8s_lab_pkgs=(etcd-server etcd-client golang-go containerd runc containernetworking-plugins
+  busybox-static golang-github-modern-go-reflect2-dev golang-github-json-iterator-go-dev
+  dpkg-dev iptables conntrack openssl)
+
 want=("${build_pkgs[@]}" "${bpf_pkgs[@]}" "${fuzz_pkgs[@]}" "${test_pkgs[@]}" "${chart_pkgs[@]}" "${bench_pkgs[@]}")
 case "${1:-}" in
   "") ;;
   kernel-lab) want+=("${kernel_lab_pkgs[@]}") ;;
-  *) echo "usage: $0 [kernel-lab]" >&2; exit 2 ;;
+  k8s-lab) want+=("${k8s_lab_pkgs[@]}") ;;
+  *) echo "usage: $0 [kernel-lab|k8s-lab]" >&2; exit 2 ;;
 esac
 missing=()
 for p in "${want[@]}"; do
@@ -51,6 +64,10 @@ fi
 # npm installs the chart tier's tools; the CI image's Node.js ships it, Debian's does not.
 if ! command -v npm >/dev/null 2>&1; then
   missing+=(npm)
+fi
+# Any kubectl will do (the CI image ships 1.32); Debian's is kubernetes-client (1.20).
+if [[ ${1:-} == k8s-lab ]] && ! command -v kubectl >/dev/null 2>&1; then
+  missing+=(kubernetes-client)
 fi
 
 if [ ${#missing[@]} -eq 0 ]; then
