@@ -202,6 +202,7 @@ absl::StatusOr<std::unique_ptr<Datapath>> Datapath::create(const config::Config&
 }
 
 Datapath::~Datapath() {
+  while (!managed_neighbours_.empty()) forgetNeighbour(managed_neighbours_.begin()->first);
   bool keep = cfg_.failure_mode == config::FailureMode::kClosed;
   for (auto& [ip, pod] : pods_) {
     if (keep) {
@@ -217,9 +218,18 @@ Datapath::~Datapath() {
   if (skel_) ferry_datapath__destroy(skel_);
 }
 
+void Datapath::forgetNeighbour(uint32_t ip) {
+  auto it = managed_neighbours_.find(ip);
+  if (it == managed_neighbours_.end()) return;
+  (void)deleteNeighbour(ip, it->second);  // gone with its bridge already: nothing to do
+  managed_neighbours_.erase(it);
+}
+
 absl::StatusOr<std::string> Datapath::deviceOf(uint32_t ip, const workloads::Workload& w) {
   if (!w.host_interface.empty()) return w.host_interface;
-  auto found = findPodInterface(ip);
+  int managed_bridge = 0;
+  auto found = findPodInterface(ip, &managed_bridge);
+  if (managed_bridge != 0) managed_neighbours_[ip] = managed_bridge;
   if (!found.ok()) return found.status();
   auto [it, fresh] = found_how_.try_emplace(ip, found->how);
   if (fresh || it->second != found->how) {
@@ -311,6 +321,7 @@ void Datapath::release(uint32_t ip) {
   bpf_map__delete_elem(skel_->maps.ferry_pods, &ip, sizeof(ip), 0);
   bpf_map__delete_elem(skel_->maps.ferry_pod_netns, &ip, sizeof(ip), 0);
   found_how_.erase(ip);
+  forgetNeighbour(ip);
   if (it == pods_.end()) return;
   FERRY_LOG(kInfo, "datapath: released %s", it->second.ifname);
   pods_.erase(it);  // the Attachments detach

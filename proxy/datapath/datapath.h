@@ -91,6 +91,10 @@ class Datapath : private PodSteering {
   ferry_datapath* skel_ = nullptr;
   // How each discovered pod device was found ("route", "bridge cni0"): logged when it changes.
   absl::flat_hash_map<uint32_t, std::string> found_how_;
+  // Managed neighbour entries ferryd asked for (findPodInterface), by pod IP: the bridge.
+  // Removed when the pod is released or ferryd stops, so no entry keeps probing a gone IP.
+  absl::flat_hash_map<uint32_t, int> managed_neighbours_;
+  void forgetNeighbour(uint32_t ip);
   KernelFeatures features_;
   InjectionChoice injection_;
   std::string pin_dir_;

@@ -49,7 +49,9 @@ void PodSync::reconcile(uint32_t ip, const workloads::Registry& registry) {
     it = pods_.end();
   }
   if (!want_pod) {
-    failed_.erase(ip);
+    // A pod that leaves while its enrolment kept failing may have left something behind
+    // in the kernel (a neighbour entry asked for while looking for its device).
+    if (failed_.erase(ip) > 0) kernel_.release(ip);
     return;
   }
   uint32_t flags = podFlags(*w);
