@@ -353,10 +353,7 @@ absl::Status Datapath::setFlags(uint32_t ip, uint32_t flags) {
   if (bpf_map__update_elem(skel_->maps.ferry_pods, &ip, sizeof(ip), &value, sizeof(value), BPF_EXIST) != 0) {
     return absl::InternalError(absl::StrCat("ferry_pods update: ", strerror(errno)));
   }
-  if (auto it = pods_.find(ip); it != pods_.end()) {
-    it->second.flags = flags;
-    FERRY_LOG(kInfo, "datapath: %s is now %s", it->second.ifname, (flags & FERRY_POD_STRICT) ? "STRICT" : "PERMISSIVE");
-  }
+  if (auto it = pods_.find(ip); it != pods_.end()) it->second.flags = flags;
   return absl::OkStatus();
 }
 

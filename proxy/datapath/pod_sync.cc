@@ -74,6 +74,7 @@ void PodSync::reconcile(uint32_t ip, const workloads::Registry& registry) {
       return;
     }
     it->second.flags = flags;
+    FERRY_LOG(kInfo, "datapath: %s is now %s", w->displayName(), (flags & FERRY_POD_STRICT) ? "STRICT" : "PERMISSIVE");
   }
 }
 

@@ -112,7 +112,8 @@ Store::Result Store::apply(std::vector<Update> updates) {
     const std::string& key = p.update->key;
     WorkloadPtr after;
     if (p.update->workload) {
-      std::string conflict;
+      // A workload without an address could never be found; a source must not send one.
+      std::string conflict = p.update->workload->ips.empty() ? absl::StrCat(key, ": has no IP address") : "";
       for (const auto& ip : p.update->workload->ips) {
         if (const WorkloadPtr* owner = ownerOf(ip)) {
           conflict = absl::StrCat(key, ": ", ip.to_string(), " is already used by ", (*owner)->displayName());

@@ -103,7 +103,8 @@ class Store {
   };
   // Applies the updates in order and publishes once (nothing when nothing changed: an
   // update equal to what is there is no change). An update that would take an IP another
-  // workload holds is refused, counted and reported; the rest of the batch applies.
+  // workload holds, or has no IP, is refused (the workload stays as it was), counted and
+  // reported; the rest of the batch applies.
   Result apply(std::vector<Update> updates);
   // Makes the registry exactly `all` (a full state: the file, a Kubernetes list), as the
   // smallest batch of updates that gets there.

@@ -21,7 +21,11 @@ Pool& pool() {
 }
 
 const std::string* emptyString() {
-  static const std::string* empty = &*pool().strings.emplace("").first;
+  static const std::string* empty = [] {
+    Pool& p = pool();
+    std::lock_guard lock(p.mu);
+    return &*p.strings.emplace("").first;
+  }();
   return empty;
 }
 

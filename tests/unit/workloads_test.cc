@@ -427,6 +427,15 @@ TEST_F(StoreTest, RefusesAnIpAnotherWorkloadHoldsAndAppliesTheRest) {
   EXPECT_NE(store_.current()->findByIp(ip("10.0.0.3")), nullptr);
 }
 
+TEST_F(StoreTest, RefusesAWorkloadWithoutAnIp) {
+  Workload w = pod("a", "n1", "10.0.0.1");
+  w.ips.clear();
+  auto result = store_.apply({upsert(std::move(w))});
+  ASSERT_EQ(result.rejected.size(), 1u);
+  EXPECT_THAT(result.rejected[0], HasSubstr("default/a: has no IP address"));
+  EXPECT_EQ(store_.current()->size(), 0u);
+}
+
 TEST_F(StoreTest, WorkloadsOfOneBatchMaySwapAddresses) {
   store_.replaceAll({pod("a", "n1", "10.0.0.1"), pod("b", "n2", "10.0.0.2")});
   auto result = store_.replaceAll({pod("a", "n1", "10.0.0.2"), pod("b", "n2", "10.0.0.1")});
