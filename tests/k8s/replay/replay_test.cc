@@ -726,6 +726,26 @@ TEST_F(ReplayTest, StateKeepsServingWhileItsAgeGrows) {
   EXPECT_NE(text.find("ferry_k8s_lists_total{resource=\"pods\"} 1"), std::string::npos);
 }
 
+// A server that accepts and never answers: the request times out, backs off, and the next
+// attempt (the recorded list) succeeds.
+TEST_F(ReplayTest, ServerThatNeverAnswersTimesOutAndIsRetried) {
+  LOAD_OR_SKIP(c, "pods-list-watch");
+  options_.request_timeout = 300ms;
+  Reply silent;
+  silent.hang = true;
+  std::vector<Reply> replies{silent};
+  for (const auto& p : pagesOf(c)) replies.push_back(replay::verbatim(p));
+  script(replies);
+  start();
+  Store<Pod> pods;
+  Informer& inf = client_->pods(pods);
+  client_->start();
+  ASSERT_TRUE(runUntil([&] { return inf.synced(); }));
+  EXPECT_EQ(inf.metrics().error(ErrorReason::kTimeout), 1u);
+  EXPECT_EQ(clock_->sleeps.size(), 1u);
+  EXPECT_EQ(pods.state.size(), itemCount(pagesOf(c)));
+}
+
 // stop() closes the open watch at once; the client can then be destroyed while the
 // io_context still runs (ferryd's control thread outlives it).
 TEST_F(ReplayTest, StopEndsTheOpenWatchAndTheClientCanGo) {
