@@ -189,6 +189,15 @@ class ReplayTest : public ::testing::Test {
   }
   void script(std::vector<Reply> replies) { server_.respond(scripted(std::move(replies))); }
   void expectImmediateRelist(const std::vector<Recorded>& c, Reply watch);
+  // Scripts the server, makes the client with one informer and starts it.
+  template <class T>
+  Informer& startWith(std::vector<Reply> replies, Informer& (ApiClient::*make)(Handler<T>&), Handler<T>& handler) {
+    script(std::move(replies));
+    start();
+    Informer& inf = (client_.get()->*make)(handler);
+    client_->start();
+    return inf;
+  }
   // Runs the io_context until `done` holds (false after 20 s: a failure, never a timing).
   bool runUntil(const std::function<bool()>& done) {
     auto deadline = std::chrono::steady_clock::now() + 20s;
@@ -227,11 +236,8 @@ TEST_F(ReplayTest, ListsEveryPageThenFollowsTheWatchFromTheListsVersion) {
   LOAD_OR_SKIP(c, "pods-list-watch");
   auto pages = pagesOf(c);
   WatchFacts facts = factsOf(c.back());
-  script(verbatimAll(c));
-  start();
   Store<Pod> pods;
-  Informer& inf = client_->pods(pods);
-  client_->start();
+  Informer& inf = startWith(verbatimAll(c), &ApiClient::pods, pods);
   // The watch ended by its timeoutSeconds and the next one is open (hanging).
   ASSERT_TRUE(runUntil([&] { return inf.metrics().watch_closes == 1 && requests() == c.size() + 1; }));
 
@@ -303,11 +309,8 @@ void ReplayTest::expectImmediateRelist(const std::vector<Recorded>& c, Reply wat
   std::vector<Reply> replies = verbatimAll(pages);
   replies.push_back(std::move(watch));
   for (const auto& p : pages) replies.push_back(replay::verbatim(p));
-  script(replies);
-  start();
   Store<Pod> pods;
-  Informer& inf = client_->pods(pods);
-  client_->start();
+  Informer& inf = startWith(replies, &ApiClient::pods, pods);
   ASSERT_TRUE(runUntil([&] { return requests() == 2 * pages.size() + 2; }));
   EXPECT_EQ(inf.metrics().relists, 1u);
   EXPECT_EQ(inf.metrics().error(ErrorReason::kGone), 1u);
@@ -344,11 +347,8 @@ TEST_F(ReplayTest, ExpiredContinueTokenRestartsTheListFromScratch) {
   // Page 1 of the compacted list, its continue token answered 410, then a whole list.
   std::vector<Reply> replies{replay::verbatim(e[0]), replay::verbatim(e[1])};
   for (const auto& p : pages) replies.push_back(replay::verbatim(p));
-  script(replies);
-  start();
   Store<Pod> pods;
-  Informer& inf = client_->pods(pods);
-  client_->start();
+  Informer& inf = startWith(replies, &ApiClient::pods, pods);
   ASSERT_TRUE(runUntil([&] { return inf.synced() && requests() == pages.size() + 3; }));
   EXPECT_NE(request(1).param("continue"), "");
   EXPECT_EQ(request(2).param("continue"), "") << "the list restarts, not continues";
@@ -361,11 +361,8 @@ TEST_F(ReplayTest, ExpiredContinueTokenRestartsTheListFromScratch) {
 TEST_F(ReplayTest, TimeoutSecondsCloseRewatchesFromTheSameVersionWithoutBackoff) {
   LOAD_OR_SKIP(c, "namespaces-list-quiet-watch");
   WatchFacts facts = factsOf(c[1]);
-  script(verbatimAll(c));
-  start();
   Store<Namespace> namespaces;
-  Informer& inf = client_->namespaces(namespaces);
-  client_->start();
+  Informer& inf = startWith(verbatimAll(c), &ApiClient::namespaces, namespaces);
   ASSERT_TRUE(runUntil([&] { return requests() == 3; }));
   EXPECT_EQ(inf.metrics().watch_closes, 1u);
   EXPECT_EQ(facts.changes, 0);
@@ -404,11 +401,8 @@ TEST_F(ReplayTest, ConnectionCutMidEventKeepsOnlyWholeEvents) {
   cut.cut = true;
   std::vector<Reply> replies = verbatimAll(pages);
   replies.push_back(cut);
-  script(replies);
-  start();
   Store<Pod> pods;
-  Informer& inf = client_->pods(pods);
-  client_->start();
+  Informer& inf = startWith(replies, &ApiClient::pods, pods);
   ASSERT_TRUE(runUntil([&] { return requests() == pages.size() + 2; }));
   EXPECT_EQ(inf.metrics().error(ErrorReason::kStreamCut), 1u);
   EXPECT_EQ(inf.metrics().events, 1u) << "the half event is not applied";
@@ -430,11 +424,8 @@ TEST_F(ReplayTest, SlowChunksAreAssembledIntoEvents) {
   slow.gap = 20ms;
   std::vector<Reply> replies = verbatimAll(pages);
   replies.push_back(slow);
-  script(replies);
-  start();
   Store<Pod> pods;
-  Informer& inf = client_->pods(pods);
-  client_->start();
+  Informer& inf = startWith(replies, &ApiClient::pods, pods);
   ASSERT_TRUE(runUntil([&] { return inf.metrics().watch_closes == 1; }));
   EXPECT_EQ(inf.metrics().events, static_cast<uint64_t>(factsOf(c.back()).changes));
   EXPECT_EQ(inf.metrics().bad_objects, 0u);
@@ -451,11 +442,8 @@ TEST_F(ReplayTest, RetryAfterIsHonouredOn429And500) {
                              replay::withStatus(u[0], 500, "Internal Server Error", "Retry-After: 3\r\n"),
                              replay::withStatus(u[0], 503, "Service Unavailable", "")};
   for (const auto& p : pages) replies.push_back(replay::verbatim(p));
-  script(replies);
-  start();
   Store<Pod> pods;
-  Informer& inf = client_->pods(pods);
-  client_->start();
+  Informer& inf = startWith(replies, &ApiClient::pods, pods);
   ASSERT_TRUE(runUntil([&] { return inf.synced(); }));
   EXPECT_EQ(inf.metrics().error(ErrorReason::kTooManyRequests), 1u);
   EXPECT_EQ(inf.metrics().error(ErrorReason::kServerError), 2u);
@@ -482,11 +470,8 @@ TEST_F(ReplayTest, BadJsonInAWatchDropsTheStreamAndResumesFromTheLastEvent) {
   }
   std::vector<Reply> replies = verbatimAll(pages);
   replies.push_back(replay::rechunked(c.back(), chunks));
-  script(replies);
-  start();
   Store<Pod> pods;
-  Informer& inf = client_->pods(pods);
-  client_->start();
+  Informer& inf = startWith(replies, &ApiClient::pods, pods);
   ASSERT_TRUE(runUntil([&] { return requests() == pages.size() + 2; }));
   EXPECT_EQ(inf.metrics().error(ErrorReason::kBadJson), 1u);
   EXPECT_EQ(inf.metrics().events, 1u);
@@ -587,11 +572,8 @@ TEST_F(ReplayTest, MalformedObjectIsSkippedNeverHalfApplied) {
   }
   std::vector<Reply> replies = verbatimAll(pages);
   replies.push_back(replay::rechunked(c.back(), chunks));
-  script(replies);
-  start();
   Store<Pod> pods;
-  Informer& inf = client_->pods(pods);
-  client_->start();
+  Informer& inf = startWith(replies, &ApiClient::pods, pods);
   ASSERT_TRUE(runUntil([&] { return inf.metrics().watch_closes == 1; }));
   EXPECT_EQ(inf.metrics().bad_objects, 2u);
   // fy-a kept its state from before the broken event: labels and IPs as listed.
@@ -627,11 +609,8 @@ TEST_F(ReplayTest, UnknownFieldsAreIgnored) {
 TEST_F(ReplayTest, EndpointSlicesFallBackToV1beta1WhereV1IsNotServed) {
   LOAD_OR_SKIP(c, "endpointslices-v1beta1");
   ASSERT_EQ(c[0].status, 404);
-  script(verbatimAll(c));
-  start();
   Store<EndpointSlice> slices;
-  Informer& inf = client_->endpointSlices(slices);
-  client_->start();
+  Informer& inf = startWith(verbatimAll(c), &ApiClient::endpointSlices, slices);
   ASSERT_TRUE(runUntil([&] { return requests() == 4; }));
   EXPECT_EQ(request(0).path(), "/apis/discovery.k8s.io/v1/endpointslices");
   EXPECT_EQ(request(1).path(), "/apis/discovery.k8s.io/v1beta1/endpointslices");
@@ -659,11 +638,8 @@ TEST_F(ReplayTest, EndpointSlicesFallBackToV1beta1WhereV1IsNotServed) {
 
 TEST_F(ReplayTest, ServicesKeepClusterIpsAndNamedTargetPorts) {
   LOAD_OR_SKIP(c, "services-list-watch");
-  script(verbatimAll(c));
-  start();
   Store<Service> services;
-  Informer& inf = client_->services(services);
-  client_->start();
+  Informer& inf = startWith(verbatimAll(c), &ApiClient::services, services);
   ASSERT_TRUE(runUntil([&] { return inf.metrics().watch_closes == 1; }));
   const Service* echo = services.find("fy-replay/fy-echo");
   ASSERT_NE(echo, nullptr);
@@ -702,11 +678,8 @@ TEST_F(ReplayTest, StateKeepsServingWhileItsAgeGrows) {
   auto pages = pagesOf(c);
   std::vector<Reply> replies = verbatimAll(pages);
   for (int i = 0; i < 5; ++i) replies.push_back(replay::withStatus(u[0], 500, "Internal Server Error", ""));
-  script(replies);
-  start();
   Store<Pod> pods;
-  Informer& inf = client_->pods(pods);
-  client_->start();
+  Informer& inf = startWith(replies, &ApiClient::pods, pods);
   ASSERT_TRUE(runUntil([&] { return requests() == pages.size() + 6; }));
   EXPECT_EQ(inf.metrics().error(ErrorReason::kServerError), 5u);
   EXPECT_EQ(pods.replaces, 1);
@@ -735,11 +708,8 @@ TEST_F(ReplayTest, ServerThatNeverAnswersTimesOutAndIsRetried) {
   silent.hang = true;
   std::vector<Reply> replies{silent};
   for (const auto& p : pagesOf(c)) replies.push_back(replay::verbatim(p));
-  script(replies);
-  start();
   Store<Pod> pods;
-  Informer& inf = client_->pods(pods);
-  client_->start();
+  Informer& inf = startWith(replies, &ApiClient::pods, pods);
   ASSERT_TRUE(runUntil([&] { return inf.synced(); }));
   EXPECT_EQ(inf.metrics().error(ErrorReason::kTimeout), 1u);
   EXPECT_EQ(clock_->sleeps.size(), 1u);
@@ -753,11 +723,8 @@ TEST_F(ReplayTest, StopEndsTheOpenWatchAndTheClientCanGo) {
   auto pages = pagesOf(c);
   std::vector<Reply> replies = verbatimAll(pages);
   replies.push_back(replay::headerThenSilence(c.back()));
-  script(replies);
-  start();
   Store<Pod> pods;
-  Informer& inf = client_->pods(pods);
-  client_->start();
+  Informer& inf = startWith(replies, &ApiClient::pods, pods);
   ASSERT_TRUE(runUntil([&] { return inf.metrics().watches == 1; }));
   client_->stop();
   client_.reset();
