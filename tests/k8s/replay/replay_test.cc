@@ -28,10 +28,12 @@ using namespace std::chrono_literals;
 using replay::Recorded;
 using replay::Reply;
 
-#define LOAD_OR_SKIP(var, name)                                                                  \
+// The recordings are committed: a missing one is a broken checkout, not a reason to skip.
+#define LOAD_FIXTURE(var, name)                                                                  \
   auto var = replay::loadCase(name);                                                             \
   if (var.empty()) {                                                                             \
-    GTEST_SKIP() << "fixture " << name << " is not recorded yet: tests/k8s/replay/README.md";    \
+    FAIL() << "fixture " << name << " missing under " << replay::fixtureDir()                    \
+           << " (tests/k8s/replay/README.md says how to record it)";                             \
   }
 
 // Time that moves only when the client sleeps: back-off is checked without waiting for it.
@@ -211,6 +213,9 @@ class ReplayTest : public ::testing::Test {
   size_t requests() const { return server_.requests().size(); }
   const replay::Request& request(size_t i) const { return server_.requests().at(i); }
   void TearDown() override {
+    // Requests still on their way (a re-watch) must not reach a responder that captured the
+    // test's locals by reference.
+    server_.respond(nullptr);
     if (client_) client_->stop();
     io_.restart();
     io_.run_for(20ms);
@@ -233,7 +238,7 @@ std::vector<Reply> verbatimAll(const std::vector<Recorded>& rs) {
 }
 
 TEST_F(ReplayTest, ListsEveryPageThenFollowsTheWatchFromTheListsVersion) {
-  LOAD_OR_SKIP(c, "pods-list-watch");
+  LOAD_FIXTURE(c, "pods-list-watch");
   auto pages = pagesOf(c);
   WatchFacts facts = factsOf(c.back());
   Store<Pod> pods;
@@ -287,7 +292,7 @@ TEST_F(ReplayTest, ListsEveryPageThenFollowsTheWatchFromTheListsVersion) {
 // Derived: the recorded watch body re-framed (a) 7 bytes per chunk, so that every event is
 // split over many chunks, and (b) as one chunk holding every event. Same state either way.
 TEST_F(ReplayTest, EventsSplitAcrossChunksOrSharingOneGiveTheSameState) {
-  LOAD_OR_SKIP(c, "pods-list-watch");
+  LOAD_FIXTURE(c, "pods-list-watch");
   std::string expected;
   for (int variant = 0; variant < 3; ++variant) {
     std::vector<Reply> replies = verbatimAll(pagesOf(c));
@@ -323,8 +328,8 @@ void ReplayTest::expectImmediateRelist(const std::vector<Recorded>& c, Reply wat
 }
 
 TEST_F(ReplayTest, WatchErrorGoneInsideA200Relists) {
-  LOAD_OR_SKIP(c, "pods-list-watch");
-  LOAD_OR_SKIP(expired, "pods-watch-expired");
+  LOAD_FIXTURE(c, "pods-list-watch");
+  LOAD_FIXTURE(expired, "pods-watch-expired");
   ASSERT_EQ(expired[0].status, 200);
   ASSERT_EQ(factsOf(expired[0]).errors, 1);
   expectImmediateRelist(c, replay::verbatim(expired[0]));  // 200, then ERROR 410
@@ -333,15 +338,15 @@ TEST_F(ReplayTest, WatchErrorGoneInsideA200Relists) {
 // The recorded 410 Gone (an expired continue token's answer) given to a WATCH request:
 // same rule as the ERROR event.
 TEST_F(ReplayTest, WatchAnswered410GoneRelists) {
-  LOAD_OR_SKIP(c, "pods-list-watch");
-  LOAD_OR_SKIP(e, "pods-list-expired-continue");
+  LOAD_FIXTURE(c, "pods-list-watch");
+  LOAD_FIXTURE(e, "pods-list-expired-continue");
   ASSERT_EQ(e[1].status, 410);
   expectImmediateRelist(c, replay::verbatim(e[1]));
 }
 
 TEST_F(ReplayTest, ExpiredContinueTokenRestartsTheListFromScratch) {
-  LOAD_OR_SKIP(c, "pods-list-watch");
-  LOAD_OR_SKIP(e, "pods-list-expired-continue");
+  LOAD_FIXTURE(c, "pods-list-watch");
+  LOAD_FIXTURE(e, "pods-list-expired-continue");
   ASSERT_EQ(e[1].status, 410);
   auto pages = pagesOf(c);
   // Page 1 of the compacted list, its continue token answered 410, then a whole list.
@@ -359,7 +364,7 @@ TEST_F(ReplayTest, ExpiredContinueTokenRestartsTheListFromScratch) {
 }
 
 TEST_F(ReplayTest, TimeoutSecondsCloseRewatchesFromTheSameVersionWithoutBackoff) {
-  LOAD_OR_SKIP(c, "namespaces-list-quiet-watch");
+  LOAD_FIXTURE(c, "namespaces-list-quiet-watch");
   WatchFacts facts = factsOf(c[1]);
   Store<Namespace> namespaces;
   Informer& inf = startWith(verbatimAll(c), &ApiClient::namespaces, namespaces);
@@ -377,7 +382,7 @@ TEST_F(ReplayTest, TimeoutSecondsCloseRewatchesFromTheSameVersionWithoutBackoff)
 // Derived: the recorded watch response truncated in the middle of its second change event,
 // then the TCP connection dropped without a TLS close.
 TEST_F(ReplayTest, ConnectionCutMidEventKeepsOnlyWholeEvents) {
-  LOAD_OR_SKIP(c, "pods-list-watch");
+  LOAD_FIXTURE(c, "pods-list-watch");
   auto pages = pagesOf(c);
   auto lines = c.back().lines();
   WatchFacts facts = factsOf(c.back());
@@ -417,7 +422,7 @@ TEST_F(ReplayTest, ConnectionCutMidEventKeepsOnlyWholeEvents) {
 
 // Derived: one chunk per recorded event, each written in two halves, 20 ms apart.
 TEST_F(ReplayTest, SlowChunksAreAssembledIntoEvents) {
-  LOAD_OR_SKIP(c, "pods-list-watch");
+  LOAD_FIXTURE(c, "pods-list-watch");
   auto pages = pagesOf(c);
   Reply slow = replay::rechunked(c.back(), c.back().lines());
   for (size_t i = 0; i < 40 && i * 50 < slow.bytes.size(); ++i) slow.segments.push_back(50);
@@ -435,8 +440,8 @@ TEST_F(ReplayTest, SlowChunksAreAssembledIntoEvents) {
 // Derived: a recorded error response (the 401's Status body) under a 429 and a 500 status
 // line with Retry-After; the real server sends these under overload, not on demand.
 TEST_F(ReplayTest, RetryAfterIsHonouredOn429And500) {
-  LOAD_OR_SKIP(c, "pods-list-watch");
-  LOAD_OR_SKIP(u, "unauthorized");
+  LOAD_FIXTURE(c, "pods-list-watch");
+  LOAD_FIXTURE(u, "unauthorized");
   auto pages = pagesOf(c);
   std::vector<Reply> replies{replay::withStatus(u[0], 429, "Too Many Requests", "Retry-After: 7\r\n"),
                              replay::withStatus(u[0], 500, "Internal Server Error", "Retry-After: 3\r\n"),
@@ -458,7 +463,7 @@ TEST_F(ReplayTest, RetryAfterIsHonouredOn429And500) {
 
 // Derived: bytes that are not JSON between two recorded events.
 TEST_F(ReplayTest, BadJsonInAWatchDropsTheStreamAndResumesFromTheLastEvent) {
-  LOAD_OR_SKIP(c, "pods-list-watch");
+  LOAD_FIXTURE(c, "pods-list-watch");
   auto pages = pagesOf(c);
   auto lines = c.back().lines();
   WatchFacts facts = factsOf(c.back());
@@ -483,8 +488,8 @@ TEST_F(ReplayTest, BadJsonInAWatchDropsTheStreamAndResumesFromTheLastEvent) {
 // sends the rotated token. The file is rewritten in place with the same size and mtime, so
 // only the 401 can tell the client to read it again.
 TEST_F(ReplayTest, RotatedTokenIsReReadAfter401AndTheRequestRetriedOnce) {
-  LOAD_OR_SKIP(c, "pods-list-watch");
-  LOAD_OR_SKIP(u, "unauthorized");
+  LOAD_FIXTURE(c, "pods-list-watch");
+  LOAD_FIXTURE(u, "unauthorized");
   ASSERT_EQ(u[0].status, 401);
   auto pages = pagesOf(c);
   std::string dir = ::testing::TempDir();
@@ -521,7 +526,7 @@ TEST_F(ReplayTest, RotatedTokenIsReReadAfter401AndTheRequestRetriedOnce) {
 }
 
 TEST_F(ReplayTest, TokenThatStaysRefusedIsAnErrorWithBackoff) {
-  LOAD_OR_SKIP(u, "unauthorized");
+  LOAD_FIXTURE(u, "unauthorized");
   script({replay::verbatim(u[0]), replay::verbatim(u[0])});
   std::string token_file = ::testing::TempDir() + "/fy-replay-token-refused";
   { std::ofstream(token_file) << "fy-token-1\n"; }
@@ -548,7 +553,7 @@ std::string mutateObject(const std::string& line, const std::function<void(json:
 }
 
 TEST_F(ReplayTest, MalformedObjectIsSkippedNeverHalfApplied) {
-  LOAD_OR_SKIP(c, "pods-list-watch");
+  LOAD_FIXTURE(c, "pods-list-watch");
   auto pages = pagesOf(c);
   std::vector<std::string> chunks;
   std::string broken_key;
@@ -585,7 +590,7 @@ TEST_F(ReplayTest, MalformedObjectIsSkippedNeverHalfApplied) {
 }
 
 TEST_F(ReplayTest, UnknownFieldsAreIgnored) {
-  LOAD_OR_SKIP(c, "pods-list-watch");
+  LOAD_FIXTURE(c, "pods-list-watch");
   auto pages = pagesOf(c);
   std::vector<std::string> chunks;
   for (const auto& line : c.back().lines()) {
@@ -607,7 +612,7 @@ TEST_F(ReplayTest, UnknownFieldsAreIgnored) {
 }
 
 TEST_F(ReplayTest, EndpointSlicesFallBackToV1beta1WhereV1IsNotServed) {
-  LOAD_OR_SKIP(c, "endpointslices-v1beta1");
+  LOAD_FIXTURE(c, "endpointslices-v1beta1");
   ASSERT_EQ(c[0].status, 404);
   Store<EndpointSlice> slices;
   Informer& inf = startWith(verbatimAll(c), &ApiClient::endpointSlices, slices);
@@ -637,7 +642,7 @@ TEST_F(ReplayTest, EndpointSlicesFallBackToV1beta1WhereV1IsNotServed) {
 }
 
 TEST_F(ReplayTest, ServicesKeepClusterIpsAndNamedTargetPorts) {
-  LOAD_OR_SKIP(c, "services-list-watch");
+  LOAD_FIXTURE(c, "services-list-watch");
   Store<Service> services;
   Informer& inf = startWith(verbatimAll(c), &ApiClient::services, services);
   ASSERT_TRUE(runUntil([&] { return inf.metrics().watch_closes == 1; }));
@@ -656,7 +661,7 @@ TEST_F(ReplayTest, ServicesKeepClusterIpsAndNamedTargetPorts) {
 
 // Derived: the recorded watch's header, then nothing at all.
 TEST_F(ReplayTest, SilentWatchIsReplaced) {
-  LOAD_OR_SKIP(c, "namespaces-list-quiet-watch");
+  LOAD_FIXTURE(c, "namespaces-list-quiet-watch");
   options_.watch_timeout = 1s;
   options_.silence_deadline = 1500ms;
   script({replay::verbatim(c[0]), replay::headerThenSilence(c[1])});
@@ -673,8 +678,8 @@ TEST_F(ReplayTest, SilentWatchIsReplaced) {
 // Derived: the list, then 500s (the recorded 401 body under a 500 line) for every watch.
 // The state keeps serving; only its age grows, for readiness to judge.
 TEST_F(ReplayTest, StateKeepsServingWhileItsAgeGrows) {
-  LOAD_OR_SKIP(c, "pods-list-watch");
-  LOAD_OR_SKIP(u, "unauthorized");
+  LOAD_FIXTURE(c, "pods-list-watch");
+  LOAD_FIXTURE(u, "unauthorized");
   auto pages = pagesOf(c);
   std::vector<Reply> replies = verbatimAll(pages);
   for (int i = 0; i < 5; ++i) replies.push_back(replay::withStatus(u[0], 500, "Internal Server Error", ""));
@@ -702,7 +707,7 @@ TEST_F(ReplayTest, StateKeepsServingWhileItsAgeGrows) {
 // A server that accepts and never answers: the request times out, backs off, and the next
 // attempt (the recorded list) succeeds.
 TEST_F(ReplayTest, ServerThatNeverAnswersTimesOutAndIsRetried) {
-  LOAD_OR_SKIP(c, "pods-list-watch");
+  LOAD_FIXTURE(c, "pods-list-watch");
   options_.request_timeout = 300ms;
   Reply silent;
   silent.hang = true;
@@ -719,7 +724,7 @@ TEST_F(ReplayTest, ServerThatNeverAnswersTimesOutAndIsRetried) {
 // stop() closes the open watch at once; the client can then be destroyed while the
 // io_context still runs (ferryd's control thread outlives it).
 TEST_F(ReplayTest, StopEndsTheOpenWatchAndTheClientCanGo) {
-  LOAD_OR_SKIP(c, "pods-list-watch");
+  LOAD_FIXTURE(c, "pods-list-watch");
   auto pages = pagesOf(c);
   std::vector<Reply> replies = verbatimAll(pages);
   replies.push_back(replay::headerThenSilence(c.back()));
