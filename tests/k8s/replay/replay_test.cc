@@ -250,6 +250,7 @@ TEST_F(ReplayTest, ListsEveryPageThenFollowsTheWatchFromTheListsVersion) {
   EXPECT_EQ(inf.metrics().list_pages, pages.size());
   EXPECT_EQ(inf.metrics().lists, 1u);
   ASSERT_GT(pages.size(), 1u) << "the recording should hold several pages";
+  ASSERT_GE(facts.bookmarks, 1) << "the recording should hold a BOOKMARK";
   EXPECT_EQ(request(0).param("continue"), "");
   for (size_t i = 1; i < pages.size(); ++i) EXPECT_NE(request(i).param("continue"), "") << i;
   // The watch starts from the list's resourceVersion, with bookmarks.
@@ -719,6 +720,40 @@ TEST_F(ReplayTest, ServerThatNeverAnswersTimesOutAndIsRetried) {
   EXPECT_EQ(inf.metrics().error(ErrorReason::kTimeout), 1u);
   EXPECT_EQ(clock_->sleeps.size(), 1u);
   EXPECT_EQ(pods.state.size(), itemCount(pagesOf(c)));
+}
+
+// The API server's certificate is checked: against the CA given (another CA: no request is
+// ever sent), and against the host dialled (here the DNS name localhost, in its SAN).
+TEST_F(ReplayTest, ServerCertificateIsVerifiedAgainstTheCaAndTheHost) {
+  LOAD_FIXTURE(c, "pods-list-watch");
+  {
+    asio::io_context io;
+    replay::ReplayServer other(io);  // a second self-signed certificate: the wrong CA
+    ClusterAccess access;
+    access.server = server_.url();
+    access.ca_pem = other.caPem();
+    auto client = ApiClient::create(io_, access, options_, std::make_unique<FakeClock>(io_));
+    ASSERT_TRUE(client.ok());
+    Store<Pod> pods;
+    Informer& inf = (*client)->pods(pods);
+    (*client)->start();
+    ASSERT_TRUE(runUntil([&] { return inf.metrics().error(ErrorReason::kConnect) >= 1; }));
+    EXPECT_FALSE(inf.synced());
+    EXPECT_EQ(requests(), 0u) << "nothing is sent to a server that failed verification";
+    (*client)->stop();
+  }
+  Store<Pod> pods;
+  script(verbatimAll(pagesOf(c)));
+  ClusterAccess access;
+  std::string url = server_.url();
+  access.server = "https://localhost" + url.substr(url.rfind(':'));
+  access.ca_pem = server_.caPem();
+  auto client = ApiClient::create(io_, access, options_, std::make_unique<FakeClock>(io_));
+  ASSERT_TRUE(client.ok());
+  Informer& inf = (*client)->pods(pods);
+  (*client)->start();
+  ASSERT_TRUE(runUntil([&] { return inf.synced(); }));
+  (*client)->stop();
 }
 
 // stop() closes the open watch at once; the client can then be destroyed while the
