@@ -245,6 +245,12 @@ class InformerCore : public Informer, public std::enable_shared_from_this<Inform
   asio::awaitable<void> sleepFor(Millis delay);
   Outcome fail(ErrorReason reason, std::string message, Millis retry_after = Millis{0});
   void markGood() { last_good_ = client_.clock->now(); }
+  // Counts a malformed object or event; the log line is rate limited (a broken controller
+  // can write thousands of bad objects), the counter is not.
+  void skipped(const std::string& what) {
+    metrics_.bad_objects.fetch_add(1, std::memory_order_relaxed);
+    if (bad_log_.allow()) FERRY_LOG(kWarn, "k8s %s: skipping %s", resource_, what);
+  }
   const std::string& path() const { return paths_[path_index_]; }
 
   ApiClient::Impl& client_;
@@ -261,6 +267,8 @@ class InformerCore : public Informer, public std::enable_shared_from_this<Inform
   std::string resource_version_;
   int backoff_attempt_ = 0;
   HttpStream* current_ = nullptr;  // the open request, closed by stop()
+  // 20 lines at once, then one per second.
+  common::LogLimiter bad_log_{20, std::chrono::seconds(1)};
 };
 
 Outcome InformerCore::fail(ErrorReason reason, std::string message, Millis retry_after) {
@@ -453,8 +461,7 @@ asio::awaitable<Outcome> InformerCore::listPage(std::string& cont, bool& more) {
   if (items != nullptr && items->is_array()) {
     for (const json::value& item : items->get_array()) {
       if (absl::Status st = listItem(item); !st.ok()) {
-        metrics_.bad_objects.fetch_add(1, std::memory_order_relaxed);
-        FERRY_LOG(kWarn, "k8s %s: skipping a malformed object in a list: %s", resource_, st.message());
+        skipped(absl::StrCat("a malformed object in a list: ", st.message()));
       }
     }
   }
@@ -539,8 +546,7 @@ Outcome InformerCore::handleEvent(const json::value& ev) {
   const json::value* object = e ? e->if_contains("object") : nullptr;
   std::string_view t = (type && type->is_string()) ? std::string_view(type->get_string()) : std::string_view();
   if (object == nullptr || t.empty()) {
-    metrics_.bad_objects.fetch_add(1, std::memory_order_relaxed);
-    FERRY_LOG(kWarn, "k8s %s: skipping a watch event without type or object", resource_);
+    skipped("a watch event without type or object");
     return Outcome{};
   }
   if (t == "ERROR") {
@@ -567,13 +573,11 @@ Outcome InformerCore::handleEvent(const json::value& ev) {
   } else if (t == "DELETED") {
     kind = EventType::kDeleted;
   } else {
-    metrics_.bad_objects.fetch_add(1, std::memory_order_relaxed);
-    FERRY_LOG(kWarn, "k8s %s: skipping a watch event of unknown type '%s'", resource_, t);
+    skipped(absl::StrCat("a watch event of unknown type '", common::toAbsl(t), "'"));
     return Outcome{};
   }
   if (absl::Status st = event(kind, *object); !st.ok()) {
-    metrics_.bad_objects.fetch_add(1, std::memory_order_relaxed);
-    FERRY_LOG(kWarn, "k8s %s: skipping a malformed %s event: %s", resource_, t, st.message());
+    skipped(absl::StrCat("a malformed ", common::toAbsl(t), " event: ", st.message()));
   } else {
     metrics_.events.fetch_add(1, std::memory_order_relaxed);
   }

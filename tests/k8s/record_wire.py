@@ -265,8 +265,8 @@ def record(c, out):
     # 2. A paged LIST whose continue token outlives an etcd compaction: 410 Expired.
     first = c.get(f"/api/v1/namespaces/{NS}/pods?limit=1")
     cont = body_json(first)["metadata"]["continue"]
-    c.kubectl("-n", NS, "annotate", "pod", "fy-noip", f"fy-compact={time.time()}", "--overwrite")
-    rev = json.loads(c.kubectl("-n", NS, "get", "pod", "fy-noip", "-o", "json"))["metadata"]["resourceVersion"]
+    c.kubectl("-n", NS, "annotate", "pod", "fy-b", f"fy-compact={time.time()}", "--overwrite")
+    rev = json.loads(c.kubectl("-n", NS, "get", "pod", "fy-b", "-o", "json"))["metadata"]["resourceVersion"]
     sh("etcdctl", "--endpoints", c.etcd, "compact", rev)
     second = c.get(f"/api/v1/namespaces/{NS}/pods?limit=1&continue={cont}")
     save(out, "pods-list-expired-continue", [first, second],
@@ -302,7 +302,7 @@ def record(c, out):
     # are younger: wait them out, then 400 writes push resourceVersion 1 out of it.
     print("record_wire: waiting 80 s for the watch cache's fresh window to pass", file=sys.stderr)
     time.sleep(80)
-    c.churn(f"/api/v1/namespaces/{NS}/pods/fy-noip", 400)
+    c.churn(f"/api/v1/namespaces/{NS}/pods/fy-b", 400)  # fy-noip: the pod GC removes it by now
     expired = c.get("/api/v1/pods?watch=1&allowWatchBookmarks=true&resourceVersion=1&timeoutSeconds=30")
     if b'"type":"ERROR"' not in expired["raw"]:
         sys.exit("record_wire: the watch from resourceVersion 1 did not end in ERROR 410; not saved")

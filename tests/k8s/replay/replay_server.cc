@@ -124,8 +124,10 @@ std::vector<std::string> Recorded::lines() const {
 }
 
 std::string fixtureDir() {
-  const char* src = std::getenv("FERRY_SOURCE_DIR");
-  return std::string(src ? src : ".") + "/tests/k8s/replay/fixtures";
+  // Compiled in (tests/k8s/replay/CMakeLists.txt): ctest's environment for gtest-discovered
+  // tests carries one variable only (FERRY_BUILD_DIR), and a test run from another directory
+  // must still find the recordings.
+  return FERRY_REPLAY_FIXTURES;
 }
 
 std::vector<Recorded> loadCase(const std::string& name) {

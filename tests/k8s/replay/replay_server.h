@@ -29,7 +29,7 @@ struct Recorded {
   std::vector<std::string> lines() const;
 };
 
-// The fixture directory of the replay tier (FERRY_SOURCE_DIR/tests/k8s/replay/fixtures).
+// The fixture directory of the replay tier (tests/k8s/replay/fixtures in the source tree).
 std::string fixtureDir();
 // The exchanges of one recorded case in order; empty when the case was not recorded.
 std::vector<Recorded> loadCase(const std::string& name);

@@ -28,10 +28,12 @@ using namespace std::chrono_literals;
 using replay::Recorded;
 using replay::Reply;
 
-#define LOAD_OR_SKIP(var, name)                                                                  \
+// The recordings are committed: a missing one is a broken checkout, not a reason to skip.
+#define LOAD_FIXTURE(var, name)                                                                  \
   auto var = replay::loadCase(name);                                                             \
   if (var.empty()) {                                                                             \
-    GTEST_SKIP() << "fixture " << name << " is not recorded yet: tests/k8s/replay/README.md";    \
+    FAIL() << "fixture " << name << " missing under " << replay::fixtureDir()                    \
+           << " (tests/k8s/replay/README.md says how to record it)";                             \
   }
 
 // Time that moves only when the client sleeps: back-off is checked without waiting for it.
@@ -189,6 +191,15 @@ class ReplayTest : public ::testing::Test {
   }
   void script(std::vector<Reply> replies) { server_.respond(scripted(std::move(replies))); }
   void expectImmediateRelist(const std::vector<Recorded>& c, Reply watch);
+  // Scripts the server, makes the client with one informer and starts it.
+  template <class T>
+  Informer& startWith(std::vector<Reply> replies, Informer& (ApiClient::*make)(Handler<T>&), Handler<T>& handler) {
+    script(std::move(replies));
+    start();
+    Informer& inf = (client_.get()->*make)(handler);
+    client_->start();
+    return inf;
+  }
   // Runs the io_context until `done` holds (false after 20 s: a failure, never a timing).
   bool runUntil(const std::function<bool()>& done) {
     auto deadline = std::chrono::steady_clock::now() + 20s;
@@ -202,6 +213,9 @@ class ReplayTest : public ::testing::Test {
   size_t requests() const { return server_.requests().size(); }
   const replay::Request& request(size_t i) const { return server_.requests().at(i); }
   void TearDown() override {
+    // Requests still on their way (a re-watch) must not reach a responder that captured the
+    // test's locals by reference.
+    server_.respond(nullptr);
     if (client_) client_->stop();
     io_.restart();
     io_.run_for(20ms);
@@ -224,14 +238,11 @@ std::vector<Reply> verbatimAll(const std::vector<Recorded>& rs) {
 }
 
 TEST_F(ReplayTest, ListsEveryPageThenFollowsTheWatchFromTheListsVersion) {
-  LOAD_OR_SKIP(c, "pods-list-watch");
+  LOAD_FIXTURE(c, "pods-list-watch");
   auto pages = pagesOf(c);
   WatchFacts facts = factsOf(c.back());
-  script(verbatimAll(c));
-  start();
   Store<Pod> pods;
-  Informer& inf = client_->pods(pods);
-  client_->start();
+  Informer& inf = startWith(verbatimAll(c), &ApiClient::pods, pods);
   // The watch ended by its timeoutSeconds and the next one is open (hanging).
   ASSERT_TRUE(runUntil([&] { return inf.metrics().watch_closes == 1 && requests() == c.size() + 1; }));
 
@@ -239,6 +250,7 @@ TEST_F(ReplayTest, ListsEveryPageThenFollowsTheWatchFromTheListsVersion) {
   EXPECT_EQ(inf.metrics().list_pages, pages.size());
   EXPECT_EQ(inf.metrics().lists, 1u);
   ASSERT_GT(pages.size(), 1u) << "the recording should hold several pages";
+  ASSERT_GE(facts.bookmarks, 1) << "the recording should hold a BOOKMARK";
   EXPECT_EQ(request(0).param("continue"), "");
   for (size_t i = 1; i < pages.size(); ++i) EXPECT_NE(request(i).param("continue"), "") << i;
   // The watch starts from the list's resourceVersion, with bookmarks.
@@ -281,7 +293,7 @@ TEST_F(ReplayTest, ListsEveryPageThenFollowsTheWatchFromTheListsVersion) {
 // Derived: the recorded watch body re-framed (a) 7 bytes per chunk, so that every event is
 // split over many chunks, and (b) as one chunk holding every event. Same state either way.
 TEST_F(ReplayTest, EventsSplitAcrossChunksOrSharingOneGiveTheSameState) {
-  LOAD_OR_SKIP(c, "pods-list-watch");
+  LOAD_FIXTURE(c, "pods-list-watch");
   std::string expected;
   for (int variant = 0; variant < 3; ++variant) {
     std::vector<Reply> replies = verbatimAll(pagesOf(c));
@@ -303,11 +315,8 @@ void ReplayTest::expectImmediateRelist(const std::vector<Recorded>& c, Reply wat
   std::vector<Reply> replies = verbatimAll(pages);
   replies.push_back(std::move(watch));
   for (const auto& p : pages) replies.push_back(replay::verbatim(p));
-  script(replies);
-  start();
   Store<Pod> pods;
-  Informer& inf = client_->pods(pods);
-  client_->start();
+  Informer& inf = startWith(replies, &ApiClient::pods, pods);
   ASSERT_TRUE(runUntil([&] { return requests() == 2 * pages.size() + 2; }));
   EXPECT_EQ(inf.metrics().relists, 1u);
   EXPECT_EQ(inf.metrics().error(ErrorReason::kGone), 1u);
@@ -320,8 +329,8 @@ void ReplayTest::expectImmediateRelist(const std::vector<Recorded>& c, Reply wat
 }
 
 TEST_F(ReplayTest, WatchErrorGoneInsideA200Relists) {
-  LOAD_OR_SKIP(c, "pods-list-watch");
-  LOAD_OR_SKIP(expired, "pods-watch-expired");
+  LOAD_FIXTURE(c, "pods-list-watch");
+  LOAD_FIXTURE(expired, "pods-watch-expired");
   ASSERT_EQ(expired[0].status, 200);
   ASSERT_EQ(factsOf(expired[0]).errors, 1);
   expectImmediateRelist(c, replay::verbatim(expired[0]));  // 200, then ERROR 410
@@ -330,25 +339,22 @@ TEST_F(ReplayTest, WatchErrorGoneInsideA200Relists) {
 // The recorded 410 Gone (an expired continue token's answer) given to a WATCH request:
 // same rule as the ERROR event.
 TEST_F(ReplayTest, WatchAnswered410GoneRelists) {
-  LOAD_OR_SKIP(c, "pods-list-watch");
-  LOAD_OR_SKIP(e, "pods-list-expired-continue");
+  LOAD_FIXTURE(c, "pods-list-watch");
+  LOAD_FIXTURE(e, "pods-list-expired-continue");
   ASSERT_EQ(e[1].status, 410);
   expectImmediateRelist(c, replay::verbatim(e[1]));
 }
 
 TEST_F(ReplayTest, ExpiredContinueTokenRestartsTheListFromScratch) {
-  LOAD_OR_SKIP(c, "pods-list-watch");
-  LOAD_OR_SKIP(e, "pods-list-expired-continue");
+  LOAD_FIXTURE(c, "pods-list-watch");
+  LOAD_FIXTURE(e, "pods-list-expired-continue");
   ASSERT_EQ(e[1].status, 410);
   auto pages = pagesOf(c);
   // Page 1 of the compacted list, its continue token answered 410, then a whole list.
   std::vector<Reply> replies{replay::verbatim(e[0]), replay::verbatim(e[1])};
   for (const auto& p : pages) replies.push_back(replay::verbatim(p));
-  script(replies);
-  start();
   Store<Pod> pods;
-  Informer& inf = client_->pods(pods);
-  client_->start();
+  Informer& inf = startWith(replies, &ApiClient::pods, pods);
   ASSERT_TRUE(runUntil([&] { return inf.synced() && requests() == pages.size() + 3; }));
   EXPECT_NE(request(1).param("continue"), "");
   EXPECT_EQ(request(2).param("continue"), "") << "the list restarts, not continues";
@@ -359,13 +365,10 @@ TEST_F(ReplayTest, ExpiredContinueTokenRestartsTheListFromScratch) {
 }
 
 TEST_F(ReplayTest, TimeoutSecondsCloseRewatchesFromTheSameVersionWithoutBackoff) {
-  LOAD_OR_SKIP(c, "namespaces-list-quiet-watch");
+  LOAD_FIXTURE(c, "namespaces-list-quiet-watch");
   WatchFacts facts = factsOf(c[1]);
-  script(verbatimAll(c));
-  start();
   Store<Namespace> namespaces;
-  Informer& inf = client_->namespaces(namespaces);
-  client_->start();
+  Informer& inf = startWith(verbatimAll(c), &ApiClient::namespaces, namespaces);
   ASSERT_TRUE(runUntil([&] { return requests() == 3; }));
   EXPECT_EQ(inf.metrics().watch_closes, 1u);
   EXPECT_EQ(facts.changes, 0);
@@ -380,7 +383,7 @@ TEST_F(ReplayTest, TimeoutSecondsCloseRewatchesFromTheSameVersionWithoutBackoff)
 // Derived: the recorded watch response truncated in the middle of its second change event,
 // then the TCP connection dropped without a TLS close.
 TEST_F(ReplayTest, ConnectionCutMidEventKeepsOnlyWholeEvents) {
-  LOAD_OR_SKIP(c, "pods-list-watch");
+  LOAD_FIXTURE(c, "pods-list-watch");
   auto pages = pagesOf(c);
   auto lines = c.back().lines();
   WatchFacts facts = factsOf(c.back());
@@ -404,11 +407,8 @@ TEST_F(ReplayTest, ConnectionCutMidEventKeepsOnlyWholeEvents) {
   cut.cut = true;
   std::vector<Reply> replies = verbatimAll(pages);
   replies.push_back(cut);
-  script(replies);
-  start();
   Store<Pod> pods;
-  Informer& inf = client_->pods(pods);
-  client_->start();
+  Informer& inf = startWith(replies, &ApiClient::pods, pods);
   ASSERT_TRUE(runUntil([&] { return requests() == pages.size() + 2; }));
   EXPECT_EQ(inf.metrics().error(ErrorReason::kStreamCut), 1u);
   EXPECT_EQ(inf.metrics().events, 1u) << "the half event is not applied";
@@ -423,18 +423,15 @@ TEST_F(ReplayTest, ConnectionCutMidEventKeepsOnlyWholeEvents) {
 
 // Derived: one chunk per recorded event, each written in two halves, 20 ms apart.
 TEST_F(ReplayTest, SlowChunksAreAssembledIntoEvents) {
-  LOAD_OR_SKIP(c, "pods-list-watch");
+  LOAD_FIXTURE(c, "pods-list-watch");
   auto pages = pagesOf(c);
   Reply slow = replay::rechunked(c.back(), c.back().lines());
   for (size_t i = 0; i < 40 && i * 50 < slow.bytes.size(); ++i) slow.segments.push_back(50);
   slow.gap = 20ms;
   std::vector<Reply> replies = verbatimAll(pages);
   replies.push_back(slow);
-  script(replies);
-  start();
   Store<Pod> pods;
-  Informer& inf = client_->pods(pods);
-  client_->start();
+  Informer& inf = startWith(replies, &ApiClient::pods, pods);
   ASSERT_TRUE(runUntil([&] { return inf.metrics().watch_closes == 1; }));
   EXPECT_EQ(inf.metrics().events, static_cast<uint64_t>(factsOf(c.back()).changes));
   EXPECT_EQ(inf.metrics().bad_objects, 0u);
@@ -444,18 +441,15 @@ TEST_F(ReplayTest, SlowChunksAreAssembledIntoEvents) {
 // Derived: a recorded error response (the 401's Status body) under a 429 and a 500 status
 // line with Retry-After; the real server sends these under overload, not on demand.
 TEST_F(ReplayTest, RetryAfterIsHonouredOn429And500) {
-  LOAD_OR_SKIP(c, "pods-list-watch");
-  LOAD_OR_SKIP(u, "unauthorized");
+  LOAD_FIXTURE(c, "pods-list-watch");
+  LOAD_FIXTURE(u, "unauthorized");
   auto pages = pagesOf(c);
   std::vector<Reply> replies{replay::withStatus(u[0], 429, "Too Many Requests", "Retry-After: 7\r\n"),
                              replay::withStatus(u[0], 500, "Internal Server Error", "Retry-After: 3\r\n"),
                              replay::withStatus(u[0], 503, "Service Unavailable", "")};
   for (const auto& p : pages) replies.push_back(replay::verbatim(p));
-  script(replies);
-  start();
   Store<Pod> pods;
-  Informer& inf = client_->pods(pods);
-  client_->start();
+  Informer& inf = startWith(replies, &ApiClient::pods, pods);
   ASSERT_TRUE(runUntil([&] { return inf.synced(); }));
   EXPECT_EQ(inf.metrics().error(ErrorReason::kTooManyRequests), 1u);
   EXPECT_EQ(inf.metrics().error(ErrorReason::kServerError), 2u);
@@ -470,7 +464,7 @@ TEST_F(ReplayTest, RetryAfterIsHonouredOn429And500) {
 
 // Derived: bytes that are not JSON between two recorded events.
 TEST_F(ReplayTest, BadJsonInAWatchDropsTheStreamAndResumesFromTheLastEvent) {
-  LOAD_OR_SKIP(c, "pods-list-watch");
+  LOAD_FIXTURE(c, "pods-list-watch");
   auto pages = pagesOf(c);
   auto lines = c.back().lines();
   WatchFacts facts = factsOf(c.back());
@@ -482,11 +476,8 @@ TEST_F(ReplayTest, BadJsonInAWatchDropsTheStreamAndResumesFromTheLastEvent) {
   }
   std::vector<Reply> replies = verbatimAll(pages);
   replies.push_back(replay::rechunked(c.back(), chunks));
-  script(replies);
-  start();
   Store<Pod> pods;
-  Informer& inf = client_->pods(pods);
-  client_->start();
+  Informer& inf = startWith(replies, &ApiClient::pods, pods);
   ASSERT_TRUE(runUntil([&] { return requests() == pages.size() + 2; }));
   EXPECT_EQ(inf.metrics().error(ErrorReason::kBadJson), 1u);
   EXPECT_EQ(inf.metrics().events, 1u);
@@ -498,8 +489,8 @@ TEST_F(ReplayTest, BadJsonInAWatchDropsTheStreamAndResumesFromTheLastEvent) {
 // sends the rotated token. The file is rewritten in place with the same size and mtime, so
 // only the 401 can tell the client to read it again.
 TEST_F(ReplayTest, RotatedTokenIsReReadAfter401AndTheRequestRetriedOnce) {
-  LOAD_OR_SKIP(c, "pods-list-watch");
-  LOAD_OR_SKIP(u, "unauthorized");
+  LOAD_FIXTURE(c, "pods-list-watch");
+  LOAD_FIXTURE(u, "unauthorized");
   ASSERT_EQ(u[0].status, 401);
   auto pages = pagesOf(c);
   std::string dir = ::testing::TempDir();
@@ -536,7 +527,7 @@ TEST_F(ReplayTest, RotatedTokenIsReReadAfter401AndTheRequestRetriedOnce) {
 }
 
 TEST_F(ReplayTest, TokenThatStaysRefusedIsAnErrorWithBackoff) {
-  LOAD_OR_SKIP(u, "unauthorized");
+  LOAD_FIXTURE(u, "unauthorized");
   script({replay::verbatim(u[0]), replay::verbatim(u[0])});
   std::string token_file = ::testing::TempDir() + "/fy-replay-token-refused";
   { std::ofstream(token_file) << "fy-token-1\n"; }
@@ -563,7 +554,7 @@ std::string mutateObject(const std::string& line, const std::function<void(json:
 }
 
 TEST_F(ReplayTest, MalformedObjectIsSkippedNeverHalfApplied) {
-  LOAD_OR_SKIP(c, "pods-list-watch");
+  LOAD_FIXTURE(c, "pods-list-watch");
   auto pages = pagesOf(c);
   std::vector<std::string> chunks;
   std::string broken_key;
@@ -587,11 +578,8 @@ TEST_F(ReplayTest, MalformedObjectIsSkippedNeverHalfApplied) {
   }
   std::vector<Reply> replies = verbatimAll(pages);
   replies.push_back(replay::rechunked(c.back(), chunks));
-  script(replies);
-  start();
   Store<Pod> pods;
-  Informer& inf = client_->pods(pods);
-  client_->start();
+  Informer& inf = startWith(replies, &ApiClient::pods, pods);
   ASSERT_TRUE(runUntil([&] { return inf.metrics().watch_closes == 1; }));
   EXPECT_EQ(inf.metrics().bad_objects, 2u);
   // fy-a kept its state from before the broken event: labels and IPs as listed.
@@ -603,7 +591,7 @@ TEST_F(ReplayTest, MalformedObjectIsSkippedNeverHalfApplied) {
 }
 
 TEST_F(ReplayTest, UnknownFieldsAreIgnored) {
-  LOAD_OR_SKIP(c, "pods-list-watch");
+  LOAD_FIXTURE(c, "pods-list-watch");
   auto pages = pagesOf(c);
   std::vector<std::string> chunks;
   for (const auto& line : c.back().lines()) {
@@ -625,13 +613,10 @@ TEST_F(ReplayTest, UnknownFieldsAreIgnored) {
 }
 
 TEST_F(ReplayTest, EndpointSlicesFallBackToV1beta1WhereV1IsNotServed) {
-  LOAD_OR_SKIP(c, "endpointslices-v1beta1");
+  LOAD_FIXTURE(c, "endpointslices-v1beta1");
   ASSERT_EQ(c[0].status, 404);
-  script(verbatimAll(c));
-  start();
   Store<EndpointSlice> slices;
-  Informer& inf = client_->endpointSlices(slices);
-  client_->start();
+  Informer& inf = startWith(verbatimAll(c), &ApiClient::endpointSlices, slices);
   ASSERT_TRUE(runUntil([&] { return requests() == 4; }));
   EXPECT_EQ(request(0).path(), "/apis/discovery.k8s.io/v1/endpointslices");
   EXPECT_EQ(request(1).path(), "/apis/discovery.k8s.io/v1beta1/endpointslices");
@@ -658,12 +643,9 @@ TEST_F(ReplayTest, EndpointSlicesFallBackToV1beta1WhereV1IsNotServed) {
 }
 
 TEST_F(ReplayTest, ServicesKeepClusterIpsAndNamedTargetPorts) {
-  LOAD_OR_SKIP(c, "services-list-watch");
-  script(verbatimAll(c));
-  start();
+  LOAD_FIXTURE(c, "services-list-watch");
   Store<Service> services;
-  Informer& inf = client_->services(services);
-  client_->start();
+  Informer& inf = startWith(verbatimAll(c), &ApiClient::services, services);
   ASSERT_TRUE(runUntil([&] { return inf.metrics().watch_closes == 1; }));
   const Service* echo = services.find("fy-replay/fy-echo");
   ASSERT_NE(echo, nullptr);
@@ -680,7 +662,7 @@ TEST_F(ReplayTest, ServicesKeepClusterIpsAndNamedTargetPorts) {
 
 // Derived: the recorded watch's header, then nothing at all.
 TEST_F(ReplayTest, SilentWatchIsReplaced) {
-  LOAD_OR_SKIP(c, "namespaces-list-quiet-watch");
+  LOAD_FIXTURE(c, "namespaces-list-quiet-watch");
   options_.watch_timeout = 1s;
   options_.silence_deadline = 1500ms;
   script({replay::verbatim(c[0]), replay::headerThenSilence(c[1])});
@@ -697,16 +679,13 @@ TEST_F(ReplayTest, SilentWatchIsReplaced) {
 // Derived: the list, then 500s (the recorded 401 body under a 500 line) for every watch.
 // The state keeps serving; only its age grows, for readiness to judge.
 TEST_F(ReplayTest, StateKeepsServingWhileItsAgeGrows) {
-  LOAD_OR_SKIP(c, "pods-list-watch");
-  LOAD_OR_SKIP(u, "unauthorized");
+  LOAD_FIXTURE(c, "pods-list-watch");
+  LOAD_FIXTURE(u, "unauthorized");
   auto pages = pagesOf(c);
   std::vector<Reply> replies = verbatimAll(pages);
   for (int i = 0; i < 5; ++i) replies.push_back(replay::withStatus(u[0], 500, "Internal Server Error", ""));
-  script(replies);
-  start();
   Store<Pod> pods;
-  Informer& inf = client_->pods(pods);
-  client_->start();
+  Informer& inf = startWith(replies, &ApiClient::pods, pods);
   ASSERT_TRUE(runUntil([&] { return requests() == pages.size() + 6; }));
   EXPECT_EQ(inf.metrics().error(ErrorReason::kServerError), 5u);
   EXPECT_EQ(pods.replaces, 1);
@@ -726,18 +705,66 @@ TEST_F(ReplayTest, StateKeepsServingWhileItsAgeGrows) {
   EXPECT_NE(text.find("ferry_k8s_lists_total{resource=\"pods\"} 1"), std::string::npos);
 }
 
+// A server that accepts and never answers: the request times out, backs off, and the next
+// attempt (the recorded list) succeeds.
+TEST_F(ReplayTest, ServerThatNeverAnswersTimesOutAndIsRetried) {
+  LOAD_FIXTURE(c, "pods-list-watch");
+  options_.request_timeout = 300ms;
+  Reply silent;
+  silent.hang = true;
+  std::vector<Reply> replies{silent};
+  for (const auto& p : pagesOf(c)) replies.push_back(replay::verbatim(p));
+  Store<Pod> pods;
+  Informer& inf = startWith(replies, &ApiClient::pods, pods);
+  ASSERT_TRUE(runUntil([&] { return inf.synced(); }));
+  EXPECT_EQ(inf.metrics().error(ErrorReason::kTimeout), 1u);
+  EXPECT_EQ(clock_->sleeps.size(), 1u);
+  EXPECT_EQ(pods.state.size(), itemCount(pagesOf(c)));
+}
+
+// The API server's certificate is checked: against the CA given (another CA: no request is
+// ever sent), and against the host dialled (here the DNS name localhost, in its SAN).
+TEST_F(ReplayTest, ServerCertificateIsVerifiedAgainstTheCaAndTheHost) {
+  LOAD_FIXTURE(c, "pods-list-watch");
+  {
+    asio::io_context io;
+    replay::ReplayServer other(io);  // a second self-signed certificate: the wrong CA
+    ClusterAccess access;
+    access.server = server_.url();
+    access.ca_pem = other.caPem();
+    auto client = ApiClient::create(io_, access, options_, std::make_unique<FakeClock>(io_));
+    ASSERT_TRUE(client.ok());
+    Store<Pod> pods;
+    Informer& inf = (*client)->pods(pods);
+    (*client)->start();
+    ASSERT_TRUE(runUntil([&] { return inf.metrics().error(ErrorReason::kConnect) >= 1; }));
+    EXPECT_FALSE(inf.synced());
+    EXPECT_EQ(requests(), 0u) << "nothing is sent to a server that failed verification";
+    (*client)->stop();
+  }
+  Store<Pod> pods;
+  script(verbatimAll(pagesOf(c)));
+  ClusterAccess access;
+  std::string url = server_.url();
+  access.server = "https://localhost" + url.substr(url.rfind(':'));
+  access.ca_pem = server_.caPem();
+  auto client = ApiClient::create(io_, access, options_, std::make_unique<FakeClock>(io_));
+  ASSERT_TRUE(client.ok());
+  Informer& inf = (*client)->pods(pods);
+  (*client)->start();
+  ASSERT_TRUE(runUntil([&] { return inf.synced(); }));
+  (*client)->stop();
+}
+
 // stop() closes the open watch at once; the client can then be destroyed while the
 // io_context still runs (ferryd's control thread outlives it).
 TEST_F(ReplayTest, StopEndsTheOpenWatchAndTheClientCanGo) {
-  LOAD_OR_SKIP(c, "pods-list-watch");
+  LOAD_FIXTURE(c, "pods-list-watch");
   auto pages = pagesOf(c);
   std::vector<Reply> replies = verbatimAll(pages);
   replies.push_back(replay::headerThenSilence(c.back()));
-  script(replies);
-  start();
   Store<Pod> pods;
-  Informer& inf = client_->pods(pods);
-  client_->start();
+  Informer& inf = startWith(replies, &ApiClient::pods, pods);
   ASSERT_TRUE(runUntil([&] { return inf.metrics().watches == 1; }));
   client_->stop();
   client_.reset();
