@@ -23,7 +23,8 @@ using namespace ferry;
 using Clock = std::chrono::steady_clock;
 
 struct CountingSteering : datapath::PodSteering {
-  absl::Status enroll(uint32_t, const workloads::Workload&, uint32_t) override {
+  absl::StatusOr<std::string> deviceOf(uint32_t, const workloads::Workload& w) override { return w.host_interface; }
+  absl::Status enroll(uint32_t, const workloads::Workload&, const std::string&, uint32_t) override {
     ++ops;
     return absl::OkStatus();
   }
