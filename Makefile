@@ -54,7 +54,7 @@ kernel-lab: build
 # A real single-node Kubernetes 1.20 built from Debian's source package (docs/k8s-lab.md),
 # ferryd's image imported, then every test in K8S_LAB_TESTS; the cluster goes down whatever
 # happens. Cold: ~5 min more for the Go build (258 s here); cached binaries: about a minute.
-K8S_LAB_TESTS ?= tests/k8s/cluster_smoke.sh
+K8S_LAB_TESTS ?= tests/k8s/cluster_smoke.sh tests/k8s/ferry_e2e.sh
 k8s-lab: build
 	@scripts/bootstrap.sh k8s-lab
 	@scripts/k8s-lab/build-kubernetes.sh >/dev/null

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "proxy/common/log.h"
 #include "proxy/datapath/netlink.h"
 
 namespace ferry::datapath {
@@ -83,11 +84,19 @@ absl::Status plumbInside(const ProxyNetnsSpec& spec, uint32_t gateway) {
 }  // namespace
 
 absl::StatusOr<NetnsFd> createProxyNetns(const ProxyNetnsSpec& spec) {
-  if (auto existing = linkByName(spec.host_interface); existing.ok()) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "the node already has a device named ", spec.host_interface,
-        " (another ferryd running on this node, or datapath.host_proxy_interface names someone else's device)"));
+  const auto deadline = std::chrono::steady_clock::now() + spec.stale_wait;
+  bool waited = false;
+  while (linkByName(spec.host_interface).ok()) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "the node already has a device named ", spec.host_interface,
+          waited ? absl::StrCat(" (still there after ", spec.stale_wait.count(), " ms)") : "",
+          " (another ferryd running on this node, or datapath.host_proxy_interface names someone else's device)"));
+    }
+    waited = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // no event for a netns's teardown
   }
+  if (waited) FERRY_LOG(kInfo, "datapath: the previous proxy netns's %s went away", spec.host_interface);
   auto ns = newNetns();
   if (!ns.ok()) return ns.status();
   if (auto st = createVethPair(spec.host_interface, spec.proxy_interface, ns->fd()); !st.ok()) return st;

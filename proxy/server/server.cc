@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "proxy/common/duration.h"
 #include "proxy/common/log.h"
+#include "proxy/datapath/netlink.h"
 #include "proxy/datapath/proxy_netns.h"
 #include "proxy/hbone/buffer_chain.h"
 #include "proxy/session/common.h"
@@ -150,6 +151,15 @@ Server::~Server() {
   for (auto& w : workers_) w->io().stop();
   for (auto& t : threads_) {
     if (t.joinable()) t.join();
+  }
+  // A proxy netns of ferryd's own outlives the process while closing sockets still hold it
+  // (a FIN_WAIT orphan: up to tcp_fin_timeout), and with it its veth pair: the next ferryd
+  // would find the name taken. Deleting the node's side takes the pair at once.
+  if (config_.datapath.proxy_netns_auto && proxy_netns_) {
+    datapath_.reset();  // its programs on the device first
+    if (auto st = datapath::deleteLink(config_.datapath.host_proxy_interface); !st.ok()) {
+      FERRY_LOG(kWarn, "datapath: removing %s: %s", config_.datapath.host_proxy_interface, st.message());
+    }
   }
 }
 
