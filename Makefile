@@ -26,7 +26,7 @@ test: build
 
 # Unit and integration tiers, and the fuzz corpora's replay, under ASan + UBSan.
 test-asan:
-	@$(MAKE) --no-print-directory test PRESET=asan CTEST_ARGS="-L 'unit|integration|fuzz' $(CTEST_ARGS)"
+	@$(MAKE) --no-print-directory test PRESET=asan CTEST_ARGS="-L 'unit|integration|k8s-replay|fuzz' $(CTEST_ARGS)"
 
 # libFuzzer over every target in tests/fuzz/ (preset fuzz: clang, ASan + UBSan), one after
 # the other for FUZZ_SECONDS each; FUZZ_TARGETS picks some (e.g. "svid spiffe_id"). New
@@ -41,7 +41,7 @@ fuzz: bootstrap
 # The same tiers under ThreadSanitizer (preset tsan): each ferryd in them runs a control
 # thread and several workers. Any report fails the test (TSan exits 66).
 test-tsan:
-	@$(MAKE) --no-print-directory test PRESET=tsan CTEST_ARGS="-L 'unit|integration' $(CTEST_ARGS)"
+	@$(MAKE) --no-print-directory test PRESET=tsan CTEST_ARGS="-L 'unit|integration|k8s-replay' $(CTEST_ARGS)"
 
 demo: build
 	@scripts/demo.sh
@@ -54,7 +54,7 @@ kernel-lab: build
 # A real single-node Kubernetes 1.20 built from Debian's source package (docs/k8s-lab.md),
 # ferryd's image imported, then every test in K8S_LAB_TESTS; the cluster goes down whatever
 # happens. Cold: ~5 min more for the Go build (258 s here); cached binaries: about a minute.
-K8S_LAB_TESTS ?= tests/k8s/cluster_smoke.sh
+K8S_LAB_TESTS ?= tests/k8s/cluster_smoke.sh tests/k8s/ferry_e2e.sh
 k8s-lab: build
 	@scripts/bootstrap.sh k8s-lab
 	@scripts/k8s-lab/build-kubernetes.sh >/dev/null

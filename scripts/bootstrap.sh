@@ -14,7 +14,7 @@ set -euo pipefail
 # Build toolchain and libraries (design.md §7).
 build_pkgs=(
   build-essential cmake ninja-build ccache pkg-config git
-  libboost1.81-dev libssl-dev libnghttp2-dev libabsl-dev libyaml-cpp-dev
+  libboost1.81-dev libboost-json1.81-dev libssl-dev libnghttp2-dev libabsl-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   openssl
 )

@@ -36,9 +36,14 @@
 #define FERRY_MAP_COUNTERS "ferry_counters"
 
 /* Map sizes. Part of the pinned maps' identity: a ferryd that adopts pinned
- * maps must declare the same sizes, so change them only with a migration. */
+ * maps must declare the same sizes, so change them only with a migration
+ * (ferry_capture has one: Datapath::create re-creates a pin of another size). */
 #define FERRY_MAX_PODS 1024        /* local enrolled pods; kubelet's default max is 110 */
-#define FERRY_MAX_CAPTURE 65536    /* HBONE-capable workload IPs cluster-wide */
+/* HBONE-capable workload IPs cluster-wide: 2^18 holds a cluster of 150,000 pods
+ * and 10,000 Service VIPs with room to spare. Preallocated (no allocation on
+ * the update path): 80 bytes an entry, 20 MiB of kernel memory per node
+ * (bpftool's memlock on 6.18; 65,536 entries were 5 MiB). docs/datapath.md. */
+#define FERRY_MAX_CAPTURE 262144
 
 /* How from_proxy puts ferryd's upstream packets into the source pod's egress
  * path (design §2 "Injection modes"). Chosen by ferryd's probe at start-up. */

@@ -56,4 +56,11 @@ std::string formatHostPort(const IpAddress& ip, uint16_t port) {
   return absl::StrCat(ip.to_string(), ":", port);
 }
 
+IpAddress canonicalIp(const IpAddress& ip) {
+  if (ip.is_v6() && ip.to_v6().is_v4_mapped()) {
+    return boost::asio::ip::make_address_v4(boost::asio::ip::v4_mapped, ip.to_v6());
+  }
+  return ip;
+}
+
 }  // namespace ferry::common

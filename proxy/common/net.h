@@ -18,6 +18,9 @@ struct HostPort {
   friend bool operator==(const HostPort&, const HostPort&) = default;
 };
 
+// Dual-stack sockets report IPv4 peers as ::ffff:a.b.c.d: the plain IPv4 form, so that both
+// spellings find the same workload. Anything else unchanged.
+IpAddress canonicalIp(const IpAddress& ip);
 // Parses "1.2.3.4" or "fd00::1" (no brackets, no port).
 absl::StatusOr<IpAddress> parseIp(std::string_view text);
 // Parses "1.2.3.4:80" or "[fd00::1]:80". Port 0 is rejected unless allow_zero_port.

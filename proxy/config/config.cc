@@ -1,26 +1,22 @@
 #include "proxy/config/config.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "proxy/common/duration.h"
+#include "proxy/common/file.h"
 #include "proxy/common/strings.h"
+#include "proxy/config/workloads_file.h"
 #include "proxy/config/yaml_reader.h"
 
 namespace ferry::config {
 namespace {
 
-// Node names are matched against the workloads file's `node` and printed in logs; the
-// Kubernetes node-name alphabet keeps both unambiguous.
-constexpr size_t kMaxNodeNameBytes = 253;
 // SPIFFE-ID spec §2.1 caps the trust domain at 255 bytes.
 constexpr size_t kMaxTrustDomainBytes = 255;
 // ztunnel's default is 100 streams per HTTP/2 connection; far beyond 1000 a single TCP
@@ -34,11 +30,6 @@ constexpr int64_t kMaxAdmissionLimit = 1 << 20;
 // files (workloads, certificates) and the worker event loops one each: below 16 the
 // reserve would not even cover those.
 constexpr int64_t kMinDescriptorReserve = 16;
-
-bool isNodeName(std::string_view name) {
-  if (name.empty() || name.size() > kMaxNodeNameBytes) return false;
-  return name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789.-") == std::string_view::npos;
-}
 
 bool isTrustDomain(std::string_view name) {
   if (name.empty() || name.size() > kMaxTrustDomainBytes) return false;
@@ -54,13 +45,14 @@ std::string resolvePath(std::string_view base_dir, const std::string& path) {
 
 class ConfigParser {
  public:
-  ConfigParser(std::string_view source_name, std::string_view base_dir)
-      : reader_(source_name), base_dir_(base_dir) {}
+  ConfigParser(std::string_view source_name, std::string_view base_dir, std::string_view env_node_name)
+      : reader_(source_name), base_dir_(base_dir), env_node_name_(env_node_name) {}
 
   absl::StatusOr<Config> parse(std::string_view yaml_text) {
     auto root = reader_.parseDocument(yaml_text);
     if (!root.ok()) return root.status();
-    auto top = reader_.map(*root, {"node", "trust_domain", "workloads_file", "cert_dir", "listen",
+    auto top = reader_.map(*root, {"node", "trust_domain", "workload_source", "workloads_file",
+                                   "kubernetes", "cert_dir", "listen",
                                    "timeouts", "pool", "hbone", "workers", "log_level", "transparent",
                                    "original_destination", "hbone_port", "workloads_poll", "datapath",
                                    "identity", "limits"});
@@ -78,16 +70,74 @@ class ConfigParser {
     bool is_default = false;
   };
 
-  absl::Status parseTop(const YamlMap& top) {
-    auto node = requiredString(top, "node");
-    if (!node.ok()) return node.status();
-    if (!isNodeName(node->second)) {
-      return reader_.error(
-          node->first,
-          absl::StrCat("'", node->second,
-                       "' is not a valid node name (use lowercase letters, digits, '.' and '-')"));
+  absl::Status parseNode(const YamlMap& top) {
+    static constexpr char kRules[] = "' is not a valid node name (use lowercase letters, digits, '.' and '-')";
+    auto field = top.find("node");
+    // `node:` with nothing after it is empty too (a Helm value left blank).
+    if (field && field->node->kind != Value::Kind::kNull) {
+      auto text = reader_.string(*field);
+      if (!text.ok()) return text.status();
+      if (!text->empty()) {
+        if (!isObjectName(*text)) return reader_.error(*field, absl::StrCat("'", *text, kRules));
+        config_.node = *std::move(text);
+        return absl::OkStatus();
+      }
     }
-    config_.node = std::move(node->second);
+    if (env_node_name_.empty()) {
+      return reader_.error(field ? field->line : top.line(), "node",
+                           "required key is missing or empty and NODE_NAME is not set (a DaemonSet sets it "
+                           "from spec.nodeName)");
+    }
+    if (!isObjectName(env_node_name_)) {
+      return reader_.error(field ? field->line : top.line(), "node",
+                           absl::StrCat("from NODE_NAME: '", env_node_name_, kRules));
+    }
+    config_.node = env_node_name_;
+    return absl::OkStatus();
+  }
+
+  absl::Status parseWorkloadSource(const YamlMap& top) {
+    if (auto s = optionalEnum<WorkloadSourceKind>(
+            top, "workload_source",
+            {{"file", WorkloadSourceKind::kFile}, {"kubernetes", WorkloadSourceKind::kKubernetes}},
+            config_.workload_source);
+        !s.ok()) {
+      return s;
+    }
+    if (auto field = top.find("workloads_file")) {
+      auto text = reader_.string(*field);
+      if (!text.ok()) return text.status();
+      if (text->empty()) return reader_.error(*field, "must not be empty");
+      config_.workloads_file = resolvePath(base_dir_, *text);
+    } else if (config_.workload_source == WorkloadSourceKind::kFile) {
+      return reader_.error(top.line(), "workloads_file", "required key is missing (workload_source is file)");
+    }
+    auto field = top.find("kubernetes");
+    if (!field) return absl::OkStatus();
+    auto map = reader_.map(*field, {"kubeconfig", "istio_ambient", "max_state_age"});
+    if (!map.ok()) return map.status();
+    Kubernetes& k = config_.kubernetes;
+    if (auto kubeconfig = map->find("kubeconfig")) {
+      auto text = reader_.string(*kubeconfig);
+      if (!text.ok()) return text.status();
+      // Empty means in-cluster, as absent does (a Helm value left blank).
+      if (!text->empty()) k.kubeconfig = resolvePath(base_dir_, *text);
+    }
+    if (auto ambient = map->find("istio_ambient")) {
+      auto v = reader_.boolean(*ambient);
+      if (!v.ok()) return v.status();
+      k.istio_ambient = *v;
+    }
+    if (auto s = optionalDuration(*map, "max_state_age", k.max_state_age); !s.ok()) return s;
+    if (auto age = map->find("max_state_age"); age && k.max_state_age < kMinMaxStateAge) {
+      return reader_.error(*age, absl::StrCat(common::formatDuration(k.max_state_age), " is shorter than ",
+                                              common::formatDuration(kMinMaxStateAge)));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status parseTop(const YamlMap& top) {
+    if (auto s = parseNode(top); !s.ok()) return s;
 
     auto trust_domain = requiredString(top, "trust_domain");
     if (!trust_domain.ok()) return trust_domain.status();
@@ -99,12 +149,7 @@ class ConfigParser {
     }
     config_.trust_domain = std::move(trust_domain->second);
 
-    auto workloads_file = requiredString(top, "workloads_file");
-    if (!workloads_file.ok()) return workloads_file.status();
-    if (workloads_file->second.empty()) {
-      return reader_.error(workloads_file->first, "must not be empty");
-    }
-    config_.workloads_file = resolvePath(base_dir_, workloads_file->second);
+    if (auto s = parseWorkloadSource(top); !s.ok()) return s;
 
     auto cert_dir = requiredString(top, "cert_dir");
     if (!cert_dir.ok()) return cert_dir.status();
@@ -546,6 +591,7 @@ class ConfigParser {
 
   YamlReader reader_;
   std::string base_dir_;
+  std::string env_node_name_;
   Config config_;
   std::vector<Bound> bound_;
 };
@@ -553,32 +599,18 @@ class ConfigParser {
 }  // namespace
 
 absl::StatusOr<Config> parseConfig(std::string_view yaml_text, std::string_view source_name,
-                                   std::string_view base_dir) {
-  return ConfigParser(source_name, base_dir).parse(yaml_text);
+                                   std::string_view base_dir, std::string_view env_node_name) {
+  return ConfigParser(source_name, base_dir, env_node_name).parse(yaml_text);
 }
 
 absl::StatusOr<Config> loadConfigFile(const std::string& path) {
-  auto fail = [&](int err) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot read config file '", path, "': ", std::strerror(err)));
-  };
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return fail(errno);
-  std::string text;
-  char buffer[16 * 1024];
-  for (;;) {
-    ssize_t n = ::read(fd, buffer, sizeof(buffer));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      return fail(err);
-    }
-    if (n == 0) break;
-    text.append(buffer, static_cast<size_t>(n));
+  auto text = common::readFile(path);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot read the config file: ", text.status().message()));
   }
-  ::close(fd);
-  return parseConfig(text, path, std::filesystem::path(path).parent_path().string());
+  const char* env_node = std::getenv("NODE_NAME");
+  return parseConfig(*text, path, std::filesystem::path(path).parent_path().string(),
+                     env_node != nullptr ? env_node : "");
 }
 
 }  // namespace ferry::config

@@ -147,10 +147,29 @@ struct Identity {
 // every handshake; seconds-long lifetimes are only for tests that rotate many times.
 inline constexpr Millis kMinLeafLifetime{2'000};
 
+// Where the workload registry comes from (docs/configuration.md, "Workload sources").
+enum class WorkloadSourceKind {
+  kFile,        // workloads_file, watched (labs; clusters where a controller writes it)
+  kKubernetes,  // the API server: Pods, Namespaces, Services, EndpointSlices
+};
+
+struct Kubernetes {
+  std::string kubeconfig;  // empty: in-cluster (service-account token, KUBERNETES_SERVICE_HOST)
+  bool istio_ambient = false;  // also enrol istio.io/dataplane-mode=ambient
+  // Readiness fails once the state is older than this without a good sync; the last good
+  // state keeps serving meanwhile. 5 min: several watch timeouts and re-lists.
+  Millis max_state_age{300'000};
+};
+
+// A state age bound below one second would flap readiness on an ordinary re-list.
+inline constexpr Millis kMinMaxStateAge{1'000};
+
 struct Config {
-  std::string node;               // required; matches workloads' `node`
+  std::string node;               // `node`, else env NODE_NAME; matches workloads' `node`
   std::string trust_domain;       // required; e.g. cluster.local
-  std::string workloads_file;     // required; path, relative paths resolve against the config file
+  WorkloadSourceKind workload_source = WorkloadSourceKind::kFile;
+  std::string workloads_file;     // required with source file; relative paths resolve against the config file
+  Kubernetes kubernetes;
   std::string cert_dir;           // required; see identity/dir_cert_source.h
   Listen listen;
   Timeouts timeouts;
@@ -170,8 +189,11 @@ struct Config {
 // Parses and validates. `source_name` (usually the path) prefixes every error, which also
 // names the key and its line: "ferry.yaml:12: timeouts.connect: '10' is not a duration...".
 // Relative paths in the file are resolved against `base_dir` (the config file's folder).
+// `env_node_name` stands for the environment variable NODE_NAME (the Downward API's
+// spec.nodeName in a DaemonSet), used when `node` is absent or empty.
 absl::StatusOr<Config> parseConfig(std::string_view yaml_text, std::string_view source_name,
-                                   std::string_view base_dir = "");
+                                   std::string_view base_dir = "", std::string_view env_node_name = "");
+// Reads the file; NODE_NAME comes from the process environment.
 absl::StatusOr<Config> loadConfigFile(const std::string& path);
 
 }  // namespace ferry::config

@@ -7,77 +7,116 @@
 
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/parser.h>
+#include <yaml-cpp/exceptions.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "proxy/common/strings.h"
+#include "proxy/config/value_builder.h"
 
 namespace ferry::config {
 namespace {
 
-const char* typeName(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Null:
+const char* typeName(const Value& value) {
+  switch (value.kind) {
+    case Value::Kind::kNull:
       return "an empty value";
-    case YAML::NodeType::Scalar:
+    case Value::Kind::kScalar:
       return "a scalar";
-    case YAML::NodeType::Sequence:
+    case Value::Kind::kSequence:
       return "a list";
-    case YAML::NodeType::Map:
+    case Value::Kind::kMap:
       return "a map";
-    case YAML::NodeType::Undefined:
-      break;
   }
   return "nothing";
 }
 
-// yaml-cpp gives an empty value the position of the *next* token (often the next line),
-// so for those the caller's line (the key's) is the one the operator wants to see.
-int lineOf(const YAML::Node& node, int fallback) {
-  if (!node.IsDefined() || node.IsNull()) return fallback;
-  YAML::Mark mark = node.Mark();
-  return mark.is_null() ? fallback : mark.line + 1;
+// An empty value has no line of its own (yaml-cpp gives it the position of the *next*
+// token, often the next line), so for those the caller's line (the key's) is shown.
+int lineOf(const Value& value, int fallback) {
+  return value.kind == Value::Kind::kNull || value.line == 0 ? fallback : value.line;
 }
 
-// Walks the stream's documents without building them: how many there are (at most two are
-// looked at) and where the second one's content starts. Needed because yaml-cpp 0.7
+// yaml-cpp's events into a ValueBuilder, without building yaml-cpp's own node tree (which
+// took 7 KB per workload of a big workloads file). A builder error is thrown through the
+// parser (yaml-cpp unwinds on exceptions) and caught in parseDocument.
+class YamlHandler : public YAML::EventHandler {
+ public:
+  struct Stop {
+    absl::Status status;
+    int line;
+    bool from_item;
+  };
+
+  YamlHandler(std::string_view stream_key, const YamlReader::OnItem* on_item) : builder(stream_key, on_item) {}
+
+  ValueBuilder builder;
+  YAML::Mark start;  // of the document
+  int line = 1;      // of the last event
+
+  void OnDocumentStart(const YAML::Mark& mark) override { start = mark; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    check(builder.scalar(Value::Kind::kNull, "", at(mark), anchor));
+  }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    at(mark);
+    check(builder.alias(anchor));
+  }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor, const std::string& value) override {
+    check(builder.scalar(Value::Kind::kScalar, value, at(mark), anchor));
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value) override {
+    check(builder.open(Value::Kind::kSequence, at(mark), anchor));
+  }
+  void OnSequenceEnd() override { check(builder.close()); }
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                  YAML::EmitterStyle::value) override {
+    check(builder.open(Value::Kind::kMap, at(mark), anchor));
+  }
+  void OnMapEnd() override { check(builder.close()); }
+
+ private:
+  int at(const YAML::Mark& mark) {
+    if (!mark.is_null()) line = mark.line + 1;
+    return line;
+  }
+  void check(absl::Status status) {
+    if (!status.ok()) throw Stop{std::move(status), line, builder.itemFailed()};
+  }
+};
+
+// Whether the stream holds another document after the first, and where. yaml-cpp 0.7
 // (Debian 12) reports some malformed input (e.g. `, su"a l`) as an empty document over and
 // over without consuming it: YAML::LoadAll then never returns and allocates a node per round
-// until memory runs out (found by tests/fuzz/config_fuzzer). Every document starts after
-// the one before it, so a second one at the first one's position is that loop.
-class DocumentProbe : public YAML::EventHandler {
+// until memory runs out (found by tests/fuzz/config_fuzzer). Every document starts after the
+// one before it, so a second one at the first one's position is that loop.
+class NextDocumentProbe : public YAML::EventHandler {
  public:
-  static constexpr int kMaxDocuments = 2;
-  int documents = 0;
-  YAML::Mark first_start;
-  YAML::Mark second_start;
-  YAML::Mark second_content = YAML::Mark::null_mark();  // until the second document's first node
+  YAML::Mark start;
+  YAML::Mark content = YAML::Mark::null_mark();  // of its first node
 
-  void OnDocumentStart(const YAML::Mark& mark) override {
-    ++documents;
-    (documents == 1 ? first_start : second_start) = mark;
-  }
+  void OnDocumentStart(const YAML::Mark& mark) override { start = mark; }
   void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { content(mark); }
-  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { content(mark); }
-  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
-                const std::string&) override {
-    content(mark);
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { seen(mark); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { seen(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override {
+    seen(mark);
   }
   void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
                        YAML::EmitterStyle::value) override {
-    content(mark);
+    seen(mark);
   }
   void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
-                  YAML::EmitterStyle::value) override {
-    content(mark);
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    seen(mark);
   }
   void OnMapEnd() override {}
 
  private:
-  void content(const YAML::Mark& mark) {
-    if (documents == 2 && second_content.is_null()) second_content = mark;
+  void seen(const YAML::Mark& mark) {
+    if (content.is_null()) content = mark;
   }
 };
 
@@ -95,27 +134,30 @@ std::optional<YamlField> YamlMap::find(std::string_view key) const {
   return std::nullopt;
 }
 
-absl::StatusOr<YamlField> YamlReader::parseDocument(std::string_view text) const {
+absl::StatusOr<YamlField> YamlReader::parseDocument(std::string_view text, std::string_view stream_key,
+                                                    const OnItem& on_item) const {
   try {
     std::string copy(text);
     std::istringstream in(copy);
     YAML::Parser parser(in);
-    DocumentProbe probe;
-    while (probe.documents < DocumentProbe::kMaxDocuments && parser.HandleNextDocument(probe)) {
-    }
-    if (probe.documents == DocumentProbe::kMaxDocuments) {
-      if (probe.second_start.pos <= probe.first_start.pos) {
-        return error(probe.second_start.line + 1, "", "YAML syntax error: the parser cannot go past this point");
+    YamlHandler handler(stream_key, &on_item);
+    if (!parser.HandleNextDocument(handler)) return error(1, "", "the document is empty");
+    NextDocumentProbe next;
+    if (parser.HandleNextDocument(next)) {
+      if (next.start.pos <= handler.start.pos) {
+        return error(next.start.line + 1, "", "YAML syntax error: the parser cannot go past this point");
       }
-      const YAML::Mark& at = probe.second_content.is_null() ? probe.second_start : probe.second_content;
+      const YAML::Mark& at = next.content.is_null() ? next.start : next.content;
       return error(at.line + 1, "", "only one YAML document is allowed per file");
     }
-    YAML::Node doc = YAML::Load(copy);
-    if (!doc.IsDefined() || doc.IsNull()) return error(1, "", "the document is empty");
-    return YamlField{"", doc, lineOf(doc, 1)};
+    ValuePtr root = handler.builder.root();
+    if (!root || root->kind == Value::Kind::kNull) return error(1, "", "the document is empty");
+    return YamlField{"", root, lineOf(*root, 1)};
+  } catch (const YamlHandler::Stop& stop) {
+    if (stop.from_item) return stop.status;
+    return error(stop.line, "", stop.status.message());
   } catch (const YAML::Exception& e) {
-    return error(e.mark.is_null() ? 1 : e.mark.line + 1, "",
-                 absl::StrCat("YAML syntax error: ", e.msg));
+    return error(e.mark.is_null() ? 1 : e.mark.line + 1, "", absl::StrCat("YAML syntax error: ", e.msg));
   } catch (const std::exception& e) {
     // yaml-cpp may also throw plain std:: exceptions (e.g. bad_alloc on absurd input).
     return error(1, "", absl::StrCat("cannot parse YAML: ", e.what()));
@@ -132,23 +174,20 @@ absl::Status YamlReader::error(int line, std::string_view path, absl::string_vie
 
 absl::StatusOr<YamlMap> YamlReader::map(
     const YamlField& field, std::initializer_list<std::string_view> allowed_keys) const {
-  if (!field.node.IsMap()) {
-    return error(field, absl::StrCat("expected a map, got ", typeName(field.node)));
+  if (field.node->kind != Value::Kind::kMap) {
+    return error(field, absl::StrCat("expected a map, got ", typeName(*field.node)));
   }
   YamlMap out;
   out.path_ = field.path;
   out.line_ = field.line;
   std::vector<int> key_lines;
-  for (auto it = field.node.begin(); it != field.node.end(); ++it) {
-    // Copies: yaml-cpp's iterator hands out a temporary pair, references would dangle.
-    YAML::Node key = it->first;
-    YAML::Node value = it->second;
-    int key_line = lineOf(key, field.line);
-    if (!key.IsScalar()) {
+  for (const auto& [key, value] : field.node->entries) {
+    int key_line = lineOf(*key, field.line);
+    if (key->kind != Value::Kind::kScalar) {
       return error(key_line, field.path,
-                   absl::StrCat("keys must be plain strings, got ", typeName(key)));
+                   absl::StrCat("keys must be plain strings, got ", typeName(*key)));
     }
-    const std::string& name = key.Scalar();
+    const std::string& name = key->scalar;
     std::string path = joinPath(field.path, name);
     if (std::find(allowed_keys.begin(), allowed_keys.end(), name) == allowed_keys.end()) {
       return error(key_line, path,
@@ -167,7 +206,7 @@ absl::StatusOr<YamlMap> YamlReader::map(
       }
     }
     key_lines.push_back(key_line);
-    out.fields_.emplace_back(name, YamlField{std::move(path), value, lineOf(value, key_line)});
+    out.fields_.emplace_back(name, YamlField{std::move(path), value, lineOf(*value, key_line)});
   }
   return out;
 }
@@ -178,33 +217,32 @@ absl::StatusOr<YamlField> YamlReader::require(const YamlMap& map, std::string_vi
 }
 
 absl::StatusOr<std::vector<YamlField>> YamlReader::sequence(const YamlField& field) const {
-  if (!field.node.IsSequence()) {
-    return error(field, absl::StrCat("expected a list, got ", typeName(field.node)));
+  if (field.node->kind != Value::Kind::kSequence) {
+    return error(field, absl::StrCat("expected a list, got ", typeName(*field.node)));
   }
   std::vector<YamlField> out;
-  out.reserve(field.node.size());
-  size_t index = 0;
-  for (auto it = field.node.begin(); it != field.node.end(); ++it, ++index) {
-    out.push_back(
-        YamlField{absl::StrCat(field.path, "[", index, "]"), *it, lineOf(*it, field.line)});
+  out.reserve(field.node->items.size());
+  for (size_t index = 0; index < field.node->items.size(); ++index) {
+    const ValuePtr& item = field.node->items[index];
+    out.push_back(YamlField{absl::StrCat(field.path, "[", index, "]"), item, lineOf(*item, field.line)});
   }
   return out;
 }
 
 absl::StatusOr<std::vector<YamlField>> YamlReader::scalarOrSequence(const YamlField& field) const {
-  if (field.node.IsScalar()) return std::vector<YamlField>{field};
-  if (!field.node.IsSequence()) {
+  if (field.node->kind == Value::Kind::kScalar) return std::vector<YamlField>{field};
+  if (field.node->kind != Value::Kind::kSequence) {
     return error(
-        field, absl::StrCat("expected a string or a list of strings, got ", typeName(field.node)));
+        field, absl::StrCat("expected a string or a list of strings, got ", typeName(*field.node)));
   }
   return sequence(field);
 }
 
 absl::StatusOr<std::string> YamlReader::string(const YamlField& field) const {
-  if (!field.node.IsScalar()) {
-    return error(field, absl::StrCat("expected a string, got ", typeName(field.node)));
+  if (field.node->kind != Value::Kind::kScalar) {
+    return error(field, absl::StrCat("expected a string, got ", typeName(*field.node)));
   }
-  return field.node.Scalar();
+  return field.node->scalar;
 }
 
 absl::StatusOr<int64_t> YamlReader::integer(const YamlField& field, int64_t min,

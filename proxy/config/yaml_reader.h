@@ -1,17 +1,19 @@
 #pragma once
-// Strict reading of small hand-written YAML files (the node config, the workloads file).
-// Every error reads "<source>:<line>: <dotted.key>: <what is wrong>" so an operator can go
-// straight to the line. Unknown and duplicate keys are errors: a typo must never fall back
-// to a default silently.
+// Strict reading of the files an operator or a controller writes (the node config, the
+// workloads file), in YAML (yaml-cpp) or JSON (Boost.JSON). Both become the same small tree
+// (Value), read through one YamlReader. Every error reads
+// "<source>:<line>: <dotted.key>: <what is wrong>" so an operator can go straight to the
+// line. Unknown and duplicate keys are errors: a typo must never fall back to a default
+// silently. yaml-cpp stays behind this header: other libraries get parsed structs.
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <yaml-cpp/yaml.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -20,10 +22,22 @@
 
 namespace ferry::config {
 
+// One node of a parsed document. JSON scalars (strings, numbers, booleans) keep their text,
+// as YAML scalars do: the reader decides what a key's text must be.
+struct Value {
+  enum class Kind { kNull, kScalar, kSequence, kMap };
+  Kind kind = Kind::kNull;
+  int line = 0;  // 1-based; 0 for an empty value (the key's line is shown instead)
+  std::string scalar;
+  std::vector<std::shared_ptr<const Value>> items;  // kSequence
+  std::vector<std::pair<std::shared_ptr<const Value>, std::shared_ptr<const Value>>> entries;  // kMap: key, value
+};
+using ValuePtr = std::shared_ptr<const Value>;
+
 // One value together with where it came from.
 struct YamlField {
   std::string path;  // dotted key: "timeouts.connect", "workloads[2].ips[0]"; "" for the root
-  YAML::Node node;
+  ValuePtr node;
   int line = 1;  // 1-based
 };
 
@@ -45,9 +59,18 @@ class YamlReader {
  public:
   explicit YamlReader(std::string_view source_name) : source_name_(source_name) {}
 
+  // With `stream_key`, the items of the root's `stream_key` list are handed to `on_item`
+  // (path "<stream_key>[i]") as soon as each is complete and left out of the returned tree,
+  // so that a file of 150,000 entries is never held as one tree; an error from on_item ends
+  // the parse and is returned as it is.
+  using OnItem = std::function<absl::Status(const YamlField&)>;
   // The single document in `text`. A syntax error, an empty document and more than one
-  // document are errors. Never throws.
-  absl::StatusOr<YamlField> parseDocument(std::string_view text) const;
+  // document are errors. Aliases share the anchored value (nothing is expanded). Never throws.
+  absl::StatusOr<YamlField> parseDocument(std::string_view text, std::string_view stream_key = "",
+                                          const OnItem& on_item = nullptr) const;
+  // The same for JSON (Boost.JSON); line numbers are exact (the text is fed line by line).
+  absl::StatusOr<YamlField> parseJsonDocument(std::string_view text, std::string_view stream_key = "",
+                                              const OnItem& on_item = nullptr) const;
 
   // `what` is an absl::string_view so that a Status message passes straight through:
   // Debian's abseil does not alias absl::string_view to std::string_view.

@@ -36,10 +36,6 @@ int libbpfPrint(enum libbpf_print_level level, const char* format, va_list args)
   return n;
 }
 
-uint32_t ipv4Key(const common::IpAddress& ip) {
-  return htonl(ip.to_v4().to_uint());
-}
-
 absl::StatusOr<uint32_t> interfaceIpv4(const std::string& ifname) {
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return absl::InternalError(absl::StrCat("getifaddrs: ", strerror(errno)));
@@ -66,6 +62,24 @@ absl::Status ensureBpffsDir(const std::string& dir) {
              "hide it (it remounts /sys)"));
   }
   return absl::OkStatus();
+}
+
+// libbpf refuses to adopt a pinned map whose size differs from the program's. The capture
+// map holds only what ferryd writes from the registry on every start, so a pin of another
+// size (left by a ferryd built with another FERRY_MAX_CAPTURE) is removed and re-created;
+// programs still attached keep the old map until their links point at the new programs.
+void dropResizedCapturePin(const std::string& pin_dir) {
+  std::string pin = absl::StrCat(pin_dir, "/", FERRY_MAP_CAPTURE);
+  int fd = bpf_obj_get(pin.c_str());
+  if (fd < 0) return;
+  bpf_map_info info{};
+  uint32_t length = sizeof(info);
+  bool resized = bpf_obj_get_info_by_fd(fd, &info, &length) == 0 && info.max_entries != FERRY_MAX_CAPTURE;
+  ::close(fd);
+  if (resized && ::unlink(pin.c_str()) == 0) {
+    FERRY_LOG(kInfo, "datapath: %s held %d entries at most, this ferryd needs %d: re-created", pin,
+              info.max_entries, FERRY_MAX_CAPTURE);
+  }
 }
 
 const char* reasonName(uint32_t reason) {
@@ -111,6 +125,7 @@ absl::StatusOr<std::unique_ptr<Datapath>> Datapath::create(const config::Config&
     proxy_ifindex = static_cast<int>(if_nametoindex(cfg.proxy_interface.c_str()));
   }
 
+  dropResizedCapturePin(dp->pin_dir_);
   LIBBPF_OPTS(bpf_object_open_opts, open_opts, .pin_root_path = dp->pin_dir_.c_str());
   dp->skel_ = ferry_datapath__open_opts(&open_opts);
   if (dp->skel_ == nullptr) {
@@ -187,6 +202,7 @@ absl::StatusOr<std::unique_ptr<Datapath>> Datapath::create(const config::Config&
 }
 
 Datapath::~Datapath() {
+  while (!managed_neighbours_.empty()) forgetNeighbour(managed_neighbours_.begin()->first);
   bool keep = cfg_.failure_mode == config::FailureMode::kClosed;
   for (auto& [ip, pod] : pods_) {
     if (keep) {
@@ -202,14 +218,30 @@ Datapath::~Datapath() {
   if (skel_) ferry_datapath__destroy(skel_);
 }
 
-namespace {
-uint32_t podFlags(const workloads::Workload& w) {
-  return w.tls_mode == workloads::TlsMode::kStrict ? FERRY_POD_STRICT : 0u;
+void Datapath::forgetNeighbour(uint32_t ip) {
+  auto it = managed_neighbours_.find(ip);
+  if (it == managed_neighbours_.end()) return;
+  (void)deleteNeighbour(ip, it->second);  // gone with its bridge already: nothing to do
+  managed_neighbours_.erase(it);
 }
-}  // namespace
 
-absl::Status Datapath::enroll(uint32_t ip, const workloads::Workload& w, Pod& pod) {
-  auto host = linkByName(w.host_interface);
+absl::StatusOr<std::string> Datapath::deviceOf(uint32_t ip, const workloads::Workload& w) {
+  if (!w.host_interface.empty()) return w.host_interface;
+  int managed_bridge = 0;
+  auto found = findPodInterface(ip, &managed_bridge);
+  if (managed_bridge != 0) managed_neighbours_[ip] = managed_bridge;
+  if (!found.ok()) return found.status();
+  auto [it, fresh] = found_how_.try_emplace(ip, found->how);
+  if (fresh || it->second != found->how) {
+    it->second = found->how;
+    FERRY_LOG(kInfo, "datapath: %s is on %s (found by %s)", w.displayName(), found->link.name, found->how);
+  }
+  return found->link.name;
+}
+
+absl::Status Datapath::enroll(uint32_t ip, const workloads::Workload& w, const std::string& device, uint32_t flags) {
+  Pod pod;
+  auto host = linkByName(device);
   if (!host.ok()) return host.status();
   ferry_pod value{};
   value.host_ifindex = static_cast<uint32_t>(host->ifindex);
@@ -218,8 +250,8 @@ absl::Status Datapath::enroll(uint32_t ip, const workloads::Workload& w, Pod& po
     auto peer = linkByIndexInNetns(host->peer_ifindex, host->peer_netnsid);
     if (peer.ok()) std::memcpy(value.pod_mac, peer->mac.data(), 6);
   }
-  value.flags = podFlags(w);
-  pod.flags = value.flags;
+  value.flags = flags;
+  pod.flags = flags;
   // The maps first: the programs read them from their first packet on (a pod without its
   // entry would be neither injected into nor told apart as a server).
   auto forget = [&] {
@@ -242,28 +274,28 @@ absl::Status Datapath::enroll(uint32_t ip, const workloads::Workload& w, Pod& po
     FERRY_LOG(kWarn,
               "datapath: %s: the node netns has no id for the pod's netns; plaintext clients that reach "
               "the pod directly will be reset",
-              w.host_interface);
+              device);
   }
   bool tcx = features_.tcx;
   bool pin = tcx && cfg_.failure_mode == config::FailureMode::kClosed;
-  pod.ifname = w.host_interface;
+  pod.ifname = device;
   pod.ifindex = host->ifindex;
   pod.netkit = host->isNetkit();
   auto eg = pod.netkit
                 ? Attachment::attach(bpf_program__fd(skel_->progs.pod_egress_netkit), host->ifindex,
                                      Hook::kNetkitPeer, tcx,
-                                     absl::StrCat("pod_egress_netkit on ", w.host_interface, " (netkit peer)"),
-                                     pin ? absl::StrCat(pin_dir_, "/link_", w.host_interface, "_nkpeer") : "")
+                                     absl::StrCat("pod_egress_netkit on ", device, " (netkit peer)"),
+                                     pin ? absl::StrCat(pin_dir_, "/link_", device, "_nkpeer") : "")
                 : Attachment::attach(bpf_program__fd(skel_->progs.pod_egress), host->ifindex, Hook::kIngress, tcx,
-                                     absl::StrCat("pod_egress on ", w.host_interface),
-                                     pin ? absl::StrCat(pin_dir_, "/link_", w.host_interface, "_in") : "");
+                                     absl::StrCat("pod_egress on ", device),
+                                     pin ? absl::StrCat(pin_dir_, "/link_", device, "_in") : "");
   if (!eg.ok()) {
     forget();
     return eg.status();
   }
   auto in = Attachment::attach(bpf_program__fd(skel_->progs.pod_ingress), host->ifindex, Hook::kEgress, tcx,
-                               absl::StrCat("pod_ingress on ", w.host_interface),
-                               pin ? absl::StrCat(pin_dir_, "/link_", w.host_interface, "_eg") : "");
+                               absl::StrCat("pod_ingress on ", device),
+                               pin ? absl::StrCat(pin_dir_, "/link_", device, "_eg") : "");
   if (!in.ok()) {
     forget();
     return in.status();
@@ -275,17 +307,42 @@ absl::Status Datapath::enroll(uint32_t ip, const workloads::Workload& w, Pod& po
               "datapath: %s is netkit and injection is ingress-redirect: ferryd's upstream packets enter "
               "%s at the node side and skip the pod's netkit peer programs (its CNI egress policy); "
               "peer-egress needs a kernel whose bpf_redirect_peer accepts the egress flag",
-              w.host_interface, w.host_interface);
+              device, device);
   }
   FERRY_LOG(kInfo, "datapath: enrolled %s (%s %s ifindex %d, pod mac %s)", w.displayName(),
-            pod.netkit ? "netkit" : "veth", w.host_interface, host->ifindex, formatMac(MacAddress{value.pod_mac[0], value.pod_mac[1], value.pod_mac[2],
+            pod.netkit ? "netkit" : "veth", device, host->ifindex, formatMac(MacAddress{value.pod_mac[0], value.pod_mac[1], value.pod_mac[2],
                                                 value.pod_mac[3], value.pod_mac[4], value.pod_mac[5]}));
+  pods_.insert_or_assign(ip, std::move(pod));
   return absl::OkStatus();
 }
 
-absl::Status Datapath::updateMode(uint32_t ip, const workloads::Workload& w, Pod& pod) {
-  const uint32_t flags = podFlags(w);
-  if (flags == pod.flags) return absl::OkStatus();
+void Datapath::release(uint32_t ip) {
+  auto it = pods_.find(ip);
+  bpf_map__delete_elem(skel_->maps.ferry_pods, &ip, sizeof(ip), 0);
+  bpf_map__delete_elem(skel_->maps.ferry_pod_netns, &ip, sizeof(ip), 0);
+  found_how_.erase(ip);
+  forgetNeighbour(ip);
+  if (it == pods_.end()) return;
+  FERRY_LOG(kInfo, "datapath: released %s", it->second.ifname);
+  pods_.erase(it);  // the Attachments detach
+}
+
+void Datapath::setCapture(uint32_t ip, bool capture) {
+  auto* map = skel_->maps.ferry_capture;
+  if (!capture) {
+    bpf_map__delete_elem(map, &ip, sizeof(ip), 0);
+    return;
+  }
+  ferry_capture_dst value{FERRY_DST_HBONE};
+  if (bpf_map__update_elem(map, &ip, sizeof(ip), &value, sizeof(value), BPF_ANY) != 0) {
+    // Full (FERRY_MAX_CAPTURE): SYNs to this destination are not captured and leave in
+    // plaintext to a peer that expects HBONE, which its ferryd refuses (STRICT) or passes.
+    FERRY_LOG(kWarn, "datapath: ferry_capture update for %s: %s", boost::asio::ip::address_v4(ntohl(ip)).to_string(),
+              strerror(errno));
+  }
+}
+
+absl::Status Datapath::setFlags(uint32_t ip, uint32_t flags) {
   // The entry's other fields (device, MACs) stay as enrolment wrote them: read them back
   // rather than keeping a second copy that could drift from the map.
   ferry_pod value{};
@@ -296,67 +353,28 @@ absl::Status Datapath::updateMode(uint32_t ip, const workloads::Workload& w, Pod
   if (bpf_map__update_elem(skel_->maps.ferry_pods, &ip, sizeof(ip), &value, sizeof(value), BPF_EXIST) != 0) {
     return absl::InternalError(absl::StrCat("ferry_pods update: ", strerror(errno)));
   }
-  pod.flags = flags;
-  FERRY_LOG(kInfo, "datapath: %s is now %s", w.displayName(), (flags & FERRY_POD_STRICT) ? "STRICT" : "PERMISSIVE");
+  if (auto it = pods_.find(ip); it != pods_.end()) it->second.flags = flags;
   return absl::OkStatus();
 }
 
 absl::Status Datapath::sync(const workloads::Registry& registry) {
-  std::map<uint32_t, const workloads::Workload*> want;
-  std::map<uint32_t, uint32_t> capture;
-  for (const auto& w : registry.all()) {
-    for (const auto& ip : w.ips) {
-      if (!ip.is_v4()) continue;  // IPv6 steering is not implemented yet
-      uint32_t key = ipv4Key(ip);
-      if (w.hbone) capture[key] = FERRY_DST_HBONE;
-      if (w.node == registry.localNode() && !w.host_interface.empty()) want[key] = &w;
-    }
-  }
-  // Leave first: a pod that left must not keep being steered.
-  for (auto it = pods_.begin(); it != pods_.end();) {
-    auto w = want.find(it->first);
-    if (w == want.end() || w->second->host_interface != it->second.ifname) {
-      uint32_t key = it->first;
-      bpf_map__delete_elem(skel_->maps.ferry_pods, &key, sizeof(key), 0);
-      bpf_map__delete_elem(skel_->maps.ferry_pod_netns, &key, sizeof(key), 0);
-      FERRY_LOG(kInfo, "datapath: released %s", it->second.ifname);
-      it = pods_.erase(it);  // the Attachments detach
-    } else {
-      ++it;
-    }
-  }
-  for (const auto& [key, w] : want) {
-    if (auto it = pods_.find(key); it != pods_.end()) {
-      if (auto st = updateMode(key, *w, it->second); !st.ok()) {
-        FERRY_LOG(kWarn, "datapath: cannot change the mode of %s: %s", w->displayName(), st.message());
-      }
-      continue;
-    }
-    Pod pod;
-    if (auto st = enroll(key, *w, pod); !st.ok()) {
-      FERRY_LOG(kWarn, "datapath: cannot enroll %s: %s", w->displayName(), st.message());
-      continue;
-    }
-    pods_.emplace(key, std::move(pod));
-  }
-  // Capture destinations: replace the set.
+  // The capture map may be a pin a previous ferryd filled: read what it holds once, so that
+  // entries no workload wants any more are removed.
   auto* map = skel_->maps.ferry_capture;
-  std::vector<uint32_t> stale;
+  std::vector<uint32_t> existing;
   uint32_t cur = 0;
   uint32_t next = 0;
   const void* prev = nullptr;
   while (bpf_map__get_next_key(map, prev, &next, sizeof(next)) == 0) {
-    if (!capture.count(next)) stale.push_back(next);
+    existing.push_back(next);
     cur = next;
     prev = &cur;
   }
-  for (auto k : stale) bpf_map__delete_elem(map, &k, sizeof(k), 0);
-  for (const auto& [k, flags] : capture) {
-    ferry_capture_dst v{flags};
-    bpf_map__update_elem(map, &k, sizeof(k), &v, sizeof(v), BPF_ANY);
-  }
+  sync_.syncAll(registry, existing);
   return absl::OkStatus();
 }
+
+void Datapath::apply(const workloads::Registry& after, const workloads::Delta& delta) { sync_.apply(after, delta); }
 
 void Datapath::checkAttachments() {
   auto check = [this](Attachment* a) {

@@ -13,6 +13,7 @@
 #include "proxy/datapath/attach.h"
 #include "proxy/datapath/kernel_probe.h"
 #include "proxy/datapath/netns.h"
+#include "proxy/datapath/pod_sync.h"
 #include "proxy/workloads/registry.h"
 
 struct ferry_datapath;
@@ -26,7 +27,7 @@ struct DatapathCounters {
   std::map<std::string, uint64_t> by_reason;
 };
 
-class Datapath {
+class Datapath : private PodSteering {
  public:
   // `proxy_netns` is where ferryd's sockets live; the caller stays in the node netns.
   static absl::StatusOr<std::unique_ptr<Datapath>> create(const config::Config& config,
@@ -35,11 +36,16 @@ class Datapath {
   Datapath(const Datapath&) = delete;
   Datapath& operator=(const Datapath&) = delete;
 
-  // Local pods join and leave (programs attached/detached on their host-side device,
-  // the pods map updated), pods already enrolled get their mode (STRICT) rewritten when
-  // it changed, and capture destinations follow the registry. A pod that cannot be
-  // enrolled (device missing) is logged and skipped; the others are unaffected.
+  // Start-up: local pods join (programs attached on their host-side device, the pods map
+  // updated) and capture destinations follow the whole registry; capture entries a
+  // previous ferryd left that no workload wants are removed. A pod that cannot be enrolled
+  // (device missing) is logged and retried (retryFailed); the others are unaffected.
   absl::Status sync(const workloads::Registry& registry);
+  // A registry change: only the pods and capture IPs the delta touches (docs/architecture.md,
+  // "Workload registry"); enrolled pods get their mode (STRICT) rewritten when it changed.
+  void apply(const workloads::Registry& after, const workloads::Delta& delta);
+  // Local pods whose enrolment failed are tried again (called every workloads_poll).
+  void retryFailed(const workloads::Registry& current) { sync_.retryFailed(current); }
 
   // Puts back programs (and link pins) that someone took off an enrolled pod's device or
   // the proxy's devices underneath ferryd; counted and logged. Called on every workloads
@@ -74,18 +80,28 @@ class Datapath {
     // socket lookups use means nothing.
     Attachment ingress_side;
   };
-  absl::Status enroll(uint32_t ip, const workloads::Workload& w, Pod& pod);
-  // Rewrites an enrolled pod's ferry_pods entry when its mode changed.
-  absl::Status updateMode(uint32_t ip, const workloads::Workload& w, Pod& pod);
+  // PodSteering: the kernel side of PodSync.
+  absl::StatusOr<std::string> deviceOf(uint32_t ip, const workloads::Workload& w) override;
+  absl::Status enroll(uint32_t ip, const workloads::Workload& w, const std::string& device, uint32_t flags) override;
+  void release(uint32_t ip) override;
+  absl::Status setFlags(uint32_t ip, uint32_t flags) override;
+  void setCapture(uint32_t ip, bool capture) override;
 
   config::Datapath cfg_;
   ferry_datapath* skel_ = nullptr;
+  // How each discovered pod device was found ("route", "bridge cni0"): logged when it changes.
+  absl::flat_hash_map<uint32_t, std::string> found_how_;
+  // Managed neighbour entries ferryd asked for (findPodInterface), by pod IP: the bridge.
+  // Removed when the pod is released or ferryd stops, so no entry keeps probing a gone IP.
+  absl::flat_hash_map<uint32_t, int> managed_neighbours_;
+  void forgetNeighbour(uint32_t ip);
   KernelFeatures features_;
   InjectionChoice injection_;
   std::string pin_dir_;
   std::unique_ptr<Attachment> from_proxy_;
   std::unique_ptr<Attachment> to_proxy_;
   std::map<uint32_t, Pod> pods_;  // by IPv4 (network order)
+  PodSync sync_{*this};
   // ferry_datapath_reattached_total / _reattach_failures_total (read by the metrics page).
   std::atomic<uint64_t> reattached_{0};
   std::atomic<uint64_t> reattach_failures_{0};

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -246,6 +247,22 @@ absl::Status setLinkUp(int ifindex) {
   return req.acknowledge(absl::StrCat("setting ifindex ", ifindex, " up"));
 }
 
+absl::Status setIpv4DeviceConf(int ifindex, uint16_t key, uint32_t value) {
+  Request req(RTM_NEWLINK, NLM_F_ACK);
+  ifinfomsg ifi{};
+  ifi.ifi_family = AF_UNSPEC;
+  ifi.ifi_index = ifindex;
+  req.putStruct(ifi);
+  size_t spec = req.begin(IFLA_AF_SPEC);
+  size_t inet = req.begin(AF_INET);
+  size_t conf = req.begin(IFLA_INET_CONF);
+  req.putU32(key, value);
+  req.end(conf);
+  req.end(inet);
+  req.end(spec);
+  return req.acknowledge(absl::StrCat("setting IPv4 setting ", key, " = ", value, " on ifindex ", ifindex));
+}
+
 absl::Status addAddress(int ifindex, uint32_t address) {
   Request req(RTM_NEWADDR, NLM_F_CREATE | NLM_F_REPLACE | NLM_F_ACK);
   ifaddrmsg ifa{};
@@ -351,9 +368,34 @@ absl::StatusOr<int> bridgePortOf(const MacAddress& mac, int bridge, const std::s
   return nd->ndm_ifindex;
 }
 
+// A managed neighbour entry for `ip` on `ifindex`: the kernel resolves it and keeps it fresh.
+absl::Status addManagedNeighbour(uint32_t ip, int ifindex) {
+  Request req(RTM_NEWNEIGH, NLM_F_CREATE | NLM_F_EXCL | NLM_F_ACK);
+  ndmsg q{};
+  q.ndm_family = AF_INET;
+  q.ndm_ifindex = ifindex;
+  q.ndm_state = NUD_NONE;
+  req.putStruct(q);
+  req.put(NDA_DST, &ip, sizeof(ip));
+  req.putU32(NDA_FLAGS_EXT, NTF_EXT_MANAGED);
+  auto st = req.acknowledge(absl::StrCat("asking the kernel to resolve ", formatIp(ip)));
+  if (!st.ok() && absl::StrContains(st.message(), strerror(EEXIST))) return absl::OkStatus();
+  return st;
+}
+
 }  // namespace
 
-absl::StatusOr<PodInterface> findPodInterface(uint32_t ip) {
+absl::Status deleteNeighbour(uint32_t ip, int ifindex) {
+  Request req(RTM_DELNEIGH, NLM_F_ACK);
+  ndmsg q{};
+  q.ndm_family = AF_INET;
+  q.ndm_ifindex = ifindex;
+  req.putStruct(q);
+  req.put(NDA_DST, &ip, sizeof(ip));
+  return req.acknowledge(absl::StrCat("deleting the neighbour entry of ", formatIp(ip)));
+}
+
+absl::StatusOr<PodInterface> findPodInterface(uint32_t ip, int* managed_bridge) {
   std::string what = absl::StrCat("route to ", formatIp(ip));
   Request req(RTM_GETROUTE, 0);
   rtmsg q{};
@@ -386,6 +428,12 @@ absl::StatusOr<PodInterface> findPodInterface(uint32_t ip) {
   if (!dev.ok()) return dev.status();
   if (dev->kind != "bridge") return PodInterface{*std::move(dev), "route"};
   auto mac = neighbourMac(ip, dev->ifindex, dev->name);
+  if (absl::IsNotFound(mac.status()) && managed_bridge != nullptr) {
+    if (auto st = addManagedNeighbour(ip, dev->ifindex); st.ok()) {
+      *managed_bridge = dev->ifindex;
+      return absl::NotFoundError(absl::StrCat(mac.status().message(), " (the kernel is resolving it; retried)"));
+    }
+  }
   if (!mac.ok()) return mac.status();
   auto port = bridgePortOf(*mac, dev->ifindex, dev->name);
   if (!port.ok()) return port.status();

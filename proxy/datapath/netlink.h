@@ -43,7 +43,14 @@ struct PodInterface {
 // `ip` in network byte order. NotFound when the pod is not (yet) reachable through a
 // device of this netns: no route, a route via a gateway (a pod of another node), a bridge
 // that has not seen the pod yet (retry: the entries appear with the pod's first packet).
-absl::StatusOr<PodInterface> findPodInterface(uint32_t ip);
+//
+// A bridge learns a pod only from the pod's packets, and a pod that has sent nothing yet
+// has no neighbour entry on the node. Then findPodInterface asks the kernel to resolve the
+// IP (a managed neighbour entry, NTF_EXT_MANAGED, 5.16+: the kernel ARPs for it and keeps
+// it fresh), sets *managed_bridge to the bridge's ifindex, and returns NotFound: the next
+// try finds the pod. The caller removes the entry when the pod leaves (deleteNeighbour).
+absl::StatusOr<PodInterface> findPodInterface(uint32_t ip, int* managed_bridge = nullptr);
+absl::Status deleteNeighbour(uint32_t ip, int ifindex);
 
 // netkit (6.7+, CONFIG_NETKIT): a BPF-programmable device pair. Debian 12's iproute2 (6.1)
 // cannot create one, so ferry speaks RTM_NEWLINK itself. The primary stays in the calling
@@ -63,6 +70,10 @@ absl::Status createNetkitPair(const NetkitPairSpec& spec);
 absl::Status createVethPair(const std::string& name, const std::string& peer_name, int peer_netns_fd);
 absl::Status deleteLink(const std::string& name);
 absl::Status setLinkUp(int ifindex);
+// One IPv4 setting of a device (IPV4_DEVCONF_*, linux/ip.h), as net.ipv4.conf.<dev>.<key>
+// would set it, but over rtnetlink (IFLA_AF_SPEC/AF_INET/IFLA_INET_CONF): a container's
+// /proc/sys is read-only even with CAP_NET_ADMIN.
+absl::Status setIpv4DeviceConf(int ifindex, uint16_t key, uint32_t value);
 // `address`/32 on the device, scope global.
 absl::Status addAddress(int ifindex, uint32_t address);
 // A route in `table` (RT_TABLE_MAIN = 254): `dst/dst_len` out of `ifindex`, via `gateway`

@@ -1,6 +1,7 @@
 #include "proxy/datapath/proxy_netns.h"
 
 #include <arpa/inet.h>
+#include <linux/ip.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "proxy/common/log.h"
 #include "proxy/datapath/netlink.h"
 
 namespace ferry::datapath {
@@ -20,7 +22,8 @@ absl::Status writeSysctl(const std::string& key, const char* value, bool optiona
   std::string path = absl::StrCat("/proc/sys/", key);
   int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) {
-    if (optional && errno == ENOENT) return absl::OkStatus();
+    // Optional settings: absent (no IPv6), or /proc/sys read-only (a container).
+    if (optional && (errno == ENOENT || errno == EROFS || errno == EACCES)) return absl::OkStatus();
     return absl::InternalError(absl::StrCat("sysctl ", key, ": ", strerror(errno)));
   }
   ssize_t n = ::write(fd, value, std::strlen(value));
@@ -59,9 +62,16 @@ absl::Status plumbInside(const ProxyNetnsSpec& spec, uint32_t gateway) {
     if (auto st = writeSysctl(k, "1", /*optional=*/true); !st.ok()) return st;
   }
   // Captured packets carry pod addresses this netns does not own, and ferryd's upstream
-  // packets leave with them as source: no reverse-path filtering anywhere here.
-  for (std::string dev : {"all", "default", "lo", spec.proxy_interface.c_str()}) {
-    if (auto st = writeSysctl(absl::StrCat("net/ipv4/conf/", dev, "/rp_filter"), "0"); !st.ok()) return st;
+  // packets leave with them as source: no reverse-path filtering on its devices (over
+  // rtnetlink: a container's /proc/sys is read-only). `all` (inherited from the node, and the
+  // effective value is the larger) can only be set through /proc/sys: where that is read-only
+  // it stays as it is, which is harmless here: the only route is the default one via eth0,
+  // where every packet arrives, so strict and loose checks both pass.
+  for (int ifindex : {lo->ifindex, eth->ifindex}) {
+    if (auto st = setIpv4DeviceConf(ifindex, IPV4_DEVCONF_RP_FILTER, 0); !st.ok()) return st;
+  }
+  for (const char* k : {"net/ipv4/conf/all/rp_filter", "net/ipv4/conf/default/rp_filter"}) {
+    if (auto st = writeSysctl(k, "0", /*optional=*/true); !st.ok()) return st;
   }
   if (auto st = setLinkUp(eth->ifindex); !st.ok()) return st;
   if (auto st = addAddress(eth->ifindex, spec.proxy_address); !st.ok()) return st;
@@ -74,11 +84,19 @@ absl::Status plumbInside(const ProxyNetnsSpec& spec, uint32_t gateway) {
 }  // namespace
 
 absl::StatusOr<NetnsFd> createProxyNetns(const ProxyNetnsSpec& spec) {
-  if (auto existing = linkByName(spec.host_interface); existing.ok()) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "the node already has a device named ", spec.host_interface,
-        " (another ferryd running on this node, or datapath.host_proxy_interface names someone else's device)"));
+  const auto deadline = std::chrono::steady_clock::now() + spec.stale_wait;
+  bool waited = false;
+  while (linkByName(spec.host_interface).ok()) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "the node already has a device named ", spec.host_interface,
+          waited ? absl::StrCat(" (still there after ", spec.stale_wait.count(), " ms)") : "",
+          " (another ferryd running on this node, or datapath.host_proxy_interface names someone else's device)"));
+    }
+    waited = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // no event for a netns's teardown
   }
+  if (waited) FERRY_LOG(kInfo, "datapath: the previous proxy netns's %s went away", spec.host_interface);
   auto ns = newNetns();
   if (!ns.ok()) return ns.status();
   if (auto st = createVethPair(spec.host_interface, spec.proxy_interface, ns->fd()); !st.ok()) return st;
@@ -92,9 +110,7 @@ absl::StatusOr<NetnsFd> createProxyNetns(const ProxyNetnsSpec& spec) {
   if (!host.ok()) return fail(host.status());
   // Packets ferryd sends as a pod leave through this device when they are not injected
   // (injection none, or failure_mode open): its reverse path is the pod's device.
-  if (auto st = writeSysctl(absl::StrCat("net/ipv4/conf/", spec.host_interface, "/rp_filter"), "0"); !st.ok()) {
-    return fail(st);
-  }
+  if (auto st = setIpv4DeviceConf(host->ifindex, IPV4_DEVCONF_RP_FILTER, 0); !st.ok()) return fail(st);
   if (auto st = addAddress(host->ifindex, host_address); !st.ok()) return fail(st);
   if (auto st = setLinkUp(host->ifindex); !st.ok()) return fail(st);
   if (auto st = addRoute({.dst = spec.proxy_address, .dst_len = 32, .ifindex = host->ifindex}); !st.ok()) {

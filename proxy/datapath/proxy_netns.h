@@ -13,6 +13,7 @@
 // The netns lives as long as ferryd: when ferryd exits, the kernel removes it and the veth
 // pair with it, and pods steered into the proxy (failure_mode: closed) lose their mesh
 // connections rather than fall back to plaintext.
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -28,6 +29,10 @@ struct ProxyNetnsSpec {
   uint32_t mark = 0;            // the mark to_proxy sets (datapath.mark)
   uint32_t table = 0;           // the routing table of the local-delivery rule
   uint32_t rule_priority = 0;
+  // A device named host_interface may be the previous ferryd's, going away with its netns
+  // (the kernel tears a netns down asynchronously, after its last process exited: a rolling
+  // update starts the next ferryd at once). Waited for this long before it is an error.
+  std::chrono::milliseconds stale_wait{10'000};
 };
 
 // Creates the proxy netns and its plumbing from the calling thread's netns (the node's).

@@ -31,7 +31,7 @@ std::vector<Header> buildConnectHeaders(const ConnectParams& params) {
   if (params.source != nullptr) {
     // The keys ztunnel sends; metrics on the server side attribute traffic with them.
     headers.push_back(
-        {"baggage", absl::StrCat("k8s.namespace.name=", params.source->namespace_name,
+        {"baggage", absl::StrCat("k8s.namespace.name=", params.source->namespace_name.str(),
                                  ",k8s.pod.name=", params.source->name,
                                  ",service.name=", params.source->name, ",service.version=latest")});
   }

@@ -1,7 +1,6 @@
 #include "proxy/identity/dir_cert_source.h"
 
 #include <openssl/err.h>
-#include <sys/stat.h>
 
 #include <utility>
 
@@ -28,30 +27,20 @@ absl::StatusOr<std::string> svidDirectory(const std::string& dir, const SpiffeId
 
 DirCertSource::DirCertSource(std::string dir, std::string trust_domain,
                              std::chrono::milliseconds recheck_interval)
-    : dir_(std::move(dir)), trust_domain_(std::move(trust_domain)), recheck_interval_(recheck_interval) {}
-
-DirCertSource::FileStamp DirCertSource::stat(const std::string& path) {
-  struct stat st = {};
-  FileStamp stamp;
-  if (::stat(path.c_str(), &st) != 0) return stamp;
-  stamp.exists = true;
-  stamp.dev = st.st_dev;
-  stamp.ino = st.st_ino;
-  stamp.size = st.st_size;
-  stamp.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
-  return stamp;
-}
+    : dir_(std::move(dir)),
+      trust_domain_(std::move(trust_domain)),
+      recheck_interval_(recheck_interval),
+      bundle_(absl::StrCat(dir_, "/bundle.pem")) {}
 
 absl::StatusOr<std::shared_ptr<const TrustBundle>> DirCertSource::bundle() {
   std::lock_guard<std::mutex> lock(bundle_.mu);
   auto now = std::chrono::steady_clock::now();
   if (bundle_.loaded && now - bundle_.checked < recheck_interval_) return bundle_.result;
   bundle_.checked = now;
-  std::string path = absl::StrCat(dir_, "/bundle.pem");
-  FileStamp stamp = stat(path);
-  if (bundle_.loaded && stamp == bundle_.stamp) return bundle_.result;
+  const std::string& path = bundle_.file.path();
+  bool unchanged = bundle_.file.poll() == common::WatchedFile::Result::kUnchanged;
+  if (bundle_.loaded && unchanged) return bundle_.result;
   bundle_.loaded = true;
-  bundle_.stamp = stamp;
 
   auto load = [&]() -> absl::StatusOr<std::shared_ptr<const TrustBundle>> {
     if (absl::Status s = validateTrustDomain(trust_domain_); !s.ok()) return s;
@@ -96,7 +85,7 @@ absl::StatusOr<std::shared_ptr<const Svid>> DirCertSource::svid(const SpiffeId& 
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto& slot = svids_[id];
-    if (!slot) slot = std::make_shared<SvidEntry>();
+    if (!slot) slot = std::make_shared<SvidEntry>(*base);
     entry = slot;
   }
   std::string cert_path = *base + "/cert.pem";
@@ -118,14 +107,11 @@ absl::StatusOr<std::shared_ptr<const Svid>> DirCertSource::svid(const SpiffeId& 
   bool same_bundle = entry->verified_against == *roots;
   if (entry->loaded && same_bundle && now - entry->checked < recheck_interval_) return serve();
   entry->checked = now;
-  FileStamp cert_stamp = stat(cert_path);
-  FileStamp key_stamp = stat(key_path);
-  if (entry->loaded && same_bundle && cert_stamp == entry->cert_stamp && key_stamp == entry->key_stamp) {
-    return serve();
-  }
+  // Both polled every time: each remembers what it saw.
+  bool cert_unchanged = entry->cert.poll() == common::WatchedFile::Result::kUnchanged;
+  bool key_unchanged = entry->key.poll() == common::WatchedFile::Result::kUnchanged;
+  if (entry->loaded && same_bundle && cert_unchanged && key_unchanged) return serve();
   entry->loaded = true;
-  entry->cert_stamp = cert_stamp;
-  entry->key_stamp = key_stamp;
   entry->verified_against = *roots;
 
   auto fresh = load(id, cert_path, key_path, **roots);

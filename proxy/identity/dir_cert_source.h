@@ -4,9 +4,9 @@
 //   <dir>/bundle.pem                         roots of the trust domain (one or more)
 //   <dir>/<namespace>/<service-account>/cert.pem   leaf first, then intermediates
 //   <dir>/<namespace>/<service-account>/key.pem    PKCS#8 or EC PEM
-// Files are loaded on first use and re-read when their inode, size or mtime change, checked at
-// most once per `recheck_interval` per identity, so rotated files are picked up without a
-// restart. A rotation that leaves a broken file set keeps serving the previous SVID until it
+// Files are loaded on first use and re-read when they change by the daemon's one rule
+// (common::WatchedFile), checked at most once per `recheck_interval` per identity, so
+// rotated files are picked up without a restart. A rotation that leaves a broken file set keeps serving the previous SVID until it
 // expires (design.md §5: the old certificate is kept until expiry).
 #include <chrono>
 #include <memory>
@@ -15,7 +15,9 @@
 #include <sys/types.h>
 
 #include "absl/container/flat_hash_map.h"
+#include "proxy/common/file.h"
 #include "proxy/identity/cert_source.h"
+#include "proxy/identity/openssl_util.h"
 
 namespace ferry::identity {
 
@@ -36,30 +38,21 @@ class DirCertSource : public CertSource {
   absl::StatusOr<std::shared_ptr<const TrustBundle>> bundle() override;
 
  private:
-  // What identifies one version of a file: a rename-into-place changes the inode, an
-  // in-place rewrite changes size or mtime.
-  struct FileStamp {
-    bool exists = false;
-    dev_t dev = 0;
-    ino_t ino = 0;
-    off_t size = 0;
-    int64_t mtime_ns = 0;
-    friend bool operator==(const FileStamp&, const FileStamp&) = default;
-  };
-  static FileStamp stat(const std::string& path);
-
   struct BundleEntry {
+    explicit BundleEntry(std::string path) : file(std::move(path), kMaxPemFileBytes) {}
     std::mutex mu;
     std::chrono::steady_clock::time_point checked;
     bool loaded = false;
-    FileStamp stamp;
+    common::WatchedFile file;
     absl::StatusOr<std::shared_ptr<const TrustBundle>> result = absl::UnknownError("not loaded");
   };
   struct SvidEntry {
+    SvidEntry(const std::string& base)
+        : cert(base + "/cert.pem", kMaxPemFileBytes), key(base + "/key.pem", kMaxPemFileBytes) {}
     std::mutex mu;
     std::chrono::steady_clock::time_point checked;
     bool loaded = false;
-    FileStamp cert_stamp, key_stamp;
+    common::WatchedFile cert, key;
     std::shared_ptr<const TrustBundle> verified_against;
     absl::Status error;                     // of the last load, when it failed
     std::shared_ptr<const Svid> svid;       // the last good one, kept across failed reloads

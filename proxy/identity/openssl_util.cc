@@ -13,14 +13,13 @@
 #include <limits>
 #include <system_error>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "proxy/common/file.h"
 #include "proxy/identity/string_compat.h"
 
 namespace ferry::identity {
 namespace {
-
-// Certificates, keys and bundles are a few KiB; anything far larger is a wrong path.
-constexpr size_t kMaxPemFileBytes = 4 << 20;
 
 std::string errnoText(int err) { return std::error_code(err, std::generic_category()).message(); }
 
@@ -136,28 +135,12 @@ absl::StatusOr<std::string> keyToPem(EVP_PKEY* key) {
 }
 
 absl::StatusOr<std::string> readFile(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", errnoText(errno)));
-  std::string out;
-  char buf[8192];
-  while (true) {
-    ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      return absl::UnavailableError(absl::StrCat("cannot read ", path, ": ", errnoText(err)));
-    }
-    if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
-    if (out.size() > kMaxPemFileBytes) {
-      ::close(fd);
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, " is larger than ", kMaxPemFileBytes, " bytes; not a PEM file"));
-    }
+  auto text = common::readFile(path, kMaxPemFileBytes);
+  if (!text.ok() && absl::IsInvalidArgument(text.status()) &&
+      absl::StrContains(text.status().message(), "is larger than")) {
+    return absl::InvalidArgumentError(absl::StrCat(text.status().message(), "; not a PEM file"));
   }
-  ::close(fd);
-  return out;
+  return text;
 }
 
 absl::Status writeFileAtomic(const std::string& path, std::string_view content, mode_t mode) {

@@ -78,6 +78,9 @@ absl::StatusOr<std::string> certToPem(X509* cert);
 // Unencrypted PKCS#8 ("BEGIN PRIVATE KEY").
 absl::StatusOr<std::string> keyToPem(EVP_PKEY* key);
 
+// PEM files are a few KiB; anything this large is not one (a wrong path, a device).
+inline constexpr size_t kMaxPemFileBytes = 4 << 20;
+// common::readFile capped at kMaxPemFileBytes.
 absl::StatusOr<std::string> readFile(const std::string& path);
 // Writes `content` to a temporary file beside `path` with `mode`, fsyncs it and renames it
 // over `path`, so that readers see the old or the new file, never a torn one.

@@ -1,7 +1,5 @@
 #include "proxy/identity/watched_ca_source.h"
 
-#include <openssl/evp.h>
-
 #include <optional>
 #include <utility>
 #include <vector>
@@ -37,21 +35,24 @@ absl::StatusOr<std::vector<X509Ptr>> loadRoots(const std::string& path) {
 
 WatchedCaSource::WatchedCaSource(CaFiles files, std::string trust_domain, std::chrono::seconds leaf_lifetime,
                                  const Clock& clock)
-    : files_(std::move(files)), trust_domain_(std::move(trust_domain)), leaf_lifetime_(leaf_lifetime), clock_(clock) {}
+    : files_(std::move(files)),
+      trust_domain_(std::move(trust_domain)),
+      leaf_lifetime_(leaf_lifetime),
+      clock_(clock),
+      ca_cert_file_{common::WatchedFile(files_.ca_cert, kMaxPemFileBytes)},
+      ca_key_file_{common::WatchedFile(files_.ca_key, kMaxPemFileBytes)},
+      bundle_file_{common::WatchedFile(files_.bundle, kMaxPemFileBytes)} {}
 
-WatchedCaSource::Stamps WatchedCaSource::stampNow() const {
-  auto digest = [](const std::string& path) -> std::string {
-    auto text = readFile(path);
-    if (!text.ok()) return absl::StrCat("unreadable: ", text.status().message());
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int len = 0;
-    if (EVP_Digest(text->data(), text->size(), md, &len, EVP_sha256(), nullptr) != 1) {
-      drainOpenSslErrors();
-      return *text;  // compare the content itself
-    }
-    return std::string(reinterpret_cast<const char*>(md), len);
-  };
-  return Stamps{digest(files_.ca_cert), digest(files_.ca_key), digest(files_.bundle)};
+std::string WatchedCaSource::Watched::stamp() const {
+  if (file.failing()) return absl::StrCat("unreadable: ", file.error().message());
+  return absl::StrCat("v", version);
+}
+
+WatchedCaSource::Stamps WatchedCaSource::stampNow() {
+  for (Watched* w : {&ca_cert_file_, &ca_key_file_, &bundle_file_}) {
+    if (w->file.poll() == common::WatchedFile::Result::kChanged) ++w->version;
+  }
+  return Stamps{ca_cert_file_.stamp(), ca_key_file_.stamp(), bundle_file_.stamp()};
 }
 
 bool WatchedCaSource::poll() {

@@ -5,8 +5,9 @@
 // - Start with missing or broken files: not fatal. status() says why (readiness reports it)
 //   and every svid() fails with that reason, so connections that need a certificate fail
 //   closed; when good files appear, the next poll() builds the CA and the node is ready.
-// - The files are read and compared by content on every poll (a few KiB each): stamps
-//   (inode, size, mtime) can repeat when a file is replaced twice within one coarse clock tick.
+// - The files are watched with the daemon's one change rule (common::WatchedFile: stamp,
+//   re-read while younger than 2 s, content compare), so a rewrite within one coarse clock
+//   tick is seen and a rewrite with the same content applies nothing.
 // - A later change is applied as a whole (CA, bundle, or both at once); a broken change keeps
 //   the previous material, logs why once per version of the files and counts a failure.
 // - Root rotation with overlap is three file writes (docs/security.md): bundle {old,new} →
@@ -21,6 +22,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "proxy/common/file.h"
 #include "proxy/identity/ca_cert_source.h"
 
 namespace ferry::identity {
@@ -57,12 +59,17 @@ class WatchedCaSource : public CertSource {
   uint64_t reloadFailures() const { return reload_failures_.load(std::memory_order_relaxed); }
 
  private:
-  // A digest of each file's content, or why it could not be read.
+  // Each file's content version (bumped when its content changes), or why it cannot be read.
   struct Stamps {
     std::string ca_cert, ca_key, bundle;
     friend bool operator==(const Stamps&, const Stamps&) = default;
   };
-  Stamps stampNow() const;
+  struct Watched {
+    common::WatchedFile file;
+    uint64_t version = 0;
+    std::string stamp() const;
+  };
+  Stamps stampNow();
   // Loads what changed between applied_ and `now` and applies it; the error says which file.
   absl::Status apply(const Stamps& now);
 
@@ -72,6 +79,7 @@ class WatchedCaSource : public CertSource {
   const Clock& clock_;
 
   // Control thread only.
+  Watched ca_cert_file_, ca_key_file_, bundle_file_;
   bool polled_ = false;
   Stamps seen_;     // at the last poll that read the files
   Stamps applied_;  // of the material in effect

@@ -12,11 +12,13 @@
 #include <unistd.h>
 
 #include "proxy/common/log.h"
+#include "absl/strings/str_cat.h"
 #include "proxy/config/config.h"
+#include "proxy/config/kubeconfig.h"
 #include "proxy/identity/dir_cert_source.h"
 #include "proxy/identity/watched_ca_source.h"
 #include "proxy/server/server.h"
-#include "proxy/workloads/registry.h"
+#include "proxy/workloads/file_source.h"
 
 namespace {
 
@@ -76,11 +78,23 @@ int main(int argc, char** argv) {
   auto config = ferry::config::loadConfigFile(config_path);
   if (!config.ok()) return fail(std::string(config.status().message()));
   if (check_only) {
-    ferry::workloads::Watcher watcher(config->workloads_file, config->node);
-    if (auto st = watcher.loadInitial(); !st.ok()) return fail(std::string(st.message()));
-    std::printf("%s: OK (node %s, %zu workloads, %zu local)\n", config_path.c_str(),
-                config->node.c_str(), watcher.current()->all().size(),
-                watcher.current()->localCount());
+    if (config->workload_source == ferry::config::WorkloadSourceKind::kKubernetes) {
+      // The API server is not asked (it may not be reachable from where the file is
+      // checked); a kubeconfig the config names must parse.
+      if (!config->kubernetes.kubeconfig.empty()) {
+        auto kc = ferry::config::loadKubeconfig(config->kubernetes.kubeconfig);
+        if (!kc.ok()) return fail(absl::StrCat("kubernetes.kubeconfig: ", kc.status().message()));
+      }
+      std::printf("%s: OK (node %s, workloads from the Kubernetes API: %s)\n", config_path.c_str(),
+                  config->node.c_str(),
+                  config->kubernetes.kubeconfig.empty() ? "in-cluster" : config->kubernetes.kubeconfig.c_str());
+    } else {
+      ferry::workloads::Store store(config->node);
+      ferry::workloads::FileSource source(config->workloads_file);
+      if (auto st = source.start(store); !st.ok()) return fail(std::string(st.message()));
+      std::printf("%s: OK (node %s, %zu workloads, %zu local)\n", config_path.c_str(),
+                  config->node.c_str(), store.current()->size(), store.current()->localCount());
+    }
     // Certificates and CA material may legitimately appear later (written by an agent), so
     // their absence is a warning here, not an error; ferryd itself starts not ready and fails
     // closed until they exist.

@@ -13,11 +13,17 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "proxy/common/duration.h"
 #include "proxy/common/log.h"
+#include "proxy/datapath/netlink.h"
 #include "proxy/datapath/proxy_netns.h"
 #include "proxy/hbone/buffer_chain.h"
 #include "proxy/session/common.h"
+#include "proxy/config/kubeconfig.h"
+#include "proxy/k8s/client.h"
+#include "proxy/workloads/file_source.h"
+#include "proxy/workloads/kubernetes_source.h"
 
 namespace ferry::server {
 namespace asio = boost::asio;
@@ -137,7 +143,7 @@ std::vector<uint16_t> ferryPorts(const config::Config& c) {
 
 Server::Server(config::Config config)
     : config_(std::move(config)),
-      workloads_(config_.workloads_file, config_.node),
+      workloads_(config_.node),
       sockets_(config_.transparent),
       admission_(config_.limits) {}
 
@@ -146,12 +152,22 @@ Server::~Server() {
   for (auto& t : threads_) {
     if (t.joinable()) t.join();
   }
+  // A proxy netns of ferryd's own outlives the process while closing sockets still hold it
+  // (a FIN_WAIT orphan: up to tcp_fin_timeout), and with it its veth pair: the next ferryd
+  // would find the name taken. Deleting the node's side takes the pair at once.
+  if (config_.datapath.proxy_netns_auto && proxy_netns_) {
+    datapath_.reset();  // its programs on the device first
+    if (auto st = datapath::deleteLink(config_.datapath.host_proxy_interface); !st.ok()) {
+      FERRY_LOG(kWarn, "datapath: removing %s: %s", config_.datapath.host_proxy_interface, st.message());
+    }
+  }
 }
 
 absl::Status Server::start() {
   common::setLogLevel(config_.log_level);
   started_at_ = std::chrono::steady_clock::now();
-  if (auto st = workloads_.loadInitial(); !st.ok()) {
+  if (auto st = makeWorkloadSource(); !st.ok()) return st;
+  if (auto st = source_->start(workloads_); !st.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("workloads: ", st.message()));
   }
   if (auto st = makeCertSource(); !st.ok()) return st;
@@ -177,6 +193,9 @@ absl::Status Server::start() {
     datapath_ = std::move(*dp);
     if (auto st = datapath_->sync(*workloads_.current()); !st.ok()) return st;
   }
+  workloads_.subscribe([this](const workloads::Registry& after, const workloads::Delta& delta) {
+    onWorkloadsChanged(after, delta);
+  });
   {
     // Every socket of the data plane lives in the proxy netns; the control thread returns
     // to the node netns afterwards. The operator endpoints live there too, except in a
@@ -225,15 +244,17 @@ absl::Status Server::start() {
   });
   admin_.route("/workloads", [this] {
     auto reg = workloads_.current();
-    std::string body;
-    for (const auto& w : reg->all()) {
+    std::vector<std::string> lines;
+    lines.reserve(reg->size());
+    reg->forEach([&](const workloads::Workload& w) {
       std::string ips;
       for (const auto& ip : w.ips) absl::StrAppend(&ips, ips.empty() ? "" : ",", ip.to_string());
-      absl::StrAppend(&body, w.displayName(), " node=", w.node, " ips=", ips,
-                      " identity=", w.spiffeId(config_.trust_domain), " hbone=", w.hbone ? "true" : "false",
-                      w.node == config_.node ? " local" : "", "\n");
-    }
-    return HttpResponse{200, "text/plain; charset=utf-8", body};
+      lines.push_back(absl::StrCat(w.displayName(), " node=", w.node.str(), " ips=", ips,
+                                   " identity=", w.spiffeId(config_.trust_domain), " hbone=", w.hbone ? "true" : "false",
+                                   reg->isLocal(w) ? " local" : "", "\n"));
+    });
+    std::sort(lines.begin(), lines.end());  // the registry keeps no order
+    return HttpResponse{200, "text/plain; charset=utf-8", absl::StrJoin(lines, "")};
   });
   admin_.route("/datapath", [this] {
     if (!datapath_) return HttpResponse{200, "text/plain; charset=utf-8", "datapath: disabled\n"};
@@ -246,7 +267,7 @@ absl::Status Server::start() {
   admin_.route("/config_dump", [this] {
     std::string body = absl::StrCat(
         "node: ", config_.node, "\ntrust_domain: ", config_.trust_domain,
-        "\nworkloads_file: ", config_.workloads_file, "\ncert_dir: ", config_.cert_dir,
+        "\nworkload_source: ", source_->describe(), "\ncert_dir: ", config_.cert_dir,
         "\nworkers: ", workers_.size(), "\nlog_level: ", common::toAbsl(common::logLevelName(config_.log_level)),
         "\ntransparent: ", config_.transparent ? "true" : "false",
         "\noriginal_destination: ",
@@ -309,7 +330,7 @@ absl::Status Server::start() {
     FERRY_LOG(kWarn, "ferryd started but not ready: %s", ready.message());
   }
   FERRY_LOG(kInfo, "ferryd started: node=%s trust_domain=%s workers=%d workloads=%d (local %d)",
-            config_.node, config_.trust_domain, n, workloads_.current()->all().size(),
+            config_.node, config_.trust_domain, n, workloads_.current()->size(),
             workloads_.current()->localCount());
   return absl::OkStatus();
 }
@@ -346,6 +367,9 @@ absl::Status Server::makeCertSource() {
 absl::Status Server::readiness() {
   if (stopping_.load()) return absl::UnavailableError("draining");
   if (!started_.load()) return absl::UnavailableError("starting");
+  if (absl::Status s = source_->health(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("not ready: workloads: ", s.message()));
+  }
   if (ca_source_ != nullptr) {
     if (absl::Status s = ca_source_->status(); !s.ok()) return absl::Status(s.code(), absl::StrCat("not ready: ", s.message()));
   } else if (dir_source_ != nullptr) {
@@ -375,9 +399,8 @@ void Server::scheduleIdentityPoll() {
 
 void Server::forgetUnusedIdentities() {
   absl::flat_hash_set<identity::SpiffeId> keep;
-  for (const auto& w : workloads_.current()->all()) {
-    if (w.node != config_.node) continue;
-    keep.insert(identity::SpiffeId::forWorkload(config_.trust_domain, w.namespace_name, w.service_account));
+  for (const auto& w : workloads_.current()->local()) {
+    keep.insert(identity::SpiffeId::forWorkload(config_.trust_domain, w->namespace_name.str(), w->service_account.str()));
   }
   size_t certs = ca_source_ != nullptr ? ca_source_->retain(keep) : 0;
   size_t contexts = tls_->retain(keep);
@@ -387,18 +410,57 @@ void Server::forgetUnusedIdentities() {
   }
 }
 
-void Server::pollOnce() {
-  if (workloads_.poll()) {
-    stats_.workloads_reloads.fetch_add(1, std::memory_order_relaxed);
-    forgetUnusedIdentities();
-    if (datapath_) {
-      if (auto st = datapath_->sync(*workloads_.current()); !st.ok()) {
-        FERRY_LOG(kWarn, "datapath: %s", st.message());
-      }
-    }
+absl::Status Server::makeWorkloadSource() {
+  if (config_.workload_source == config::WorkloadSourceKind::kFile) {
+    source_ = std::make_unique<workloads::FileSource>(config_.workloads_file);
+    return absl::OkStatus();
   }
-  if (datapath_) datapath_->checkAttachments();
-  stats_.workloads_reload_failures.store(workloads_.reloadFailures(), std::memory_order_relaxed);
+  const auto& kc = config_.kubernetes;
+  k8s::ClusterAccess access;
+  std::string where;
+  if (kc.kubeconfig.empty()) {
+    auto in_cluster = k8s::inClusterAccess([](const char* name) { return std::getenv(name); });
+    if (!in_cluster.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat("kubernetes: in-cluster credentials: ", in_cluster.status().message(),
+                                                        " (outside a cluster, set kubernetes.kubeconfig)"));
+    }
+    access = *std::move(in_cluster);
+    where = "the in-cluster API server";
+  } else {
+    auto file = config::loadKubeconfig(kc.kubeconfig);
+    if (!file.ok()) return absl::FailedPreconditionError(absl::StrCat("kubernetes.kubeconfig: ", file.status().message()));
+    access = k8s::ClusterAccess{file->server, file->ca_file, file->ca_pem, file->client_cert_file,
+                                file->client_cert_pem, file->client_key_file, file->client_key_pem,
+                                file->token, file->token_file};
+    where = absl::StrCat("the API server of ", kc.kubeconfig);
+  }
+  std::string describe = absl::StrCat("kubernetes ", access.server);
+  auto client = k8s::ApiClient::create(control_, std::move(access), k8s::Options{});
+  if (!client.ok()) return absl::FailedPreconditionError(absl::StrCat("kubernetes: ", client.status().message()));
+  auto source = std::make_unique<workloads::KubernetesSource>(
+      *std::move(client), workloads::KubernetesSourceOptions{kc.istio_ambient, kc.max_state_age}, describe);
+  k8s_source_ = source.get();
+  source_ = std::move(source);
+  FERRY_LOG(kInfo, "workloads: from %s (%s)", where, describe);
+  return absl::OkStatus();
+}
+
+void Server::onWorkloadsChanged(const workloads::Registry& after, const workloads::Delta& delta) {
+  if (datapath_) datapath_->apply(after, delta);
+  bool local = false;
+  for (const auto& change : delta.changes) {
+    for (const auto* w : {change.before.get(), change.after.get()}) local = local || (w != nullptr && after.isLocal(*w));
+  }
+  if (local) forgetUnusedIdentities();
+}
+
+void Server::pollOnce() {
+  if (source_->poll(workloads_)) stats_.workloads_reloads.fetch_add(1, std::memory_order_relaxed);
+  if (datapath_) {
+    datapath_->retryFailed(*workloads_.current());
+    datapath_->checkAttachments();
+  }
+  stats_.workloads_reload_failures.store(source_->failures() + workloads_.rejected(), std::memory_order_relaxed);
 }
 
 void Server::scheduleMemoryTrim() {
@@ -667,9 +729,10 @@ std::string Server::renderMetrics() {
                   "# HELP ferry_memory_trims_total Heap trims (malloc_trim) after bursts of closes\n"
                   "# TYPE ferry_memory_trims_total counter\nferry_memory_trims_total ",
                   memory_trims_.load(std::memory_order_relaxed), "\n");
+  if (k8s_source_ != nullptr) absl::StrAppend(&out, k8s_source_->renderPrometheus());
   auto reg = workloads_.current();
   absl::StrAppend(&out, "# HELP ferry_workloads Workloads known, and those on this node\n",
-                  "# TYPE ferry_workloads gauge\nferry_workloads{scope=\"all\"} ", reg->all().size(),
+                  "# TYPE ferry_workloads gauge\nferry_workloads{scope=\"all\"} ", reg->size(),
                   "\nferry_workloads{scope=\"local\"} ", reg->localCount(), "\n");
   if (datapath_) absl::StrAppend(&out, datapath_->renderPrometheus());
   renderIdentityMetrics(out);

@@ -25,6 +25,11 @@
 #include "proxy/server/http_server.h"
 #include "proxy/session/context.h"
 #include "proxy/workloads/registry.h"
+#include "proxy/workloads/source.h"
+
+namespace ferry::workloads {
+class KubernetesSource;
+}
 
 namespace ferry::server {
 
@@ -70,7 +75,12 @@ class Server {
 
   config::Config config_;
   session::Stats stats_;
-  workloads::Watcher workloads_;
+  workloads::Store workloads_;
+  std::unique_ptr<workloads::Source> source_;
+  workloads::KubernetesSource* k8s_source_ = nullptr;  // source_, when it is the Kubernetes one
+  absl::Status makeWorkloadSource();
+  // A registry change: the datapath applies it, identities no local workload uses go.
+  void onWorkloadsChanged(const workloads::Registry& after, const workloads::Delta& delta);
   std::unique_ptr<identity::CertSource> certs_;
   identity::WatchedCaSource* ca_source_ = nullptr;  // certs_, when it is the built-in CA
   identity::DirCertSource* dir_source_ = nullptr;   // certs_, when it is files

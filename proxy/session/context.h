@@ -30,7 +30,7 @@ class ConnectionRecord;
 
 struct Shared {
   const config::Config& config;
-  workloads::Watcher& workloads;
+  const workloads::Store& workloads;
   identity::TlsContextCache& tls;
   SocketFactory& sockets;
   Stats& stats;

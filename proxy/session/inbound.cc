@@ -251,8 +251,8 @@ awaitable<void> handshakeAndServe(Worker& worker, Tcp::socket socket, LoadUnit l
     abortSocket(socket);
     co_return;
   }
-  auto local_id = identity::SpiffeId::forWorkload(cfg.trust_domain, workload->namespace_name,
-                                                  workload->service_account);
+  auto local_id = identity::SpiffeId::forWorkload(cfg.trust_domain, workload->namespace_name.str(),
+                                                  workload->service_account.str());
   auto ctx = shared.tls.serverContext(local_id);
   if (!ctx.ok()) {
     fail(absl::StrCat("no certificate for ", local_id.str(), ": ", ctx.status().message()));

@@ -45,7 +45,7 @@ struct OutboundPlan {
 // reset at once). Silence until the timeout is a node or path that drops packets.
 absl::Status dialFailure(const boost::system::error_code& ec, const workloads::Workload& destination,
                          const common::HostPort& target, std::chrono::milliseconds timeout) {
-  auto peer = absl::StrCat("ferryd on node ", destination.node, " (", common::formatHostPort(target),
+  auto peer = absl::StrCat("ferryd on node ", destination.node.str(), " (", common::formatHostPort(target),
                            ", HBONE port ", target.port, ")");
   if (ec == asio::error::timed_out) {
     return absl::DeadlineExceededError(absl::StrCat(
@@ -55,11 +55,11 @@ absl::Status dialFailure(const boost::system::error_code& ec, const workloads::W
   }
   if (ec == asio::error::connection_refused) {
     return absl::UnavailableError(absl::StrCat(peer, " refused the connection: is ferryd running on node ",
-                                               destination.node, "?"));
+                                               destination.node.str(), "?"));
   }
   if (ec == asio::error::host_unreachable || ec == asio::error::network_unreachable) {
     return absl::UnavailableError(absl::StrCat(peer, " is unreachable (", ec.message(),
-                                               "): check the route to node ", destination.node));
+                                               "): check the route to node ", destination.node.str()));
   }
   return absl::UnavailableError(absl::StrCat("connecting to ", peer, ": ", ec.message()));
 }
@@ -72,7 +72,7 @@ awaitable<absl::StatusOr<std::shared_ptr<hbone::H2Connection>>> dialHbone(Worker
   auto& shared = worker.shared();
   const auto& cfg = shared.config;
   auto source_id = identity::SpiffeId::forWorkload(
-      cfg.trust_domain, plan.source_workload->namespace_name, plan.source_workload->service_account);
+      cfg.trust_domain, plan.source_workload->namespace_name.str(), plan.source_workload->service_account.str());
   auto ctx = shared.tls.clientContext(source_id);
   if (!ctx.ok()) {
     co_return absl::FailedPreconditionError(

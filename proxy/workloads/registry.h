@@ -1,108 +1,127 @@
 #pragma once
 // The workload registry: who is on which IP, with which identity, on which node.
-// A Registry is an immutable snapshot; the Watcher swaps whole snapshots atomically.
+//
+// Readers (the workers, on every connection) take the current Registry, an immutable
+// snapshot, from Store::current(): one reference-count increment under a mutex nobody holds
+// for longer than that. The writer (the control thread) changes the registry by key
+// ("<namespace>/<name>"): a batch of changes copies only the shards its IPs fall in (1/256 of
+// the index each) and publishes a new snapshot sharing everything else, so one pod's change
+// costs the same in a registry of 100 workloads as in one of 150,000. Subscribers get the
+// batch as a Delta (before/after of each workload that changed) and apply just that (the
+// datapath enrols one pod, adds one capture IP).
+#include <array>
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/status/statusor.h"
-#include "proxy/common/net.h"
+#include "absl/status/status.h"
+#include "proxy/workloads/workload.h"
 
 namespace ferry::workloads {
 
-using common::IpAddress;
-
-// For captured plaintext arriving on 15006 (design §6; full policy engine comes later).
-enum class TlsMode { kPermissive, kStrict };
-
-struct Workload {
-  std::string name;
-  std::string namespace_name;
-  std::string service_account;
-  std::string node;
-  std::vector<IpAddress> ips;
-  bool hbone = false;           // accepts HBONE on <ip>:15008
-  std::string host_interface;   // host-side device of a local pod (datapath attach point)
-  TlsMode tls_mode = TlsMode::kPermissive;
-
-  // spiffe://<trust_domain>/ns/<namespace>/sa/<service_account>
-  std::string spiffeId(std::string_view trust_domain) const;
-  // "<namespace>/<name>", for logs.
-  std::string displayName() const;
-};
+using WorkloadPtr = std::shared_ptr<const Workload>;
 
 class Registry {
  public:
-  // Parses a workloads YAML document. `local_node` decides which workloads are local.
-  // Errors name the entry, the key and the line.
-  static absl::StatusOr<std::shared_ptr<const Registry>> parse(std::string_view yaml_text,
-                                                               std::string_view source_name,
-                                                               std::string_view local_node);
+  // Shards of the IP index: a change copies one (about 600 entries at 150,000 workloads).
+  static constexpr size_t kShards = 256;
+
   static std::shared_ptr<const Registry> empty(std::string_view local_node);
 
   // nullptr when unknown. An IPv4-mapped IPv6 address (::ffff:a.b.c.d, as dual-stack
-  // sockets report IPv4 peers) finds the workload of a.b.c.d.
+  // sockets report IPv4 peers) finds the workload of a.b.c.d. The pointer lives as long as
+  // this snapshot.
   const Workload* findByIp(const IpAddress& ip) const;
   // Only workloads whose node is the local node.
   const Workload* findLocalByIp(const IpAddress& ip) const;
-  const std::vector<Workload>& all() const { return workloads_; }
-  const std::string& localNode() const { return local_node_; }
-  size_t localCount() const;
+  bool isLocal(const Workload& w) const { return w.node == local_node_; }
+
+  size_t size() const { return size_; }
+  size_t localCount() const { return local_->size(); }
+  const std::string& localNode() const { return local_node_.str(); }
+  // The workloads of this node, by key.
+  const std::vector<WorkloadPtr>& local() const { return *local_; }
+  // Every workload once, in no particular order (admin pages; O(n)).
+  void forEach(const std::function<void(const Workload&)>& visit) const;
 
  private:
-  std::string local_node_;
-  std::vector<Workload> workloads_;
-  absl::flat_hash_map<IpAddress, size_t> by_ip_;
+  friend class Store;
+  using Shard = absl::flat_hash_map<IpAddress, WorkloadPtr>;
+  static size_t shardOf(const IpAddress& canonical_ip);
+
+  InternedString local_node_;
+  std::array<std::shared_ptr<const Shard>, kShards> shards_;
+  std::shared_ptr<const std::vector<WorkloadPtr>> local_;
+  size_t size_ = 0;
 };
 
-// Watches the workloads file (polling its mtime/size/inode) from the control thread and
-// publishes new snapshots. A broken file keeps the previous snapshot and logs why.
-class Watcher {
- public:
-  using OnChange = std::function<void(const std::shared_ptr<const Registry>&)>;
-  Watcher(std::string path, std::string local_node);
+// One workload that changed: added (before null), removed (after null) or replaced.
+struct Change {
+  WorkloadPtr before;
+  WorkloadPtr after;
+};
+struct Delta {
+  std::vector<Change> changes;
+  bool empty() const { return changes.empty(); }
+};
 
-  // Loads the file now; an error here is a start-up error.
-  absl::Status loadInitial();
-  // Re-reads if the file changed since the last check. Returns true when a new snapshot
-  // was published; a parse error is logged and counted, the old snapshot stays.
-  bool poll();
+// One requested change: `workload` set = add or replace the workload with this key (its
+// displayName()); unset = remove it.
+struct Update {
+  std::string key;
+  std::optional<Workload> workload;
+};
+
+class Store {
+ public:
+  explicit Store(std::string_view local_node);
+
+  // Any thread.
   std::shared_ptr<const Registry> current() const {
     std::lock_guard lock(current_mu_);
     return current_;
   }
-  void setOnChange(OnChange cb) { on_change_ = std::move(cb); }
-  uint64_t reloadFailures() const { return reload_failures_.load(); }
-  uint64_t generation() const { return generation_.load(); }
+  uint64_t generation() const { return generation_.load(std::memory_order_relaxed); }
+  // Updates refused (an IP another workload holds) since start.
+  uint64_t rejected() const { return rejected_.load(std::memory_order_relaxed); }
+
+  // Control thread only, from here on.
+  using Listener = std::function<void(const Registry& after, const Delta& delta)>;
+  void subscribe(Listener listener) { listeners_.push_back(std::move(listener)); }
+
+  struct Result {
+    size_t changed = 0;                 // workloads added, replaced or removed
+    std::vector<std::string> rejected;  // why, one line per refused update
+  };
+  // Applies the updates in order and publishes once (nothing when nothing changed: an
+  // update equal to what is there is no change). An update that would take an IP another
+  // workload holds, or has no IP, is refused (the workload stays as it was), counted and
+  // reported; the rest of the batch applies.
+  Result apply(std::vector<Update> updates);
+  // Makes the registry exactly `all` (a full state: the file, a Kubernetes list), as the
+  // smallest batch of updates that gets there.
+  Result replaceAll(std::vector<Workload> all);
 
  private:
-  // Reads and parses the file if its stamp changed, publishing the result. Returns false
-  // when unchanged; an error once per broken (or unreadable) version of the file.
-  absl::StatusOr<bool> reloadIfChanged();
+  // A shard being changed by the current batch: copied from the snapshot on first touch.
+  Registry::Shard& writable(std::array<std::shared_ptr<Registry::Shard>, Registry::kShards>& copies, size_t shard);
 
-  std::string path_;
-  std::string local_node_;
-  // A mutex, not std::atomic<std::shared_ptr>: libstdc++ 12 implements that with a lock
-  // bit ThreadSanitizer cannot see, so every reader was reported as a race (make
-  // test-tsan); the critical section is one reference-count increment either way.
-  mutable std::mutex current_mu_;
+  InternedString local_node_;
+  mutable std::mutex current_mu_;  // not std::atomic<shared_ptr>: see registry.cc
   std::shared_ptr<const Registry> current_;
-  OnChange on_change_;
-  struct FileStamp {
-    int64_t mtime_ns = -1;
-    int64_t size = -1;
-    uint64_t inode = 0;
-    friend bool operator==(const FileStamp&, const FileStamp&) = default;
-  } stamp_;
-  std::atomic<uint64_t> reload_failures_{0};
+  absl::flat_hash_map<std::string, WorkloadPtr> by_key_;
+  std::map<std::string, WorkloadPtr> local_by_key_;
+  std::vector<Listener> listeners_;
   std::atomic<uint64_t> generation_{0};
+  std::atomic<uint64_t> rejected_{0};
 };
 
 }  // namespace ferry::workloads

@@ -128,6 +128,38 @@ TEST_F(FromProxyTest, SourceRuleWinsWhenBothEndsAreLocalPods) {
   EXPECT_EQ(redirects[0].flags, FERRY_DEFAULT_EGRESS_FLAG);
 }
 
+// Row 0: an application leg between two local pods is delivered, both ways.
+
+TEST_F(FromProxyTest, SameNodeApplicationLegsAreDeliveredNotInjected) {
+  // The outbound listener's SYN-ACK to its client (ferryd as podB:80 -> podA), and the
+  // inbound leg's SYN to the server (ferryd as podA -> podB:80): their other directions
+  // are taken into the proxy by pod_egress, so these must not cross the node's stack
+  // either (conntrack would see half a connection; kube-proxy drops it as INVALID).
+  ASSERT_NO_FATAL_FAILURE(reloadInMode(FERRY_INJECT_PEER_EGRESS));
+  RunResult reply = runFromProxy(tcpFrame(between(kPodB.ip, kPodA.ip), 80, 40000, kSyn | kAck));
+  RunResult syn = runFromProxy(tcpFrame(between(kPodA.ip, kPodB.ip), 40001, 80, kSyn));
+  EXPECT_EQ(reply.verdict, kRedirect);
+  EXPECT_EQ(syn.verdict, kRedirect);
+  const auto redirects = calls(FERRY_TEST_CALL_REDIRECT_PEER);
+  ASSERT_EQ(redirects.size(), 2u);
+  EXPECT_EQ(redirects[0].ifindex, kPodA.host_ifindex);
+  EXPECT_EQ(redirects[0].flags, 0u) << "delivered into podA, not injected with the egress flag";
+  EXPECT_EQ(redirects[1].ifindex, kPodB.host_ifindex);
+  EXPECT_EQ(redirects[1].flags, 0u);
+  EXPECT_EQ(frameDstMac(reply.data), kPodA.pod_mac);
+  EXPECT_EQ(packets(FERRY_PROG_FROM_PROXY, FERRY_VERDICT_REDIRECT, FERRY_REASON_DELIVER), 2u);
+}
+
+TEST_F(FromProxyTest, SameNodeTunnelReplyIsStillInjected) {
+  // The HBONE listener's reply as podB:15008 to podA: the tunnel crosses the stack both ways.
+  ASSERT_NO_FATAL_FAILURE(reloadInMode(FERRY_INJECT_PEER_EGRESS));
+  runFromProxy(tcpFrame(between(kPodB.ip, kPodA.ip), FERRY_PORT_HBONE, 40000, kSyn | kAck));
+  const auto redirects = calls(FERRY_TEST_CALL_REDIRECT_PEER);
+  ASSERT_EQ(redirects.size(), 1u);
+  EXPECT_EQ(redirects[0].ifindex, kPodB.host_ifindex);
+  EXPECT_EQ(redirects[0].flags, FERRY_DEFAULT_EGRESS_FLAG);
+}
+
 TEST_F(FromProxyTest, TunnelReplyFromLocalPodIsInjected) {
   // Step 9: the HBONE server's reply, podB:15008 -> remote client.
   ASSERT_NO_FATAL_FAILURE(reloadInMode(FERRY_INJECT_PEER_EGRESS));

@@ -23,7 +23,7 @@
 #include "proxy/common/log.h"
 #include "proxy/hbone/connect_request.h"
 #include "proxy/hbone/h2_connection.h"
-#include "proxy/workloads/registry.h"
+#include "proxy/workloads/file_source.h"
 
 namespace asio = boost::asio;
 using namespace ferry;
@@ -54,7 +54,7 @@ struct World {
 
   World() {
     common::setLogLevel(common::LogLevel::kOff);
-    registry = *workloads::Registry::parse(kWorkloads, "fuzz-workloads.yaml", "node-1");
+    registry = *workloads::parseRegistry(kWorkloads, "fuzz-workloads.yaml", "node-1");
   }
 };
 

@@ -238,8 +238,81 @@ TEST(ConfigTest, RejectsListWhereSingleAddressExpected) {
 }
 
 TEST(ConfigTest, RejectsEmptyValueForRequiredKey) {
-  expectError(parse("node:\ntrust_domain: td\nworkloads_file: w\ncert_dir: c\n"), 1,
-              "node: expected a string, got an empty value");
+  expectError(parse("node: n1\ntrust_domain:\nworkloads_file: w\ncert_dir: c\n"), 2,
+              "trust_domain: expected a string, got an empty value");
+}
+
+// --- node from NODE_NAME, workload sources -------------------------------------------
+
+constexpr char kNoNode[] = "trust_domain: cluster.local\nworkloads_file: w.yaml\ncert_dir: certs\n";
+
+TEST(ConfigTest, NodeComesFromNodeNameWhenAbsentOrEmpty) {
+  for (std::string text : {std::string(kNoNode), absl::StrCat("node: \"\"\n", kNoNode),
+                           absl::StrCat("node:\n", kNoNode)}) {
+    auto config = parseConfig(text, kSource, "", "worker-7");
+    ASSERT_TRUE(config.ok()) << config.status();
+    EXPECT_EQ(config->node, "worker-7");
+  }
+}
+
+TEST(ConfigTest, NodeWrittenInTheFileWinsOverNodeName) {
+  auto config = parseConfig(kMinimal, kSource, "", "worker-7");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->node, "n1");
+}
+
+TEST(ConfigTest, RejectsMissingNodeWithoutNodeName) {
+  expectError(parse(kNoNode), 1, "node: required key is missing or empty and NODE_NAME is not set");
+  expectError(parse(absl::StrCat("node: \"\"\n", kNoNode)), 1, "node: required key is missing or empty");
+}
+
+TEST(ConfigTest, RejectsInvalidNodeName) {
+  auto config = parseConfig(kNoNode, kSource, "", "Worker_7");
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(std::string(config.status().message()),
+              StartsWith("ferry.yaml:1: node: from NODE_NAME: 'Worker_7' is not a valid node name"));
+}
+
+TEST(ConfigTest, WorkloadSourceDefaultsToFile) {
+  auto config = parse(kMinimal);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->workload_source, WorkloadSourceKind::kFile);
+  EXPECT_EQ(config->kubernetes.kubeconfig, "");
+  EXPECT_FALSE(config->kubernetes.istio_ambient);
+  EXPECT_EQ(config->kubernetes.max_state_age, Millis(300'000));
+}
+
+TEST(ConfigTest, KubernetesSourceNeedsNoWorkloadsFile) {
+  auto config = parseConfig(
+      "trust_domain: td\ncert_dir: /c\nworkload_source: kubernetes\nkubernetes:\n"
+      "  kubeconfig: kube/config\n  istio_ambient: true\n  max_state_age: 90s\n",
+      kSource, "/etc/ferry", "worker-1");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->workload_source, WorkloadSourceKind::kKubernetes);
+  EXPECT_EQ(config->workloads_file, "");
+  EXPECT_EQ(config->kubernetes.kubeconfig, "/etc/ferry/kube/config");
+  EXPECT_TRUE(config->kubernetes.istio_ambient);
+  EXPECT_EQ(config->kubernetes.max_state_age, Millis(90'000));
+}
+
+TEST(ConfigTest, EmptyKubeconfigMeansInCluster) {
+  auto config = parse("node: n1\ntrust_domain: td\ncert_dir: c\nworkload_source: kubernetes\n"
+                      "kubernetes:\n  kubeconfig: \"\"\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->kubernetes.kubeconfig, "");
+}
+
+TEST(ConfigTest, RejectsBadWorkloadSourceSettings) {
+  expectError(parse("node: n1\ntrust_domain: td\ncert_dir: c\n"), 1,
+              "workloads_file: required key is missing (workload_source is file)");
+  expectError(parse(withMinimal("workload_source: k8s\n")), 5, "workload_source: 'k8s' is not one of: file, kubernetes");
+  expectError(parse(withMinimal("kubernetes:\n  max_state_age: 500ms\n")), 6,
+              "kubernetes.max_state_age: 500ms is shorter than 1s");
+  expectError(parse(withMinimal("kubernetes:\n  max_state_age: soon\n")), 6, "kubernetes.max_state_age: ");
+  expectError(parse(withMinimal("kubernetes:\n  istio_ambient: yes\n")), 6,
+              "kubernetes.istio_ambient: 'yes' is not a boolean");
+  expectError(parse(withMinimal("kubernetes:\n  namespace: default\n")), 6,
+              "kubernetes.namespace: unknown key 'namespace'");
 }
 
 TEST(ConfigTest, RejectsTopLevelThatIsNotAMap) {

@@ -452,7 +452,9 @@ TEST(ProxyNetns, AutoBuildsTheProxyNetnsTheLabScriptWouldAndItGoesWithItsFd) {
     }
     if (auto l = linkByName("fy-px0"); l.ok()) host = *l;
     node_side = run("ip -4 -o addr show dev fy-px0; ip route show dev fy-px0; sysctl -n net.ipv4.conf.fy-px0.rp_filter");
-    again = createProxyNetns(spec).status();
+    ProxyNetnsSpec second = spec;
+    second.stale_wait = std::chrono::milliseconds(200);  // a live one does not go away
+    again = createProxyNetns(second).status();
     {
       auto in = ScopedNetns::enter(*ns);
       if (!in.ok()) return;

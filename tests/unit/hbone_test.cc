@@ -4,6 +4,7 @@
 #include <set>
 
 #include "proxy/hbone/connect_request.h"
+#include "proxy/workloads/file_source.h"
 #include "proxy/hbone/pool.h"
 #include "proxy/session/context.h"
 #include "proxy/session/proxy_protocol.h"
@@ -24,7 +25,7 @@ std::string value(const std::vector<Header>& hs, const std::string& name) {
 }
 
 std::shared_ptr<const workloads::Registry> registry() {
-  auto r = workloads::Registry::parse(R"(workloads:
+  auto r = workloads::parseRegistry(R"(workloads:
   - {name: s1, namespace: default, service_account: server, node: n2, ips: [10.0.2.10, "fd00::2:10"], hbone: true}
   - {name: c1, namespace: default, service_account: client, node: n1, ips: [10.0.1.10], hbone: true}
 )", "w.yaml", "n2");
@@ -37,7 +38,7 @@ const std::vector<uint16_t> kFerryPorts = {15000, 15001, 15006, 15008, 15020, 15
 TEST(ConnectRequest, BuildsZtunnelCompatibleHeaders) {
   workloads::Workload src;
   src.name = "c1";
-  src.namespace_name = "default";
+  src.namespace_name = workloads::intern("default");
   auto hs = hbone::buildConnectHeaders({hp("10.0.2.10", 8080), hp("10.0.1.10", 40000), &src});
   ASSERT_GE(hs.size(), 2u);
   EXPECT_EQ(hs[0].name, ":method");

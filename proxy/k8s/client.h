@@ -1,0 +1,183 @@
+#pragma once
+// A Kubernetes API client for ferryd's control thread: list + watch of the four resources
+// ferry reads, with client-go's reflector semantics (docs/kubernetes.md). HTTP/1.1 over TLS
+// (Boost.Beast, OpenSSL) and JSON (Boost.JSON) stay inside the .cc files: this header is
+// what the rest of ferryd compiles against.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proxy/k8s/objects.h"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace ferry::k8s {
+
+using Millis = std::chrono::milliseconds;
+using TimePoint = std::chrono::steady_clock::time_point;
+
+// Where the API server is and how ferryd proves who it is. Both sources fill it: the
+// in-cluster service account (inClusterAccess) and a kubeconfig's current context
+// (config::Kubeconfig, mapped field by field by the caller). `*_pem` wins over `*_file`.
+struct ClusterAccess {
+  std::string server;  // https://host[:port]; host is the name (or IP) the certificate must carry
+  std::string ca_file;
+  std::string ca_pem;
+  std::string client_cert_file;  // client-certificate (mutual TLS), optional
+  std::string client_cert_pem;
+  std::string client_key_file;
+  std::string client_key_pem;
+  std::string token;       // a static bearer token
+  std::string token_file;  // a bearer token re-read when the file changes and after a 401
+};
+
+// KUBERNETES_SERVICE_HOST / _PORT and the projected service-account token and CA under
+// `sa_dir`. `getenv` is a seam for tests.
+absl::StatusOr<ClusterAccess> inClusterAccess(
+    const std::function<const char*(const char*)>& getenv,
+    const std::string& sa_dir = "/var/run/secrets/kubernetes.io/serviceaccount");
+
+struct Options {
+  // LIST page size (`limit`): bounds the memory of one response; the API server's cache
+  // answers 500-object pages cheaply (client-go's default too).
+  uint32_t page_size = 500;
+  // WATCH `timeoutSeconds`, jittered to [1/2, 1] of this so that the watches of 5,000 nodes do
+  // not reconnect in step. A healthy but quiet watch still proves itself at least this often,
+  // which keeps the state's age under kubernetes.max_state_age (5 min).
+  std::chrono::seconds watch_timeout{240};
+  // No byte at all (no event, no bookmark, no chunk) for this long on an open watch: the
+  // connection is presumed dead and replaced. Must exceed watch_timeout: an API server of
+  // 1.20 sends bookmarks only shortly before a watch's timeout.
+  Millis silence_deadline{300'000};
+  // Connect + TLS + response header, and each read of a LIST body.
+  Millis request_timeout{30'000};
+  // Back-off after a failure: doubles from initial up to max, each delay jittered to [1/2, 1];
+  // reset by a success. A Retry-After answer (429, 5xx) is honoured when longer.
+  Millis backoff_initial{500};
+  Millis backoff_max{30'000};
+  // A Retry-After above this is capped: a broken proxy must not park ferryd for hours.
+  Millis retry_after_max{300'000};
+  // One watch event / one LIST page larger than this is refused (a broken or hostile server
+  // must not make ferryd buffer without bound). A Pod is typically 5-20 KB of JSON.
+  size_t max_event_bytes = 16u << 20;
+  size_t max_page_bytes = 128u << 20;
+  std::string user_agent = "ferryd";
+};
+
+// Time and waiting, a seam so that tests check back-off without sleeping.
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual TimePoint now() const = 0;
+  // Calls `done` once `delay` has passed (from the io_context the informers run on).
+  virtual void sleep(Millis delay, std::function<void()> done) = 0;
+};
+std::unique_ptr<Clock> steadyClock(boost::asio::io_context& io);
+
+enum class EventType { kAdded, kModified, kDeleted };
+
+// Receives one resource's state: replace() with the full list (initially and after every
+// re-list; the receiver drops what is not in it), then one apply() per watch event. Objects
+// that failed to decode never arrive (they are logged and counted).
+template <class T>
+class Handler {
+ public:
+  virtual ~Handler() = default;
+  virtual void replace(std::vector<T> objects) = 0;
+  virtual void apply(EventType type, T object) = 0;
+};
+
+// Why a request or a stream failed; each has a counter (docs/operations.md).
+enum class ErrorReason : int {
+  kConnect,          // DNS, TCP connect or TLS handshake failed
+  kTimeout,          // no response header within request_timeout
+  kSilence,          // an open watch sent no byte for silence_deadline
+  kStreamCut,        // the connection ended inside a response (mid-event, mid-page)
+  kUnauthorized,     // 401 after the token was re-read
+  kForbidden,        // 403
+  kNotFound,         // 404 (besides the EndpointSlice v1 probe)
+  kGone,             // 410 on a LIST page (expired continue token) or a WATCH
+  kTooManyRequests,  // 429
+  kServerError,      // 5xx
+  kHttpOther,        // any other non-200 status
+  kBadJson,          // a body or a watch stream that is not JSON (the stream is dropped)
+  kWatchError,       // an ERROR event other than 410 inside a watch
+  kTooLarge,         // max_event_bytes / max_page_bytes exceeded
+  kCount,
+};
+std::string_view errorReasonName(ErrorReason reason);
+
+// Counters of one informer; written by the control thread, read by /metrics from anywhere.
+struct ResourceMetrics {
+  std::atomic<uint64_t> lists{0};        // complete LISTs (all pages) delivered by replace()
+  std::atomic<uint64_t> list_pages{0};
+  std::atomic<uint64_t> watches{0};      // WATCH requests answered 200
+  std::atomic<uint64_t> watch_closes{0}; // watches ended cleanly by the server (timeoutSeconds)
+  std::atomic<uint64_t> relists{0};      // LISTs started again because of 410 Gone / expiry
+  std::atomic<uint64_t> events{0};       // ADDED/MODIFIED/DELETED applied
+  std::atomic<uint64_t> bookmarks{0};
+  std::atomic<uint64_t> bad_objects{0};  // events or list items skipped as malformed
+  std::atomic<uint64_t> token_reloads{0};
+  std::atomic<uint64_t> errors[static_cast<int>(ErrorReason::kCount)] = {};
+  std::atomic<int64_t> last_backoff_ms{0};
+  uint64_t error(ErrorReason r) const { return errors[static_cast<int>(r)].load(); }
+};
+
+class Informer {
+ public:
+  virtual ~Informer() = default;
+  virtual std::string_view resource() const = 0;  // "pods", "namespaces", ...
+  // Begins list + watch on the io_context; stop() ends it at the next step (the open
+  // connection is closed at once).
+  virtual void start() = 0;
+  virtual void stop() = 0;
+  // True once a first LIST was delivered. The last good state keeps serving afterwards
+  // whatever happens; only its age says how stale it may be.
+  virtual bool synced() const = 0;
+  // Time since the state was last known current: a LIST completed, a WATCH was answered,
+  // an event or bookmark arrived, or a watch closed cleanly. The caller compares it with
+  // kubernetes.max_state_age for readiness. Control thread only.
+  virtual Millis stateAge() const = 0;
+  virtual std::string lastError() const = 0;
+  virtual const ResourceMetrics& metrics() const = 0;
+};
+
+// One API server connection setup shared by the informers made from it. All of it runs on
+// `io` (ferryd's control thread); none of it is thread-safe except the metrics.
+class ApiClient {
+ public:
+  // Errors: an unparsable server URL, an unreadable CA / client certificate / key / token.
+  static absl::StatusOr<std::unique_ptr<ApiClient>> create(boost::asio::io_context& io, ClusterAccess access,
+                                                           Options options, std::unique_ptr<Clock> clock = nullptr);
+  ~ApiClient();
+
+  // Informers owned by the client; handlers must outlive it. None starts before start().
+  Informer& pods(Handler<Pod>& handler);
+  Informer& namespaces(Handler<Namespace>& handler);
+  Informer& services(Handler<Service>& handler);
+  // discovery.k8s.io/v1, or v1beta1 where v1 is not served (Kubernetes < 1.21).
+  Informer& endpointSlices(Handler<EndpointSlice>& handler);
+
+  void start();
+  void stop();
+  // The oldest state among the informers; Millis::max() until every one has synced.
+  Millis stateAge() const;
+  // Prometheus text for every informer (docs/operations.md).
+  std::string renderPrometheus() const;
+
+  struct Impl;
+
+ private:
+  explicit ApiClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ferry::k8s

@@ -1,0 +1,61 @@
+#pragma once
+// Internal to proxy/k8s (and its tests): one HTTP/1.1 request over its own TLS connection,
+// with the response body read piece by piece, as a watch needs. Beast undoes the chunked
+// framing; what comes out of readSome() is body bytes cut wherever the network cut them.
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/system/error_code.hpp>
+
+#include "absl/status/statusor.h"
+
+namespace ferry::k8s::internal {
+
+struct ServerAddress {
+  std::string host;  // without brackets
+  std::string port;
+  bool host_is_ip = false;
+};
+// "https://host[:port]" (default port 443), "https://[v6]:port". Paths are refused: ferry
+// does not support API servers behind a path prefix.
+absl::StatusOr<ServerAddress> parseServerUrl(std::string_view url);
+
+// True for the error a deadline of open() / readSome() ends with.
+bool isTimeout(const boost::system::error_code& ec);
+
+class HttpStream {
+ public:
+  HttpStream(boost::asio::io_context& io, boost::asio::ssl::context& tls, const ServerAddress& server);
+  ~HttpStream();
+
+  // Connects, verifies the server's certificate against the CA and the host (name or IP),
+  // sends GET `target` and reads the response header, all within `timeout`.
+  boost::asio::awaitable<boost::system::error_code> open(const std::string& target, const std::string& bearer,
+                                                         const std::string& user_agent,
+                                                         std::chrono::milliseconds timeout);
+  int status() const;
+  // Retry-After in seconds (the only form the API server sends), or -1.
+  int retryAfterSeconds() const;
+
+  // The next piece of body, waiting at most `deadline` for it. An empty piece with no error
+  // means the body is complete (for a watch: the server's timeoutSeconds ended it).
+  boost::asio::awaitable<std::pair<boost::system::error_code, std::string_view>> readSome(
+      std::chrono::milliseconds deadline);
+  // The whole body, refused beyond `limit` bytes.
+  boost::asio::awaitable<boost::system::error_code> readAll(std::string& out, size_t limit,
+                                                            std::chrono::milliseconds deadline);
+  // Closes the socket at once (an in-flight read completes with operation_aborted).
+  void close();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ferry::k8s::internal

@@ -1,0 +1,74 @@
+#pragma once
+// The Kubernetes objects ferryd reads, cut down to the fields it uses (docs/kubernetes.md).
+// Everything else the API server sends is ignored on decode: a workload registry for
+// 150,000 pods must not carry their specs.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ferry::k8s {
+
+using Labels = std::vector<std::pair<std::string, std::string>>;  // sorted by key
+
+// Value of `key` in labels, or nullptr.
+const std::string* findLabel(const Labels& labels, const std::string& key);
+
+struct Pod {
+  std::string namespace_name;
+  std::string name;
+  std::string uid;
+  std::string node_name;             // spec.nodeName; empty until scheduled
+  std::string service_account;       // spec.serviceAccountName ("default" when absent)
+  std::vector<std::string> pod_ips;  // status.podIPs[].ip, else status.podIP; may be empty
+  Labels labels;
+  std::string phase;                 // status.phase: Pending, Running, Succeeded, Failed, Unknown
+  bool host_network = false;         // spec.hostNetwork
+  bool deleting = false;             // metadata.deletionTimestamp is set
+};
+
+struct Namespace {
+  std::string name;
+  Labels labels;
+};
+
+struct ServicePort {
+  std::string name;
+  int32_t port = 0;
+  // spec.ports[].targetPort is an int-or-string: a number, or the name of a container port
+  // that each endpoint resolves (EndpointSlice ports carry the resolved number).
+  int32_t target_port = 0;
+  std::string target_port_name;
+  std::string protocol;  // TCP (default), UDP, SCTP
+};
+
+struct Service {
+  std::string namespace_name;
+  std::string name;
+  std::vector<std::string> cluster_ips;  // spec.clusterIPs, else spec.clusterIP; "None" dropped
+  std::vector<ServicePort> ports;
+};
+
+struct Endpoint {
+  std::vector<std::string> addresses;
+  bool ready = true;  // conditions.ready; absent means ready (the API's own rule)
+  std::string node_name;
+  std::string pod_name;  // targetRef.name when targetRef.kind is Pod
+};
+
+struct EndpointPort {
+  std::string name;
+  int32_t port = 0;
+  std::string protocol;
+};
+
+struct EndpointSlice {
+  std::string namespace_name;
+  std::string name;
+  std::string service_name;  // label kubernetes.io/service-name
+  std::string address_type;  // IPv4, IPv6, FQDN
+  std::vector<Endpoint> endpoints;
+  std::vector<EndpointPort> ports;
+};
+
+}  // namespace ferry::k8s

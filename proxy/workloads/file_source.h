@@ -1,0 +1,43 @@
+#pragma once
+// The workloads file as a Source (docs/configuration.md, "The workloads file"): a
+// common::WatchedFile (the daemon's one change rule), parsed by config::parseWorkloads, YAML
+// or JSON by extension. A version that fails to parse keeps the previous state, is logged
+// and counted once.
+#include <atomic>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "proxy/common/file.h"
+#include "proxy/config/workloads_file.h"
+#include "proxy/workloads/source.h"
+
+namespace ferry::workloads {
+
+// A workloads document in a fresh registry, as FileSource loads it (tools, tests, fuzzers).
+absl::StatusOr<std::shared_ptr<const Registry>> parseRegistry(std::string_view text, std::string_view source_name,
+                                                              std::string_view local_node,
+                                                              config::FileFormat format = config::FileFormat::kYaml);
+// The parsed entries of a workloads document as Workloads, in file order.
+absl::StatusOr<std::vector<Workload>> parseWorkloadList(std::string_view text, std::string_view source_name,
+                                                        config::FileFormat format);
+
+class FileSource : public Source {
+ public:
+  explicit FileSource(std::string path);
+
+  absl::Status start(Store& store) override;
+  bool poll(Store& store) override;
+  uint64_t failures() const override { return failures_.load(std::memory_order_relaxed); }
+  std::string describe() const override { return "file " + file_.path(); }
+
+ private:
+  // Reads and applies the file if it changed; false when unchanged.
+  absl::StatusOr<bool> reload(Store& store);
+
+  common::WatchedFile file_;
+  std::atomic<uint64_t> failures_{0};
+};
+
+}  // namespace ferry::workloads

@@ -1,0 +1,224 @@
+#include "proxy/workloads/kubernetes_source.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "proxy/common/log.h"
+#include "proxy/common/net.h"
+
+namespace ferry::workloads {
+namespace {
+
+constexpr char kFerryLabel[] = "ferry.io/dataplane";
+constexpr char kIstioLabel[] = "istio.io/dataplane-mode";
+
+bool is(const std::string* value, const char* want) { return value != nullptr && *value == want; }
+
+}  // namespace
+
+bool enrolled(const EnrolmentLabels& l, bool istio_ambient) {
+  // The pod's own word first: an explicit opt-out wins over its namespace.
+  if (is(l.pod_ferry, "disabled")) return false;
+  if (istio_ambient && is(l.pod_istio, "none")) return false;
+  if (is(l.pod_ferry, "enabled")) return true;
+  if (istio_ambient && is(l.pod_istio, "ambient")) return true;
+  if (is(l.namespace_ferry, "enabled")) return true;
+  return istio_ambient && is(l.namespace_istio, "ambient");
+}
+
+absl::StatusOr<Workload> podWorkload(const k8s::Pod& pod) {
+  // Host-network pods have the node's IP: capturing it would capture the node.
+  if (pod.host_network) return absl::FailedPreconditionError("host network");
+  if (pod.deleting) return absl::FailedPreconditionError("terminating");
+  if (pod.phase == "Succeeded" || pod.phase == "Failed") {
+    return absl::FailedPreconditionError(absl::StrCat("phase ", pod.phase));
+  }
+  if (pod.node_name.empty()) return absl::FailedPreconditionError("not scheduled");
+  if (pod.pod_ips.empty()) return absl::FailedPreconditionError("no IP yet");
+  Workload w;
+  w.name = pod.name;
+  w.namespace_name = intern(pod.namespace_name);
+  w.service_account = intern(pod.service_account.empty() ? "default" : pod.service_account);
+  w.node = intern(pod.node_name);
+  for (const auto& text : pod.pod_ips) {
+    auto ip = common::parseIp(text);
+    if (!ip.ok()) return absl::InvalidArgumentError(absl::StrCat("pod IP '", text, "': ", ip.status().message()));
+    w.ips.push_back(common::canonicalIp(*ip));
+  }
+  w.hbone = true;  // its node's ferryd takes HBONE on <ip>:15008 for it
+  return w;
+}
+
+KubernetesSource::KubernetesSource(std::unique_ptr<k8s::ApiClient> client, KubernetesSourceOptions options,
+                                   std::string describe)
+    : client_(std::move(client)), options_(options), describe_(std::move(describe)) {}
+
+KubernetesSource::~KubernetesSource() { stop(); }
+
+absl::Status KubernetesSource::start(Store& store) {
+  store_ = &store;
+  if (!client_) return absl::OkStatus();
+  client_->pods(static_cast<k8s::Handler<k8s::Pod>&>(*this));
+  client_->namespaces(static_cast<k8s::Handler<k8s::Namespace>&>(*this));
+  client_->start();
+  FERRY_LOG(kInfo, "workloads: following %s (enrolment: %s=enabled%s)", describe_, kFerryLabel,
+            options_.istio_ambient ? ", istio.io/dataplane-mode=ambient" : "");
+  return absl::OkStatus();
+}
+
+void KubernetesSource::stop() {
+  if (client_) client_->stop();
+}
+
+absl::Status KubernetesSource::health() const {
+  if (!pods_listed_ || !namespaces_listed_) {
+    return absl::UnavailableError("waiting for the first list of pods and namespaces from the API server");
+  }
+  if (!client_) return absl::OkStatus();
+  auto age = client_->stateAge();
+  if (age > options_.max_state_age) {
+    return absl::UnavailableError(absl::StrCat("the state from the API server is ",
+                                               std::chrono::duration_cast<std::chrono::seconds>(age).count(),
+                                               " s old (kubernetes.max_state_age ",
+                                               std::chrono::duration_cast<std::chrono::seconds>(options_.max_state_age).count(),
+                                               " s); the last good state keeps serving"));
+  }
+  return absl::OkStatus();
+}
+
+KubernetesSource::PodState KubernetesSource::stateOf(const k8s::Pod& pod) {
+  PodState s;
+  s.namespace_name = pod.namespace_name;
+  if (const auto* v = k8s::findLabel(pod.labels, kFerryLabel)) s.ferry_label = *v, s.has_ferry = true;
+  if (const auto* v = k8s::findLabel(pod.labels, kIstioLabel)) s.istio_label = *v, s.has_istio = true;
+  s.workload = podWorkload(pod);
+  return s;
+}
+
+KubernetesSource::NamespaceState KubernetesSource::stateOf(const k8s::Namespace& ns) {
+  NamespaceState s;
+  if (const auto* v = k8s::findLabel(ns.labels, kFerryLabel)) s.ferry_label = *v, s.has_ferry = true;
+  if (const auto* v = k8s::findLabel(ns.labels, kIstioLabel)) s.istio_label = *v, s.has_istio = true;
+  return s;
+}
+
+Update KubernetesSource::updateFor(const std::string& key) const {
+  Update u{key, std::nullopt};
+  auto it = pods_.find(key);
+  if (it == pods_.end() || !it->second.workload.ok()) return u;
+  const PodState& p = it->second;
+  EnrolmentLabels labels{p.has_ferry ? &p.ferry_label : nullptr, p.has_istio ? &p.istio_label : nullptr};
+  if (auto ns = namespaces_.find(p.namespace_name); ns != namespaces_.end()) {
+    labels.namespace_ferry = ns->second.has_ferry ? &ns->second.ferry_label : nullptr;
+    labels.namespace_istio = ns->second.has_istio ? &ns->second.istio_label : nullptr;
+  }
+  if (enrolled(labels, options_.istio_ambient)) u.workload = *p.workload;
+  return u;
+}
+
+void KubernetesSource::publish(std::vector<Update> updates) {
+  if (store_ == nullptr || !pods_listed_ || !namespaces_listed_ || updates.empty()) return;
+  bool removes = false;
+  for (const auto& u : updates) {
+    removes = removes || !u.workload;
+    refused_.erase(u.key);
+  }
+  // A pod refused earlier because another held its IP may fit now that something left.
+  if (removes) {
+    for (const auto& key : refused_) updates.push_back(updateFor(key));
+    refused_.clear();
+  }
+  auto result = store_->apply(std::move(updates));
+  updates_ += result.changed;
+  for (const auto& why : result.rejected) {
+    // "<key>: ..." (registry.cc): remember the key to retry it.
+    refused_.insert(why.substr(0, why.find(':')));
+    ++refusals_;
+    ++failures_;
+    FERRY_LOG(kWarn, "workloads: %s", why);
+  }
+}
+
+void KubernetesSource::publishAll() {
+  std::vector<Workload> all;
+  all.reserve(pods_.size());
+  for (const auto& [key, _] : pods_) {
+    Update u = updateFor(key);
+    if (u.workload) all.push_back(*std::move(u.workload));
+  }
+  refused_.clear();
+  auto result = store_->replaceAll(std::move(all));
+  updates_ += result.changed;
+  for (const auto& why : result.rejected) {
+    refused_.insert(why.substr(0, why.find(':')));
+    ++refusals_;
+    ++failures_;
+    FERRY_LOG(kWarn, "workloads: %s", why);
+  }
+  FERRY_LOG(kInfo, "workloads: %d pods and %d namespaces listed; %d workloads enrolled", pods_.size(),
+            namespaces_.size(), store_->current()->size());
+}
+
+void KubernetesSource::replace(std::vector<k8s::Pod> pods) {
+  pods_.clear();
+  pods_.reserve(pods.size());
+  for (const auto& pod : pods) pods_[absl::StrCat(pod.namespace_name, "/", pod.name)] = stateOf(pod);
+  pods_listed_ = true;
+  if (namespaces_listed_) publishAll();
+}
+
+void KubernetesSource::apply(k8s::EventType type, k8s::Pod pod) {
+  std::string key = absl::StrCat(pod.namespace_name, "/", pod.name);
+  if (type == k8s::EventType::kDeleted) {
+    pods_.erase(key);
+  } else {
+    PodState s = stateOf(pod);
+    if (!s.workload.ok()) ++not_workloads_;
+    pods_[key] = std::move(s);
+  }
+  publish({updateFor(key)});
+}
+
+void KubernetesSource::replace(std::vector<k8s::Namespace> namespaces) {
+  namespaces_.clear();
+  for (const auto& ns : namespaces) namespaces_[ns.name] = stateOf(ns);
+  namespaces_listed_ = true;
+  if (pods_listed_) publishAll();
+}
+
+void KubernetesSource::apply(k8s::EventType type, k8s::Namespace ns) {
+  NamespaceState before;
+  bool existed = false;
+  if (auto it = namespaces_.find(ns.name); it != namespaces_.end()) before = it->second, existed = true;
+  NamespaceState after = type == k8s::EventType::kDeleted ? NamespaceState{} : stateOf(ns);
+  if (type == k8s::EventType::kDeleted) {
+    namespaces_.erase(ns.name);
+  } else {
+    namespaces_[ns.name] = after;
+  }
+  if (existed && before == after) return;  // a change of other labels or fields: nothing to do
+  // Only this namespace's pods can change (O(pods) once per label change, not per pod event).
+  std::vector<Update> updates;
+  for (const auto& [key, p] : pods_) {
+    if (p.namespace_name == ns.name) updates.push_back(updateFor(key));
+  }
+  publish(std::move(updates));
+}
+
+std::string KubernetesSource::renderPrometheus() const {
+  return absl::StrCat(
+      client_ ? client_->renderPrometheus() : "",
+      "# HELP ferry_kubernetes_workload_updates_total Workloads added, changed or removed from API events\n"
+      "# TYPE ferry_kubernetes_workload_updates_total counter\nferry_kubernetes_workload_updates_total ",
+      updates_.load(),
+      "\n# HELP ferry_kubernetes_workload_refusals_total Pod updates refused: an IP another workload holds "
+      "(retried once something leaves)\n# TYPE ferry_kubernetes_workload_refusals_total counter\n"
+      "ferry_kubernetes_workload_refusals_total ",
+      refusals_.load(),
+      "\n# HELP ferry_kubernetes_pods_not_workloads_total Pod events of pods that cannot be workloads yet "
+      "(no IP, host network, terminating, finished)\n# TYPE ferry_kubernetes_pods_not_workloads_total counter\n"
+      "ferry_kubernetes_pods_not_workloads_total ",
+      not_workloads_.load(), "\n");
+}
+
+}  // namespace ferry::workloads

@@ -1,0 +1,110 @@
+#pragma once
+// `workload_source: kubernetes`: the workloads are the cluster's enrolled pods, followed
+// through the API server (proxy/k8s informers on Pods and Namespaces; docs/kubernetes.md).
+//
+// Enrolment (docs/install.md): a pod is in the mesh when it carries
+// `ferry.io/dataplane: enabled`, or its namespace does and the pod does not say `disabled`.
+// With `kubernetes.istio_ambient`, `istio.io/dataplane-mode: ambient` on the pod or its
+// namespace counts as well, and `istio.io/dataplane-mode: none` on the pod opts it out, so
+// that an Istio ambient user can move over without relabelling. Only pods that can carry
+// traffic are workloads: scheduled, with an IP, not host-network (their IP is the node's),
+// not terminating and not finished.
+//
+// Every enrolled pod of the cluster is a capture destination (hbone); those of this node
+// are steered, on the device the datapath finds from the node's routes (no device names in
+// the API). Each watch event becomes one registry update; a namespace's label change
+// re-evaluates that namespace's pods only.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "proxy/k8s/client.h"
+#include "proxy/workloads/source.h"
+
+namespace ferry::workloads {
+
+struct KubernetesSourceOptions {
+  bool istio_ambient = false;
+  // Readiness fails once the state is older than this (the last good state keeps serving).
+  std::chrono::milliseconds max_state_age{300'000};
+};
+
+// How the labels decide about one pod (pure: tests call it directly).
+struct EnrolmentLabels {
+  const std::string* pod_ferry = nullptr;       // ferry.io/dataplane on the pod
+  const std::string* pod_istio = nullptr;       // istio.io/dataplane-mode on the pod
+  const std::string* namespace_ferry = nullptr;
+  const std::string* namespace_istio = nullptr;
+};
+bool enrolled(const EnrolmentLabels& labels, bool istio_ambient);
+
+// The workload an enrolled pod is, or why it is none ("host network", "no IP", ...).
+absl::StatusOr<Workload> podWorkload(const k8s::Pod& pod);
+
+// The client's handler of pods and namespaces (public: tests drive it with the events a
+// client delivers, without a server).
+class KubernetesSource : public Source, public k8s::Handler<k8s::Pod>, public k8s::Handler<k8s::Namespace> {
+ public:
+  // `client` null: start() only binds the store (tests).
+  KubernetesSource(std::unique_ptr<k8s::ApiClient> client, KubernetesSourceOptions options, std::string describe);
+  ~KubernetesSource() override;
+
+  // Starts the informers (on the client's io_context, ferryd's control thread) and returns:
+  // the registry fills when the first lists arrive, and readiness waits for them.
+  absl::Status start(Store& store) override;
+  // Events are applied as they arrive; nothing to poll.
+  bool poll(Store&) override { return false; }
+  uint64_t failures() const override { return failures_.load(std::memory_order_relaxed); }
+  absl::Status health() const override;
+  std::string describe() const override { return describe_; }
+
+  // Prometheus text: the client's informer metrics and this source's own.
+  std::string renderPrometheus() const;
+  void stop();
+
+  void replace(std::vector<k8s::Pod> pods) override;
+  void apply(k8s::EventType type, k8s::Pod pod) override;
+  void replace(std::vector<k8s::Namespace> namespaces) override;
+  void apply(k8s::EventType type, k8s::Namespace ns) override;
+
+ private:
+  struct PodState {
+    std::string namespace_name;
+    std::string ferry_label, istio_label;  // "" when absent
+    bool has_ferry = false, has_istio = false;
+    absl::StatusOr<Workload> workload;     // what it is when enrolled (or why it cannot be)
+  };
+  struct NamespaceState {
+    std::string ferry_label, istio_label;
+    bool has_ferry = false, has_istio = false;
+    friend bool operator==(const NamespaceState&, const NamespaceState&) = default;
+  };
+
+  static PodState stateOf(const k8s::Pod& pod);
+  static NamespaceState stateOf(const k8s::Namespace& ns);
+  // The update that makes the registry agree with pods_[key] (a removal when not enrolled).
+  Update updateFor(const std::string& key) const;
+  // Publishes a batch; refused updates (an IP another pod holds) are retried after the next
+  // batch that removes something.
+  void publish(std::vector<Update> updates);
+  // Both first lists arrived: the whole state, once.
+  void publishAll();
+
+  std::unique_ptr<k8s::ApiClient> client_;
+  KubernetesSourceOptions options_;
+  std::string describe_;
+  Store* store_ = nullptr;
+  bool pods_listed_ = false, namespaces_listed_ = false;
+  absl::flat_hash_map<std::string, PodState> pods_;              // by "<namespace>/<name>"
+  absl::flat_hash_map<std::string, NamespaceState> namespaces_;
+  absl::flat_hash_set<std::string> refused_;                     // keys whose update was refused
+  // Written by the control thread, read by /metrics from a worker.
+  std::atomic<uint64_t> failures_{0}, updates_{0}, refusals_{0}, not_workloads_{0};
+};
+
+}  // namespace ferry::workloads

@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# ferry on a real cluster (issue 13; docs/install.md): `helm install` of charts/ferry with
+# the image built from this checkout, ferryd following the API server (workload_source:
+# kubernetes), its own proxy netns (proxy_netns: auto), pods' devices found from the bridge.
+# Runs against the lab cluster (scripts/k8s-lab/cluster.sh up, ferryd-image.sh imported).
+# Everything it creates is named fy-*/ferry-* and removed at the end, also on failure.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+cluster=$repo/scripts/k8s-lab/cluster.sh
+build=${FERRY_BUILD_DIR:-$repo/build/default}
+readonly REL=ferry RNS=ferry-system MESH=fy-mesh PLAIN=fy-plain BRIDGE=fy-br0
+readonly IMAGE=docker.io/ferry/busybox:dev
+
+KUBECONFIG=$("$cluster" kubeconfig)
+export KUBECONFIG
+HELM=$("$repo/scripts/k8s-tools/install.sh" --dir)/bin/helm
+TMP=$(mktemp -d /tmp/fy-k8s-e2e.XXXXXX)
+kq() { kubectl "$@" 2> >(grep -v -e 'version difference' -e 'WARNING: version' >&2); }
+
+failures=0
+pass() { echo "PASS: $*"; }
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+check() { local what=$1; shift; if "$@"; then pass "$what"; else fail "$what"; fi; }
+# wait_for SECONDS WHAT CMD...: polls CMD every 0.1 s (a readiness signal, not a sleep).
+wait_for() {
+  local seconds=$1 deadline=$((SECONDS + $1)) what=$2; shift 2
+  until "$@" >/dev/null 2>&1; do
+    ((SECONDS < deadline)) || { echo "timed out after $seconds s waiting for $what" >&2; return 1; }
+    sleep 0.1
+  done
+}
+ferry_pod() { kq -n "$RNS" get pods -l app.kubernetes.io/name=ferry -o jsonpath='{.items[0].metadata.name}'; }
+flog() { kq -n "$RNS" logs "$(ferry_pod)"; }
+flog_has() { flog | grep -qE -- "$1"; }
+export -f kq ferry_pod flog flog_has
+export RNS
+
+cleanup() {
+  local rc=$?
+  set +e
+  if ((rc != 0 || failures != 0)); then
+    echo "--- ferryd's log (last 40 lines)"; flog 2>/dev/null | tail -n 40
+    kq get pods -A -o wide 2>/dev/null
+  fi
+  [ -n "${tcpdump_pid:-}" ] && kill "$tcpdump_pid" 2>/dev/null
+  kq delete namespace "$MESH" "$PLAIN" --wait=true --timeout=60s >/dev/null 2>&1
+  "$HELM" uninstall "$REL" -n "$RNS" --wait --timeout 60s >/dev/null 2>&1
+  kq delete namespace "$RNS" --wait=true --timeout=60s >/dev/null 2>&1
+  rm -rf -- /sys/fs/bpf/ferry "$TMP"
+  exit "$rc"
+}
+trap cleanup EXIT
+
+pod_yaml() {  # NAME NAMESPACE COMMAND
+  cat <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: $1, namespace: $2, labels: {app: $1}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: $IMAGE
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", "$3"]
+EOF
+}
+serve='mkdir -p /www && hostname > /www/index.html && exec httpd -f -vv -p 8080 -h /www'
+# GET / with busybox nc (its static wget crashes without NSS modules): the last line is the body.
+get() { kq -n "$1" exec "$2" -- sh -c "printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 $3 8080 | tail -n 1"; }
+pod_ip() { kq -n "$1" get pod "$2" -o jsonpath='{.status.podIP}'; }
+
+echo "== install"
+C=$build/proxy/ferryctl/ferryctl
+"$C" ca init --dir "$TMP/ca" --trust-domain cluster.local >/dev/null
+"$C" ca intermediate --ca "$TMP/ca" --out "$TMP/cluster-ca" --lifetime 720h >/dev/null
+kq create namespace "$RNS" >/dev/null
+kq -n "$RNS" create secret generic ferry-ca --from-file=ca.pem="$TMP/cluster-ca/ca.pem" \
+  --from-file=ca.key="$TMP/cluster-ca/ca.key" --from-file=bundle.pem="$TMP/ca/ca.pem" >/dev/null
+# failureMode open: a ferryd that stops (uninstall, below) detaches its programs from the
+# pods' devices; closed would leave pods steered into a proxy that is gone (docs/install.md).
+"$HELM" install "$REL" "$repo/charts/ferry" -n "$RNS" --set image.tag=dev --set image.pullPolicy=Never \
+  --set datapath.failureMode=open --wait --timeout 90s >/dev/null
+check "the DaemonSet's pod becomes ready (readiness on :15021 from the node)" \
+  kq -n "$RNS" wait --for=condition=Ready pod -l app.kubernetes.io/name=ferry --timeout=60s
+fpid=$(pgrep -f -- "ferryd --config /etc/ferry/config/ferry.yaml" | head -n 1)
+caps=$(awk '/^CapEff/ {print $2}' "/proc/$fpid/status")
+# NET_ADMIN (bit 12) and SYS_ADMIN (bit 21), nothing else: the chart's list (daemonset.yaml).
+check "ferryd runs with exactly NET_ADMIN and SYS_ADMIN (CapEff $caps)" test "$caps" = 0000000000201000
+check "ferryd created its proxy netns: the node has ferry-proxy with 169.254.77.2" \
+  bash -c "ip -4 -o addr show dev ferry-proxy | grep -q 169.254.77.2/32"
+check "metrics answer on the node's address (operator endpoints in the node netns)" \
+  bash -c "curl -sf --max-time 5 http://10.244.0.1:15020/metrics | grep -q '^ferry_k8s_'"
+
+sa=system:serviceaccount:$RNS:$REL
+for verb in "get pods" "list pods -A" "watch namespaces" "list endpointslices.discovery.k8s.io -A" "list services -A"; do
+  # shellcheck disable=SC2086
+  check "ferry's service account may $verb" bash -c "kubectl auth can-i $verb --as=$sa 2>/dev/null | grep -qx yes"
+done
+for verb in "create pods" "delete pods" "get secrets -n $RNS" "update namespaces" "list configmaps -A"; do
+  # shellcheck disable=SC2086
+  check "ferry's service account may not $verb" bash -c "! kubectl auth can-i $verb --as=$sa 2>/dev/null | grep -qx yes"
+done
+
+echo "== enrolment"
+kq create namespace "$MESH" >/dev/null
+kq label namespace "$MESH" ferry.io/dataplane=enabled >/dev/null
+kq create namespace "$PLAIN" >/dev/null
+{ pod_yaml fy-server "$MESH" "$serve"; echo ---; pod_yaml fy-client "$MESH" 'exec sleep 3600'; echo ---
+  pod_yaml fy-server "$PLAIN" "$serve"; echo ---; pod_yaml fy-client "$PLAIN" 'exec sleep 3600'; } | kq apply -f - >/dev/null
+kq -n "$MESH" wait --for=condition=Ready pod --all --timeout=60s >/dev/null
+kq -n "$PLAIN" wait --for=condition=Ready pod --all --timeout=60s >/dev/null
+server=$(pod_ip "$MESH" fy-server); client=$(pod_ip "$MESH" fy-client)
+plain_server=$(pod_ip "$PLAIN" fy-server)
+check "ferryd enrolled both pods of the enrolled namespace (device found by the bridge)" \
+  wait_for 10 "enrolment" bash -c "flog | grep -q 'enrolled $MESH/fy-server' && flog | grep -q 'enrolled $MESH/fy-client'"
+check "... and neither pod of the namespace that is not enrolled" bash -c "! (flog | grep -q 'enrolled $PLAIN/')"
+
+echo "== traffic"
+tcpdump -i "$BRIDGE" -n -s 128 -U --immediate-mode -w "$TMP/wire.pcap" "tcp" >"$TMP/tcpdump.log" 2>&1 &
+tcpdump_pid=$!
+wait_for 10 "tcpdump" grep -q "listening on" "$TMP/tcpdump.log"
+body=$(get "$MESH" fy-client "$server")
+check "the client gets the server's answer through the mesh ($body)" test "$body" = fy-server
+check "ferryd logged the outbound leg with the server's identity" \
+  wait_for 5 "outbound access line" flog_has "direction=outbound src=$client:[0-9]+ dst=$server:8080 peer=spiffe://cluster.local/ns/$MESH/sa/default reason=ok"
+check "... and the inbound HBONE leg with the client's identity" \
+  flog_has "direction=inbound src=$client:[0-9]+ dst=$server:8080 peer=spiffe://cluster.local/ns/$MESH/sa/default reason=ok"
+check "the server saw the client's pod IP" bash -c "kubectl -n $MESH logs fy-server 2>/dev/null | grep -q '$client'"
+kill -INT "$tcpdump_pid" 2>/dev/null; wait "$tcpdump_pid" 2>/dev/null || true
+tcpdump_pid=
+grep -E "packets (captured|received)" "$TMP/tcpdump.log" | sed 's/^/  tcpdump: /' 
+to_app=$(tcpdump -r "$TMP/wire.pcap" -n 2>/dev/null | grep -c "$server\.8080[ :]" || true)
+to_hbone=$(tcpdump -r "$TMP/wire.pcap" -n 2>/dev/null | grep -c "$server\.15008[ :]" || true)
+tcpdump -r "$TMP/wire.pcap" -n 2>/dev/null | head -5 | sed 's/^/  wire| /'
+echo "bridge: $to_hbone packets to or from $server:15008, $to_app to or from :8080"
+check "the node's bridge carried the connection to :15008 only" test "$to_hbone" -gt 0 -a "$to_app" -eq 0
+body=$(get "$PLAIN" fy-client "$plain_server")
+check "pods of the namespace that is not enrolled talk directly ($body)" test "$body" = fy-server
+check "... without ferryd" bash -c "! (flog | grep -q 'dst=$plain_server:8080')"
+
+echo "== labels"
+t0=$(date +%s%N)
+kq label namespace "$MESH" ferry.io/dataplane- >/dev/null
+check "removing the namespace's label releases its pods" \
+  wait_for 5 "release" bash -c "flog | grep -q 'released'"
+echo "label removed -> pods released in $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+kq label pod -n "$MESH" fy-server ferry.io/dataplane=enabled >/dev/null
+check "labelling one pod enrols it alone" \
+  wait_for 5 "pod enrolment" bash -c "[ \$(flog | grep -c 'enrolled $MESH/fy-server (') -ge 2 ]"
+kq delete pod -n "$MESH" fy-server --wait=true >/dev/null
+check "deleting the pod releases it" \
+  wait_for 10 "release" bash -c "[ \$(flog | grep -c 'released') -ge 3 ]"
+
+echo "== uninstall"
+"$HELM" uninstall "$REL" -n "$RNS" --wait --timeout 60s >/dev/null
+check "ferryd is gone" wait_for 30 "ferryd exit" bash -c "! pgrep -f -- 'ferryd [-]-config /etc/ferry/config/ferry.yaml'"
+check "it removed its proxy netns's veth pair (no ferry-proxy device)" bash -c "! ip link show ferry-proxy"
+check "no neighbour entry it asked for is left" bash -c "! ip neigh show dev $BRIDGE | grep -q managed"
+check "no ferry program is attached to a pod's device" bash -c "! bpftool net show 2>/dev/null | grep -qE 'pod_egress|pod_ingress'"
+left=$(ls /sys/fs/bpf/ferry 2>/dev/null | tr '\n' ' ')
+echo "left under /sys/fs/bpf/ferry after uninstall: ${left:-nothing} (maps stay pinned for the next ferryd: docs/install.md, Uninstall)"
+
+((failures == 0)) || { echo "ferry_e2e: $failures check(s) failed"; exit 1; }
+echo "ferry_e2e: all passed"

@@ -1,0 +1,144 @@
+// proxy/k8s decoding, object by object. The wire behaviour (framing, list/watch, errors) is
+// tested against recorded API server bytes in tests/k8s/replay/.
+#include <boost/json/parse.hpp>
+#include <boost/json/value.hpp>
+
+#include "gtest/gtest.h"
+#include "proxy/k8s/client.h"
+#include "proxy/k8s/decode.h"
+#include "proxy/k8s/http_stream.h"
+
+namespace ferry::k8s::internal {
+namespace {
+namespace json = boost::json;
+
+json::value J(const char* text) { return json::parse(text); }
+
+TEST(K8sDecode, PodKeepsOnlyTheFieldsFerryUses) {
+  auto pod = decodePod(J(R"({"kind":"Pod","metadata":{"name":"a","namespace":"ns","uid":"u1",
+      "labels":{"z":"1","app":"x"},"deletionTimestamp":"2026-01-01T00:00:00Z","managedFields":[{"a":{"b":{}}}]},
+      "spec":{"nodeName":"n1","serviceAccountName":"sa","hostNetwork":true,"containers":[]},
+      "status":{"phase":"Running","podIP":"10.0.0.1","podIPs":[{"ip":"10.0.0.1"},{"ip":"fd00::1"}]}})"));
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  EXPECT_EQ(pod->namespace_name, "ns");
+  EXPECT_EQ(pod->uid, "u1");
+  EXPECT_EQ(pod->node_name, "n1");
+  EXPECT_EQ(pod->service_account, "sa");
+  EXPECT_TRUE(pod->host_network);
+  EXPECT_TRUE(pod->deleting);
+  EXPECT_EQ(pod->phase, "Running");
+  EXPECT_EQ(pod->pod_ips, (std::vector<std::string>{"10.0.0.1", "fd00::1"}));
+  ASSERT_EQ(pod->labels.size(), 2u);
+  EXPECT_EQ(pod->labels[0].first, "app") << "sorted for lookup";
+  ASSERT_NE(findLabel(pod->labels, "z"), nullptr);
+  EXPECT_EQ(findLabel(pod->labels, "missing"), nullptr);
+}
+
+TEST(K8sDecode, PodWithoutAnIpOrServiceAccountDecodes) {
+  auto pod = decodePod(J(R"({"metadata":{"name":"a","namespace":"ns"},"spec":{},"status":{"phase":"Pending"}})"));
+  ASSERT_TRUE(pod.ok());
+  EXPECT_TRUE(pod->pod_ips.empty());
+  EXPECT_EQ(pod->service_account, "default");
+  EXPECT_FALSE(pod->deleting);
+  auto old = decodePod(J(R"({"metadata":{"name":"a","namespace":"ns"},"status":{"podIP":"10.1.2.3"}})"));
+  ASSERT_TRUE(old.ok());
+  EXPECT_EQ(old->pod_ips, (std::vector<std::string>{"10.1.2.3"})) << "podIP when podIPs is absent";
+}
+
+TEST(K8sDecode, MalformedPodsAreRefusedWhole) {
+  for (const char* bad : {
+           R"([])",
+           R"({"metadata":{"namespace":"ns"}})",
+           R"({"metadata":{"name":"a"}})",
+           R"({"metadata":{"name":"a","namespace":"ns","labels":{"x":1}}})",
+           R"({"metadata":{"name":"a","namespace":"ns"},"status":{"podIPs":"10.0.0.1"}})",
+           R"({"metadata":{"name":"a","namespace":"ns"},"status":{"podIPs":[{"ip":"10.0.0.999"}]}})",
+           R"({"metadata":{"name":"a","namespace":"ns"},"spec":{"hostNetwork":"yes"}})",
+           R"({"metadata":{"name":7,"namespace":"ns"}})",
+       }) {
+    EXPECT_FALSE(decodePod(J(bad)).ok()) << bad;
+  }
+}
+
+TEST(K8sDecode, ServicePortsKeepNumericAndNamedTargets) {
+  auto svc = decodeService(J(R"({"metadata":{"name":"s","namespace":"ns"},"spec":{"clusterIP":"10.96.0.10",
+      "clusterIPs":["10.96.0.10","fd00::a"],"ports":[{"name":"http","port":80,"targetPort":"web"},
+      {"port":53,"protocol":"UDP","targetPort":5353},{"port":9000}]}})"));
+  ASSERT_TRUE(svc.ok()) << svc.status();
+  EXPECT_EQ(svc->cluster_ips.size(), 2u);
+  ASSERT_EQ(svc->ports.size(), 3u);
+  EXPECT_EQ(svc->ports[0].target_port_name, "web");
+  EXPECT_EQ(svc->ports[0].protocol, "TCP");
+  EXPECT_EQ(svc->ports[1].target_port, 5353);
+  EXPECT_EQ(svc->ports[1].protocol, "UDP");
+  EXPECT_EQ(svc->ports[2].target_port, 9000) << "absent targetPort is the port";
+  auto headless = decodeService(J(R"({"metadata":{"name":"h","namespace":"ns"},"spec":{"clusterIP":"None"}})"));
+  ASSERT_TRUE(headless.ok());
+  EXPECT_TRUE(headless->cluster_ips.empty());
+  EXPECT_FALSE(decodeService(J(R"({"metadata":{"name":"s","namespace":"ns"},"spec":{"ports":[{"port":70000}]}})")).ok());
+}
+
+TEST(K8sDecode, EndpointSliceV1AndV1beta1NameTheNode) {
+  auto v1 = decodeEndpointSlice(J(R"({"metadata":{"name":"e","namespace":"ns",
+      "labels":{"kubernetes.io/service-name":"s"}},"addressType":"IPv4",
+      "endpoints":[{"addresses":["10.0.0.1"],"conditions":{"ready":false},"nodeName":"n1",
+      "targetRef":{"kind":"Pod","name":"p1"}},{"addresses":["10.0.0.2"]}],
+      "ports":[{"name":"http","port":8080,"protocol":"TCP"}]})"));
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  EXPECT_EQ(v1->service_name, "s");
+  ASSERT_EQ(v1->endpoints.size(), 2u);
+  EXPECT_FALSE(v1->endpoints[0].ready);
+  EXPECT_TRUE(v1->endpoints[1].ready) << "absent ready means ready";
+  EXPECT_EQ(v1->endpoints[0].node_name, "n1");
+  EXPECT_EQ(v1->endpoints[0].pod_name, "p1");
+  EXPECT_EQ(v1->ports[0].port, 8080);
+  auto beta = decodeEndpointSlice(J(R"({"metadata":{"name":"e","namespace":"ns"},"addressType":"IPv4",
+      "endpoints":[{"addresses":["10.0.0.1"],"topology":{"kubernetes.io/hostname":"n2"}}]})"));
+  ASSERT_TRUE(beta.ok());
+  EXPECT_EQ(beta->endpoints[0].node_name, "n2");
+  EXPECT_FALSE(decodeEndpointSlice(J(R"({"metadata":{"name":"e","namespace":"ns"},"addressType":"IPv4",
+      "endpoints":[{"addresses":["not-an-ip"]}]})")).ok());
+}
+
+TEST(K8sDecode, StatusAndResourceVersion) {
+  auto st = decodeStatus(J(R"({"kind":"Status","code":410,"reason":"Expired","message":"too old"})"));
+  EXPECT_EQ(st.code, 410);
+  EXPECT_EQ(st.reason, "Expired");
+  EXPECT_EQ(resourceVersionOf(J(R"({"metadata":{"resourceVersion":"42"}})")), "42");
+  EXPECT_EQ(resourceVersionOf(J(R"({"metadata":{}})")), "");
+}
+
+TEST(K8sServerUrl, ParsesHostPortAndRefusesWhatFerryCannotUse) {
+  auto a = parseServerUrl("https://10.96.0.1:443");
+  ASSERT_TRUE(a.ok());
+  EXPECT_TRUE(a->host_is_ip);
+  auto b = parseServerUrl("https://api.example.com/");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->port, "443");
+  EXPECT_FALSE(b->host_is_ip);
+  auto c = parseServerUrl("https://[fd00::1]:6443");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->host, "fd00::1");
+  EXPECT_TRUE(c->host_is_ip);
+  EXPECT_FALSE(parseServerUrl("http://10.0.0.1").ok());
+  EXPECT_FALSE(parseServerUrl("https://10.0.0.1:99999").ok());
+  EXPECT_FALSE(parseServerUrl("https://x/prefix").ok());
+}
+
+TEST(K8sInCluster, ReadsTheServiceEnvironment) {
+  auto env = [](const char* name) -> const char* {
+    std::string n(name);
+    if (n == "KUBERNETES_SERVICE_HOST") return "fd00::1";
+    if (n == "KUBERNETES_SERVICE_PORT") return "443";
+    return nullptr;
+  };
+  auto a = inClusterAccess(env, "/sa");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->server, "https://[fd00::1]:443");
+  EXPECT_EQ(a->token_file, "/sa/token");
+  EXPECT_EQ(a->ca_file, "/sa/ca.crt");
+  EXPECT_FALSE(inClusterAccess([](const char*) -> const char* { return nullptr; }).ok());
+}
+
+}  // namespace
+}  // namespace ferry::k8s::internal

@@ -1,0 +1,154 @@
+// The Kubernetes workload source: the events an informer delivers (proxy/k8s) turned into
+// registry updates by the enrolment labels. Driven here without a server: the client's
+// decoding and list/watch semantics have their own replay tier (tests/k8s/replay).
+#include "proxy/workloads/kubernetes_source.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+namespace ferry::workloads {
+namespace {
+
+using k8s::EventType;
+
+k8s::Pod pod(const std::string& ns, const std::string& name, const std::string& ip, k8s::Labels labels = {},
+             const std::string& node = "node-1") {
+  k8s::Pod p;
+  p.namespace_name = ns;
+  p.name = name;
+  p.uid = ns + "-" + name;
+  p.node_name = node;
+  p.service_account = "sa-" + name;
+  if (!ip.empty()) p.pod_ips = {ip};
+  p.labels = std::move(labels);
+  p.phase = "Running";
+  return p;
+}
+
+k8s::Namespace ns(const std::string& name, k8s::Labels labels = {}) { return k8s::Namespace{name, std::move(labels)}; }
+
+const k8s::Labels kEnabled = {{"ferry.io/dataplane", "enabled"}};
+const k8s::Labels kDisabled = {{"ferry.io/dataplane", "disabled"}};
+
+class KubernetesSourceTest : public testing::Test {
+ protected:
+  explicit KubernetesSourceTest(bool istio_ambient = false)
+      : source_(nullptr, KubernetesSourceOptions{istio_ambient, std::chrono::minutes(5)}, "test") {
+    store_.subscribe([this](const Registry&, const Delta& d) { deltas_.push_back(d.changes.size()); });
+    EXPECT_TRUE(source_.start(store_).ok());
+  }
+  // "<ns>/<name>@<ip>" of every workload, sorted.
+  std::vector<std::string> workloads() const {
+    std::vector<std::string> out;
+    store_.current()->forEach([&](const Workload& w) {
+      out.push_back(w.displayName() + "@" + (w.ips.empty() ? "" : w.ips[0].to_string()));
+    });
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  const Workload* at(const std::string& ip) const {
+    auto addr = common::parseIp(ip);
+    return addr.ok() ? store_.current()->findByIp(*addr) : nullptr;
+  }
+
+  Store store_{"node-1"};
+  KubernetesSource source_;
+  std::vector<size_t> deltas_;  // size of each published delta
+};
+
+TEST_F(KubernetesSourceTest, NothingIsPublishedUntilBothFirstListsArriveThenTheEnrolledPodsAreWorkloads) {
+  source_.replace(std::vector<k8s::Pod>{pod("shop", "web-0", "10.244.0.5"), pod("shop", "db-0", "10.244.0.6", kDisabled),
+                                        pod("batch", "job-0", "10.244.0.7"),
+                                        pod("batch", "opt-in", "10.244.0.8", kEnabled)});
+  EXPECT_TRUE(workloads().empty()) << "namespaces not listed yet: no labels to decide with";
+  EXPECT_FALSE(source_.health().ok());
+  source_.replace(std::vector<k8s::Namespace>{ns("shop", kEnabled), ns("batch")});
+  EXPECT_EQ(workloads(), (std::vector<std::string>{"batch/opt-in@10.244.0.8", "shop/web-0@10.244.0.5"}));
+  EXPECT_TRUE(source_.health().ok()) << source_.health();
+  const Workload* web = at("10.244.0.5");
+  ASSERT_NE(web, nullptr);
+  EXPECT_EQ(web->service_account.str(), "sa-web-0");
+  EXPECT_EQ(web->node.str(), "node-1");
+  EXPECT_TRUE(web->hbone) << "an enrolled pod is a capture destination";
+  EXPECT_TRUE(web->host_interface.empty()) << "the datapath finds the device from the node's routes";
+}
+
+TEST_F(KubernetesSourceTest, PodsThatCannotCarryTrafficAreNotWorkloadsUntilTheyCan) {
+  source_.replace(std::vector<k8s::Namespace>{ns("shop", kEnabled)});
+  auto host = pod("shop", "host", "192.168.1.10");
+  host.host_network = true;
+  auto done = pod("shop", "done", "10.244.0.9");
+  done.phase = "Succeeded";
+  source_.replace(std::vector<k8s::Pod>{host, done, pod("shop", "new", "")});
+  EXPECT_TRUE(workloads().empty());
+  // The kubelet reports the IP: one MODIFIED event, one workload.
+  source_.apply(EventType::kModified, pod("shop", "new", "10.244.0.10"));
+  EXPECT_EQ(workloads(), (std::vector<std::string>{"shop/new@10.244.0.10"}));
+  // Terminating: out of the mesh at once, before the DELETED event.
+  auto leaving = pod("shop", "new", "10.244.0.10");
+  leaving.deleting = true;
+  source_.apply(EventType::kModified, leaving);
+  EXPECT_TRUE(workloads().empty());
+}
+
+TEST_F(KubernetesSourceTest, ANamespaceLabelChangeTouchesOnlyThatNamespacesPods) {
+  source_.replace(std::vector<k8s::Namespace>{ns("a", kEnabled), ns("b", kEnabled)});
+  source_.replace(std::vector<k8s::Pod>{pod("a", "p1", "10.244.1.1"), pod("a", "p2", "10.244.1.2"),
+                                        pod("b", "p1", "10.244.2.1")});
+  ASSERT_EQ(workloads().size(), 3u);
+  deltas_.clear();
+  source_.apply(EventType::kModified, ns("a"));  // label removed
+  EXPECT_EQ(workloads(), (std::vector<std::string>{"b/p1@10.244.2.1"}));
+  EXPECT_EQ(deltas_, (std::vector<size_t>{2})) << "one batch, the two pods of namespace a";
+  deltas_.clear();
+  source_.apply(EventType::kModified, ns("b", {{"ferry.io/dataplane", "enabled"}, {"team", "x"}}));
+  EXPECT_TRUE(deltas_.empty()) << "another label changed: nothing to publish";
+  // A pod's own opt-out wins over its namespace; removing it brings the pod back.
+  source_.apply(EventType::kModified, pod("b", "p1", "10.244.2.1", kDisabled));
+  EXPECT_TRUE(workloads().empty());
+  source_.apply(EventType::kModified, pod("b", "p1", "10.244.2.1"));
+  EXPECT_EQ(workloads(), (std::vector<std::string>{"b/p1@10.244.2.1"}));
+}
+
+TEST_F(KubernetesSourceTest, TwoPodsClaimingOneIpKeepTheFirstAndTheSecondGetsItWhenTheFirstLeaves) {
+  source_.replace(std::vector<k8s::Namespace>{ns("a", kEnabled)});
+  source_.replace(std::vector<k8s::Pod>{pod("a", "old", "10.244.1.1")});
+  source_.apply(EventType::kAdded, pod("a", "new", "10.244.1.1"));
+  EXPECT_EQ(workloads(), (std::vector<std::string>{"a/old@10.244.1.1"}));
+  EXPECT_EQ(source_.failures(), 1u);
+  EXPECT_NE(source_.renderPrometheus().find("ferry_kubernetes_workload_refusals_total 1"), std::string::npos);
+  // The IP is reused after the old pod is deleted: the refused pod is applied then.
+  source_.apply(EventType::kDeleted, pod("a", "old", "10.244.1.1"));
+  EXPECT_EQ(workloads(), (std::vector<std::string>{"a/new@10.244.1.1"}));
+}
+
+TEST_F(KubernetesSourceTest, ARelistReplacesTheStateWithTheSmallestChange) {
+  source_.replace(std::vector<k8s::Namespace>{ns("a", kEnabled)});
+  source_.replace(std::vector<k8s::Pod>{pod("a", "p1", "10.244.1.1"), pod("a", "p2", "10.244.1.2")});
+  deltas_.clear();
+  // After a 410 the client lists again: p2 went away meanwhile, p3 came.
+  source_.replace(std::vector<k8s::Pod>{pod("a", "p1", "10.244.1.1"), pod("a", "p3", "10.244.1.3")});
+  EXPECT_EQ(workloads(), (std::vector<std::string>{"a/p1@10.244.1.1", "a/p3@10.244.1.3"}));
+  EXPECT_EQ(deltas_, (std::vector<size_t>{2})) << "p2 removed and p3 added; p1 untouched";
+}
+
+TEST(Enrolment, LabelsDecideAsDocumented) {
+  const std::string enabled = "enabled", disabled = "disabled", ambient = "ambient", none = "none";
+  EXPECT_FALSE(enrolled({}, false));
+  EXPECT_TRUE(enrolled({.namespace_ferry = &enabled}, false));
+  EXPECT_TRUE(enrolled({.pod_ferry = &enabled}, false));
+  EXPECT_FALSE(enrolled({.pod_ferry = &disabled, .namespace_ferry = &enabled}, false));
+  // Istio's labels count only when asked to.
+  EXPECT_FALSE(enrolled({.namespace_istio = &ambient}, false));
+  EXPECT_TRUE(enrolled({.namespace_istio = &ambient}, true));
+  EXPECT_TRUE(enrolled({.pod_istio = &ambient}, true));
+  EXPECT_FALSE(enrolled({.pod_istio = &none, .namespace_istio = &ambient}, true));
+  EXPECT_FALSE(enrolled({.pod_istio = &none, .namespace_ferry = &enabled}, true));
+  EXPECT_TRUE(enrolled({.pod_istio = &none, .namespace_ferry = &enabled}, false));
+}
+
+}  // namespace
+}  // namespace ferry::workloads
