@@ -467,7 +467,10 @@ std::string Datapath::renderPrometheus() const {
                     injection_.mode == mode ? 1 : 0, "\n");
   }
   absl::StrAppend(&out, "# HELP ferry_datapath_enrolled_pods Local pods whose devices carry ferry's programs\n",
-                  "# TYPE ferry_datapath_enrolled_pods gauge\nferry_datapath_enrolled_pods ", pods_.size(), "\n");
+                  "# TYPE ferry_datapath_enrolled_pods gauge\nferry_datapath_enrolled_pods ", pods_.size(), "\n",
+                  "# HELP ferry_datapath_pods_waiting Local pods not enrolled yet (their device not found yet, or "
+                  "attaching failed): retried every workloads_poll\n# TYPE ferry_datapath_pods_waiting gauge\n"
+                  "ferry_datapath_pods_waiting ", sync_.failed(), "\n");
   absl::StrAppend(&out,
                   "# HELP ferry_datapath_reattached_total Programs or link pins put back after something removed "
                   "them underneath ferryd\n# TYPE ferry_datapath_reattached_total counter\nferry_datapath_reattached_total ",

@@ -117,6 +117,9 @@ plain_server=$(pod_ip "$PLAIN" fy-server)
 check "ferryd enrolled both pods of the enrolled namespace (device found by the bridge)" \
   wait_for 10 "enrolment" bash -c "flog | grep -q 'enrolled $MESH/fy-server' && flog | grep -q 'enrolled $MESH/fy-client'"
 check "... and neither pod of the namespace that is not enrolled" bash -c "! (flog | grep -q 'enrolled $PLAIN/')"
+metrics=$(curl -sf --max-time 5 http://10.244.0.1:15020/metrics)
+check "its metrics agree: 2 pods enrolled, none waiting for a device" \
+  bash -c "grep -qx 'ferry_datapath_enrolled_pods 2' <<<'$metrics' && grep -qx 'ferry_datapath_pods_waiting 0' <<<'$metrics'"
 
 echo "== traffic"
 tcpdump -i "$BRIDGE" -n -s 128 -U --immediate-mode -w "$TMP/wire.pcap" "tcp" >"$TMP/tcpdump.log" 2>&1 &
