@@ -201,8 +201,8 @@ Outcome just(Outcome::Kind kind) {
 // objects over, watch from the list's resourceVersion, re-list on 410 (docs/kubernetes.md).
 class InformerCore : public Informer, public std::enable_shared_from_this<InformerCore> {
  public:
-  InformerCore(ApiClient::Impl& client, std::string resource, std::vector<std::string> paths)
-      : client_(client), resource_(std::move(resource)), paths_(std::move(paths)), rng_(std::random_device{}()) {}
+  InformerCore(std::shared_ptr<ApiClient::Impl> client, std::string resource, std::vector<std::string> paths)
+      : keep_(std::move(client)), client_(*keep_), resource_(std::move(resource)), paths_(std::move(paths)), rng_(std::random_device{}()) {}
 
   std::string_view resource() const override { return resource_; }
   void start() override {
@@ -253,6 +253,7 @@ class InformerCore : public Informer, public std::enable_shared_from_this<Inform
   }
   const std::string& path() const { return paths_[path_index_]; }
 
+  std::shared_ptr<ApiClient::Impl> keep_;  // outlives the ApiClient while a step is in flight
   ApiClient::Impl& client_;
   std::string resource_;
   std::vector<std::string> paths_;  // preferred API version first
@@ -595,9 +596,9 @@ using Decoder = absl::StatusOr<T> (*)(const json::value&);
 template <class T>
 class InformerOf : public InformerCore {
  public:
-  InformerOf(ApiClient::Impl& client, std::string resource, std::vector<std::string> paths, Decoder<T> decode,
+  InformerOf(std::shared_ptr<ApiClient::Impl> client, std::string resource, std::vector<std::string> paths, Decoder<T> decode,
              Handler<T>& handler)
-      : InformerCore(client, std::move(resource), std::move(paths)), decode_(decode), handler_(handler) {}
+      : InformerCore(std::move(client), std::move(resource), std::move(paths)), decode_(decode), handler_(handler) {}
 
  protected:
   void listBegin() override { pending_.clear(); }
@@ -626,10 +627,10 @@ class InformerOf : public InformerCore {
 };
 
 template <class T>
-Informer& addInformer(ApiClient::Impl& impl, std::string resource, std::vector<std::string> paths, Decoder<T> decode,
-                      Handler<T>& handler) {
+Informer& addInformer(const std::shared_ptr<ApiClient::Impl>& impl, std::string resource, std::vector<std::string> paths,
+                      Decoder<T> decode, Handler<T>& handler) {
   auto informer = std::make_shared<InformerOf<T>>(impl, std::move(resource), std::move(paths), decode, handler);
-  impl.informers.push_back(informer);
+  impl->informers.push_back(informer);
   return *informer;
 }
 
@@ -637,7 +638,7 @@ Informer& addInformer(ApiClient::Impl& impl, std::string resource, std::vector<s
 
 absl::StatusOr<std::unique_ptr<ApiClient>> ApiClient::create(asio::io_context& io, ClusterAccess access,
                                                              Options options, std::unique_ptr<Clock> clock) {
-  auto impl = std::make_unique<Impl>(io);
+  auto impl = std::make_shared<Impl>(io);
   if (options.silence_deadline <= std::chrono::duration_cast<Millis>(options.watch_timeout)) {
     return absl::InvalidArgumentError("k8s: silence_deadline must exceed watch_timeout");
   }
@@ -674,21 +675,26 @@ absl::StatusOr<std::unique_ptr<ApiClient>> ApiClient::create(asio::io_context& i
   return std::unique_ptr<ApiClient>(new ApiClient(std::move(impl)));
 }
 
-ApiClient::ApiClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-ApiClient::~ApiClient() { stop(); }
+ApiClient::ApiClient(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ApiClient::~ApiClient() {
+  stop();
+  // The informers hold the Impl; the Impl lets go of them (no cycle): each lives on only
+  // as long as its stopped coroutine, if one is still suspended.
+  impl_->informers.clear();
+}
 
 Informer& ApiClient::pods(Handler<Pod>& h) {
-  return addInformer<Pod>(*impl_, "pods", {"/api/v1/pods"}, internal::decodePod, h);
+  return addInformer<Pod>(impl_, "pods", {"/api/v1/pods"}, internal::decodePod, h);
 }
 Informer& ApiClient::namespaces(Handler<Namespace>& h) {
-  return addInformer<Namespace>(*impl_, "namespaces", {"/api/v1/namespaces"}, internal::decodeNamespace, h);
+  return addInformer<Namespace>(impl_, "namespaces", {"/api/v1/namespaces"}, internal::decodeNamespace, h);
 }
 Informer& ApiClient::services(Handler<Service>& h) {
-  return addInformer<Service>(*impl_, "services", {"/api/v1/services"}, internal::decodeService, h);
+  return addInformer<Service>(impl_, "services", {"/api/v1/services"}, internal::decodeService, h);
 }
 Informer& ApiClient::endpointSlices(Handler<EndpointSlice>& h) {
   return addInformer<EndpointSlice>(
-      *impl_, "endpointslices",
+      impl_, "endpointslices",
       {"/apis/discovery.k8s.io/v1/endpointslices", "/apis/discovery.k8s.io/v1beta1/endpointslices"},
       internal::decodeEndpointSlice, h);
 }

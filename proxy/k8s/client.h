@@ -176,8 +176,10 @@ class ApiClient {
   struct Impl;
 
  private:
-  explicit ApiClient(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  explicit ApiClient(std::shared_ptr<Impl> impl);
+  // Shared with the informers: a coroutine still suspended when the client is destroyed
+  // (a handshake in flight) resumes on the io_context later and must find it alive.
+  std::shared_ptr<Impl> impl_;
 };
 
 }  // namespace ferry::k8s
