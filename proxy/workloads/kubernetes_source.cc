@@ -211,37 +211,43 @@ void KubernetesSource::apply(k8s::EventType type, k8s::Namespace ns) {
   publish(std::move(updates));
 }
 
+namespace {
+
+// Services and EndpointSlices are kept whole, by "<namespace>/<name>".
+template <class T>
+void replaceAll(absl::flat_hash_map<std::string, T>& map, std::vector<T> objects) {
+  map.clear();
+  for (auto& o : objects) map[absl::StrCat(o.namespace_name, "/", o.name)] = std::move(o);
+}
+template <class T>
+void applyOne(absl::flat_hash_map<std::string, T>& map, k8s::EventType type, T object) {
+  std::string key = absl::StrCat(object.namespace_name, "/", object.name);
+  if (type == k8s::EventType::kDeleted) {
+    map.erase(key);
+  } else {
+    map[key] = std::move(object);
+  }
+}
+
+}  // namespace
+
 void KubernetesSource::replace(std::vector<k8s::Service> services) {
-  services_.clear();
-  for (auto& s : services) services_[absl::StrCat(s.namespace_name, "/", s.name)] = std::move(s);
-  services_listed_ = true;
+  replaceAll(services_, std::move(services));
   publishServices();
 }
 
 void KubernetesSource::apply(k8s::EventType type, k8s::Service service) {
-  std::string key = absl::StrCat(service.namespace_name, "/", service.name);
-  if (type == k8s::EventType::kDeleted) {
-    services_.erase(key);
-  } else {
-    services_[key] = std::move(service);
-  }
+  applyOne(services_, type, std::move(service));
   publishServices();
 }
 
 void KubernetesSource::replace(std::vector<k8s::EndpointSlice> slices) {
-  slices_.clear();
-  for (auto& s : slices) slices_[absl::StrCat(s.namespace_name, "/", s.name)] = std::move(s);
-  slices_listed_ = true;
+  replaceAll(slices_, std::move(slices));
   publishServices();
 }
 
 void KubernetesSource::apply(k8s::EventType type, k8s::EndpointSlice slice) {
-  std::string key = absl::StrCat(slice.namespace_name, "/", slice.name);
-  if (type == k8s::EventType::kDeleted) {
-    slices_.erase(key);
-  } else {
-    slices_[key] = std::move(slice);
-  }
+  applyOne(slices_, type, std::move(slice));
   publishServices();
 }
 

@@ -117,7 +117,6 @@ class KubernetesSource : public Source,
   absl::flat_hash_set<std::string> refused_;                     // keys whose update was refused
   absl::flat_hash_map<std::string, k8s::Service> services_;      // by "<namespace>/<name>"
   absl::flat_hash_map<std::string, k8s::EndpointSlice> slices_;  // by "<namespace>/<name>"
-  bool services_listed_ = false, slices_listed_ = false;
   // Written by the control thread, read by /metrics from a worker.
   std::atomic<uint64_t> failures_{0}, updates_{0}, refusals_{0}, not_workloads_{0};
 };
