@@ -327,6 +327,24 @@ void Datapath::release(uint32_t ip) {
   pods_.erase(it);  // the Attachments detach
 }
 
+void Datapath::setServices(const workloads::ServiceMap& services) {
+  absl::flat_hash_set<uint32_t> want;
+  for (const auto& [vip, _] : services) {
+    if (vip.first.is_v4()) want.insert(ipv4Key(vip.first));
+  }
+  for (auto it = service_vips_.begin(); it != service_vips_.end();) {
+    if (!want.contains(*it)) {
+      setCapture(*it, false);
+      service_vips_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  for (uint32_t ip : want) {
+    if (service_vips_.insert(ip).second) setCapture(ip, true);
+  }
+}
+
 void Datapath::setCapture(uint32_t ip, bool capture) {
   auto* map = skel_->maps.ferry_capture;
   if (!capture) {

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "proxy/config/config.h"
 #include "proxy/datapath/attach.h"
@@ -44,6 +45,9 @@ class Datapath : private PodSteering {
   // A registry change: only the pods and capture IPs the delta touches (docs/architecture.md,
   // "Workload registry"); enrolled pods get their mode (STRICT) rewritten when it changed.
   void apply(const workloads::Registry& after, const workloads::Delta& delta);
+  // The ClusterIPs of Services with mesh endpoints become capture destinations (their SYNs
+  // reach ferryd before kube-proxy's DNAT); those no longer in `services` stop being.
+  void setServices(const workloads::ServiceMap& services);
   // Local pods whose enrolment failed are tried again (called every workloads_poll).
   void retryFailed(const workloads::Registry& current) { sync_.retryFailed(current); }
 
@@ -94,6 +98,7 @@ class Datapath : private PodSteering {
   // Managed neighbour entries ferryd asked for (findPodInterface), by pod IP: the bridge.
   // Removed when the pod is released or ferryd stops, so no entry keeps probing a gone IP.
   absl::flat_hash_map<uint32_t, int> managed_neighbours_;
+  absl::flat_hash_set<uint32_t> service_vips_;  // in the capture map as Service ClusterIPs
   void forgetNeighbour(uint32_t ip);
   KernelFeatures features_;
   InjectionChoice injection_;

@@ -196,6 +196,10 @@ absl::Status Server::start() {
   workloads_.subscribe([this](const workloads::Registry& after, const workloads::Delta& delta) {
     onWorkloadsChanged(after, delta);
   });
+  workloads_.subscribeServices([this](const workloads::ServiceMap& services) {
+    if (datapath_) datapath_->setServices(services);
+    FERRY_LOG(kInfo, "workloads: %d Service ports with mesh endpoints are captured", services.size());
+  });
   {
     // Every socket of the data plane lives in the proxy netns; the control thread returns
     // to the node netns afterwards. The operator endpoints live there too, except in a

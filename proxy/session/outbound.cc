@@ -3,6 +3,8 @@
 // anything else is passed through as plain TCP, also from the pod's IP (design §2 step 3).
 #include <openssl/x509.h>
 
+#include <random>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
@@ -261,6 +263,18 @@ awaitable<void> classifyOutbound(Worker& worker, Tcp::socket socket, Admitted ad
     record.dst = common::formatHostPort(ends->destination);
     refuseSelfTarget(worker, socket, ends->destination, record);
     co_return;
+  }
+  // A Service's ClusterIP (captured because the Service has mesh endpoints): one of its
+  // ready mesh endpoints, uniformly at random (as kube-proxy's iptables mode picks), at
+  // the target port the EndpointSlice resolved. From here on the connection is to that
+  // pod, as if the app had dialled it: HBONE to <pod>:15008, CONNECT <pod>:<target port>.
+  auto services = shared.workloads.services();
+  if (auto svc = services->find({common::canonicalIp(ends->destination.ip), ends->destination.port});
+      svc != services->end()) {
+    thread_local std::minstd_rand pick{std::random_device{}()};
+    const auto& eps = svc->second.endpoints;
+    const auto& ep = eps[std::uniform_int_distribution<size_t>(0, eps.size() - 1)(pick)];
+    ends->destination = common::HostPort{ep.first, ep.second};
   }
   auto registry = shared.workloads.current();
   const auto* dst = registry->findByIp(ends->destination.ip);

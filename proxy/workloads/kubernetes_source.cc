@@ -1,5 +1,6 @@
 #include "proxy/workloads/kubernetes_source.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -60,6 +61,8 @@ absl::Status KubernetesSource::start(Store& store) {
   if (!client_) return absl::OkStatus();
   client_->pods(static_cast<k8s::Handler<k8s::Pod>&>(*this));
   client_->namespaces(static_cast<k8s::Handler<k8s::Namespace>&>(*this));
+  client_->services(static_cast<k8s::Handler<k8s::Service>&>(*this));
+  client_->endpointSlices(static_cast<k8s::Handler<k8s::EndpointSlice>&>(*this));
   client_->start();
   FERRY_LOG(kInfo, "workloads: following %s (enrolment: %s=enabled%s)", describe_, kFerryLabel,
             options_.istio_ambient ? ", istio.io/dataplane-mode=ambient" : "");
@@ -130,6 +133,8 @@ void KubernetesSource::publish(std::vector<Update> updates) {
   }
   auto result = store_->apply(std::move(updates));
   updates_ += result.changed;
+  // A pod that joined or left the mesh may be a Service's endpoint.
+  if (result.changed > 0 && !services_.empty()) publishServices();
   for (const auto& why : result.rejected) {
     // "<key>: ..." (registry.cc): remember the key to retry it.
     refused_.insert(why.substr(0, why.find(':')));
@@ -157,6 +162,7 @@ void KubernetesSource::publishAll() {
   }
   FERRY_LOG(kInfo, "workloads: %d pods and %d namespaces listed; %d workloads enrolled", pods_.size(),
             namespaces_.size(), store_->current()->size());
+  publishServices();
 }
 
 void KubernetesSource::replace(std::vector<k8s::Pod> pods) {
@@ -203,6 +209,91 @@ void KubernetesSource::apply(k8s::EventType type, k8s::Namespace ns) {
     if (p.namespace_name == ns.name) updates.push_back(updateFor(key));
   }
   publish(std::move(updates));
+}
+
+namespace {
+
+// Services and EndpointSlices are kept whole, by "<namespace>/<name>".
+template <class T>
+void replaceAll(absl::flat_hash_map<std::string, T>& map, std::vector<T> objects) {
+  map.clear();
+  for (auto& o : objects) map[absl::StrCat(o.namespace_name, "/", o.name)] = std::move(o);
+}
+template <class T>
+void applyOne(absl::flat_hash_map<std::string, T>& map, k8s::EventType type, T object) {
+  std::string key = absl::StrCat(object.namespace_name, "/", object.name);
+  if (type == k8s::EventType::kDeleted) {
+    map.erase(key);
+  } else {
+    map[key] = std::move(object);
+  }
+}
+
+}  // namespace
+
+void KubernetesSource::replace(std::vector<k8s::Service> services) {
+  replaceAll(services_, std::move(services));
+  publishServices();
+}
+
+void KubernetesSource::apply(k8s::EventType type, k8s::Service service) {
+  applyOne(services_, type, std::move(service));
+  publishServices();
+}
+
+void KubernetesSource::replace(std::vector<k8s::EndpointSlice> slices) {
+  replaceAll(slices_, std::move(slices));
+  publishServices();
+}
+
+void KubernetesSource::apply(k8s::EventType type, k8s::EndpointSlice slice) {
+  applyOne(slices_, type, std::move(slice));
+  publishServices();
+}
+
+void KubernetesSource::publishServices() {
+  if (store_ == nullptr || !pods_listed_ || !namespaces_listed_) return;
+  auto registry = store_->current();
+  // The slices of each Service ("<namespace>/<service>").
+  absl::flat_hash_map<std::string, std::vector<const k8s::EndpointSlice*>> by_service;
+  for (const auto& [_, slice] : slices_) {
+    if (slice.address_type != "IPv4" || slice.service_name.empty()) continue;
+    by_service[absl::StrCat(slice.namespace_name, "/", slice.service_name)].push_back(&slice);
+  }
+  ServiceMap map;
+  for (const auto& [key, service] : services_) {
+    auto slices = by_service.find(key);
+    if (slices == by_service.end()) continue;
+    for (const auto& port : service.ports) {
+      if (!port.protocol.empty() && port.protocol != "TCP") continue;
+      ServiceBackends backends{key, {}};
+      for (const auto* slice : slices->second) {
+        // The slice's port of the same name carries the resolved target port (a named
+        // targetPort may be a different number on each pod).
+        int32_t target = 0;
+        for (const auto& p : slice->ports) {
+          if (p.name == port.name && (p.protocol.empty() || p.protocol == "TCP")) target = p.port;
+        }
+        if (target <= 0 || target > 65535) continue;
+        for (const auto& ep : slice->endpoints) {
+          if (!ep.ready || ep.addresses.empty()) continue;
+          auto ip = common::parseIp(ep.addresses.front());
+          if (!ip.ok()) continue;
+          const Workload* w = registry->findByIp(*ip);
+          if (w == nullptr || !w->hbone) continue;  // not in the mesh: kube-proxy's business
+          backends.endpoints.emplace_back(common::canonicalIp(*ip), static_cast<uint16_t>(target));
+        }
+      }
+      if (backends.endpoints.empty()) continue;
+      std::sort(backends.endpoints.begin(), backends.endpoints.end());
+      for (const auto& vip_text : service.cluster_ips) {
+        auto vip = common::parseIp(vip_text);
+        if (!vip.ok() || !vip->is_v4()) continue;
+        map[{common::canonicalIp(*vip), static_cast<uint16_t>(port.port)}] = backends;
+      }
+    }
+  }
+  store_->setServices(std::move(map));
 }
 
 std::string KubernetesSource::renderPrometheus() const {

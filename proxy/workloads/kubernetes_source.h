@@ -48,7 +48,11 @@ absl::StatusOr<Workload> podWorkload(const k8s::Pod& pod);
 
 // The client's handler of pods and namespaces (public: tests drive it with the events a
 // client delivers, without a server).
-class KubernetesSource : public Source, public k8s::Handler<k8s::Pod>, public k8s::Handler<k8s::Namespace> {
+class KubernetesSource : public Source,
+                         public k8s::Handler<k8s::Pod>,
+                         public k8s::Handler<k8s::Namespace>,
+                         public k8s::Handler<k8s::Service>,
+                         public k8s::Handler<k8s::EndpointSlice> {
  public:
   // `client` null: start() only binds the store (tests).
   KubernetesSource(std::unique_ptr<k8s::ApiClient> client, KubernetesSourceOptions options, std::string describe);
@@ -71,8 +75,16 @@ class KubernetesSource : public Source, public k8s::Handler<k8s::Pod>, public k8
   void apply(k8s::EventType type, k8s::Pod pod) override;
   void replace(std::vector<k8s::Namespace> namespaces) override;
   void apply(k8s::EventType type, k8s::Namespace ns) override;
+  // Services and their EndpointSlices: the ClusterIPs ferry captures (Store::services).
+  void replace(std::vector<k8s::Service> services) override;
+  void apply(k8s::EventType type, k8s::Service service) override;
+  void replace(std::vector<k8s::EndpointSlice> slices) override;
+  void apply(k8s::EventType type, k8s::EndpointSlice slice) override;
 
  private:
+  // Rebuilds the service map from services_, slices_ and the current registry (an
+  // endpoint counts when it is an enrolled pod) and publishes it when it changed.
+  void publishServices();
   struct PodState {
     std::string namespace_name;
     std::string ferry_label, istio_label;  // "" when absent
@@ -103,6 +115,8 @@ class KubernetesSource : public Source, public k8s::Handler<k8s::Pod>, public k8
   absl::flat_hash_map<std::string, PodState> pods_;              // by "<namespace>/<name>"
   absl::flat_hash_map<std::string, NamespaceState> namespaces_;
   absl::flat_hash_set<std::string> refused_;                     // keys whose update was refused
+  absl::flat_hash_map<std::string, k8s::Service> services_;      // by "<namespace>/<name>"
+  absl::flat_hash_map<std::string, k8s::EndpointSlice> slices_;  // by "<namespace>/<name>"
   // Written by the control thread, read by /metrics from a worker.
   std::atomic<uint64_t> failures_{0}, updates_{0}, refusals_{0}, not_workloads_{0};
 };

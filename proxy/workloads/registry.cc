@@ -191,4 +191,14 @@ Store::Result Store::replaceAll(std::vector<Workload> all) {
   return apply(std::move(updates));
 }
 
+void Store::setServices(ServiceMap services) {
+  if (services == *this->services()) return;
+  auto next = std::make_shared<const ServiceMap>(std::move(services));
+  {
+    std::lock_guard lock(current_mu_);
+    services_ = next;
+  }
+  for (const auto& listener : service_listeners_) listener(*next);
+}
+
 }  // namespace ferry::workloads

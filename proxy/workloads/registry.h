@@ -80,6 +80,17 @@ struct Update {
   std::optional<Workload> workload;
 };
 
+// Services whose ClusterIP is captured (workload_source kubernetes; docs/kubernetes.md):
+// ClusterIP:port -> the ready endpoints that are mesh workloads, as pod ip:target port
+// (named target ports already resolved through the EndpointSlices). A Service without such
+// endpoints is absent: kube-proxy routes it as before. Immutable once published.
+struct ServiceBackends {
+  std::string name;  // "<namespace>/<name>", for logs
+  std::vector<std::pair<IpAddress, uint16_t>> endpoints;
+  friend bool operator==(const ServiceBackends&, const ServiceBackends&) = default;
+};
+using ServiceMap = absl::flat_hash_map<std::pair<IpAddress, uint16_t>, ServiceBackends>;
+
 class Store {
  public:
   explicit Store(std::string_view local_node);
@@ -92,6 +103,15 @@ class Store {
   uint64_t generation() const { return generation_.load(std::memory_order_relaxed); }
   // Updates refused (an IP another workload holds) since start.
   uint64_t rejected() const { return rejected_.load(std::memory_order_relaxed); }
+  // Any thread: the Services whose ClusterIPs are captured (never null).
+  std::shared_ptr<const ServiceMap> services() const {
+    std::lock_guard lock(current_mu_);
+    return services_;
+  }
+  // Control thread: publishes a new service map (when it differs) and tells subscribers.
+  using ServiceListener = std::function<void(const ServiceMap& services)>;
+  void subscribeServices(ServiceListener listener) { service_listeners_.push_back(std::move(listener)); }
+  void setServices(ServiceMap services);
 
   // Control thread only, from here on.
   using Listener = std::function<void(const Registry& after, const Delta& delta)>;
@@ -120,6 +140,8 @@ class Store {
   absl::flat_hash_map<std::string, WorkloadPtr> by_key_;
   std::map<std::string, WorkloadPtr> local_by_key_;
   std::vector<Listener> listeners_;
+  std::shared_ptr<const ServiceMap> services_ = std::make_shared<const ServiceMap>();
+  std::vector<ServiceListener> service_listeners_;
   std::atomic<uint64_t> generation_{0};
   std::atomic<uint64_t> rejected_{0};
 };

@@ -69,10 +69,12 @@ EOF
 }
 serve='mkdir -p /www && hostname > /www/index.html && exec httpd -f -vv -p 8080 -h /www'
 # GET / with busybox nc (its static wget crashes without NSS modules): the last line is the body.
-get() { kq -n "$1" exec "$2" -- sh -c "printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 $3 8080 | tail -n 1"; }
+get() { kq -n "$1" exec "$2" -- sh -c "printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 $3 ${4:-8080} | tail -n 1"; }
 pod_ip() { kq -n "$1" get pod "$2" -o jsonpath='{.status.podIP}'; }
 
 echo "== install"
+# Leftovers of an interrupted run (a namespace still terminating would refuse creation).
+kq delete namespace "$MESH" "$PLAIN" --ignore-not-found --wait=true --timeout=120s >/dev/null
 C=$build/proxy/ferryctl/ferryctl
 "$C" ca init --dir "$TMP/ca" --trust-domain cluster.local >/dev/null
 "$C" ca intermediate --ca "$TMP/ca" --out "$TMP/cluster-ca" --lifetime 720h >/dev/null
@@ -117,9 +119,9 @@ plain_server=$(pod_ip "$PLAIN" fy-server)
 check "ferryd enrolled both pods of the enrolled namespace (device found by the bridge)" \
   wait_for 10 "enrolment" bash -c "flog | grep -q 'enrolled $MESH/fy-server' && flog | grep -q 'enrolled $MESH/fy-client'"
 check "... and neither pod of the namespace that is not enrolled" bash -c "! (flog | grep -q 'enrolled $PLAIN/')"
-metrics=$(curl -sf --max-time 5 http://10.244.0.1:15020/metrics)
+curl -sf --max-time 5 -o "$TMP/metrics" http://10.244.0.1:15020/metrics
 check "its metrics agree: 2 pods enrolled, none waiting for a device" \
-  bash -c "grep -qx 'ferry_datapath_enrolled_pods 2' <<<'$metrics' && grep -qx 'ferry_datapath_pods_waiting 0' <<<'$metrics'"
+  bash -c "grep -qx 'ferry_datapath_enrolled_pods 2' '$TMP/metrics' && grep -qx 'ferry_datapath_pods_waiting 0' '$TMP/metrics'"
 
 echo "== traffic"
 tcpdump -i "$BRIDGE" -n -s 128 -U --immediate-mode -w "$TMP/wire.pcap" "tcp" >"$TMP/tcpdump.log" 2>&1 &
@@ -143,6 +145,29 @@ check "the node's bridge carried the connection to :15008 only" test "$to_hbone"
 body=$(get "$PLAIN" fy-client "$plain_server")
 check "pods of the namespace that is not enrolled talk directly ($body)" test "$body" = fy-server
 check "... without ferryd" bash -c "! (flog | grep -q 'dst=$plain_server:8080')"
+
+echo "== a Service in front of two enrolled pods"
+{ pod_yaml fy-echo-1 "$MESH" "$serve"; echo ---; pod_yaml fy-echo-2 "$MESH" "$serve"; } \
+  | sed 's/labels: {app: fy-echo-[12]}/labels: {app: fy-echo}/' | kq apply -f - >/dev/null
+kq -n "$MESH" create service clusterip fy-echo --tcp=80:8080 >/dev/null
+kq -n "$MESH" set selector service fy-echo app=fy-echo >/dev/null
+kq -n "$MESH" wait --for=condition=Ready pod fy-echo-1 fy-echo-2 --timeout=60s >/dev/null
+vip=$(kq -n "$MESH" get service fy-echo -o jsonpath='{.spec.clusterIP}')
+# Ready for Kubernetes is not yet steered by ferry: the bridge entries of a new pod appear
+# with its first packets, up to a workloads_poll later (docs/kubernetes.md).
+wait_for 10 "the endpoints' enrolment" bash -c "flog | grep -q 'enrolled $MESH/fy-echo-1 (' && flog | grep -q 'enrolled $MESH/fy-echo-2 ('"
+check "ferryd captures the Service's ClusterIP once its endpoints are enrolled pods" \
+  wait_for 15 "the Service" bash -c "flog | grep -qE 'Service ports with mesh endpoints are captured' && [ \$(bpftool map lookup pinned /sys/fs/bpf/ferry/ferry_capture key $(echo "$vip" | tr . ' ') 2>/dev/null | grep -c value) -ge 1 ]"
+declare -A seen=()
+for i in $(seq 1 12); do
+  answer=$(get "$MESH" fy-client "$vip" 80 | tr -d '\r') || true
+  seen[${answer:-none}]=1
+done
+echo "answered by: ${!seen[*]}"
+check "requests to $vip:80 reach both endpoints" bash -c "[ -n '${seen[fy-echo-1]:-}' ] && [ -n '${seen[fy-echo-2]:-}' ]"
+e1=$(pod_ip "$MESH" fy-echo-1)
+check "... over HBONE: ferryd logged the leg to the endpoint's target port with its identity" \
+  flog_has "direction=outbound src=$client:[0-9]+ dst=$e1:8080 peer=spiffe://cluster.local/ns/$MESH/sa/default reason=ok"
 
 echo "== labels"
 t0=$(date +%s%N)

@@ -135,6 +135,59 @@ TEST_F(KubernetesSourceTest, ARelistReplacesTheStateWithTheSmallestChange) {
   EXPECT_EQ(deltas_, (std::vector<size_t>{2})) << "p2 removed and p3 added; p1 untouched";
 }
 
+k8s::Service service(const std::string& ns, const std::string& name, const std::string& vip, int32_t port,
+                     const std::string& port_name) {
+  k8s::Service s;
+  s.namespace_name = ns;
+  s.name = name;
+  s.cluster_ips = {vip};
+  s.ports = {k8s::ServicePort{port_name, port, 0, "http-port", "TCP"}};
+  return s;
+}
+
+k8s::EndpointSlice slice(const std::string& ns, const std::string& service, const std::string& port_name, int32_t port,
+                         std::vector<std::string> ips, bool ready = true) {
+  k8s::EndpointSlice s;
+  s.namespace_name = ns;
+  s.name = service + "-" + std::to_string(ips.size()) + (ready ? "r" : "n");  // distinct per slice here
+  s.service_name = service;
+  s.address_type = "IPv4";
+  for (auto& ip : ips) s.endpoints.push_back(k8s::Endpoint{{ip}, ready, "node-1", ""});
+  s.ports = {k8s::EndpointPort{port_name, port, "TCP"}};
+  return s;
+}
+
+std::vector<std::string> backends(const Store& store, const std::string& vip, uint16_t port) {
+  std::vector<std::string> out;
+  auto services = store.services();
+  auto it = services->find({*common::parseIp(vip), port});
+  if (it == services->end()) return out;
+  for (const auto& [ip, p] : it->second.endpoints) out.push_back(ip.to_string() + ":" + std::to_string(p));
+  return out;
+}
+
+TEST_F(KubernetesSourceTest, AServiceWithMeshEndpointsMapsItsClusterIpToThemAtTheResolvedTargetPort) {
+  source_.replace(std::vector<k8s::Namespace>{ns("a", kEnabled), ns("plain")});
+  source_.replace(std::vector<k8s::Pod>{pod("a", "e1", "10.244.1.1"), pod("a", "e2", "10.244.1.2"),
+                                        pod("plain", "p1", "10.244.9.1")});
+  source_.replace(std::vector<k8s::Service>{service("a", "echo", "10.96.0.10", 80, "http"),
+                                            service("plain", "web", "10.96.0.20", 80, "http")});
+  // The named target port resolves to 8080 in the slice; one endpoint is not ready.
+  source_.replace(std::vector<k8s::EndpointSlice>{
+      slice("a", "echo", "http", 8080, {"10.244.1.1", "10.244.1.2"}),
+      slice("a", "echo", "http", 8080, {"10.244.1.3"}, /*ready=*/false),
+      slice("plain", "web", "http", 8080, {"10.244.9.1"})});
+  EXPECT_EQ(backends(store_, "10.96.0.10", 80), (std::vector<std::string>{"10.244.1.1:8080", "10.244.1.2:8080"}));
+  EXPECT_TRUE(backends(store_, "10.96.0.20", 80).empty()) << "no mesh endpoint: left to kube-proxy";
+  EXPECT_TRUE(backends(store_, "10.96.0.10", 8080).empty()) << "only the Service's own port";
+  // A pod that leaves the mesh leaves its Services' backends.
+  source_.apply(EventType::kModified, pod("a", "e2", "10.244.1.2", kDisabled));
+  EXPECT_EQ(backends(store_, "10.96.0.10", 80), (std::vector<std::string>{"10.244.1.1:8080"}));
+  // The Service goes: its ClusterIP is no longer captured.
+  source_.apply(EventType::kDeleted, service("a", "echo", "10.96.0.10", 80, "http"));
+  EXPECT_TRUE(store_.services()->empty());
+}
+
 TEST(Enrolment, LabelsDecideAsDocumented) {
   const std::string enabled = "enabled", disabled = "disabled", ambient = "ambient", none = "none";
   EXPECT_FALSE(enrolled({}, false));
