@@ -131,8 +131,9 @@ body=$(get "$MESH" fy-client "$server")
 check "the client gets the server's answer through the mesh ($body)" test "$body" = fy-server
 check "ferryd logged the outbound leg with the server's identity" \
   wait_for 5 "outbound access line" flog_has "direction=outbound src=$client:[0-9]+ dst=$server:8080 peer=spiffe://cluster.local/ns/$MESH/sa/default reason=ok"
+# Each leg logs when it closes, in either order.
 check "... and the inbound HBONE leg with the client's identity" \
-  flog_has "direction=inbound src=$client:[0-9]+ dst=$server:8080 peer=spiffe://cluster.local/ns/$MESH/sa/default reason=ok"
+  wait_for 5 "inbound access line" flog_has "direction=inbound src=$client:[0-9]+ dst=$server:8080 peer=spiffe://cluster.local/ns/$MESH/sa/default reason=ok"
 check "the server saw the client's pod IP" bash -c "kubectl -n $MESH logs fy-server 2>/dev/null | grep -q '$client'"
 kill -INT "$tcpdump_pid" 2>/dev/null; wait "$tcpdump_pid" 2>/dev/null || true
 tcpdump_pid=
@@ -167,7 +168,7 @@ echo "answered by: ${!seen[*]}"
 check "requests to $vip:80 reach both endpoints" bash -c "[ -n '${seen[fy-echo-1]:-}' ] && [ -n '${seen[fy-echo-2]:-}' ]"
 e1=$(pod_ip "$MESH" fy-echo-1)
 check "... over HBONE: ferryd logged the leg to the endpoint's target port with its identity" \
-  flog_has "direction=outbound src=$client:[0-9]+ dst=$e1:8080 peer=spiffe://cluster.local/ns/$MESH/sa/default reason=ok"
+  wait_for 5 "the endpoint's access line" flog_has "direction=outbound src=$client:[0-9]+ dst=$e1:8080 peer=spiffe://cluster.local/ns/$MESH/sa/default reason=ok"
 
 echo "== labels"
 t0=$(date +%s%N)
