@@ -81,6 +81,17 @@ C=$build/proxy/ferryctl/ferryctl
 kq create namespace "$RNS" >/dev/null
 kq -n "$RNS" create secret generic ferry-ca --from-file=ca.pem="$TMP/cluster-ca/ca.pem" \
   --from-file=ca.key="$TMP/cluster-ca/ca.key" --from-file=bundle.pem="$TMP/ca/ca.pem" >/dev/null
+# Every rendered object, checked by the API server itself before anything is installed:
+# server-side dry run, and strict validation against the server's own schema (unknown fields
+# refused: shown by a copy with one added).
+"$HELM" template "$REL" "$repo/charts/ferry" -n "$RNS" --set image.tag=dev --set image.pullPolicy=Never \
+  --set datapath.failureMode=open >"$TMP/rendered.yaml"
+objects=$(grep -c '^kind: ' "$TMP/rendered.yaml")
+check "the API server accepts all $objects rendered objects (--dry-run=server --validate=strict)" \
+  bash -c "[ \$(kubectl apply --dry-run=server --validate=strict -f '$TMP/rendered.yaml' 2>/dev/null | grep -c '(server dry run)') -eq $objects ]"
+sed 's/^\( *\)readOnlyRootFilesystem: true/&\n\1fyUnknownField: 1/' "$TMP/rendered.yaml" >"$TMP/unknown.yaml"
+check "... and refuses a copy with an unknown field" \
+  bash -c "kubectl apply --dry-run=server --validate=strict -f '$TMP/unknown.yaml' 2>&1 | grep -q 'unknown field \"fyUnknownField\"'"
 # failureMode open: a ferryd that stops (uninstall, below) detaches its programs from the
 # pods' devices; closed would leave pods steered into a proxy that is gone (docs/install.md).
 "$HELM" install "$REL" "$repo/charts/ferry" -n "$RNS" --set image.tag=dev --set image.pullPolicy=Never \
