@@ -1,13 +1,11 @@
 #include "proxy/config/kubeconfig.h"
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <optional>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "proxy/common/file.h"
 #include "proxy/common/strings.h"
 #include "proxy/config/yaml_reader.h"
 
@@ -146,14 +144,9 @@ absl::StatusOr<Kubeconfig> parseKubeconfig(std::string_view yaml_text, std::stri
 }
 
 absl::StatusOr<Kubeconfig> loadKubeconfig(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return absl::InvalidArgumentError(absl::StrCat("cannot read kubeconfig '", path, "': ", std::strerror(errno)));
-  std::string text;
-  char buf[16 * 1024];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
-  std::fclose(f);
-  return parseKubeconfig(text, path, std::filesystem::path(path).parent_path().string());
+  auto text = common::readFile(path);
+  if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("cannot read kubeconfig: ", text.status().message()));
+  return parseKubeconfig(*text, path, std::filesystem::path(path).parent_path().string());
 }
 
 }  // namespace ferry::config

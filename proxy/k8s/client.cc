@@ -4,9 +4,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <random>
 
 #include <boost/asio/async_result.hpp>
@@ -21,6 +18,7 @@
 #include <boost/json/value.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "proxy/common/file.h"
 #include "proxy/common/log.h"
 #include "proxy/common/strings.h"
 #include "proxy/k8s/decode.h"
@@ -69,20 +67,6 @@ std::string queryEscape(std::string_view in) {
   return out;
 }
 
-// The whole of a small file (a token, a PEM).
-absl::StatusOr<std::string> readWholeFile(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return absl::NotFoundError(absl::StrCat("open ", path, ": ", std::strerror(errno)));
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  bool bad = std::ferror(f);
-  std::fclose(f);
-  if (bad) return absl::DataLossError(absl::StrCat("read ", path));
-  return out;
-}
-
 // The bearer token: a static one, or a file re-read when it changes (kubelet rewrites the
 // projected token well before it expires) and when the server answers 401.
 class TokenSource {
@@ -121,7 +105,7 @@ class TokenSource {
   }
   bool read() {
     Stamp before = stamp();
-    auto text = readWholeFile(file_);
+    auto text = common::readFile(file_);
     if (!text.ok()) {
       FERRY_LOG(kWarn, "k8s: cannot re-read the API token %s: %s (keeping the previous token)", file_,
                 text.status().message());
@@ -140,7 +124,7 @@ class TokenSource {
 
 absl::StatusOr<std::string> pemOrFile(const std::string& pem, const std::string& file, std::string_view what) {
   if (!pem.empty() || file.empty()) return pem;
-  auto text = readWholeFile(file);
+  auto text = common::readFile(file);
   if (!text.ok()) return absl::NotFoundError(absl::StrCat("cannot read the ", common::toAbsl(what), ": ", text.status().message()));
   return text;
 }
