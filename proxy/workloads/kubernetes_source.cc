@@ -119,6 +119,17 @@ Update KubernetesSource::updateFor(const std::string& key) const {
   return u;
 }
 
+void KubernetesSource::account(const Store::Result& result) {
+  updates_ += result.changed;
+  for (const auto& why : result.rejected) {
+    // "<key>: ..." (registry.cc): remember the key to retry it.
+    refused_.insert(why.substr(0, why.find(':')));
+    ++refusals_;
+    ++failures_;
+    FERRY_LOG(kWarn, "workloads: %s", why);
+  }
+}
+
 void KubernetesSource::publish(std::vector<Update> updates) {
   if (store_ == nullptr || !pods_listed_ || !namespaces_listed_ || updates.empty()) return;
   bool removes = false;
@@ -132,16 +143,9 @@ void KubernetesSource::publish(std::vector<Update> updates) {
     refused_.clear();
   }
   auto result = store_->apply(std::move(updates));
-  updates_ += result.changed;
+  account(result);
   // A pod that joined or left the mesh may be a Service's endpoint.
   if (result.changed > 0 && !services_.empty()) publishServices();
-  for (const auto& why : result.rejected) {
-    // "<key>: ..." (registry.cc): remember the key to retry it.
-    refused_.insert(why.substr(0, why.find(':')));
-    ++refusals_;
-    ++failures_;
-    FERRY_LOG(kWarn, "workloads: %s", why);
-  }
 }
 
 void KubernetesSource::publishAll() {
@@ -152,14 +156,7 @@ void KubernetesSource::publishAll() {
     if (u.workload) all.push_back(*std::move(u.workload));
   }
   refused_.clear();
-  auto result = store_->replaceAll(std::move(all));
-  updates_ += result.changed;
-  for (const auto& why : result.rejected) {
-    refused_.insert(why.substr(0, why.find(':')));
-    ++refusals_;
-    ++failures_;
-    FERRY_LOG(kWarn, "workloads: %s", why);
-  }
+  account(store_->replaceAll(std::move(all)));
   FERRY_LOG(kInfo, "workloads: %d pods and %d namespaces listed; %d workloads enrolled", pods_.size(),
             namespaces_.size(), store_->current()->size());
   publishServices();

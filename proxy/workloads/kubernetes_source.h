@@ -104,6 +104,8 @@ class KubernetesSource : public Source,
   // Publishes a batch; refused updates (an IP another pod holds) are retried after the next
   // batch that removes something.
   void publish(std::vector<Update> updates);
+  // Counts a batch's changes and remembers (and logs) its refused updates.
+  void account(const Store::Result& result);
   // Both first lists arrived: the whole state, once.
   void publishAll();
 
