@@ -327,21 +327,16 @@ void Datapath::release(uint32_t ip) {
   pods_.erase(it);  // the Attachments detach
 }
 
-void Datapath::setServices(const workloads::ServiceMap& services) {
-  absl::flat_hash_set<uint32_t> want;
-  for (const auto& [vip, _] : services) {
-    if (vip.first.is_v4()) want.insert(ipv4Key(vip.first));
-  }
-  for (auto it = service_vips_.begin(); it != service_vips_.end();) {
-    if (!want.contains(*it)) {
-      setCapture(*it, false);
-      service_vips_.erase(it++);
-    } else {
-      ++it;
+void Datapath::applyServices(const std::vector<workloads::ServiceChange>& changes) {
+  for (const auto& change : changes) {
+    if (change.before == change.after || !change.port.first.is_v4()) continue;
+    uint32_t ip = ipv4Key(change.port.first);
+    if (change.after) {
+      if (service_vips_[ip]++ == 0) setCapture(ip, true);
+    } else if (auto it = service_vips_.find(ip); it != service_vips_.end() && --it->second == 0) {
+      service_vips_.erase(it);
+      setCapture(ip, false);
     }
-  }
-  for (uint32_t ip : want) {
-    if (service_vips_.insert(ip).second) setCapture(ip, true);
   }
 }
 

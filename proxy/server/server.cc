@@ -196,10 +196,12 @@ absl::Status Server::start() {
   workloads_.subscribe([this](const workloads::Registry& after, const workloads::Delta& delta) {
     onWorkloadsChanged(after, delta);
   });
-  workloads_.subscribeServices([this](const workloads::ServiceMap& services) {
-    if (datapath_) datapath_->setServices(services);
-    FERRY_LOG(kInfo, "workloads: %d Service ports with mesh endpoints are captured", services.size());
-  });
+  workloads_.subscribeServices(
+      [this](const workloads::ServiceTable& services, const std::vector<workloads::ServiceChange>& changes) {
+        if (datapath_) datapath_->applyServices(changes);
+        FERRY_LOG(kDebug, "workloads: %d Service ports changed; %d with mesh endpoints are captured", changes.size(),
+                  services.size());
+      });
   {
     // Every socket of the data plane lives in the proxy netns; the control thread returns
     // to the node netns afterwards. The operator endpoints live there too, except in a

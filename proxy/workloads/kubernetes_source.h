@@ -82,9 +82,19 @@ class KubernetesSource : public Source,
   void apply(k8s::EventType type, k8s::EndpointSlice slice) override;
 
  private:
-  // Rebuilds the service map from services_, slices_ and the current registry (an
-  // endpoint counts when it is an enrolled pod) and publishes it when it changed.
-  void publishServices();
+  // Services: each event marks the Services it can change (by name, or through the index of
+  // endpoint IPs when a pod changed); flushServices recomputes just those from services_,
+  // slices_ and the current registry (an endpoint counts when it is an enrolled pod) and
+  // applies the difference to the store's table.
+  struct PublishedService {
+    std::vector<ServicePort> ports;       // in the store's table for this Service
+    std::vector<IpAddress> endpoint_ips;  // every ready endpoint, mesh or not (sorted)
+  };
+  static std::string serviceKeyOf(const k8s::EndpointSlice& slice);  // "" when it does not count
+  void endpointChanged(const IpAddress& ip);
+  void flushServices();
+  void recomputeService(const std::string& key, const Registry& registry, const ServiceTable& table,
+                        std::vector<ServiceUpdate>& updates);
   struct PodState {
     std::string namespace_name;
     std::string ferry_label, istio_label;  // "" when absent
@@ -119,6 +129,10 @@ class KubernetesSource : public Source,
   absl::flat_hash_set<std::string> refused_;                     // keys whose update was refused
   absl::flat_hash_map<std::string, k8s::Service> services_;      // by "<namespace>/<name>"
   absl::flat_hash_map<std::string, k8s::EndpointSlice> slices_;  // by "<namespace>/<name>"
+  absl::flat_hash_map<std::string, absl::flat_hash_set<std::string>> slices_of_;  // Service -> its slices
+  absl::flat_hash_map<std::string, PublishedService> published_;                 // by Service
+  absl::flat_hash_map<IpAddress, absl::flat_hash_set<std::string>> services_by_endpoint_;
+  absl::flat_hash_set<std::string> dirty_services_;
   // Written by the control thread, read by /metrics from a worker.
   std::atomic<uint64_t> failures_{0}, updates_{0}, refusals_{0}, not_workloads_{0};
 };
