@@ -61,6 +61,10 @@ class Datapath : private PodSteering {
   // to_proxy drops peers' SYNs to 15008 that find no listener, so that they reach the next
   // ferryd; a ferryd that died never paused, and those SYNs are reset (fail fast).
   void setHbonePaused(bool paused);
+  // The node leaves the mesh (ferryd's DaemonSet was deleted: an uninstall): at exit,
+  // whatever the failure mode, every program is detached and every link and map pin and
+  // the pin directory are removed, instead of being left for the next ferryd.
+  void removeEverythingAtExit() { remove_everything_ = true; }
 
   const KernelFeatures& features() const { return features_; }
   const InjectionChoice& injection() const { return injection_; }
@@ -93,6 +97,8 @@ class Datapath : private PodSteering {
   void setCapture(uint32_t ip, bool capture) override;
 
   config::Datapath cfg_;
+  bool remove_everything_ = false;
+  void removePinDir();
   ferry_datapath* skel_ = nullptr;
   // How each discovered pod device was found ("route", "bridge cni0"): logged when it changes.
   absl::flat_hash_map<uint32_t, std::string> found_how_;

@@ -444,7 +444,7 @@ absl::Status Server::makeWorkloadSource() {
   auto client = k8s::ApiClient::create(control_, std::move(access), k8s::Options{});
   if (!client.ok()) return absl::FailedPreconditionError(absl::StrCat("kubernetes: ", client.status().message()));
   auto source = std::make_unique<workloads::KubernetesSource>(
-      *std::move(client), workloads::KubernetesSourceOptions{kc.istio_ambient, kc.max_state_age}, describe);
+      *std::move(client), workloads::KubernetesSourceOptions{kc.istio_ambient, kc.max_state_age, kc.daemonset_namespace, kc.daemonset_name}, describe);
   k8s_source_ = source.get();
   source_ = std::move(source);
   FERRY_LOG(kInfo, "workloads: from %s (%s)", where, describe);
@@ -638,6 +638,11 @@ void Server::beginDrain() {
   // A planned stop: peers' new tunnels are held (dropped SYNs) for the next ferryd, not
   // refused as if this node had no ferryd (bpf/to_proxy.bpf.c).
   if (datapath_) datapath_->setHbonePaused(true);
+  if (datapath_ && k8s_source_ != nullptr && k8s_source_->uninstalling()) {
+    // No next ferryd is coming: leave the node as it was before ferry (docs/install.md).
+    FERRY_LOG(kInfo, "uninstall: ferryd's DaemonSet was deleted; every program and pin goes at exit");
+    datapath_->removeEverythingAtExit();
+  }
   poll_timer_.cancel();
   identity_timer_.cancel();
   trim_timer_.cancel();

@@ -72,6 +72,10 @@ absl::Status KubernetesSource::start(Store& store) {
   client_->namespaces(static_cast<k8s::Handler<k8s::Namespace>&>(*this));
   client_->services(static_cast<k8s::Handler<k8s::Service>&>(*this));
   client_->endpointSlices(static_cast<k8s::Handler<k8s::EndpointSlice>&>(*this));
+  if (!options_.daemonset_name.empty()) {
+    client_->daemonSet(options_.daemonset_namespace, options_.daemonset_name,
+                       static_cast<k8s::Handler<k8s::DaemonSet>&>(*this));
+  }
   client_->start();
   FERRY_LOG(kInfo, "workloads: following %s (enrolment: %s=enabled%s)", describe_, kFerryLabel,
             options_.istio_ambient ? ", istio.io/dataplane-mode=ambient" : "");
@@ -371,6 +375,40 @@ void KubernetesSource::recomputeService(const std::string& key, const Registry& 
   }
   for (const auto& ip : after.endpoint_ips) services_by_endpoint_[ip].insert(key);
   if (!after.ports.empty() || !after.endpoint_ips.empty()) published_[key] = std::move(after);
+}
+
+void KubernetesSource::setUninstalling(bool uninstalling, const char* why) {
+  if (uninstalling == uninstalling_) return;
+  uninstalling_ = uninstalling;
+  FERRY_LOG(kInfo, "workloads: DaemonSet %s/%s %s: %s", options_.daemonset_namespace, options_.daemonset_name, why,
+            uninstalling ? "a stop now removes every program and pin (uninstall)"
+                         : "a stop keeps the pins for the next ferryd again");
+}
+
+void KubernetesSource::replace(std::vector<k8s::DaemonSet> daemonsets) {
+  const k8s::DaemonSet* mine = nullptr;
+  for (const auto& ds : daemonsets) {
+    if (ds.namespace_name == options_.daemonset_namespace && ds.name == options_.daemonset_name) mine = &ds;
+  }
+  if (mine != nullptr) {
+    daemonset_seen_ = true;
+    setUninstalling(mine->deleting, mine->deleting ? "is being deleted" : "is back");
+  } else if (daemonset_seen_) {
+    // Gone between two lists (the watch broke meanwhile): deleted.
+    setUninstalling(true, "is gone");
+  }
+  // Never seen at all (ferryd started after its DaemonSet was deleted, or runs outside
+  // one): not an uninstall ferryd observed; a stop keeps the pins.
+}
+
+void KubernetesSource::apply(k8s::EventType type, k8s::DaemonSet daemonset) {
+  if (daemonset.namespace_name != options_.daemonset_namespace || daemonset.name != options_.daemonset_name) return;
+  if (type == k8s::EventType::kDeleted) {
+    setUninstalling(true, "was deleted");
+    return;
+  }
+  daemonset_seen_ = true;
+  setUninstalling(daemonset.deleting, daemonset.deleting ? "is being deleted" : "is back");
 }
 
 std::string KubernetesSource::renderPrometheus() const {

@@ -32,6 +32,8 @@ struct KubernetesSourceOptions {
   bool istio_ambient = false;
   // Readiness fails once the state is older than this (the last good state keeps serving).
   std::chrono::milliseconds max_state_age{300'000};
+  // ferryd's own DaemonSet (kubernetes.daemonset); empty: not followed.
+  std::string daemonset_namespace, daemonset_name;
 };
 
 // How the labels decide about one pod (pure: tests call it directly).
@@ -52,7 +54,8 @@ class KubernetesSource : public Source,
                          public k8s::Handler<k8s::Pod>,
                          public k8s::Handler<k8s::Namespace>,
                          public k8s::Handler<k8s::Service>,
-                         public k8s::Handler<k8s::EndpointSlice> {
+                         public k8s::Handler<k8s::EndpointSlice>,
+                         public k8s::Handler<k8s::DaemonSet> {
  public:
   // `client` null: start() only binds the store (tests).
   KubernetesSource(std::unique_ptr<k8s::ApiClient> client, KubernetesSourceOptions options, std::string describe);
@@ -80,6 +83,13 @@ class KubernetesSource : public Source,
   void apply(k8s::EventType type, k8s::Service service) override;
   void replace(std::vector<k8s::EndpointSlice> slices) override;
   void apply(k8s::EventType type, k8s::EndpointSlice slice) override;
+  // ferryd's own DaemonSet: seen deleted (or being deleted) means the mesh is being
+  // uninstalled from this node; seen again (a new DaemonSet of the name adopted the pod)
+  // means it is not.
+  void replace(std::vector<k8s::DaemonSet> daemonsets) override;
+  void apply(k8s::EventType type, k8s::DaemonSet daemonset) override;
+  // Control thread: whether a stop now is an uninstall (docs/install.md, Uninstall).
+  bool uninstalling() const { return uninstalling_; }
 
  private:
   // Services: each event marks the Services it can change (by name, or through the index of
@@ -124,6 +134,8 @@ class KubernetesSource : public Source,
   std::string describe_;
   Store* store_ = nullptr;
   bool pods_listed_ = false, namespaces_listed_ = false;
+  bool daemonset_seen_ = false, uninstalling_ = false;
+  void setUninstalling(bool uninstalling, const char* why);
   absl::flat_hash_map<std::string, PodState> pods_;              // by "<namespace>/<name>"
   absl::flat_hash_map<std::string, NamespaceState> namespaces_;
   absl::flat_hash_set<std::string> refused_;                     // keys whose update was refused

@@ -254,6 +254,33 @@ TEST_F(KubernetesSourceTest, AClusterIpTakenOverByAnotherServiceStaysCaptured) {
   EXPECT_EQ(backends(store_, "10.96.0.1", 80), (std::vector<std::string>{"10.244.1.2:9090"}));
 }
 
+TEST(KubernetesSourceUninstall, OnlyASeenDeletionOfItsOwnDaemonSetIsAnUninstall) {
+  KubernetesSourceOptions options;
+  options.daemonset_namespace = "ferry-system";
+  options.daemonset_name = "ferry";
+  KubernetesSource source(nullptr, options, "test");
+  const k8s::DaemonSet mine{"ferry-system", "ferry", false}, other{"ferry-system", "other", false};
+  // Never seen (ferryd started after the deletion, or outside a DaemonSet): a restart.
+  source.replace(std::vector<k8s::DaemonSet>{});
+  EXPECT_FALSE(source.uninstalling());
+  source.replace(std::vector<k8s::DaemonSet>{mine});
+  EXPECT_FALSE(source.uninstalling());
+  source.apply(EventType::kDeleted, other);
+  EXPECT_FALSE(source.uninstalling()) << "another DaemonSet's deletion";
+  source.apply(EventType::kDeleted, mine);
+  EXPECT_TRUE(source.uninstalling());
+  // --cascade=orphan, then a new DaemonSet of the name adopts the pod: a restart again.
+  source.apply(EventType::kAdded, mine);
+  EXPECT_FALSE(source.uninstalling());
+  // A foreground deletion: the object stays, with a deletionTimestamp.
+  source.apply(EventType::kModified, k8s::DaemonSet{"ferry-system", "ferry", true});
+  EXPECT_TRUE(source.uninstalling());
+  source.apply(EventType::kModified, mine);
+  // Deleted while the watch was broken: the re-list no longer has it.
+  source.replace(std::vector<k8s::DaemonSet>{});
+  EXPECT_TRUE(source.uninstalling());
+}
+
 TEST(Enrolment, LabelsDecideAsDocumented) {
   const std::string enabled = "enabled", disabled = "disabled", ambient = "ambient", none = "none";
   EXPECT_FALSE(enrolled({}, false));
