@@ -550,7 +550,12 @@ absl::StatusOr<datapath::NetnsFd> Server::createProxyNetns() {
   // Inside ferryd's own netns: nothing else has tables or rules there to collide with.
   spec.table = 100;
   spec.rule_priority = 1000;
-  auto ns = datapath::createProxyNetns(spec);
+  if (!proxy_claim_) {
+    auto claim = datapath::HostInterfaceClaim::take(spec.host_interface);
+    if (!claim.ok()) return claim.status();
+    proxy_claim_.emplace(std::move(*claim));
+  }
+  auto ns = datapath::createProxyNetns(spec, *proxy_claim_);
   if (ns.ok()) {
     FERRY_LOG(kInfo, "datapath: created the proxy netns: %s %s/32 <-> %s (node side)", d.proxy_interface,
               d.proxy_address, d.host_proxy_interface);
