@@ -429,15 +429,21 @@ TEST(Netlink, FindsAPodsHostSideDeviceFromTheRouteOrTheBridgeItSitsBehind) {
               testing::HasSubstr("forwarding entry of 02:fe:00:00:01:07 on bridge fy-br0"));
 }
 
-TEST(ProxyNetns, AutoBuildsTheProxyNetnsTheLabScriptWouldAndItGoesWithItsFd) {
-  if (!mustRunAsRoot()) GTEST_SKIP() << "creating namespaces and links needs CAP_SYS_ADMIN/CAP_NET_ADMIN";
+// What the lab script's proxy netns has, on a node-side device of this name.
+ProxyNetnsSpec labSpec(const std::string& host_interface) {
   ProxyNetnsSpec spec;
-  spec.host_interface = "fy-px0";
+  spec.host_interface = host_interface;
   spec.proxy_interface = "eth0";
   inet_pton(AF_INET, "169.254.77.1", &spec.proxy_address);
   spec.mark = 0x539;
   spec.table = 100;
   spec.rule_priority = 1000;
+  return spec;
+}
+
+TEST(ProxyNetns, AutoBuildsTheProxyNetnsTheLabScriptWouldAndItGoesWithItsFd) {
+  if (!mustRunAsRoot()) GTEST_SKIP() << "creating namespaces and links needs CAP_SYS_ADMIN/CAP_NET_ADMIN";
+  ProxyNetnsSpec spec = labSpec("fy-px0");
   std::string node_side, inside, ping, error;
   absl::Status again;
   bool gone = false;
@@ -493,13 +499,7 @@ TEST(ProxyNetns, AutoBuildsTheProxyNetnsTheLabScriptWouldAndItGoesWithItsFd) {
 
 TEST(ProxyNetns, ADeadFerrydsPairIsReplacedAtOnceEvenWhileItsNetnsLivesOn) {
   if (!mustRunAsRoot()) GTEST_SKIP() << "creating namespaces and links needs CAP_SYS_ADMIN/CAP_NET_ADMIN";
-  ProxyNetnsSpec spec;
-  spec.host_interface = "fy-px1";
-  spec.proxy_interface = "eth0";
-  inet_pton(AF_INET, "169.254.77.1", &spec.proxy_address);
-  spec.mark = 0x539;
-  spec.table = 100;
-  spec.rule_priority = 1000;
+  ProxyNetnsSpec spec = labSpec("fy-px1");
   spec.stale_wait = std::chrono::milliseconds(200);
   std::string error, foreign;
   int old_ifindex = 0, new_ifindex = 0;
