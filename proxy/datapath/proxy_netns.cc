@@ -4,6 +4,8 @@
 #include <linux/ip.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -83,7 +85,43 @@ absl::Status plumbInside(const ProxyNetnsSpec& spec, uint32_t gateway) {
 
 }  // namespace
 
-absl::StatusOr<NetnsFd> createProxyNetns(const ProxyNetnsSpec& spec) {
+absl::StatusOr<HostInterfaceClaim> HostInterfaceClaim::take(const std::string& host_interface) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError(absl::StrCat("socket(AF_UNIX): ", strerror(errno)));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  // Abstract (leading NUL): no file, per netns, gone with the last fd.
+  std::string name = absl::StrCat("ferryd/", host_interface);
+  std::memcpy(addr.sun_path + 1, name.data(), std::min(name.size(), sizeof(addr.sun_path) - 1));
+  socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+    int e = errno;
+    ::close(fd);
+    if (e == EADDRINUSE) {
+      return absl::AlreadyExistsError(absl::StrCat("another ferryd on this node uses ", host_interface,
+                                                   " (it holds the abstract socket @", name, ")"));
+    }
+    return absl::InternalError(absl::StrCat("binding the abstract socket @", name, ": ", strerror(e)));
+  }
+  return HostInterfaceClaim(fd, host_interface);
+}
+
+HostInterfaceClaim::~HostInterfaceClaim() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+absl::StatusOr<NetnsFd> createProxyNetns(const ProxyNetnsSpec& spec, const HostInterfaceClaim& claim) {
+  if (claim.hostInterface() != spec.host_interface) {
+    return absl::InvalidArgumentError(absl::StrCat("the claim is for ", claim.hostInterface(), ", not ", spec.host_interface));
+  }
+  if (auto old = linkByName(spec.host_interface); old.ok() && old->kind == "veth" && old->peer_netnsid >= 0) {
+    // Ours by name and shape, and no live ferryd claims it: a dead ferryd's pair, its netns
+    // held by orphaned sockets. Deleting this end deletes the pair.
+    if (auto st = deleteLink(spec.host_interface); !st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("removing the dead ferryd's ", spec.host_interface, ": ", st.message()));
+    }
+    FERRY_LOG(kInfo, "datapath: removed %s, left by a ferryd that is gone", spec.host_interface);
+  }
   const auto deadline = std::chrono::steady_clock::now() + spec.stale_wait;
   bool waited = false;
   while (linkByName(spec.host_interface).ok()) {
@@ -91,7 +129,7 @@ absl::StatusOr<NetnsFd> createProxyNetns(const ProxyNetnsSpec& spec) {
       return absl::AlreadyExistsError(absl::StrCat(
           "the node already has a device named ", spec.host_interface,
           waited ? absl::StrCat(" (still there after ", spec.stale_wait.count(), " ms)") : "",
-          " (another ferryd running on this node, or datapath.host_proxy_interface names someone else's device)"));
+          " that is not a ferryd's (datapath.host_proxy_interface names someone else's device)"));
     }
     waited = true;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // no event for a netns's teardown

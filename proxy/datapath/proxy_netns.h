@@ -29,15 +29,41 @@ struct ProxyNetnsSpec {
   uint32_t mark = 0;            // the mark to_proxy sets (datapath.mark)
   uint32_t table = 0;           // the routing table of the local-delivery rule
   uint32_t rule_priority = 0;
-  // A device named host_interface may be the previous ferryd's, going away with its netns
-  // (the kernel tears a netns down asynchronously, after its last process exited: a rolling
-  // update starts the next ferryd at once). Waited for this long before it is an error.
+  // A device named host_interface that is not a dead ferryd's veth (see below) may still be
+  // going away with its netns (the kernel tears a netns down asynchronously). Waited for
+  // this long before it is an error.
   std::chrono::milliseconds stale_wait{10'000};
 };
 
+// Proof that no other live ferryd uses `host_interface` on this node: an abstract unix
+// socket bound in the node netns under "ferryd/<host_interface>", held for ferryd's life.
+// The kernel releases it the moment the process ends (SIGKILL and crashes included), unlike
+// the proxy netns, which orphaned TCP sockets of a dead ferryd keep alive for up to
+// tcp_fin_timeout (60 s) with its veth pair: without the claim the next ferryd could not
+// tell such a leftover from a live ferryd's device and had to wait.
+class HostInterfaceClaim {
+ public:
+  // Fails (AlreadyExists) while another process holds the claim.
+  static absl::StatusOr<HostInterfaceClaim> take(const std::string& host_interface);
+  HostInterfaceClaim(HostInterfaceClaim&& other) noexcept
+      : fd_(other.fd_), host_interface_(std::move(other.host_interface_)) {
+    other.fd_ = -1;
+  }
+  HostInterfaceClaim& operator=(HostInterfaceClaim&&) = delete;
+  ~HostInterfaceClaim();
+  const std::string& hostInterface() const { return host_interface_; }
+
+ private:
+  HostInterfaceClaim(int fd, std::string host_interface) : fd_(fd), host_interface_(std::move(host_interface)) {}
+  int fd_ = -1;
+  std::string host_interface_;
+};
+
 // Creates the proxy netns and its plumbing from the calling thread's netns (the node's).
-// Fails, undoing what it did, when `host_interface` already exists (another ferryd, or a
-// lab's device of that name).
-absl::StatusOr<NetnsFd> createProxyNetns(const ProxyNetnsSpec& spec);
+// `claim` is for spec.host_interface: a veth of that name whose peer is in another netns is
+// then a dead ferryd's and is deleted (its netns, kept alive by orphaned sockets, loses its
+// device). Fails, undoing what it did, when any other device has the name (a lab's, or
+// someone else's).
+absl::StatusOr<NetnsFd> createProxyNetns(const ProxyNetnsSpec& spec, const HostInterfaceClaim& claim);
 
 }  // namespace ferry::datapath

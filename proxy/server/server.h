@@ -18,6 +18,7 @@
 #include "proxy/config/config.h"
 #include "proxy/datapath/datapath.h"
 #include "proxy/datapath/netns.h"
+#include "proxy/datapath/proxy_netns.h"
 #include "proxy/identity/ca_cert_source.h"
 #include "proxy/identity/dir_cert_source.h"
 #include "proxy/identity/tls_context.h"
@@ -115,6 +116,8 @@ class Server {
   std::atomic<bool> stopping_{false};
   std::chrono::steady_clock::time_point started_at_;
   // With the tc datapath: the proxy netns (sockets live there) and the loaded programs.
+  // With datapath.proxy_netns auto: held for ferryd's life (proxy/datapath/proxy_netns.h).
+  std::optional<datapath::HostInterfaceClaim> proxy_claim_;
   std::optional<datapath::NetnsFd> proxy_netns_;
   std::unique_ptr<datapath::Datapath> datapath_;
   // The data-plane listeners, and the operator ones (readiness, metrics, admin) when

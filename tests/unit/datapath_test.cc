@@ -429,15 +429,21 @@ TEST(Netlink, FindsAPodsHostSideDeviceFromTheRouteOrTheBridgeItSitsBehind) {
               testing::HasSubstr("forwarding entry of 02:fe:00:00:01:07 on bridge fy-br0"));
 }
 
-TEST(ProxyNetns, AutoBuildsTheProxyNetnsTheLabScriptWouldAndItGoesWithItsFd) {
-  if (!mustRunAsRoot()) GTEST_SKIP() << "creating namespaces and links needs CAP_SYS_ADMIN/CAP_NET_ADMIN";
+// What the lab script's proxy netns has, on a node-side device of this name.
+ProxyNetnsSpec labSpec(const std::string& host_interface) {
   ProxyNetnsSpec spec;
-  spec.host_interface = "fy-px0";
+  spec.host_interface = host_interface;
   spec.proxy_interface = "eth0";
   inet_pton(AF_INET, "169.254.77.1", &spec.proxy_address);
   spec.mark = 0x539;
   spec.table = 100;
   spec.rule_priority = 1000;
+  return spec;
+}
+
+TEST(ProxyNetns, AutoBuildsTheProxyNetnsTheLabScriptWouldAndItGoesWithItsFd) {
+  if (!mustRunAsRoot()) GTEST_SKIP() << "creating namespaces and links needs CAP_SYS_ADMIN/CAP_NET_ADMIN";
+  ProxyNetnsSpec spec = labSpec("fy-px0");
   std::string node_side, inside, ping, error;
   absl::Status again;
   bool gone = false;
@@ -445,16 +451,19 @@ TEST(ProxyNetns, AutoBuildsTheProxyNetnsTheLabScriptWouldAndItGoesWithItsFd) {
   std::thread t([&] {
     if (unshare(CLONE_NEWNET) != 0) return;  // the "node": a netns of our own
     run("ip link set lo up");
-    auto ns = createProxyNetns(spec);
+    auto claim = HostInterfaceClaim::take("fy-px0");
+    if (!claim.ok()) {
+      error = std::string(claim.status().message());
+      return;
+    }
+    auto ns = createProxyNetns(spec, *claim);
     if (!ns.ok()) {
       error = std::string(ns.status().message());
       return;
     }
     if (auto l = linkByName("fy-px0"); l.ok()) host = *l;
     node_side = run("ip -4 -o addr show dev fy-px0; ip route show dev fy-px0; sysctl -n net.ipv4.conf.fy-px0.rp_filter");
-    ProxyNetnsSpec second = spec;
-    second.stale_wait = std::chrono::milliseconds(200);  // a live one does not go away
-    again = createProxyNetns(second).status();
+    again = HostInterfaceClaim::take("fy-px0").status();  // a second ferryd
     {
       auto in = ScopedNetns::enter(*ns);
       if (!in.ok()) return;
@@ -484,8 +493,44 @@ TEST(ProxyNetns, AutoBuildsTheProxyNetnsTheLabScriptWouldAndItGoesWithItsFd) {
   EXPECT_THAT(inside, testing::EndsWith("0\n0\n"));
   EXPECT_EQ(ping, "reached\n") << "the proxy netns reaches the node through the pair";
   EXPECT_TRUE(absl::IsAlreadyExists(again)) << again;
-  EXPECT_THAT(std::string(again.message()), testing::HasSubstr("already has a device named fy-px0"));
+  EXPECT_THAT(std::string(again.message()), testing::HasSubstr("another ferryd on this node uses fy-px0"));
   EXPECT_TRUE(gone) << "the pair outlived the proxy netns's last fd";
+}
+
+TEST(ProxyNetns, ADeadFerrydsPairIsReplacedAtOnceEvenWhileItsNetnsLivesOn) {
+  if (!mustRunAsRoot()) GTEST_SKIP() << "creating namespaces and links needs CAP_SYS_ADMIN/CAP_NET_ADMIN";
+  ProxyNetnsSpec spec = labSpec("fy-px1");
+  spec.stale_wait = std::chrono::milliseconds(200);
+  std::string error, foreign;
+  int old_ifindex = 0, new_ifindex = 0;
+  std::thread t([&] {
+    if (unshare(CLONE_NEWNET) != 0) return;  // the "node"
+    std::optional<NetnsFd> orphaned;         // the dead ferryd's netns, alive (as orphaned sockets keep it)
+    {
+      auto claim = HostInterfaceClaim::take("fy-px1");
+      if (!claim.ok()) return void(error = std::string(claim.status().message()));
+      auto ns = createProxyNetns(spec, *claim);
+      if (!ns.ok()) return void(error = std::string(ns.status().message()));
+      orphaned.emplace(std::move(*ns));
+      old_ifindex = linkByName("fy-px1")->ifindex;
+    }  // the process "died": its claim is gone, its pair is not
+    auto claim = HostInterfaceClaim::take("fy-px1");
+    if (!claim.ok()) return void(error = std::string(claim.status().message()));
+    auto ns = createProxyNetns(spec, *claim);
+    if (!ns.ok()) return void(error = std::string(ns.status().message()));
+    new_ifindex = linkByName("fy-px1")->ifindex;
+    // Not a veth of ferry's shape (a bridge of the name; this kernel has no dummy): never
+    // deleted, an error.
+    run("ip link del fy-px1; ip link add fy-px1 type bridge");
+    foreign = std::string(createProxyNetns(spec, *claim).status().message());
+  });
+  t.join();
+  ASSERT_TRUE(error.empty()) << error;
+  EXPECT_NE(old_ifindex, 0);
+  EXPECT_NE(new_ifindex, 0);
+  EXPECT_NE(new_ifindex, old_ifindex) << "the dead ferryd's pair was replaced";
+  EXPECT_THAT(foreign, testing::HasSubstr("already has a device named fy-px1"));
+  EXPECT_THAT(foreign, testing::HasSubstr("someone else's device"));
 }
 
 }  // namespace
