@@ -1,5 +1,6 @@
 #include "proxy/k8s/client.h"
 
+#include <malloc.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/json/monotonic_resource.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/stream_parser.hpp>
 #include <boost/json/value.hpp>
@@ -39,6 +41,9 @@ constexpr size_t kMaxJsonDepth = 256;
 // A paged LIST whose continue token keeps expiring is restarted at most this many times in
 // a row before it counts as a failure and backs off (each restart is a full first page).
 constexpr int kMaxListRestarts = 3;
+// A LIST that brought this much JSON leaves enough freed heap behind to trim it (a trim walks
+// the whole heap: a few ms; the namespaces' or a small cluster's lists are not worth it).
+constexpr size_t kTrimAfterListBytes = 16u << 20;
 
 class SteadyClock : public Clock {
  public:
@@ -242,6 +247,7 @@ class InformerCore : public Informer, public std::enable_shared_from_this<Inform
   void beginList() {
     listBegin();
     listed_ = 0;
+    list_bytes_ = 0;
   }
 
   std::shared_ptr<ApiClient::Impl> keep_;  // outlives the ApiClient while a step is in flight
@@ -257,7 +263,8 @@ class InformerCore : public Informer, public std::enable_shared_from_this<Inform
   TimePoint last_good_{};
   std::string last_error_;
   std::string resource_version_;
-  size_t listed_ = 0;  // objects the LIST in progress will hand over (for its log line)
+  size_t listed_ = 0;      // objects the LIST in progress will hand over (for its log line)
+  size_t list_bytes_ = 0;  // and the JSON it took
   int backoff_attempt_ = 0;
   HttpStream* current_ = nullptr;  // the open request, closed by stop()
   // 20 lines at once, then one per second.
@@ -424,12 +431,19 @@ asio::awaitable<Outcome> InformerCore::listAll() {
   synced_ = true;
   metrics_.lists.fetch_add(1, std::memory_order_relaxed);
   markGood();
+  auto applied = std::chrono::steady_clock::now();
+  // The pages, their trees and the decoded objects are gone now that the receiver holds the
+  // state; glibc keeps the pages they leave free between what stays (~100 MB after 150,000
+  // pods: docs/benchmarks/registry.md). Hand them back, as the file source does after a load.
+  bool trim = list_bytes_ >= kTrimAfterListBytes;
+  if (trim) malloc_trim(0);
   auto ms = [](auto d) { return std::chrono::duration_cast<Millis>(d).count(); };
   // The sync's two halves for an operator (and docs/benchmarks/registry.md): the API server's
   // pages with their parsing, then what the receiver does with the whole state.
-  FERRY_LOG(kInfo, "k8s %s: listed %d objects in %d pages in %d ms; applied in %d ms", resource_, listed_,
-            metrics_.list_pages.load(std::memory_order_relaxed) - pages_before, ms(received - began),
-            ms(std::chrono::steady_clock::now() - received));
+  FERRY_LOG(kInfo, "k8s %s: listed %d objects in %d pages (%d KiB) in %d ms; applied in %d ms%s", resource_, listed_,
+            metrics_.list_pages.load(std::memory_order_relaxed) - pages_before, list_bytes_ >> 10, ms(received - began),
+            ms(applied - received),
+            trim ? absl::StrCat("; heap trimmed in ", ms(std::chrono::steady_clock::now() - applied), " ms") : "");
   co_return Outcome{};
 }
 
@@ -454,7 +468,12 @@ asio::awaitable<Outcome> InformerCore::listPage(std::string& cont, bool& more) {
   json::parse_options popts;
   popts.max_depth = kMaxJsonDepth;
   error_code jec;
-  json::value list = json::parse(body, jec, {}, popts);
+  // The page's tree lives in one arena, freed at once when the page is done: 500 pods are
+  // ~100,000 objects and strings, each a malloc and a free with the default resource, which
+  // took half of ferryd's CPU in the initial sync of 150,000 pods (docs/benchmarks/registry.md).
+  // The tree takes about twice the text.
+  json::monotonic_resource arena(std::max<size_t>(body.size() * 2, 4096));
+  json::value list = json::parse(body, jec, &arena, popts);
   const json::object* root = (!jec && list.is_object()) ? &list.get_object() : nullptr;
   const json::value* items = root ? root->if_contains("items") : nullptr;
   if (root == nullptr || (items != nullptr && !items->is_array() && !items->is_null())) {
@@ -470,6 +489,7 @@ asio::awaitable<Outcome> InformerCore::listPage(std::string& cont, bool& more) {
     }
   }
   metrics_.list_pages.fetch_add(1, std::memory_order_relaxed);
+  list_bytes_ += body.size();
   cont.clear();
   if (const json::value* md = root->if_contains("metadata"); md && md->is_object()) {
     if (const json::value* c = md->get_object().if_contains("continue"); c && c->is_string()) {
