@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "proxy/common/duration.h"
 #include "proxy/common/file.h"
 #include "proxy/common/strings.h"
@@ -114,7 +115,7 @@ class ConfigParser {
     }
     auto field = top.find("kubernetes");
     if (!field) return absl::OkStatus();
-    auto map = reader_.map(*field, {"kubeconfig", "istio_ambient", "max_state_age"});
+    auto map = reader_.map(*field, {"kubeconfig", "istio_ambient", "max_state_age", "daemonset"});
     if (!map.ok()) return map.status();
     Kubernetes& k = config_.kubernetes;
     if (auto kubeconfig = map->find("kubeconfig")) {
@@ -127,6 +128,18 @@ class ConfigParser {
       auto v = reader_.boolean(*ambient);
       if (!v.ok()) return v.status();
       k.istio_ambient = *v;
+    }
+    if (auto ds = map->find("daemonset")) {
+      auto text = reader_.string(*ds);
+      if (!text.ok()) return text.status();
+      if (!text->empty()) {
+        std::vector<std::string> parts = absl::StrSplit(*text, '/');
+        if (parts.size() != 2 || !isObjectName(parts[0]) || !isObjectName(parts[1])) {
+          return reader_.error(*ds, absl::StrCat("'", *text, "' is not <namespace>/<name> of a DaemonSet"));
+        }
+        k.daemonset_namespace = parts[0];
+        k.daemonset_name = parts[1];
+      }
     }
     if (auto s = optionalDuration(*map, "max_state_age", k.max_state_age); !s.ok()) return s;
     if (auto age = map->find("max_state_age"); age && k.max_state_age < kMinMaxStateAge) {

@@ -159,6 +159,10 @@ struct Kubernetes {
   // Readiness fails once the state is older than this without a good sync; the last good
   // state keeps serving meanwhile. 5 min: several watch timeouts and re-lists.
   Millis max_state_age{300'000};
+  // ferryd's own DaemonSet ("<namespace>/<name>"; the chart sets it): once ferryd has seen
+  // it deleted, a stop is an uninstall and removes every program and pin. Empty: every
+  // stop is a restart (pins stay for the next ferryd).
+  std::string daemonset_namespace, daemonset_name;
 };
 
 // A state age bound below one second would flap readiness on an ordinary re-list.

@@ -203,7 +203,7 @@ absl::StatusOr<std::unique_ptr<Datapath>> Datapath::create(const config::Config&
 
 Datapath::~Datapath() {
   while (!managed_neighbours_.empty()) forgetNeighbour(managed_neighbours_.begin()->first);
-  bool keep = cfg_.failure_mode == config::FailureMode::kClosed;
+  bool keep = cfg_.failure_mode == config::FailureMode::kClosed && !remove_everything_;
   for (auto& [ip, pod] : pods_) {
     if (keep) {
       pod.egress_side.release();
@@ -215,7 +215,33 @@ Datapath::~Datapath() {
   pods_.clear();
   from_proxy_.reset();
   to_proxy_.reset();
+  if (remove_everything_ && skel_) {
+    // The attachments above detached and unpinned their links; now the maps. A link a
+    // previous ferryd pinned for a pod this one never saw goes too.
+    bpf_map* map;
+    bpf_object__for_each_map(map, skel_->obj) {
+      if (bpf_map__is_pinned(map)) bpf_map__unpin(map, nullptr);
+    }
+  }
   if (skel_) ferry_datapath__destroy(skel_);
+  if (remove_everything_) removePinDir();
+}
+
+void Datapath::removePinDir() {
+  std::error_code ec;
+  size_t removed = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(pin_dir_, ec)) {
+    auto name = entry.path().filename().string();
+    // Only what a ferryd pins here: its maps (ferry_*) and links (link_*).
+    if ((name.rfind("link_", 0) == 0 || name.rfind("ferry_", 0) == 0) && ::unlink(entry.path().c_str()) == 0) ++removed;
+  }
+  if (::rmdir(pin_dir_.c_str()) == 0) {
+    FERRY_LOG(kInfo, "datapath: uninstall: removed %s (and %d pins left by earlier ferryds)", pin_dir_, removed);
+  } else {
+    // A bpffs mounted on the directory itself (the lab), or pins of something else.
+    FERRY_LOG(kInfo, "datapath: uninstall: removed ferry's pins from %s (%d left by earlier ferryds); the directory stays: %s",
+              pin_dir_, removed, strerror(errno));
+  }
 }
 
 void Datapath::forgetNeighbour(uint32_t ip) {
@@ -327,21 +353,16 @@ void Datapath::release(uint32_t ip) {
   pods_.erase(it);  // the Attachments detach
 }
 
-void Datapath::setServices(const workloads::ServiceMap& services) {
-  absl::flat_hash_set<uint32_t> want;
-  for (const auto& [vip, _] : services) {
-    if (vip.first.is_v4()) want.insert(ipv4Key(vip.first));
-  }
-  for (auto it = service_vips_.begin(); it != service_vips_.end();) {
-    if (!want.contains(*it)) {
-      setCapture(*it, false);
-      service_vips_.erase(it++);
-    } else {
-      ++it;
+void Datapath::applyServices(const std::vector<workloads::ServiceChange>& changes) {
+  for (const auto& change : changes) {
+    if (change.before == change.after || !change.port.first.is_v4()) continue;
+    uint32_t ip = ipv4Key(change.port.first);
+    if (change.after) {
+      if (service_vips_[ip]++ == 0) setCapture(ip, true);
+    } else if (auto it = service_vips_.find(ip); it != service_vips_.end() && --it->second == 0) {
+      service_vips_.erase(it);
+      setCapture(ip, false);
     }
-  }
-  for (uint32_t ip : want) {
-    if (service_vips_.insert(ip).second) setCapture(ip, true);
   }
 }
 

@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "absl/container/flat_hash_set.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "proxy/config/config.h"
 #include "proxy/datapath/attach.h"
@@ -45,9 +45,10 @@ class Datapath : private PodSteering {
   // A registry change: only the pods and capture IPs the delta touches (docs/architecture.md,
   // "Workload registry"); enrolled pods get their mode (STRICT) rewritten when it changed.
   void apply(const workloads::Registry& after, const workloads::Delta& delta);
-  // The ClusterIPs of Services with mesh endpoints become capture destinations (their SYNs
-  // reach ferryd before kube-proxy's DNAT); those no longer in `services` stop being.
-  void setServices(const workloads::ServiceMap& services);
+  // The ClusterIPs of Services with mesh endpoints are capture destinations (their SYNs
+  // reach ferryd before kube-proxy's DNAT): a ClusterIP is in the map while any of its
+  // ports is captured. Applies the store's changes only.
+  void applyServices(const std::vector<workloads::ServiceChange>& changes);
   // Local pods whose enrolment failed are tried again (called every workloads_poll).
   void retryFailed(const workloads::Registry& current) { sync_.retryFailed(current); }
 
@@ -60,6 +61,10 @@ class Datapath : private PodSteering {
   // to_proxy drops peers' SYNs to 15008 that find no listener, so that they reach the next
   // ferryd; a ferryd that died never paused, and those SYNs are reset (fail fast).
   void setHbonePaused(bool paused);
+  // The node leaves the mesh (ferryd's DaemonSet was deleted: an uninstall): at exit,
+  // whatever the failure mode, every program is detached and every link and map pin and
+  // the pin directory are removed, instead of being left for the next ferryd.
+  void removeEverythingAtExit() { remove_everything_ = true; }
 
   const KernelFeatures& features() const { return features_; }
   const InjectionChoice& injection() const { return injection_; }
@@ -92,13 +97,16 @@ class Datapath : private PodSteering {
   void setCapture(uint32_t ip, bool capture) override;
 
   config::Datapath cfg_;
+  bool remove_everything_ = false;
+  void removePinDir();
   ferry_datapath* skel_ = nullptr;
   // How each discovered pod device was found ("route", "bridge cni0"): logged when it changes.
   absl::flat_hash_map<uint32_t, std::string> found_how_;
   // Managed neighbour entries ferryd asked for (findPodInterface), by pod IP: the bridge.
   // Removed when the pod is released or ferryd stops, so no entry keeps probing a gone IP.
   absl::flat_hash_map<uint32_t, int> managed_neighbours_;
-  absl::flat_hash_set<uint32_t> service_vips_;  // in the capture map as Service ClusterIPs
+  // ClusterIPs in the capture map as Services, with how many of their ports are captured.
+  absl::flat_hash_map<uint32_t, uint32_t> service_vips_;
   void forgetNeighbour(uint32_t ip);
   KernelFeatures features_;
   InjectionChoice injection_;

@@ -236,6 +236,8 @@ class InformerCore : public Informer, public std::enable_shared_from_this<Inform
     if (bad_log_.allow()) FERRY_LOG(kWarn, "k8s %s: skipping %s", resource_, what);
   }
   const std::string& path() const { return paths_[path_index_]; }
+  // What joins the path and the next parameter: a path may carry a selector already.
+  const char* query() const { return path().find('?') == std::string::npos ? "?" : "&"; }
 
   std::shared_ptr<ApiClient::Impl> keep_;  // outlives the ApiClient while a step is in flight
   ApiClient::Impl& client_;
@@ -418,7 +420,7 @@ asio::awaitable<Outcome> InformerCore::listAll() {
 
 asio::awaitable<Outcome> InformerCore::listPage(std::string& cont, bool& more) {
   const Options& o = client_.options;
-  std::string target = absl::StrCat(path(), "?limit=", o.page_size);
+  std::string target = absl::StrCat(path(), query(), "limit=", o.page_size);
   if (!cont.empty()) absl::StrAppend(&target, "&continue=", queryEscape(cont));
   Reply reply = co_await request(target);
   if (!reply.stream) co_return reply.outcome;
@@ -470,7 +472,7 @@ asio::awaitable<Outcome> InformerCore::watchOnce() {
   // Jittered timeoutSeconds: [1/2, 1] of the configured value.
   int64_t full = std::max<int64_t>(1, o.watch_timeout.count());
   int64_t seconds = std::uniform_int_distribution<int64_t>(std::max<int64_t>(1, full / 2), full)(rng_);
-  std::string target = absl::StrCat(path(), "?watch=1&allowWatchBookmarks=true&resourceVersion=",
+  std::string target = absl::StrCat(path(), query(), "watch=1&allowWatchBookmarks=true&resourceVersion=",
                                     queryEscape(resource_version_), "&timeoutSeconds=", seconds);
   Reply reply = co_await request(target);
   if (!reply.stream) co_return reply.outcome;
@@ -681,6 +683,13 @@ Informer& ApiClient::endpointSlices(Handler<EndpointSlice>& h) {
       impl_, "endpointslices",
       {"/apis/discovery.k8s.io/v1/endpointslices", "/apis/discovery.k8s.io/v1beta1/endpointslices"},
       internal::decodeEndpointSlice, h);
+}
+
+Informer& ApiClient::daemonSet(const std::string& namespace_name, const std::string& name, Handler<DaemonSet>& h) {
+  return addInformer<DaemonSet>(impl_, "daemonsets",
+                                {absl::StrCat("/apis/apps/v1/namespaces/", queryEscape(namespace_name),
+                                              "/daemonsets?fieldSelector=", queryEscape(absl::StrCat("metadata.name=", name)))},
+                                internal::decodeDaemonSet, h);
 }
 
 void ApiClient::start() {

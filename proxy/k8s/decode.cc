@@ -220,6 +220,15 @@ absl::StatusOr<Service> decodeService(const json::value& v) {
   return svc;
 }
 
+absl::StatusOr<DaemonSet> decodeDaemonSet(const json::value& v) {
+  Reader r;
+  auto h = head(v, r, "DaemonSet", true);
+  if (!h.ok()) return h.status();
+  DaemonSet ds{h->namespace_name, h->name, !r.string(h->metadata, "deletionTimestamp").empty()};
+  if (auto st = finish(r, "DaemonSet", *h); !st.ok()) return st;
+  return ds;
+}
+
 absl::StatusOr<EndpointSlice> decodeEndpointSlice(const json::value& v) {
   Reader r;
   auto h = head(v, r, "EndpointSlice", true);

@@ -18,6 +18,8 @@ absl::StatusOr<Service> decodeService(const boost::json::value& v);
 // v1 and v1beta1 (whose node is topology["kubernetes.io/hostname"] unless nodeName is set).
 absl::StatusOr<EndpointSlice> decodeEndpointSlice(const boost::json::value& v);
 
+absl::StatusOr<DaemonSet> decodeDaemonSet(const boost::json::value& v);
+
 // metadata.resourceVersion of an object or a list ("" when absent).
 std::string resourceVersionOf(const boost::json::value& v);
 

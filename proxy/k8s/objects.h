@@ -71,4 +71,12 @@ struct EndpointSlice {
   std::vector<EndpointPort> ports;
 };
 
+// ferryd's own DaemonSet: its deletion is an uninstall, its absence at a stop is not a
+// restart (docs/install.md, Uninstall).
+struct DaemonSet {
+  std::string namespace_name;
+  std::string name;
+  bool deleting = false;  // metadata.deletionTimestamp is set (a foreground deletion)
+};
+
 }  // namespace ferry::k8s

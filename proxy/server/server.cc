@@ -196,10 +196,12 @@ absl::Status Server::start() {
   workloads_.subscribe([this](const workloads::Registry& after, const workloads::Delta& delta) {
     onWorkloadsChanged(after, delta);
   });
-  workloads_.subscribeServices([this](const workloads::ServiceMap& services) {
-    if (datapath_) datapath_->setServices(services);
-    FERRY_LOG(kInfo, "workloads: %d Service ports with mesh endpoints are captured", services.size());
-  });
+  workloads_.subscribeServices(
+      [this](const workloads::ServiceTable& services, const std::vector<workloads::ServiceChange>& changes) {
+        if (datapath_) datapath_->applyServices(changes);
+        FERRY_LOG(kDebug, "workloads: %d Service ports changed; %d with mesh endpoints are captured", changes.size(),
+                  services.size());
+      });
   {
     // Every socket of the data plane lives in the proxy netns; the control thread returns
     // to the node netns afterwards. The operator endpoints live there too, except in a
@@ -442,7 +444,7 @@ absl::Status Server::makeWorkloadSource() {
   auto client = k8s::ApiClient::create(control_, std::move(access), k8s::Options{});
   if (!client.ok()) return absl::FailedPreconditionError(absl::StrCat("kubernetes: ", client.status().message()));
   auto source = std::make_unique<workloads::KubernetesSource>(
-      *std::move(client), workloads::KubernetesSourceOptions{kc.istio_ambient, kc.max_state_age}, describe);
+      *std::move(client), workloads::KubernetesSourceOptions{kc.istio_ambient, kc.max_state_age, kc.daemonset_namespace, kc.daemonset_name}, describe);
   k8s_source_ = source.get();
   source_ = std::move(source);
   FERRY_LOG(kInfo, "workloads: from %s (%s)", where, describe);
@@ -636,6 +638,11 @@ void Server::beginDrain() {
   // A planned stop: peers' new tunnels are held (dropped SYNs) for the next ferryd, not
   // refused as if this node had no ferryd (bpf/to_proxy.bpf.c).
   if (datapath_) datapath_->setHbonePaused(true);
+  if (datapath_ && k8s_source_ != nullptr && k8s_source_->uninstalling()) {
+    // No next ferryd is coming: leave the node as it was before ferry (docs/install.md).
+    FERRY_LOG(kInfo, "uninstall: ferryd's DaemonSet was deleted; every program and pin goes at exit");
+    datapath_->removeEverythingAtExit();
+  }
   poll_timer_.cancel();
   identity_timer_.cancel();
   trim_timer_.cancel();

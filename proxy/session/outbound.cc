@@ -269,10 +269,10 @@ awaitable<void> classifyOutbound(Worker& worker, Tcp::socket socket, Admitted ad
   // the target port the EndpointSlice resolved. From here on the connection is to that
   // pod, as if the app had dialled it: HBONE to <pod>:15008, CONNECT <pod>:<target port>.
   auto services = shared.workloads.services();
-  if (auto svc = services->find({common::canonicalIp(ends->destination.ip), ends->destination.port});
-      svc != services->end()) {
+  if (const auto* svc = services->find({common::canonicalIp(ends->destination.ip), ends->destination.port});
+      svc != nullptr) {
     thread_local std::minstd_rand pick{std::random_device{}()};
-    const auto& eps = svc->second.endpoints;
+    const auto& eps = svc->endpoints;
     const auto& ep = eps[std::uniform_int_distribution<size_t>(0, eps.size() - 1)(pick)];
     ends->destination = common::HostPort{ep.first, ep.second};
   }

@@ -58,11 +58,24 @@ KubernetesSource::~KubernetesSource() { stop(); }
 
 absl::Status KubernetesSource::start(Store& store) {
   store_ = &store;
+  // The Services that list a pod that changed are recomputed (and only those).
+  store.subscribe([this](const Registry&, const Delta& delta) {
+    for (const auto& change : delta.changes) {
+      for (const auto* w : {change.before.get(), change.after.get()}) {
+        if (w == nullptr) continue;
+        for (const auto& ip : w->ips) endpointChanged(ip);
+      }
+    }
+  });
   if (!client_) return absl::OkStatus();
   client_->pods(static_cast<k8s::Handler<k8s::Pod>&>(*this));
   client_->namespaces(static_cast<k8s::Handler<k8s::Namespace>&>(*this));
   client_->services(static_cast<k8s::Handler<k8s::Service>&>(*this));
   client_->endpointSlices(static_cast<k8s::Handler<k8s::EndpointSlice>&>(*this));
+  if (!options_.daemonset_name.empty()) {
+    client_->daemonSet(options_.daemonset_namespace, options_.daemonset_name,
+                       static_cast<k8s::Handler<k8s::DaemonSet>&>(*this));
+  }
   client_->start();
   FERRY_LOG(kInfo, "workloads: following %s (enrolment: %s=enabled%s)", describe_, kFerryLabel,
             options_.istio_ambient ? ", istio.io/dataplane-mode=ambient" : "");
@@ -142,10 +155,10 @@ void KubernetesSource::publish(std::vector<Update> updates) {
     for (const auto& key : refused_) updates.push_back(updateFor(key));
     refused_.clear();
   }
-  auto result = store_->apply(std::move(updates));
-  account(result);
-  // A pod that joined or left the mesh may be a Service's endpoint.
-  if (result.changed > 0 && !services_.empty()) publishServices();
+  account(store_->apply(std::move(updates)));
+  // A pod that joined or left the mesh may be a Service's endpoint (the store's delta
+  // marked those Services).
+  flushServices();
 }
 
 void KubernetesSource::publishAll() {
@@ -159,7 +172,8 @@ void KubernetesSource::publishAll() {
   account(store_->replaceAll(std::move(all)));
   FERRY_LOG(kInfo, "workloads: %d pods and %d namespaces listed; %d workloads enrolled", pods_.size(),
             namespaces_.size(), store_->current()->size());
-  publishServices();
+  for (const auto& [key, _] : services_) dirty_services_.insert(key);
+  flushServices();
 }
 
 void KubernetesSource::replace(std::vector<k8s::Pod> pods) {
@@ -208,89 +222,193 @@ void KubernetesSource::apply(k8s::EventType type, k8s::Namespace ns) {
   publish(std::move(updates));
 }
 
-namespace {
-
-// Services and EndpointSlices are kept whole, by "<namespace>/<name>".
-template <class T>
-void replaceAll(absl::flat_hash_map<std::string, T>& map, std::vector<T> objects) {
-  map.clear();
-  for (auto& o : objects) map[absl::StrCat(o.namespace_name, "/", o.name)] = std::move(o);
+std::string KubernetesSource::serviceKeyOf(const k8s::EndpointSlice& slice) {
+  // Only IPv4 slices of a Service count (ferry captures IPv4 ClusterIPs).
+  if (slice.address_type != "IPv4" || slice.service_name.empty()) return "";
+  return absl::StrCat(slice.namespace_name, "/", slice.service_name);
 }
-template <class T>
-void applyOne(absl::flat_hash_map<std::string, T>& map, k8s::EventType type, T object) {
-  std::string key = absl::StrCat(object.namespace_name, "/", object.name);
-  if (type == k8s::EventType::kDeleted) {
-    map.erase(key);
-  } else {
-    map[key] = std::move(object);
-  }
-}
-
-}  // namespace
 
 void KubernetesSource::replace(std::vector<k8s::Service> services) {
-  replaceAll(services_, std::move(services));
-  publishServices();
+  for (const auto& [key, _] : services_) dirty_services_.insert(key);
+  services_.clear();
+  for (auto& s : services) {
+    std::string key = absl::StrCat(s.namespace_name, "/", s.name);
+    dirty_services_.insert(key);
+    services_[std::move(key)] = std::move(s);
+  }
+  flushServices();
 }
 
 void KubernetesSource::apply(k8s::EventType type, k8s::Service service) {
-  applyOne(services_, type, std::move(service));
-  publishServices();
+  std::string key = absl::StrCat(service.namespace_name, "/", service.name);
+  dirty_services_.insert(key);
+  if (type == k8s::EventType::kDeleted) {
+    services_.erase(key);
+  } else {
+    services_[std::move(key)] = std::move(service);
+  }
+  flushServices();
 }
 
 void KubernetesSource::replace(std::vector<k8s::EndpointSlice> slices) {
-  replaceAll(slices_, std::move(slices));
-  publishServices();
+  for (const auto& [service, _] : slices_of_) dirty_services_.insert(service);
+  slices_.clear();
+  slices_of_.clear();
+  for (auto& slice : slices) {
+    std::string key = absl::StrCat(slice.namespace_name, "/", slice.name);
+    if (std::string service = serviceKeyOf(slice); !service.empty()) {
+      slices_of_[service].insert(key);
+      dirty_services_.insert(std::move(service));
+    }
+    slices_[std::move(key)] = std::move(slice);
+  }
+  flushServices();
 }
 
 void KubernetesSource::apply(k8s::EventType type, k8s::EndpointSlice slice) {
-  applyOne(slices_, type, std::move(slice));
-  publishServices();
+  std::string key = absl::StrCat(slice.namespace_name, "/", slice.name);
+  // The slice may have belonged to another Service before (its label changed): both count.
+  if (auto it = slices_.find(key); it != slices_.end()) {
+    if (std::string before = serviceKeyOf(it->second); !before.empty()) {
+      if (auto of = slices_of_.find(before); of != slices_of_.end() && of->second.erase(key) > 0 && of->second.empty()) {
+        slices_of_.erase(of);
+      }
+      dirty_services_.insert(std::move(before));
+    }
+  }
+  if (type == k8s::EventType::kDeleted) {
+    slices_.erase(key);
+  } else {
+    if (std::string service = serviceKeyOf(slice); !service.empty()) {
+      slices_of_[service].insert(key);
+      dirty_services_.insert(std::move(service));
+    }
+    slices_[std::move(key)] = std::move(slice);
+  }
+  flushServices();
 }
 
-void KubernetesSource::publishServices() {
-  if (store_ == nullptr || !pods_listed_ || !namespaces_listed_) return;
-  auto registry = store_->current();
-  // The slices of each Service ("<namespace>/<service>").
-  absl::flat_hash_map<std::string, std::vector<const k8s::EndpointSlice*>> by_service;
-  for (const auto& [_, slice] : slices_) {
-    if (slice.address_type != "IPv4" || slice.service_name.empty()) continue;
-    by_service[absl::StrCat(slice.namespace_name, "/", slice.service_name)].push_back(&slice);
+void KubernetesSource::endpointChanged(const IpAddress& ip) {
+  if (auto it = services_by_endpoint_.find(ip); it != services_by_endpoint_.end()) {
+    dirty_services_.insert(it->second.begin(), it->second.end());
   }
-  ServiceMap map;
-  for (const auto& [key, service] : services_) {
-    auto slices = by_service.find(key);
-    if (slices == by_service.end()) continue;
-    for (const auto& port : service.ports) {
+}
+
+void KubernetesSource::flushServices() {
+  // Before both first lists, no endpoint can be judged: the dirty set waits for publishAll.
+  if (store_ == nullptr || !pods_listed_ || !namespaces_listed_ || dirty_services_.empty()) return;
+  auto registry = store_->current();
+  auto table = store_->services();
+  std::vector<ServiceUpdate> updates;
+  for (const auto& key : dirty_services_) recomputeService(key, *registry, *table, updates);
+  dirty_services_.clear();
+  // Removals first: a ClusterIP:port one Service gives up may be another's in this batch.
+  std::stable_partition(updates.begin(), updates.end(), [](const ServiceUpdate& u) { return !u.backends; });
+  if (!updates.empty()) store_->applyServices(std::move(updates));
+}
+
+void KubernetesSource::recomputeService(const std::string& key, const Registry& registry, const ServiceTable& table,
+                                        std::vector<ServiceUpdate>& updates) {
+  PublishedService before;
+  if (auto it = published_.find(key); it != published_.end()) {
+    before = std::move(it->second);
+    published_.erase(it);
+  }
+  for (const auto& ip : before.endpoint_ips) {
+    if (auto it = services_by_endpoint_.find(ip); it != services_by_endpoint_.end()) {
+      it->second.erase(key);
+      if (it->second.empty()) services_by_endpoint_.erase(it);
+    }
+  }
+  PublishedService after;
+  auto service = services_.find(key);
+  auto slices = slices_of_.find(key);
+  if (service != services_.end() && slices != slices_of_.end()) {
+    // Every ready endpoint's IP is remembered, mesh or not: a pod that joins the mesh later
+    // makes this Service's backends change.
+    for (const auto& slice_key : slices->second) {
+      for (const auto& ep : slices_.at(slice_key).endpoints) {
+        if (!ep.ready || ep.addresses.empty()) continue;
+        if (auto ip = common::parseIp(ep.addresses.front()); ip.ok()) after.endpoint_ips.push_back(common::canonicalIp(*ip));
+      }
+    }
+    std::sort(after.endpoint_ips.begin(), after.endpoint_ips.end());
+    after.endpoint_ips.erase(std::unique(after.endpoint_ips.begin(), after.endpoint_ips.end()), after.endpoint_ips.end());
+    for (const auto& port : service->second.ports) {
       if (!port.protocol.empty() && port.protocol != "TCP") continue;
       ServiceBackends backends{key, {}};
-      for (const auto* slice : slices->second) {
+      for (const auto& slice_key : slices->second) {
+        const k8s::EndpointSlice& slice = slices_.at(slice_key);
         // The slice's port of the same name carries the resolved target port (a named
         // targetPort may be a different number on each pod).
         int32_t target = 0;
-        for (const auto& p : slice->ports) {
+        for (const auto& p : slice.ports) {
           if (p.name == port.name && (p.protocol.empty() || p.protocol == "TCP")) target = p.port;
         }
         if (target <= 0 || target > 65535) continue;
-        for (const auto& ep : slice->endpoints) {
+        for (const auto& ep : slice.endpoints) {
           if (!ep.ready || ep.addresses.empty()) continue;
           auto ip = common::parseIp(ep.addresses.front());
           if (!ip.ok()) continue;
-          const Workload* w = registry->findByIp(*ip);
+          const Workload* w = registry.findByIp(*ip);
           if (w == nullptr || !w->hbone) continue;  // not in the mesh: kube-proxy's business
           backends.endpoints.emplace_back(common::canonicalIp(*ip), static_cast<uint16_t>(target));
         }
       }
       if (backends.endpoints.empty()) continue;
       std::sort(backends.endpoints.begin(), backends.endpoints.end());
-      for (const auto& vip_text : service.cluster_ips) {
+      for (const auto& vip_text : service->second.cluster_ips) {
         auto vip = common::parseIp(vip_text);
         if (!vip.ok() || !vip->is_v4()) continue;
-        map[{common::canonicalIp(*vip), static_cast<uint16_t>(port.port)}] = backends;
+        ServicePort sp{common::canonicalIp(*vip), static_cast<uint16_t>(port.port)};
+        after.ports.push_back(sp);
+        updates.push_back({sp, backends});
       }
     }
   }
-  store_->setServices(std::move(map));
+  for (const auto& port : before.ports) {
+    if (std::find(after.ports.begin(), after.ports.end(), port) != after.ports.end()) continue;
+    // Another Service may hold the port now (a ClusterIP reused after a deletion): only
+    // this Service's entry goes.
+    const ServiceBackends* current = table.find(port);
+    if (current != nullptr && current->name == key) updates.push_back({port, std::nullopt});
+  }
+  for (const auto& ip : after.endpoint_ips) services_by_endpoint_[ip].insert(key);
+  if (!after.ports.empty() || !after.endpoint_ips.empty()) published_[key] = std::move(after);
+}
+
+void KubernetesSource::setUninstalling(bool uninstalling, const char* why) {
+  if (uninstalling == uninstalling_) return;
+  uninstalling_ = uninstalling;
+  FERRY_LOG(kInfo, "workloads: DaemonSet %s/%s %s: %s", options_.daemonset_namespace, options_.daemonset_name, why,
+            uninstalling ? "a stop now removes every program and pin (uninstall)"
+                         : "a stop keeps the pins for the next ferryd again");
+}
+
+void KubernetesSource::replace(std::vector<k8s::DaemonSet> daemonsets) {
+  const k8s::DaemonSet* mine = nullptr;
+  for (const auto& ds : daemonsets) {
+    if (ds.namespace_name == options_.daemonset_namespace && ds.name == options_.daemonset_name) mine = &ds;
+  }
+  if (mine != nullptr) {
+    daemonset_seen_ = true;
+    setUninstalling(mine->deleting, mine->deleting ? "is being deleted" : "is back");
+  } else if (daemonset_seen_) {
+    // Gone between two lists (the watch broke meanwhile): deleted.
+    setUninstalling(true, "is gone");
+  }
+  // Never seen at all (ferryd started after its DaemonSet was deleted, or runs outside
+  // one): not an uninstall ferryd observed; a stop keeps the pins.
+}
+
+void KubernetesSource::apply(k8s::EventType type, k8s::DaemonSet daemonset) {
+  if (daemonset.namespace_name != options_.daemonset_namespace || daemonset.name != options_.daemonset_name) return;
+  if (type == k8s::EventType::kDeleted) {
+    setUninstalling(true, "was deleted");
+    return;
+  }
+  daemonset_seen_ = true;
+  setUninstalling(daemonset.deleting, daemonset.deleting ? "is being deleted" : "is back");
 }
 
 std::string KubernetesSource::renderPrometheus() const {

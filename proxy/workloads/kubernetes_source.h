@@ -32,6 +32,8 @@ struct KubernetesSourceOptions {
   bool istio_ambient = false;
   // Readiness fails once the state is older than this (the last good state keeps serving).
   std::chrono::milliseconds max_state_age{300'000};
+  // ferryd's own DaemonSet (kubernetes.daemonset); empty: not followed.
+  std::string daemonset_namespace, daemonset_name;
 };
 
 // How the labels decide about one pod (pure: tests call it directly).
@@ -52,7 +54,8 @@ class KubernetesSource : public Source,
                          public k8s::Handler<k8s::Pod>,
                          public k8s::Handler<k8s::Namespace>,
                          public k8s::Handler<k8s::Service>,
-                         public k8s::Handler<k8s::EndpointSlice> {
+                         public k8s::Handler<k8s::EndpointSlice>,
+                         public k8s::Handler<k8s::DaemonSet> {
  public:
   // `client` null: start() only binds the store (tests).
   KubernetesSource(std::unique_ptr<k8s::ApiClient> client, KubernetesSourceOptions options, std::string describe);
@@ -80,11 +83,28 @@ class KubernetesSource : public Source,
   void apply(k8s::EventType type, k8s::Service service) override;
   void replace(std::vector<k8s::EndpointSlice> slices) override;
   void apply(k8s::EventType type, k8s::EndpointSlice slice) override;
+  // ferryd's own DaemonSet: seen deleted (or being deleted) means the mesh is being
+  // uninstalled from this node; seen again (a new DaemonSet of the name adopted the pod)
+  // means it is not.
+  void replace(std::vector<k8s::DaemonSet> daemonsets) override;
+  void apply(k8s::EventType type, k8s::DaemonSet daemonset) override;
+  // Control thread: whether a stop now is an uninstall (docs/install.md, Uninstall).
+  bool uninstalling() const { return uninstalling_; }
 
  private:
-  // Rebuilds the service map from services_, slices_ and the current registry (an
-  // endpoint counts when it is an enrolled pod) and publishes it when it changed.
-  void publishServices();
+  // Services: each event marks the Services it can change (by name, or through the index of
+  // endpoint IPs when a pod changed); flushServices recomputes just those from services_,
+  // slices_ and the current registry (an endpoint counts when it is an enrolled pod) and
+  // applies the difference to the store's table.
+  struct PublishedService {
+    std::vector<ServicePort> ports;       // in the store's table for this Service
+    std::vector<IpAddress> endpoint_ips;  // every ready endpoint, mesh or not (sorted)
+  };
+  static std::string serviceKeyOf(const k8s::EndpointSlice& slice);  // "" when it does not count
+  void endpointChanged(const IpAddress& ip);
+  void flushServices();
+  void recomputeService(const std::string& key, const Registry& registry, const ServiceTable& table,
+                        std::vector<ServiceUpdate>& updates);
   struct PodState {
     std::string namespace_name;
     std::string ferry_label, istio_label;  // "" when absent
@@ -114,11 +134,17 @@ class KubernetesSource : public Source,
   std::string describe_;
   Store* store_ = nullptr;
   bool pods_listed_ = false, namespaces_listed_ = false;
+  bool daemonset_seen_ = false, uninstalling_ = false;
+  void setUninstalling(bool uninstalling, const char* why);
   absl::flat_hash_map<std::string, PodState> pods_;              // by "<namespace>/<name>"
   absl::flat_hash_map<std::string, NamespaceState> namespaces_;
   absl::flat_hash_set<std::string> refused_;                     // keys whose update was refused
   absl::flat_hash_map<std::string, k8s::Service> services_;      // by "<namespace>/<name>"
   absl::flat_hash_map<std::string, k8s::EndpointSlice> slices_;  // by "<namespace>/<name>"
+  absl::flat_hash_map<std::string, absl::flat_hash_set<std::string>> slices_of_;  // Service -> its slices
+  absl::flat_hash_map<std::string, PublishedService> published_;                 // by Service
+  absl::flat_hash_map<IpAddress, absl::flat_hash_set<std::string>> services_by_endpoint_;
+  absl::flat_hash_set<std::string> dirty_services_;
   // Written by the control thread, read by /metrics from a worker.
   std::atomic<uint64_t> failures_{0}, updates_{0}, refusals_{0}, not_workloads_{0};
 };

@@ -191,14 +191,55 @@ Store::Result Store::replaceAll(std::vector<Workload> all) {
   return apply(std::move(updates));
 }
 
-void Store::setServices(ServiceMap services) {
-  if (services == *this->services()) return;
-  auto next = std::make_shared<const ServiceMap>(std::move(services));
+ServiceTable::ServiceTable() {
+  static const auto* empty = new std::shared_ptr<const Shard>(std::make_shared<const Shard>());
+  shards_.fill(*empty);
+}
+
+size_t ServiceTable::shardOf(const ServicePort& port) {
+  return Registry::shardOf(port.first) % kShards;  // a ClusterIP's ports share a shard
+}
+
+const ServiceBackends* ServiceTable::find(const ServicePort& port) const {
+  const Shard& shard = *shards_[shardOf(port)];
+  auto it = shard.find(port);
+  return it == shard.end() ? nullptr : &it->second;
+}
+
+void ServiceTable::forEach(const std::function<void(const ServicePort&, const ServiceBackends&)>& visit) const {
+  for (const auto& shard : shards_) {
+    for (const auto& [port, backends] : *shard) visit(port, backends);
+  }
+}
+
+std::vector<ServiceChange> Store::applyServices(std::vector<ServiceUpdate> updates) {
+  auto before = services();
+  auto next = std::make_shared<ServiceTable>(*before);  // shares every shard
+  std::array<std::shared_ptr<ServiceTable::Shard>, ServiceTable::kShards> copies;
+  std::vector<ServiceChange> changes;
+  for (auto& u : updates) {
+    size_t s = ServiceTable::shardOf(u.port);
+    const ServiceBackends* was = next->shards_[s]->contains(u.port) ? &next->shards_[s]->at(u.port) : nullptr;
+    if (u.backends ? (was != nullptr && *was == *u.backends) : was == nullptr) continue;  // no change
+    if (!copies[s]) {
+      copies[s] = std::make_shared<ServiceTable::Shard>(*next->shards_[s]);
+      next->shards_[s] = copies[s];
+    }
+    changes.push_back({u.port, was != nullptr, u.backends.has_value()});
+    if (u.backends) {
+      (*copies[s])[u.port] = *std::move(u.backends);
+    } else {
+      copies[s]->erase(u.port);
+    }
+    next->size_ += (u.backends ? 1 : 0) - (was != nullptr ? 1 : 0);
+  }
+  if (changes.empty()) return changes;
   {
     std::lock_guard lock(current_mu_);
     services_ = next;
   }
-  for (const auto& listener : service_listeners_) listener(*next);
+  for (const auto& listener : service_listeners_) listener(*next, changes);
+  return changes;
 }
 
 }  // namespace ferry::workloads

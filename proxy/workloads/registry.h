@@ -54,6 +54,7 @@ class Registry {
 
  private:
   friend class Store;
+  friend class ServiceTable;  // shards by the same hash
   using Shard = absl::flat_hash_map<IpAddress, WorkloadPtr>;
   static size_t shardOf(const IpAddress& canonical_ip);
 
@@ -83,13 +84,45 @@ struct Update {
 // Services whose ClusterIP is captured (workload_source kubernetes; docs/kubernetes.md):
 // ClusterIP:port -> the ready endpoints that are mesh workloads, as pod ip:target port
 // (named target ports already resolved through the EndpointSlices). A Service without such
-// endpoints is absent: kube-proxy routes it as before. Immutable once published.
+// endpoints is absent: kube-proxy routes it as before.
 struct ServiceBackends {
   std::string name;  // "<namespace>/<name>", for logs
   std::vector<std::pair<IpAddress, uint16_t>> endpoints;
   friend bool operator==(const ServiceBackends&, const ServiceBackends&) = default;
 };
-using ServiceMap = absl::flat_hash_map<std::pair<IpAddress, uint16_t>, ServiceBackends>;
+using ServicePort = std::pair<IpAddress, uint16_t>;  // ClusterIP (canonical), port
+
+// An immutable snapshot of the captured Service ports, sharded like the registry so that
+// one Service's change copies 1/64 of it (about 160 ports at 10,000 Services).
+class ServiceTable {
+ public:
+  static constexpr size_t kShards = 64;
+  ServiceTable();
+  // nullptr when the port is not captured. The pointer lives as long as this snapshot.
+  const ServiceBackends* find(const ServicePort& port) const;
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  void forEach(const std::function<void(const ServicePort&, const ServiceBackends&)>& visit) const;
+
+ private:
+  friend class Store;
+  using Shard = absl::flat_hash_map<ServicePort, ServiceBackends>;
+  static size_t shardOf(const ServicePort& port);
+  std::array<std::shared_ptr<const Shard>, kShards> shards_;
+  size_t size_ = 0;
+};
+
+// One requested change of the table: `backends` set = add or replace, unset = remove.
+struct ServiceUpdate {
+  ServicePort port;
+  std::optional<ServiceBackends> backends;
+};
+// One port that changed, and whether it is captured before and after (the datapath needs
+// only those two bits: a ClusterIP is in the capture map while any of its ports is).
+struct ServiceChange {
+  ServicePort port;
+  bool before = false, after = false;
+};
 
 class Store {
  public:
@@ -104,14 +137,15 @@ class Store {
   // Updates refused (an IP another workload holds) since start.
   uint64_t rejected() const { return rejected_.load(std::memory_order_relaxed); }
   // Any thread: the Services whose ClusterIPs are captured (never null).
-  std::shared_ptr<const ServiceMap> services() const {
+  std::shared_ptr<const ServiceTable> services() const {
     std::lock_guard lock(current_mu_);
     return services_;
   }
-  // Control thread: publishes a new service map (when it differs) and tells subscribers.
-  using ServiceListener = std::function<void(const ServiceMap& services)>;
+  // Control thread: applies the updates (copying only the shards they touch), publishes a
+  // new table when something changed and tells subscribers what did. Returns the changes.
+  using ServiceListener = std::function<void(const ServiceTable& after, const std::vector<ServiceChange>& changes)>;
   void subscribeServices(ServiceListener listener) { service_listeners_.push_back(std::move(listener)); }
-  void setServices(ServiceMap services);
+  std::vector<ServiceChange> applyServices(std::vector<ServiceUpdate> updates);
 
   // Control thread only, from here on.
   using Listener = std::function<void(const Registry& after, const Delta& delta)>;
@@ -140,7 +174,7 @@ class Store {
   absl::flat_hash_map<std::string, WorkloadPtr> by_key_;
   std::map<std::string, WorkloadPtr> local_by_key_;
   std::vector<Listener> listeners_;
-  std::shared_ptr<const ServiceMap> services_ = std::make_shared<const ServiceMap>();
+  std::shared_ptr<const ServiceTable> services_ = std::make_shared<const ServiceTable>();
   std::vector<ServiceListener> service_listeners_;
   std::atomic<uint64_t> generation_{0};
   std::atomic<uint64_t> rejected_{0};

@@ -27,6 +27,8 @@ READ_VERBS = {"get", "list", "watch"}
 # (apiGroup, resource) ferryd's informers read.
 READ_RESOURCES = {("", "pods"), ("", "namespaces"), ("", "services"),
                   ("discovery.k8s.io", "endpointslices")}
+# Read by name only, in the release namespace (a Role with resourceNames): ferryd's own.
+OWN_RESOURCES = {("apps", "daemonsets")}
 # Keys ferryd's configuration may have (docs/configuration.md); the chart renders these.
 CONFIG_KEYS = {"trust_domain", "log_level", "workers", "workload_source", "kubernetes",
                "cert_dir", "identity", "timeouts", "datapath", "pool", "hbone", "limits"}
@@ -64,6 +66,7 @@ class Checker:
         self.values = values
         self.chart_dir = chart_dir
         self.errors = []
+        self.own_ds = ("", "")  # namespace, name of the rendered DaemonSet (run() sets it)
 
     def expect(self, ok, message):
         if not ok:
@@ -139,6 +142,10 @@ class Checker:
             self.expect(not rule.get("nonResourceURLs"), f"{name}: grants non-resource URLs")
             for group in rule.get("apiGroups", []):
                 for res in rule.get("resources", []):
+                    if (group, res) in OWN_RESOURCES:
+                        self.expect(obj["kind"] == "Role" and rule.get("resourceNames") == [self.own_ds[1]],
+                                    f"{name}: {group}/{res} only by ferry's own name, in a Role")
+                        continue
                     self.expect((group, res) in READ_RESOURCES, f"{name}: grants {group or 'core'}/{res}, which ferryd does not read")
 
     def config(self, obj):
@@ -158,6 +165,8 @@ class Checker:
                     "ConfigMap: datapath.bpffs is not below the mounted bpffs")
         self.expect(cfg.get("identity", {}).get("source") == v["identity"]["source"], "ConfigMap: identity.source is not the values'")
         self.expect(cfg.get("trust_domain") == v["trustDomain"], "ConfigMap: trust_domain is not the values'")
+        self.expect(cfg.get("kubernetes", {}).get("daemonset") == "/".join(self.own_ds),
+                    "ConfigMap: kubernetes.daemonset is not this release's DaemonSet")
 
     def run(self, docs):
         kinds = [d["object"].get("kind") for d in docs]
@@ -165,6 +174,10 @@ class Checker:
             self.expect(required in kinds, f"no {required} rendered")
         self.expect(("PodMonitor" in kinds) == bool(self.values["monitoring"]["podMonitor"]["enabled"]),
                     "PodMonitor rendered although disabled, or missing although enabled")
+        for d in docs:
+            if d["object"].get("kind") == "DaemonSet":
+                meta = d["object"]["metadata"]
+                self.own_ds = (meta.get("namespace", ""), meta["name"])
         for d in docs:
             obj = d["object"]
             kind = obj.get("kind")
@@ -217,6 +230,8 @@ def mutate(docs, case):
         first("ClusterRole")["rules"][0]["verbs"].append("patch")
     elif case == "rbac-secrets":
         first("ClusterRole")["rules"][0]["resources"].append("secrets")
+    elif case == "rbac-any-daemonset":   # the Role must name ferry's own DaemonSet
+        del first("Role")["rules"][0]["resourceNames"]
     else:
         raise SystemExit(f"unknown case {case}")
     return docs

@@ -93,6 +93,7 @@ security_expect() {
     shell-init) echo "container setup: command runs a shell" ;;
     rbac-write) echo "verbs ['get', 'list', 'patch', 'watch'] go beyond get/list/watch" ;;
     rbac-secrets) echo "grants core/secrets, which ferryd does not read" ;;
+    rbac-any-daemonset) echo "apps/daemonsets only by ferry's own name, in a Role" ;;
     *) return 1 ;;
   esac
 }

@@ -285,9 +285,11 @@ TEST(ConfigTest, WorkloadSourceDefaultsToFile) {
 TEST(ConfigTest, KubernetesSourceNeedsNoWorkloadsFile) {
   auto config = parseConfig(
       "trust_domain: td\ncert_dir: /c\nworkload_source: kubernetes\nkubernetes:\n"
-      "  kubeconfig: kube/config\n  istio_ambient: true\n  max_state_age: 90s\n",
+      "  kubeconfig: kube/config\n  istio_ambient: true\n  max_state_age: 90s\n  daemonset: ferry-system/ferry\n",
       kSource, "/etc/ferry", "worker-1");
   ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->kubernetes.daemonset_namespace, "ferry-system");
+  EXPECT_EQ(config->kubernetes.daemonset_name, "ferry");
   EXPECT_EQ(config->workload_source, WorkloadSourceKind::kKubernetes);
   EXPECT_EQ(config->workloads_file, "");
   EXPECT_EQ(config->kubernetes.kubeconfig, "/etc/ferry/kube/config");
@@ -309,6 +311,10 @@ TEST(ConfigTest, RejectsBadWorkloadSourceSettings) {
   expectError(parse(withMinimal("kubernetes:\n  max_state_age: 500ms\n")), 6,
               "kubernetes.max_state_age: 500ms is shorter than 1s");
   expectError(parse(withMinimal("kubernetes:\n  max_state_age: soon\n")), 6, "kubernetes.max_state_age: ");
+  expectError(parse(withMinimal("kubernetes:\n  daemonset: ferry\n")), 6,
+              "kubernetes.daemonset: 'ferry' is not <namespace>/<name> of a DaemonSet");
+  expectError(parse(withMinimal("kubernetes:\n  daemonset: a/b/c\n")), 6, "kubernetes.daemonset: 'a/b/c' is not <namespace>/<name>");
+  expectError(parse(withMinimal("kubernetes:\n  daemonset: Ferry/x\n")), 6, "kubernetes.daemonset: 'Ferry/x' is not <namespace>/<name>");
   expectError(parse(withMinimal("kubernetes:\n  istio_ambient: yes\n")), 6,
               "kubernetes.istio_ambient: 'yes' is not a boolean");
   expectError(parse(withMinimal("kubernetes:\n  namespace: default\n")), 6,

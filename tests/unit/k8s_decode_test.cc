@@ -34,6 +34,20 @@ TEST(K8sDecode, PodKeepsOnlyTheFieldsFerryUses) {
   EXPECT_EQ(findLabel(pod->labels, "missing"), nullptr);
 }
 
+TEST(K8sDecode, DaemonSetSaysWhetherItIsBeingDeleted) {
+  auto live = decodeDaemonSet(J(R"({"kind":"DaemonSet","metadata":{"name":"ferry","namespace":"ferry-system"},
+      "spec":{"template":{}},"status":{"numberReady":3}})"));
+  ASSERT_TRUE(live.ok()) << live.status();
+  EXPECT_EQ(live->namespace_name, "ferry-system");
+  EXPECT_EQ(live->name, "ferry");
+  EXPECT_FALSE(live->deleting);
+  auto going = decodeDaemonSet(J(R"({"metadata":{"name":"ferry","namespace":"ferry-system",
+      "deletionTimestamp":"2026-12-01T00:00:00Z","finalizers":["foregroundDeletion"]}})"));
+  ASSERT_TRUE(going.ok()) << going.status();
+  EXPECT_TRUE(going->deleting);
+  EXPECT_FALSE(decodeDaemonSet(J(R"({"metadata":{"name":"ferry"}})")).ok()) << "no namespace";
+}
+
 TEST(K8sDecode, PodWithoutAnIpOrServiceAccountDecodes) {
   auto pod = decodePod(J(R"({"metadata":{"name":"a","namespace":"ns"},"spec":{},"status":{"phase":"Pending"}})"));
   ASSERT_TRUE(pod.ok());

@@ -160,9 +160,9 @@ k8s::EndpointSlice slice(const std::string& ns, const std::string& service, cons
 std::vector<std::string> backends(const Store& store, const std::string& vip, uint16_t port) {
   std::vector<std::string> out;
   auto services = store.services();
-  auto it = services->find({*common::parseIp(vip), port});
-  if (it == services->end()) return out;
-  for (const auto& [ip, p] : it->second.endpoints) out.push_back(ip.to_string() + ":" + std::to_string(p));
+  const ServiceBackends* found = services->find({*common::parseIp(vip), port});
+  if (found == nullptr) return out;
+  for (const auto& [ip, p] : found->endpoints) out.push_back(ip.to_string() + ":" + std::to_string(p));
   return out;
 }
 
@@ -186,6 +186,99 @@ TEST_F(KubernetesSourceTest, AServiceWithMeshEndpointsMapsItsClusterIpToThemAtTh
   // The Service goes: its ClusterIP is no longer captured.
   source_.apply(EventType::kDeleted, service("a", "echo", "10.96.0.10", 80, "http"));
   EXPECT_TRUE(store_.services()->empty());
+}
+
+TEST_F(KubernetesSourceTest, APodsChangeTouchesOnlyTheServicesThatListIt) {
+  // Each published change of the table, as "<ip>:<port> before>after".
+  std::vector<std::string> changes;
+  store_.subscribeServices([&](const ServiceTable&, const std::vector<ServiceChange>& batch) {
+    for (const auto& c : batch) {
+      changes.push_back(c.port.first.to_string() + ":" + std::to_string(c.port.second) + " " + std::to_string(c.before) +
+                        ">" + std::to_string(c.after));
+    }
+  });
+  source_.replace(std::vector<k8s::Namespace>{ns("a", kEnabled)});
+  source_.replace(std::vector<k8s::Pod>{pod("a", "e1", "10.244.1.1"), pod("a", "e2", "10.244.1.2")});
+  source_.replace(std::vector<k8s::Service>{service("a", "one", "10.96.0.1", 80, "http"),
+                                            service("a", "two", "10.96.0.2", 80, "http")});
+  source_.replace(std::vector<k8s::EndpointSlice>{slice("a", "one", "http", 8080, {"10.244.1.1"}),
+                                                  slice("a", "two", "http", 8080, {"10.244.1.2", "10.244.1.3"})});
+  EXPECT_EQ(store_.services()->size(), 2u);
+  changes.clear();
+  // 10.244.1.3 (an endpoint of "two" only) joins the mesh: "two" gains a backend, "one" is
+  // not touched (its entry is the same object in the new snapshot).
+  auto before = store_.services();
+  source_.apply(EventType::kAdded, pod("a", "e3", "10.244.1.3"));
+  EXPECT_EQ(backends(store_, "10.96.0.2", 80), (std::vector<std::string>{"10.244.1.2:8080", "10.244.1.3:8080"}));
+  EXPECT_EQ(changes, (std::vector<std::string>{"10.96.0.2:80 1>1"})) << "only two's port, changed in place";
+  changes.clear();
+  EXPECT_EQ(store_.services()->find({*common::parseIp("10.96.0.1"), 80}), before->find({*common::parseIp("10.96.0.1"), 80}))
+      << "the untouched Service's entry is shared, not copied";
+  // A pod of no Service changes nothing in the table.
+  auto unchanged = store_.services();
+  source_.apply(EventType::kAdded, pod("a", "lonely", "10.244.1.9"));
+  EXPECT_EQ(store_.services(), unchanged);
+  // e1 leaves: "one" has no mesh endpoint left and stops being captured; "two" stays.
+  source_.apply(EventType::kDeleted, pod("a", "e1", "10.244.1.1"));
+  EXPECT_EQ(changes, (std::vector<std::string>{"10.96.0.1:80 1>0"}));
+  EXPECT_TRUE(backends(store_, "10.96.0.1", 80).empty());
+  EXPECT_EQ(store_.services()->size(), 1u);
+}
+
+TEST_F(KubernetesSourceTest, ASliceThatMovesToAnotherServiceMovesItsEndpoints) {
+  source_.replace(std::vector<k8s::Namespace>{ns("a", kEnabled)});
+  source_.replace(std::vector<k8s::Pod>{pod("a", "e1", "10.244.1.1")});
+  source_.replace(std::vector<k8s::Service>{service("a", "one", "10.96.0.1", 80, "http"),
+                                            service("a", "two", "10.96.0.2", 80, "http")});
+  auto s = slice("a", "one", "http", 8080, {"10.244.1.1"});
+  source_.apply(EventType::kAdded, s);
+  EXPECT_EQ(backends(store_, "10.96.0.1", 80), (std::vector<std::string>{"10.244.1.1:8080"}));
+  s.service_name = "two";  // the slice's kubernetes.io/service-name label changed
+  source_.apply(EventType::kModified, s);
+  EXPECT_TRUE(backends(store_, "10.96.0.1", 80).empty());
+  EXPECT_EQ(backends(store_, "10.96.0.2", 80), (std::vector<std::string>{"10.244.1.1:8080"}));
+  source_.apply(EventType::kDeleted, s);
+  EXPECT_TRUE(store_.services()->empty());
+}
+
+TEST_F(KubernetesSourceTest, AClusterIpTakenOverByAnotherServiceStaysCaptured) {
+  source_.replace(std::vector<k8s::Namespace>{ns("a", kEnabled)});
+  source_.replace(std::vector<k8s::Pod>{pod("a", "e1", "10.244.1.1"), pod("a", "e2", "10.244.1.2")});
+  source_.replace(std::vector<k8s::Service>{service("a", "old", "10.96.0.1", 80, "http")});
+  source_.replace(std::vector<k8s::EndpointSlice>{slice("a", "old", "http", 8080, {"10.244.1.1"}),
+                                                  slice("a", "new", "http", 9090, {"10.244.1.2"})});
+  // The API server reuses a ClusterIP once its Service is gone; a watch may deliver the new
+  // Service first. The old one's deletion must not take the new one's entry with it.
+  source_.apply(EventType::kAdded, service("a", "new", "10.96.0.1", 80, "http"));
+  source_.apply(EventType::kDeleted, service("a", "old", "10.96.0.1", 80, "http"));
+  EXPECT_EQ(backends(store_, "10.96.0.1", 80), (std::vector<std::string>{"10.244.1.2:9090"}));
+}
+
+TEST(KubernetesSourceUninstall, OnlyASeenDeletionOfItsOwnDaemonSetIsAnUninstall) {
+  KubernetesSourceOptions options;
+  options.daemonset_namespace = "ferry-system";
+  options.daemonset_name = "ferry";
+  KubernetesSource source(nullptr, options, "test");
+  const k8s::DaemonSet mine{"ferry-system", "ferry", false}, other{"ferry-system", "other", false};
+  // Never seen (ferryd started after the deletion, or outside a DaemonSet): a restart.
+  source.replace(std::vector<k8s::DaemonSet>{});
+  EXPECT_FALSE(source.uninstalling());
+  source.replace(std::vector<k8s::DaemonSet>{mine});
+  EXPECT_FALSE(source.uninstalling());
+  source.apply(EventType::kDeleted, other);
+  EXPECT_FALSE(source.uninstalling()) << "another DaemonSet's deletion";
+  source.apply(EventType::kDeleted, mine);
+  EXPECT_TRUE(source.uninstalling());
+  // --cascade=orphan, then a new DaemonSet of the name adopts the pod: a restart again.
+  source.apply(EventType::kAdded, mine);
+  EXPECT_FALSE(source.uninstalling());
+  // A foreground deletion: the object stays, with a deletionTimestamp.
+  source.apply(EventType::kModified, k8s::DaemonSet{"ferry-system", "ferry", true});
+  EXPECT_TRUE(source.uninstalling());
+  source.apply(EventType::kModified, mine);
+  // Deleted while the watch was broken: the re-list no longer has it.
+  source.replace(std::vector<k8s::DaemonSet>{});
+  EXPECT_TRUE(source.uninstalling());
 }
 
 TEST(Enrolment, LabelsDecideAsDocumented) {
