@@ -62,7 +62,7 @@ k8s-lab: build
 	@scripts/k8s-lab/build-kubernetes.sh >/dev/null
 	@if scripts/k8s-lab/cluster.sh status >/dev/null 2>&1; then \
 	  echo "k8s-lab: a lab cluster is already up; not touching it (cluster.sh down first)" >&2; exit 1; fi; \
-	trap 'scripts/k8s-lab/cluster.sh down' EXIT; \
+	trap 'rc=$$?; scripts/k8s-lab/cluster.sh down || rc=1; exit $$rc' EXIT; \
 	  scripts/k8s-lab/cluster.sh up >/dev/null && \
 	  scripts/k8s-lab/ferryd-image.sh build/$(PRESET) >/dev/null && \
 	  for t in $(K8S_LAB_TESTS); do echo "== $$t"; FERRY_BUILD_DIR=$(CURDIR)/build/$(PRESET) $$t || exit 1; done
