@@ -199,8 +199,13 @@ absl::Status Server::start() {
   workloads_.subscribeServices(
       [this](const workloads::ServiceTable& services, const std::vector<workloads::ServiceChange>& changes) {
         if (datapath_) datapath_->applyServices(changes);
-        FERRY_LOG(kDebug, "workloads: %d Service ports changed; %d with mesh endpoints are captured", changes.size(),
-                  services.size());
+        size_t added = 0, removed = 0;
+        for (const auto& c : changes) added += !c.before && c.after, removed += c.before && !c.after;
+        // A line when the captured set changes (one per batch), not when only backends do.
+        if (added + removed > 0) {
+          FERRY_LOG(kInfo, "workloads: %d Service ports with mesh endpoints are captured (+%d -%d)", services.size(),
+                    added, removed);
+        }
       });
   {
     // Every socket of the data plane lives in the proxy netns; the control thread returns
