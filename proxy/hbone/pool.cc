@@ -65,6 +65,19 @@ boost::asio::awaitable<absl::StatusOr<std::shared_ptr<H2Connection>>> Pool::acqu
   }
 }
 
+size_t Pool::drainSource(const common::IpAddress& source_ip) {
+  size_t drained = 0;
+  for (auto& [key, entry] : entries_) {
+    if (key.source_ip != source_ip) continue;
+    for (auto& c : entry.connections) {
+      if (c->usable()) ++drained;
+      c->drain();
+    }
+    prune(entry);
+  }
+  return drained;
+}
+
 size_t Pool::connectionCount() const {
   size_t n = 0;
   for (const auto& [k, e] : entries_) {

@@ -54,6 +54,11 @@ class Pool {
   void dropClosed() { sweep(); }
   // GOAWAY to every pooled connection (shutdown).
   void drainAll();
+  // GOAWAY to the pooled connections from `source_ip` (a pod that left the mesh: its
+  // packets are no longer steered, so a keepalive PING meanwhile kills the tunnel's other
+  // end and a later stream on it would fail). New streams open new connections. Returns
+  // how many were drained.
+  size_t drainSource(const common::IpAddress& source_ip);
   uint64_t handshakes() const { return handshakes_; }
 
  private:

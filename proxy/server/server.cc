@@ -462,6 +462,25 @@ absl::Status Server::makeWorkloadSource() {
 
 void Server::onWorkloadsChanged(const workloads::Registry& after, const workloads::Delta& delta) {
   if (datapath_) datapath_->apply(after, delta);
+  // A local pod that left (or moved off its IP): its pooled tunnels go (hbone::Pool::drainSource).
+  std::vector<common::IpAddress> left;
+  for (const auto& change : delta.changes) {
+    const auto* before = change.before.get();
+    if (before == nullptr || !after.isLocal(*before)) continue;
+    for (const auto& ip : before->ips) {
+      const auto* now = after.findLocalByIp(ip);
+      if (now == nullptr || !now->hbone) left.push_back(ip);
+    }
+  }
+  if (!left.empty()) {
+    for (auto& w : workers_) {
+      asio::post(w->io(), [w = w.get(), left] {
+        size_t drained = 0;
+        for (const auto& ip : left) drained += w->pool().drainSource(ip);
+        w->shared().stats.hbone_connections_drained_source_left += drained;
+      });
+    }
+  }
   bool local = false;
   for (const auto& change : delta.changes) {
     for (const auto* w : {change.before.get(), change.after.get()}) local = local || (w != nullptr && after.isLocal(*w));

@@ -61,7 +61,8 @@ const char* directionLabel(Direction d);
   X(identity_spoofing_denied, "CONNECT streams answered 401: the client identity does not own the tunnel's source IP")\
   X(hbone_streams_reset_unanswered, "CONNECT streams the client reset before they were answered (upstream connect cancelled or never started)")\
   X(hbone_connect_waits, "CONNECT streams that waited for one of the connection's hbone.max_pending_connects upstream connects")\
-  X(log_lines_suppressed, "warning lines a per-connection log rate limit did not write (their events are still counted)")
+  X(log_lines_suppressed, "warning lines a per-connection log rate limit did not write (their events are still counted)")\
+  X(hbone_connections_drained_source_left, "pooled HBONE client connections drained because their source pod left the mesh or this node")
 
 struct Stats {
 #define FERRY_X(name, help) std::atomic<uint64_t> name{0};

@@ -588,9 +588,17 @@ while not os.path.exists(go) and time.time() < deadline:
 s.sendall(b"echo-after\n")
 print(s.recv(4096).decode().strip(), flush=True)' "$go"
   assert "long-lived connection echoed before the change" wait_for 10 "first echo" count_at_least "$TMP/longlived.out" "echo-before" 1
+  # n1/p2 has a pooled tunnel to n2/p1 (its curl through the mesh) when it leaves: the tunnel
+  # is drained with it. Kept, a keepalive PING while the pod is out (its packets no longer
+  # steered) kills the tunnel's far end, and the rejoined pod's first stream on it is reset.
+  out=$(curl_get n1/p2 http://10.77.2.11:8080/before-leaving)
+  assert "n1/p2 reaches n2/p1 through the mesh before it leaves (200)" grep -qE '^200 ' <<<"$out"
+  drained=$(metric n1 ferry_hbone_connections_drained_source_left_total)
   # n1-p2 leaves the mesh: its entry leaves the workloads file, or it is labelled disabled.
   pod_leave n1-p2 label
   assert "n1 released n1-p2 (one pod enrolled)" wait_for 10 "1 enrolled" enrolled_is n1 1
+  drained_above() { [ "$(metric n1 ferry_hbone_connections_drained_source_left_total)" -gt "$1" ]; }
+  assert "... and drained its pooled tunnel" wait_for 5 "the drain" drained_above "$drained"
   m1=$(flog_mark n1)
   out=$(curl_get n1/p2 http://10.77.2.11:8080/unenrolled)
   assert "the unenrolled pod n1/p2 still reaches n2/p1 (200)" grep -qE '^200 ' <<<"$out"
