@@ -168,6 +168,8 @@ struct ApiClient::Impl {
   internal::ServerAddress server;
   TokenSource token;
   std::vector<std::shared_ptr<class InformerCore>> informers;
+  // Informers whose state's age does not count in stateAge() (see daemonSet()).
+  std::vector<const Informer*> advisory;
   explicit Impl(asio::io_context& i) : io(i) {}
 };
 
@@ -725,10 +727,14 @@ Informer& ApiClient::endpointSlices(Handler<EndpointSlice>& h) {
 }
 
 Informer& ApiClient::daemonSet(const std::string& namespace_name, const std::string& name, Handler<DaemonSet>& h) {
-  return addInformer<DaemonSet>(impl_, "daemonsets",
+  auto& informer = addInformer<DaemonSet>(impl_, "daemonsets",
                                 {absl::StrCat("/apis/apps/v1/namespaces/", queryEscape(namespace_name),
                                               "/daemonsets?fieldSelector=", queryEscape(absl::StrCat("metadata.name=", name)))},
                                 internal::decodeDaemonSet, h);
+  // The workloads do not depend on it, so neither does readiness: it only decides what a
+  // stop leaves behind (and a missing grant must not keep ferryd unready).
+  impl_->advisory.push_back(&informer);
+  return informer;
 }
 
 void ApiClient::start() {
@@ -740,7 +746,10 @@ void ApiClient::stop() {
 
 Millis ApiClient::stateAge() const {
   Millis oldest{0};
-  for (const auto& i : impl_->informers) oldest = std::max(oldest, i->stateAge());
+  for (const auto& i : impl_->informers) {
+    if (std::find(impl_->advisory.begin(), impl_->advisory.end(), i.get()) != impl_->advisory.end()) continue;
+    oldest = std::max(oldest, i->stateAge());
+  }
   return oldest;
 }
 

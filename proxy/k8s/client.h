@@ -172,7 +172,7 @@ class ApiClient {
   // discovery.k8s.io/v1, or v1beta1 where v1 is not served (Kubernetes < 1.21).
   Informer& endpointSlices(Handler<EndpointSlice>& handler);
   // One DaemonSet, by name (a list and watch with fieldSelector=metadata.name, which RBAC
-  // can grant for that one name).
+  // can grant for that one name). Its state's age is not part of stateAge().
   Informer& daemonSet(const std::string& namespace_name, const std::string& name, Handler<DaemonSet>& handler);
 
   void start();

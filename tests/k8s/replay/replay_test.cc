@@ -61,6 +61,7 @@ std::string keyOf(const Pod& p) { return p.namespace_name + "/" + p.name; }
 std::string keyOf(const Namespace& n) { return n.name; }
 std::string keyOf(const Service& s) { return s.namespace_name + "/" + s.name; }
 std::string keyOf(const EndpointSlice& e) { return e.namespace_name + "/" + e.name; }
+std::string keyOf(const DaemonSet& d) { return d.namespace_name + "/" + d.name; }
 
 // What a consumer of the informer would hold.
 template <class T>
@@ -646,6 +647,26 @@ TEST_F(ReplayTest, EndpointSlicesFallBackToV1beta1WhereV1IsNotServed) {
   std::set<std::string> ports;
   for (const auto& p : echo->ports) ports.insert(p.name + ":" + std::to_string(p.port) + "/" + p.protocol);
   EXPECT_EQ(ports, (std::set<std::string>{"http:8080/TCP", "raw:9000/TCP"}));
+}
+
+TEST_F(ReplayTest, OwnDaemonSetIsListedByNameAndItsStateIsNotReadiness) {
+  // The grant is missing (the recorded 401 of a refused token stands in for a refusal):
+  // the DaemonSet informer fails, and ferryd's state is not older for it.
+  LOAD_FIXTURE(u, "unauthorized");
+  script({replay::verbatim(u[0])});
+  ClusterAccess access;
+  access.token = "fy-token";
+  start(access);
+  Store<DaemonSet> daemonsets;
+  Informer& inf = client_->daemonSet("ferry-system", "ferry", daemonsets);
+  client_->start();
+  ASSERT_TRUE(runUntil([&] { return inf.metrics().error(ErrorReason::kUnauthorized) == 1; }));
+  EXPECT_EQ(request(0).path(), "/apis/apps/v1/namespaces/ferry-system/daemonsets");
+  EXPECT_EQ(request(0).param("fieldSelector"), "metadata.name%3Dferry");
+  EXPECT_EQ(request(0).param("limit"), "500");
+  EXPECT_FALSE(inf.synced());
+  EXPECT_EQ(inf.stateAge(), Millis::max());
+  EXPECT_EQ(client_->stateAge(), Millis{0}) << "only the workloads' informers age the state";
 }
 
 TEST_F(ReplayTest, ServicesKeepClusterIpsAndNamedTargetPorts) {
