@@ -1,5 +1,6 @@
 #include "proxy/k8s/client.h"
 
+#include <malloc.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/json/monotonic_resource.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/stream_parser.hpp>
 #include <boost/json/value.hpp>
@@ -39,6 +41,9 @@ constexpr size_t kMaxJsonDepth = 256;
 // A paged LIST whose continue token keeps expiring is restarted at most this many times in
 // a row before it counts as a failure and backs off (each restart is a full first page).
 constexpr int kMaxListRestarts = 3;
+// A LIST that brought this much JSON leaves enough freed heap behind to trim it (a trim walks
+// the whole heap: a few ms; the namespaces' or a small cluster's lists are not worth it).
+constexpr size_t kTrimAfterListBytes = 16u << 20;
 
 class SteadyClock : public Clock {
  public:
@@ -219,7 +224,8 @@ class InformerCore : public Informer, public std::enable_shared_from_this<Inform
   asio::awaitable<Outcome> listAll();
   asio::awaitable<Outcome> listPage(std::string& cont, bool& more);
   asio::awaitable<Outcome> watchOnce();
-  Outcome handleEvent(const json::value& ev);
+  // `arrived`: when the read that completed the event returned (event_apply's start).
+  Outcome handleEvent(const json::value& ev, std::chrono::steady_clock::time_point arrived);
   struct Reply {
     std::unique_ptr<HttpStream> stream;
     Outcome outcome;
@@ -238,6 +244,11 @@ class InformerCore : public Informer, public std::enable_shared_from_this<Inform
   const std::string& path() const { return paths_[path_index_]; }
   // What joins the path and the next parameter: a path may carry a selector already.
   const char* query() const { return path().find('?') == std::string::npos ? "?" : "&"; }
+  void beginList() {
+    listBegin();
+    listed_ = 0;
+    list_bytes_ = 0;
+  }
 
   std::shared_ptr<ApiClient::Impl> keep_;  // outlives the ApiClient while a step is in flight
   ApiClient::Impl& client_;
@@ -252,6 +263,8 @@ class InformerCore : public Informer, public std::enable_shared_from_this<Inform
   TimePoint last_good_{};
   std::string last_error_;
   std::string resource_version_;
+  size_t listed_ = 0;      // objects the LIST in progress will hand over (for its log line)
+  size_t list_bytes_ = 0;  // and the JSON it took
   int backoff_attempt_ = 0;
   HttpStream* current_ = nullptr;  // the open request, closed by stop()
   // 20 lines at once, then one per second.
@@ -382,9 +395,11 @@ asio::awaitable<InformerCore::Reply> InformerCore::request(const std::string& ta
 }
 
 asio::awaitable<Outcome> InformerCore::listAll() {
-  listBegin();
+  beginList();
   std::string cont;
   int restarts = 0;
+  auto began = std::chrono::steady_clock::now();
+  uint64_t pages_before = metrics_.list_pages.load(std::memory_order_relaxed);
   for (bool more = true; more;) {
     bool first_page = cont.empty();
     Outcome page = co_await listPage(cont, more);
@@ -393,7 +408,7 @@ asio::awaitable<Outcome> InformerCore::listAll() {
     if (page.http_status == 404 && first_page && path_index_ + 1 < paths_.size()) {
       FERRY_LOG(kInfo, "k8s %s: %s is not served; using %s", resource_, path(), paths_[path_index_ + 1]);
       ++path_index_;
-      listBegin();
+      beginList();
       more = true;
       continue;
     }
@@ -403,7 +418,7 @@ asio::awaitable<Outcome> InformerCore::listAll() {
     // replace() a consistent picture.
     if (page.kind == Outcome::kRelist && !first_page && ++restarts <= kMaxListRestarts) {
       metrics_.relists.fetch_add(1, std::memory_order_relaxed);
-      listBegin();
+      beginList();
       cont.clear();
       more = true;
       continue;
@@ -411,10 +426,24 @@ asio::awaitable<Outcome> InformerCore::listAll() {
     page.kind = Outcome::kError;
     co_return page;
   }
+  auto received = std::chrono::steady_clock::now();
   listCommit();
   synced_ = true;
   metrics_.lists.fetch_add(1, std::memory_order_relaxed);
   markGood();
+  auto applied = std::chrono::steady_clock::now();
+  // The pages, their trees and the decoded objects are gone now that the receiver holds the
+  // state; glibc keeps the pages they leave free between what stays (~100 MB after 150,000
+  // pods: docs/benchmarks/registry.md). Hand them back, as the file source does after a load.
+  bool trim = list_bytes_ >= kTrimAfterListBytes;
+  if (trim) malloc_trim(0);
+  auto ms = [](auto d) { return std::chrono::duration_cast<Millis>(d).count(); };
+  // The sync's two halves for an operator (and docs/benchmarks/registry.md): the API server's
+  // pages with their parsing, then what the receiver does with the whole state.
+  FERRY_LOG(kInfo, "k8s %s: listed %d objects in %d pages (%d KiB) in %d ms; applied in %d ms%s", resource_, listed_,
+            metrics_.list_pages.load(std::memory_order_relaxed) - pages_before, list_bytes_ >> 10, ms(received - began),
+            ms(applied - received),
+            trim ? absl::StrCat("; heap trimmed in ", ms(std::chrono::steady_clock::now() - applied), " ms") : "");
   co_return Outcome{};
 }
 
@@ -439,7 +468,12 @@ asio::awaitable<Outcome> InformerCore::listPage(std::string& cont, bool& more) {
   json::parse_options popts;
   popts.max_depth = kMaxJsonDepth;
   error_code jec;
-  json::value list = json::parse(body, jec, {}, popts);
+  // The page's tree lives in one arena, freed at once when the page is done: 500 pods are
+  // ~100,000 objects and strings, each a malloc and a free with the default resource, which
+  // took half of ferryd's CPU in the initial sync of 150,000 pods (docs/benchmarks/registry.md).
+  // The tree takes about twice the text.
+  json::monotonic_resource arena(std::max<size_t>(body.size() * 2, 4096));
+  json::value list = json::parse(body, jec, &arena, popts);
   const json::object* root = (!jec && list.is_object()) ? &list.get_object() : nullptr;
   const json::value* items = root ? root->if_contains("items") : nullptr;
   if (root == nullptr || (items != nullptr && !items->is_array() && !items->is_null())) {
@@ -449,10 +483,13 @@ asio::awaitable<Outcome> InformerCore::listPage(std::string& cont, bool& more) {
     for (const json::value& item : items->get_array()) {
       if (absl::Status st = listItem(item); !st.ok()) {
         skipped(absl::StrCat("a malformed object in a list: ", st.message()));
+      } else {
+        ++listed_;
       }
     }
   }
   metrics_.list_pages.fetch_add(1, std::memory_order_relaxed);
+  list_bytes_ += body.size();
   cont.clear();
   if (const json::value* md = root->if_contains("metadata"); md && md->is_object()) {
     if (const json::value* c = md->get_object().if_contains("continue"); c && c->is_string()) {
@@ -486,6 +523,7 @@ asio::awaitable<Outcome> InformerCore::watchOnce() {
   for (;;) {
     current_ = reply.stream.get();
     auto [ec, piece] = co_await reply.stream->readSome(o.silence_deadline);
+    auto arrived = std::chrono::steady_clock::now();
     current_ = nullptr;
     if (stopped_) co_return just(Outcome::kStopped);
     if (ec) {
@@ -518,7 +556,7 @@ asio::awaitable<Outcome> InformerCore::watchOnce() {
         parser.reset();
         partial = false;
         event_bytes = 0;
-        Outcome handled = handleEvent(ev);
+        Outcome handled = handleEvent(ev, arrived);
         if (handled.kind != Outcome::kOk) co_return handled;
       } else if (event_bytes > o.max_event_bytes) {
         co_return fail(ErrorReason::kTooLarge, absl::StrCat("watch event over ", o.max_event_bytes, " bytes"));
@@ -527,7 +565,7 @@ asio::awaitable<Outcome> InformerCore::watchOnce() {
   }
 }
 
-Outcome InformerCore::handleEvent(const json::value& ev) {
+Outcome InformerCore::handleEvent(const json::value& ev, std::chrono::steady_clock::time_point arrived) {
   const json::object* e = ev.is_object() ? &ev.get_object() : nullptr;
   const json::value* type = e ? e->if_contains("type") : nullptr;
   const json::value* object = e ? e->if_contains("object") : nullptr;
@@ -567,6 +605,7 @@ Outcome InformerCore::handleEvent(const json::value& ev) {
     skipped(absl::StrCat("a malformed ", common::toAbsl(t), " event: ", st.message()));
   } else {
     metrics_.events.fetch_add(1, std::memory_order_relaxed);
+    metrics_.event_apply.observe(std::chrono::steady_clock::now() - arrived);
   }
   // Skipped or applied, the event is behind us: a re-watch must not replay it.
   if (!rv.empty()) resource_version_ = rv;
@@ -739,6 +778,13 @@ std::string ApiClient::renderPrometheus() const {
       absl::StrAppend(&out, "ferry_k8s_errors_total{resource=\"", common::toAbsl(i->resource()), "\",reason=\"",
                       common::toAbsl(errorReasonName(static_cast<ErrorReason>(r))), "\"} ", i->metrics().errors[r].load(), "\n");
     }
+  }
+  absl::StrAppend(&out, "# HELP ferry_k8s_event_apply_seconds Watch events, from the read that completed one to "
+                  "its handler's return (registry and datapath maps updated)\n",
+                  "# TYPE ferry_k8s_event_apply_seconds histogram\n");
+  for (const auto& i : impl_->informers) {
+    i->metrics().event_apply.render(out, "ferry_k8s_event_apply_seconds",
+                                    absl::StrCat("resource=\"", common::toAbsl(i->resource()), "\""));
   }
   absl::StrAppend(&out, "# HELP ferry_k8s_state_age_seconds Seconds since the state was last known current ",
                   "(-1 before the first LIST)\n# TYPE ferry_k8s_state_age_seconds gauge\n");

@@ -201,10 +201,14 @@ absl::Status Server::start() {
         if (datapath_) datapath_->applyServices(changes);
         size_t added = 0, removed = 0;
         for (const auto& c : changes) added += !c.before && c.after, removed += c.before && !c.after;
-        // A line when the captured set changes (one per batch), not when only backends do.
-        if (added + removed > 0) {
+        // A line when the captured set changes, not when only backends do; Service churn
+        // (hundreds a second in a big cluster) is summed into one line a second.
+        service_log_added_ += added;
+        service_log_removed_ += removed;
+        if (added + removed > 0 && service_log_.allow()) {
           FERRY_LOG(kInfo, "workloads: %d Service ports with mesh endpoints are captured (+%d -%d)", services.size(),
-                    added, removed);
+                    service_log_added_, service_log_removed_);
+          service_log_added_ = service_log_removed_ = 0;
         }
       });
   {

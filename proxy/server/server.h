@@ -15,6 +15,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "absl/status/status.h"
+#include "proxy/common/log.h"
 #include "proxy/config/config.h"
 #include "proxy/datapath/datapath.h"
 #include "proxy/datapath/netns.h"
@@ -118,6 +119,9 @@ class Server {
   // With the tc datapath: the proxy netns (sockets live there) and the loaded programs.
   // With datapath.proxy_netns auto: held for ferryd's life (proxy/datapath/proxy_netns.h).
   std::optional<datapath::HostInterfaceClaim> proxy_claim_;
+  // The Service capture line (control thread): what changed since the last one written.
+  common::LogLimiter service_log_{5, std::chrono::seconds(1)};
+  size_t service_log_added_ = 0, service_log_removed_ = 0;
   std::optional<datapath::NetnsFd> proxy_netns_;
   std::unique_ptr<datapath::Datapath> datapath_;
   // The data-plane listeners, and the operator ones (readiness, metrics, admin) when

@@ -15,6 +15,17 @@ constexpr char kIstioLabel[] = "istio.io/dataplane-mode";
 
 bool is(const std::string* value, const char* want) { return value != nullptr && *value == want; }
 
+// A pod's label value as one of the words enrolled() looks for, or as "another value": every
+// pod then points at one of five strings instead of holding its own copy.
+const std::string* labelKeyword(const std::string& value) {
+  static const std::string kKeywords[] = {"enabled", "disabled", "ambient", "none"};
+  static const std::string kOther = "(another value)";
+  for (const auto& k : kKeywords) {
+    if (value == k) return &k;
+  }
+  return &kOther;
+}
+
 }  // namespace
 
 bool enrolled(const EnrolmentLabels& l, bool istio_ambient) {
@@ -104,11 +115,30 @@ absl::Status KubernetesSource::health() const {
 
 KubernetesSource::PodState KubernetesSource::stateOf(const k8s::Pod& pod) {
   PodState s;
-  s.namespace_name = pod.namespace_name;
-  if (const auto* v = k8s::findLabel(pod.labels, kFerryLabel)) s.ferry_label = *v, s.has_ferry = true;
-  if (const auto* v = k8s::findLabel(pod.labels, kIstioLabel)) s.istio_label = *v, s.has_istio = true;
-  s.workload = podWorkload(pod);
+  s.namespace_name = intern(pod.namespace_name);
+  if (const auto* v = k8s::findLabel(pod.labels, kFerryLabel)) s.ferry_label = labelKeyword(*v);
+  if (const auto* v = k8s::findLabel(pod.labels, kIstioLabel)) s.istio_label = labelKeyword(*v);
+  auto w = podWorkload(pod);
+  if (!w.ok()) {
+    s.not_workload = w.status();
+    return s;
+  }
+  s.service_account = w->service_account;
+  s.node = w->node;
+  s.ips = std::move(w->ips);
   return s;
+}
+
+Workload KubernetesSource::workloadOf(const std::string& key, const PodState& pod) {
+  // The same workload podWorkload() made from the pod.
+  Workload w;
+  w.name = key.substr(key.find('/') + 1);
+  w.namespace_name = pod.namespace_name;
+  w.service_account = pod.service_account;
+  w.node = pod.node;
+  w.ips = pod.ips;
+  w.hbone = true;
+  return w;
 }
 
 KubernetesSource::NamespaceState KubernetesSource::stateOf(const k8s::Namespace& ns) {
@@ -121,14 +151,14 @@ KubernetesSource::NamespaceState KubernetesSource::stateOf(const k8s::Namespace&
 Update KubernetesSource::updateFor(const std::string& key) const {
   Update u{key, std::nullopt};
   auto it = pods_.find(key);
-  if (it == pods_.end() || !it->second.workload.ok()) return u;
+  if (it == pods_.end() || !it->second.not_workload.ok()) return u;
   const PodState& p = it->second;
-  EnrolmentLabels labels{p.has_ferry ? &p.ferry_label : nullptr, p.has_istio ? &p.istio_label : nullptr};
-  if (auto ns = namespaces_.find(p.namespace_name); ns != namespaces_.end()) {
+  EnrolmentLabels labels{p.ferry_label, p.istio_label};
+  if (auto ns = namespaces_.find(p.namespace_name.str()); ns != namespaces_.end()) {
     labels.namespace_ferry = ns->second.has_ferry ? &ns->second.ferry_label : nullptr;
     labels.namespace_istio = ns->second.has_istio ? &ns->second.istio_label : nullptr;
   }
-  if (enrolled(labels, options_.istio_ambient)) u.workload = *p.workload;
+  if (enrolled(labels, options_.istio_ambient)) u.workload = workloadOf(key, p);
   return u;
 }
 
@@ -190,7 +220,7 @@ void KubernetesSource::apply(k8s::EventType type, k8s::Pod pod) {
     pods_.erase(key);
   } else {
     PodState s = stateOf(pod);
-    if (!s.workload.ok()) ++not_workloads_;
+    if (!s.not_workload.ok()) ++not_workloads_;
     pods_[key] = std::move(s);
   }
   publish({updateFor(key)});

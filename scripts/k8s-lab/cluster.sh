@@ -120,46 +120,16 @@ wait_for() {
 # Certificates: one CA signs every serving and client certificate; identities follow the
 # names the Node and RBAC authorizers expect.
 
-cert() { # cert NAME SUBJECT [SAN]
-  local name=$1 subj=$2 san=${3:-} ext=$STATE/pki/$1.ext
-  openssl genrsa -out "$STATE/pki/$name.key" 2048 2>/dev/null
-  openssl req -new -key "$STATE/pki/$name.key" -subj "$subj" -out "$STATE/pki/$name.csr" 2>/dev/null
-  {
-    echo "basicConstraints=CA:FALSE"
-    echo "keyUsage=critical,digitalSignature,keyEncipherment"
-    if [[ -n $san ]]; then echo "extendedKeyUsage=serverAuth,clientAuth"; echo "subjectAltName=$san"
-    else echo "extendedKeyUsage=clientAuth"; fi
-  } >"$ext"
-  openssl x509 -req -in "$STATE/pki/$name.csr" -CA "$STATE/pki/ca.crt" -CAkey "$STATE/pki/ca.key" \
-    -CAcreateserial -days 30 -sha256 -extfile "$ext" -out "$STATE/pki/$name.crt" 2>/dev/null
-  rm -f "$STATE/pki/$name.csr" "$ext"
-}
-
+# scripts/k8s-lab/pki.sh has the openssl and kubeconfig steps (shared with
+# tests/bench/k8s_registry_bench.py).
+. "$here/pki.sh"
+cert() { pki_cert "$STATE/pki" "$@"; } # cert NAME SUBJECT [SAN]
 kubeconfig_for() { # kubeconfig_for NAME: a kubeconfig using certificate NAME
-  cat >"$STATE/$1.kubeconfig" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: fy-lab
-  cluster:
-    server: https://$NODE_IP:$API_PORT
-    certificate-authority: $STATE/pki/ca.crt
-users:
-- name: $1
-  user:
-    client-certificate: $STATE/pki/$1.crt
-    client-key: $STATE/pki/$1.key
-contexts:
-- name: fy-lab
-  context: {cluster: fy-lab, user: $1}
-current-context: fy-lab
-EOF
+  pki_kubeconfig "$STATE/$1.kubeconfig" fy-lab "https://$NODE_IP:$API_PORT" "$STATE/pki" "$1"
 }
 
 make_pki() {
-  mkdir -p "$STATE/pki" && chmod 700 "$STATE/pki"
-  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$STATE/pki/ca.key" -out "$STATE/pki/ca.crt" \
-    -days 30 -subj "/CN=fy-lab-ca" 2>/dev/null
+  pki_ca "$STATE/pki" fy-lab-ca
   cert apiserver "/CN=kube-apiserver" \
     "IP:$NODE_IP,IP:$API_SERVICE_IP,IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
   cert kubelet-serving "/CN=$NODE" "IP:$NODE_IP,DNS:$NODE"
@@ -168,8 +138,7 @@ make_pki() {
   cert controller-manager "/CN=system:kube-controller-manager"
   cert scheduler "/CN=system:kube-scheduler"
   cert kube-proxy "/CN=system:kube-proxy"
-  openssl genrsa -out "$STATE/pki/sa.key" 2048 2>/dev/null
-  openssl rsa -in "$STATE/pki/sa.key" -pubout -out "$STATE/pki/sa.pub" 2>/dev/null
+  pki_service_account_keys "$STATE/pki"
   local n
   for n in admin kubelet controller-manager scheduler kube-proxy; do kubeconfig_for "$n"; done
 }

@@ -1,5 +1,5 @@
 // ferry-bench-tool: the traffic programs of the benchmark suite (tests/bench/run_bench.py).
-// Plain POSIX sockets and epoll, no ferry code: it measures whatever sits between a client
+// Plain POSIX sockets, epoll and bpf(2), no ferry code: it measures whatever sits between a client
 // pod and a server pod, the same way for every configuration.
 //
 //   serve --bind IP:PORT                     echo server (epoll, one thread, any number of
@@ -13,11 +13,21 @@
 //   idle  --connect IP:PORT --count N        opens N connections, one 1-byte round trip on
 //                                            each (so every proxy leg exists), prints
 //                                            "ready", holds them until stdin closes
+//   capture-wait --map PIN [--interval-us 50] [--seconds 5]
+//                                            for each stdin line "present A.B.C.D" or
+//                                            "absent A.B.C.D", polls the pinned BPF hash
+//                                            map PIN (ferry_capture: IPv4 key in network
+//                                            order) until the entry is there / gone and
+//                                            prints "<CLOCK_MONOTONIC ns> <polls>", or
+//                                            "timeout" after SECONDS; for k8s_registry_bench.py,
+//                                            which sends the line before it writes to the API
 //
-// Results are one JSON object on stdout. Exit 1 when no transaction or connection
-// completed, so that a configuration that carries no traffic fails the run.
+// Results are one JSON object on stdout (capture-wait: one line per request). Exit 1 when
+// no transaction or connection completed, so that a configuration that carries no traffic
+// fails the run.
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <linux/bpf.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -25,6 +35,7 @@
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -33,6 +44,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -57,6 +69,8 @@ struct Args {
   double warmup = 0.5;
   int concurrency = 32;
   int count = 1000;
+  std::string map;
+  long interval_us = 50;
 };
 
 sockaddr_in parseAddr(const std::string& s) {
@@ -78,7 +92,7 @@ sockaddr_in parseAddr(const std::string& s) {
 Args parse(int argc, char** argv) {
   Args a;
   if (argc < 2) {
-    std::fprintf(stderr, "usage: ferry-bench-tool serve|rr|conns|idle [options] (see the source)\n");
+    std::fprintf(stderr, "usage: ferry-bench-tool serve|rr|conns|idle|capture-wait [options] (see the source)\n");
     std::exit(2);
   }
   a.mode = argv[1];
@@ -90,6 +104,8 @@ Args parse(int argc, char** argv) {
     else if (k == "--warmup") a.warmup = std::atof(v.c_str());
     else if (k == "--concurrency") a.concurrency = std::atoi(v.c_str());
     else if (k == "--count") a.count = std::atoi(v.c_str());
+    else if (k == "--map") a.map = v;
+    else if (k == "--interval-us") a.interval_us = std::atol(v.c_str());
     else {
       std::fprintf(stderr, "ferry-bench-tool: unknown option %s\n", k.c_str());
       std::exit(2);
@@ -374,6 +390,58 @@ int idle(const Args& a) {
   return fds.empty() ? 1 : 0;
 }
 
+// ---------------------------------------------------------------------------------------
+// The bpf(2) syscall directly: this tool links no ferry code and no libbpf.
+long bpfCall(int cmd, bpf_attr& attr) { return syscall(SYS_bpf, cmd, &attr, sizeof(attr)); }
+
+int captureWait(const Args& a) {
+  bpf_attr get{};
+  get.pathname = reinterpret_cast<uint64_t>(a.map.c_str());
+  int fd = static_cast<int>(bpfCall(BPF_OBJ_GET, get));
+  if (fd < 0) die(("opening the pinned map " + a.map).c_str());
+  // Big enough for any value ferry's maps hold (ferry_capture's is 4 bytes).
+  uint8_t value[256];
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    auto space = line.find(' ');
+    std::string want = line.substr(0, space);
+    in_addr ip{};
+    if (space == std::string::npos || (want != "present" && want != "absent") ||
+        inet_pton(AF_INET, line.substr(space + 1).c_str(), &ip) != 1) {
+      std::fprintf(stderr, "ferry-bench-tool: expected \"present|absent A.B.C.D\", got \"%s\"\n", line.c_str());
+      return 2;
+    }
+    uint32_t key = ip.s_addr;  // network order, as ferry_ipv4_key
+    auto deadline = Clock::now() + secondsOf(a.seconds);
+    uint64_t polls = 0;
+    for (;;) {
+      bpf_attr look{};
+      look.map_fd = static_cast<uint32_t>(fd);
+      look.key = reinterpret_cast<uint64_t>(&key);
+      look.value = reinterpret_cast<uint64_t>(value);
+      bool there = bpfCall(BPF_MAP_LOOKUP_ELEM, look) == 0;
+      auto now = Clock::now();
+      ++polls;
+      if (there == (want == "present")) {
+        std::printf("%lld %llu\n", static_cast<long long>(now.time_since_epoch() / std::chrono::nanoseconds(1)),
+                    static_cast<unsigned long long>(polls));
+        break;
+      }
+      if (now > deadline) {
+        std::printf("timeout\n");
+        break;
+      }
+      // A short sleep, not a spin: the machine's two cores are what ferryd and the API
+      // server run on. The resolution is this interval plus a wake-up.
+      timespec ts{0, a.interval_us * 1000};
+      nanosleep(&ts, nullptr);
+    }
+    std::fflush(stdout);
+  }
+  close(fd);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -382,6 +450,7 @@ int main(int argc, char** argv) {
   if (a.mode == "rr") return rr(a);
   if (a.mode == "conns") return conns(a);
   if (a.mode == "idle") return idle(a);
+  if (a.mode == "capture-wait") return captureWait(a);
   std::fprintf(stderr, "ferry-bench-tool: unknown mode %s\n", a.mode.c_str());
   return 2;
 }

@@ -28,13 +28,11 @@ import json
 import os
 import re
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
+
+from benchlib import Ferryd, cpu_seconds, make_cert_dir, status_kb
 
 
 def generate(path, entries, nodes, namespaces, fmt, changed=None):
@@ -59,82 +57,31 @@ def generate(path, entries, nodes, namespaces, fmt, changed=None):
     os.rename(path + ".tmp", path)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def cpu_seconds(pid):
-    """utime + stime: unlike wall time, not inflated by other load on the machine."""
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def status_kb(pid, key):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    return 0
-
-
-def run_once(ferryd, workdir, workloads, entries, change):
-    ports = [free_port() for _ in range(6)]
-    config = os.path.join(workdir, "ferry.yaml")
-    with open(config, "w") as f:
-        f.write("node: node-0001\ntrust_domain: cluster.local\n")
-        f.write("workloads_file: %s\ncert_dir: %s\nworkers: 1\nworkloads_poll: 100ms\n"
-                % (workloads, os.path.join(workdir, "certs")))
-        f.write("listen:\n  outbound: 127.0.0.1:%d\n  inbound_plaintext: 127.0.0.1:%d\n"
-                "  hbone: 127.0.0.1:%d\n  admin: 127.0.0.1:%d\n  metrics: 127.0.0.1:%d\n"
-                "  readiness: 127.0.0.1:%d\n" % tuple(ports))
-        f.write("limits:\n  preallocated_sockets: 0\n")
-    log_path = os.path.join(workdir, "ferryd.log")
-    log = open(log_path, "w")
-    start = time.monotonic()
-    proc = subprocess.Popen([ferryd, "--config", config], stdout=log, stderr=subprocess.STDOUT)
-    url = "http://127.0.0.1:%d/healthz/ready" % ports[5]
-    ready = None
-    try:
-        while proc.poll() is None and time.monotonic() - start < 300:
-            try:
-                if urllib.request.urlopen(url, timeout=1).status == 200:
-                    ready = time.monotonic() - start
-                    break
-            except OSError:
-                pass
-            time.sleep(0.01)
-        if ready is None:
-            raise SystemExit("ferryd did not become ready; see %s" % log_path)
-        result = {"ready_s": round(ready, 2), "ready_cpu_s": round(cpu_seconds(proc.pid), 2),
-                  "rss_mb": round(status_kb(proc.pid, "VmRSS") / 1024, 1),
-                  "hwm_mb": round(status_kb(proc.pid, "VmHWM") / 1024, 1)}
+def run_once(ferryd, workdir, workloads, change):
+    ferry = Ferryd(ferryd, workdir, "node-0001", "workloads_file: %s\nworkloads_poll: 100ms\n" % workloads)
+    with ferry:
+        ready = ferry.wait_ready()
+        pid = ferry.pid
+        result = {"ready_s": round(ready, 2), "ready_cpu_s": round(cpu_seconds(pid), 2),
+                  "rss_mb": round(status_kb(pid, "VmRSS") / 1024, 1),
+                  "hwm_mb": round(status_kb(pid, "VmHWM") / 1024, 1)}
         if change is not None:
-            before = open(log_path).read().count("workloads: loaded")
-            cpu0 = cpu_seconds(proc.pid)
+            before = ferry.log().count("workloads: loaded")
+            cpu0 = cpu_seconds(pid)
             t0 = time.monotonic()
             change()
             while time.monotonic() - t0 < 120:
-                if open(log_path).read().count("workloads: loaded") > before:
+                if ferry.log().count("workloads: loaded") > before:
                     break
                 time.sleep(0.01)
             result["change_s"] = round(time.monotonic() - t0, 2)
-            result["change_cpu_s"] = round(cpu_seconds(proc.pid) - cpu0, 2)
+            result["change_cpu_s"] = round(cpu_seconds(pid) - cpu0, 2)
             time.sleep(0.5)
-            result["rss_after_change_mb"] = round(status_kb(proc.pid, "VmRSS") / 1024, 1)
-            result["hwm_after_change_mb"] = round(status_kb(proc.pid, "VmHWM") / 1024, 1)
-            loaded = re.findall(r"workloads: loaded .*", open(log_path).read())
+            result["rss_after_change_mb"] = round(status_kb(pid, "VmRSS") / 1024, 1)
+            result["hwm_after_change_mb"] = round(status_kb(pid, "VmHWM") / 1024, 1)
+            loaded = re.findall(r"workloads: loaded .*", ferry.log())
             result["reload_log"] = loaded[-1] if loaded else ""
         return result
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 def main():
@@ -152,11 +99,7 @@ def main():
     workdir = tempfile.mkdtemp(prefix="fy-registry-bench-")
     results = []
     try:
-        ca = os.path.join(workdir, "ca")
-        subprocess.run([args.ferryctl, "ca", "init", "--dir", ca, "--trust-domain", "cluster.local"],
-                       check=True, stdout=subprocess.DEVNULL)
-        os.makedirs(os.path.join(workdir, "certs"))
-        shutil.copy(os.path.join(ca, "ca.pem"), os.path.join(workdir, "certs", "bundle.pem"))
+        make_cert_dir(args.ferryctl, workdir)
         for spec in args.ferryd:
             label, _, path = spec.partition("=")
             for fmt in formats:
@@ -164,10 +107,10 @@ def main():
                     continue  # JSON workloads files came with issue 13
                 workloads = os.path.join(workdir, "workloads." + fmt)
                 generate(workloads, 1, 1, 1, fmt)
-                base = run_once(path, workdir, workloads, 1, None)
+                base = run_once(path, workdir, workloads, None)
                 generate(workloads, args.entries, args.nodes, args.namespaces, fmt)
                 size_mb = os.path.getsize(workloads) / 1e6
-                big = run_once(path, workdir, workloads, args.entries,
+                big = run_once(path, workdir, workloads,
                                lambda: generate(workloads, args.entries, args.nodes, args.namespaces, fmt,
                                                 changed=args.entries // 2))
                 row = {"ferryd": label, "format": fmt, "entries": args.entries, "file_mb": round(size_mb, 1),

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "proxy/common/duration.h"
+#include "proxy/common/histogram.h"
 #include "proxy/common/log.h"
 #include "proxy/common/net.h"
 
@@ -27,6 +28,32 @@ TEST(LogLimiter, RefillsOnePerInterval) {
   }
   EXPECT_TRUE(limiter.allow());
   EXPECT_EQ(limiter.suppressed(), 1u);
+}
+
+TEST(DurationHistogram, CountsEachObservationInItsBucketCumulatively) {
+  DurationHistogram h({0.001, 0.01});
+  h.observe(std::chrono::microseconds(300));
+  h.observe(std::chrono::milliseconds(1));  // on a bound: that bucket (le is "<=")
+  h.observe(std::chrono::milliseconds(5));
+  h.observe(std::chrono::seconds(2));
+  std::string out;
+  h.render(out, "fy_apply_seconds", "resource=\"pods\"");
+  EXPECT_EQ(out,
+            "fy_apply_seconds_bucket{resource=\"pods\",le=\"0.001\"} 2\n"
+            "fy_apply_seconds_bucket{resource=\"pods\",le=\"0.01\"} 3\n"
+            "fy_apply_seconds_bucket{resource=\"pods\",le=\"+Inf\"} 4\n"
+            "fy_apply_seconds_sum{resource=\"pods\"} 2.0063\n"
+            "fy_apply_seconds_count{resource=\"pods\"} 4\n");
+  EXPECT_EQ(h.count(), 4u);
+}
+
+TEST(DurationHistogram, RendersWithoutLabels) {
+  DurationHistogram h({0.5});
+  h.observe(std::chrono::nanoseconds(-1));  // a clock step backwards counts as zero
+  std::string out;
+  h.render(out, "fy_x_seconds", "");
+  EXPECT_EQ(out, "fy_x_seconds_bucket{le=\"0.5\"} 1\nfy_x_seconds_bucket{le=\"+Inf\"} 1\nfy_x_seconds_sum 0\n"
+                 "fy_x_seconds_count 1\n");
 }
 
 TEST(HostPort, ParsesIpv4AndBracketedIpv6) {

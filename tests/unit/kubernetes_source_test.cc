@@ -94,6 +94,33 @@ TEST_F(KubernetesSourceTest, PodsThatCannotCarryTrafficAreNotWorkloadsUntilTheyC
   EXPECT_TRUE(workloads().empty());
 }
 
+// A pod keeps its labels as the keyword they equal (or "another value"): any other value
+// is present but decides nothing, as enrolled() says.
+TEST_F(KubernetesSourceTest, LabelValuesOtherThanTheKeywordsLeaveTheDecisionToTheNamespace) {
+  source_.replace(std::vector<k8s::Namespace>{ns("in", kEnabled), ns("out")});
+  const k8s::Labels kMaybe = {{"ferry.io/dataplane", "maybe"}};
+  source_.replace(std::vector<k8s::Pod>{pod("in", "p", "10.244.3.1", kMaybe), pod("out", "q", "10.244.3.2", kMaybe)});
+  EXPECT_EQ(workloads(), (std::vector<std::string>{"in/p@10.244.3.1"}));
+  source_.apply(EventType::kModified, pod("in", "p", "10.244.3.1", kDisabled));
+  source_.apply(EventType::kModified, pod("out", "q", "10.244.3.2", kEnabled));
+  EXPECT_EQ(workloads(), (std::vector<std::string>{"out/q@10.244.3.2"}));
+}
+
+// The workload put together from what is kept of a pod is the one its first event made:
+// an event that changes nothing ferry reads (a status condition, another label) publishes
+// nothing.
+TEST_F(KubernetesSourceTest, APodEventThatChangesNothingFerryReadsPublishesNoDelta) {
+  source_.replace(std::vector<k8s::Namespace>{ns("shop", kEnabled)});
+  source_.replace(std::vector<k8s::Pod>{pod("shop", "web-0", "10.244.0.5")});
+  ASSERT_EQ(workloads(), (std::vector<std::string>{"shop/web-0@10.244.0.5"}));
+  size_t published = deltas_.size();
+  source_.apply(EventType::kModified, pod("shop", "web-0", "10.244.0.5", {{"app", "web"}}));
+  EXPECT_EQ(deltas_.size(), published);
+  source_.apply(EventType::kModified, pod("shop", "web-0", "10.244.0.9", {{"app", "web"}}));
+  EXPECT_EQ(deltas_.size(), published + 1);
+  EXPECT_EQ(workloads(), (std::vector<std::string>{"shop/web-0@10.244.0.9"}));
+}
+
 TEST_F(KubernetesSourceTest, ANamespaceLabelChangeTouchesOnlyThatNamespacesPods) {
   source_.replace(std::vector<k8s::Namespace>{ns("a", kEnabled), ns("b", kEnabled)});
   source_.replace(std::vector<k8s::Pod>{pod("a", "p1", "10.244.1.1"), pod("a", "p2", "10.244.1.2"),

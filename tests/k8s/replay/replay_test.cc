@@ -16,6 +16,7 @@
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "proxy/k8s/client.h"
 #include "tests/k8s/replay/replay_server.h"
@@ -266,6 +267,11 @@ TEST_F(ReplayTest, ListsEveryPageThenFollowsTheWatchFromTheListsVersion) {
   EXPECT_EQ(inf.metrics().events, static_cast<uint64_t>(facts.changes));
   EXPECT_EQ(inf.metrics().bookmarks, static_cast<uint64_t>(facts.bookmarks));
   EXPECT_EQ(inf.metrics().bad_objects, 0u);
+  // Every applied event is timed once (ferry_k8s_event_apply_seconds).
+  EXPECT_EQ(inf.metrics().event_apply.count(), inf.metrics().events.load());
+  EXPECT_NE(client_->renderPrometheus().find(absl::StrCat("ferry_k8s_event_apply_seconds_count{resource=\"pods\"} ",
+                                                          facts.changes, "\n")),
+            std::string::npos);
 
   // The objects made by record_wire.py, as the server described them.
   const Pod* a = pods.find("fy-replay/fy-a");
