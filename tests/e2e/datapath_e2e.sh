@@ -34,6 +34,10 @@
 # ferry.io/dataplane label, 12 by deleting it and creating it again, and 11 is skipped:
 # the Kubernetes source has no STRICT yet (Istio's PeerAuthentication is issue 15).
 #
+# With FERRY_LAB_CNI=ptp or bridge the pods are made by the reference CNI plugins (docs/lab.md,
+# "On real CNI plugins"; ctests e2e_datapath_e2e_ptp, e2e_datapath_e2e_bridge): every case runs
+# unchanged, the host-side device names taken from lab.env.
+#
 # Exit 0 all passed, 1 any failed, 77 skip (not root; under CI=true not being root fails).
 # shellcheck disable=SC2016  # single-quoted programs for python3 -c are meant literally
 set -euo pipefail
@@ -447,6 +451,10 @@ case_leaks() {
   assert "no lab link in the root netns" bash -c "! ip -o link show | awk -F': ' '{print \$2}' | grep -E '^(fy[0-9]+-|fy-wire[0-9]|fy-api[0-9])'"
   assert "no lab pins ($BPFFS/n1, $BPFFS/n2, $CNI_PIN)" bash -c "[ ! -e $BPFFS/n1 ] && [ ! -e $BPFFS/n2 ] && [ ! -e $CNI_PIN ]"
   assert "no state directory $STATE" test ! -e "$STATE"
+  if [ "$LAB_CNI" != none ]; then
+    assert "no CNI state outside the lab's directory (/var/lib/cni/networks/fy-lab-*)" \
+      bash -c '! compgen -G "/var/lib/cni/networks/fy-lab-*" >/dev/null'
+  fi
   assert "no ferryd of the lab running" bash -c '! pgrep -af -- "--config /run/ferry-la[b]/"'
   if [ -n "$LAB_KUBECONFIG" ]; then
     assert "no cluster object of the lab: namespace fy-lab, nodes fy-lab-n1, fy-lab-n2" bash -c '
@@ -485,14 +493,15 @@ wait_no_lab() {
 
 T0=$SECONDS
 wait_no_lab
-echo "== ferry-lab up${FERRY_LAB_SOURCE:+ (FERRY_LAB_SOURCE=$FERRY_LAB_SOURCE)}"
+echo "== ferry-lab up${FERRY_LAB_SOURCE:+ (FERRY_LAB_SOURCE=$FERRY_LAB_SOURCE)}${FERRY_LAB_CNI:+ (FERRY_LAB_CNI=$FERRY_LAB_CNI)}"
 if ! "$LAB" up 8<&- 2>&1 | sed 's/^/    /'; then echo "$ME: FAIL: ferry-lab up failed"; exit 1; fi
 LAB_SOURCE=$(lab_env FERRY_LAB_SOURCE)
 LAB_KUBECONFIG=$(lab_env FERRY_LAB_KUBECONFIG)   # for the leak check, once lab.env is gone
 # The host-side devices are the lab's (fyN-pM) or, with FERRY_LAB_CNI, the plugin's: never assumed.
+LAB_CNI=$(lab_env FERRY_LAB_CNI)                 # who made the pods (for the leak check and the summary)
 H11=$(lab_host_if n1/p1)
 [ -n "$H11" ] || { echo "$ME: FAIL: lab.env names no host-side device of n1/p1"; exit 1; }
-note "pods made by: $(lab_env FERRY_LAB_CNI); n1/p1's host side is $H11"
+note "pods made by: $LAB_CNI; n1/p1's host side is $H11"
 note "$("$LAB" exec n1/proxy -- curl -s --max-time 2 http://127.0.0.1:15000/datapath | tr '\n' ';')"
 
 # start_echo PORT: an echo server on n2/p1:PORT (one thread per connection), unless one
@@ -868,5 +877,5 @@ plain=$(cat "$TMP/iperf3-plain.bps" 2>/dev/null || echo 0)
 awk -v m="$mesh" -v p="$plain" 'BEGIN{printf "iperf3 n1/p1 -> n2/p1: mesh %.2f Gbit/s, plaintext %.2f Gbit/s\n", m/1e9, p/1e9}'
 echo "CNI stand-in on $H11: $(cat "$TMP/cni-seen-15008" 2>/dev/null || echo ?) tunnel packets seen for one curl," \
   "$(cat "$TMP/cni-dropped" 2>/dev/null || echo ?) dropped by its policy"
-echo "$ME: $PASSED passed, $FAILED failed${SKIPPED_NAMES[*]:+, ${#SKIPPED_NAMES[@]} skipped} ($((SECONDS - T0)) s, workloads from $LAB_SOURCE)${FAILED_NAMES[*]:+; failed: ${FAILED_NAMES[*]}}"
+echo "$ME: $PASSED passed, $FAILED failed${SKIPPED_NAMES[*]:+, ${#SKIPPED_NAMES[@]} skipped} ($((SECONDS - T0)) s, workloads from $LAB_SOURCE, pods made by ${LAB_CNI:-?})${FAILED_NAMES[*]:+; failed: ${FAILED_NAMES[*]}}"
 [ "$FAILED" -eq 0 ]
