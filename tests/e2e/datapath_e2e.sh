@@ -8,7 +8,7 @@
 #   3  the wire carries TLS to port 15008 (handshake included) and no plaintext of a
 #      64 KiB marker payload (n1/p2 -> n2/p1)
 #   4  iperf3 across nodes through the mesh (and, at the end, without ferryd: 4b)
-#   5  a CNI policy stand-in (cni_standin.bpf.c) after ferry on fy1-p1's tc ingress sees
+#   5  a CNI policy stand-in (cni_standin.bpf.c) after ferry on n1/p1's host-side tc ingress sees
 #      the tunnel's packets (ferry's injection) and its drop policy on <dst>:15008 breaks
 #      exactly that destination
 #   6  capture cannot be dodged: source port 15008 is still captured; a direct connection
@@ -33,6 +33,10 @@
 # that through tests/k8s/lab_k8s_e2e.sh). There 7b moves a pod out and in with its
 # ferry.io/dataplane label, 12 by deleting it and creating it again, and 11 is skipped:
 # the Kubernetes source has no STRICT yet (Istio's PeerAuthentication is issue 15).
+#
+# With FERRY_LAB_CNI=ptp or bridge the pods are made by the reference CNI plugins (docs/lab.md,
+# "On real CNI plugins"; ctests e2e_datapath_e2e_ptp, e2e_datapath_e2e_bridge): every case runs
+# unchanged, the host-side device names taken from lab.env.
 #
 # Exit 0 all passed, 1 any failed, 77 skip (not root; under CI=true not being root fails).
 # shellcheck disable=SC2016  # single-quoted programs for python3 -c are meant literally
@@ -67,6 +71,7 @@ PASSED=0
 FAILED=0
 FAILED_NAMES=()
 CASE_PID=
+H11=                            # n1/p1's host-side device, from the lab once it is up (lab.env)
 
 cleanup() {
   local rc=$? pid st
@@ -75,8 +80,8 @@ cleanup() {
   # stand-in, then the lab (whose `down` also stops anything left in its namespaces).
   if [ -n "${CASE_PID:-}" ]; then kill "$CASE_PID" 2>/dev/null; wait "$CASE_PID" 2>/dev/null; fi
   while read -r pid st; do [ "$(starttime "$pid")" = "$st" ] && kill "$pid" 2>/dev/null; done <"$PIDS"
-  if [ -e "$CNI_PIN" ]; then
-    ip netns exec fy-n1 tc filter del dev fy1-p1 ingress pref 100 2>/dev/null
+  if [ -e "$CNI_PIN" ] && [ -n "$H11" ]; then
+    ip netns exec fy-n1 tc filter del dev "$H11" ingress pref 100 2>/dev/null
     rm -rf -- "$CNI_PIN"
   fi
   "$LAB" down >/dev/null 2>&1 || echo "$ME: 'ferry-lab down' failed in cleanup" >&2
@@ -142,7 +147,7 @@ case_iperf3() {
     || stop_pid "$spid"
 }
 
-# The stand-in on fy1-p1 tc ingress, behind ferry's TCX program (cls_bpf runs after TCX).
+# The stand-in on n1/p1's host-side device ($H11) tc ingress, behind ferry's TCX program (cls_bpf runs after TCX).
 CNI_QDISC_ADDED=$TMP/cni-qdisc-added
 cni_attach() {
   local inc
@@ -151,16 +156,16 @@ cni_attach() {
   rm -rf -- "$CNI_PIN"
   mkdir -p "$CNI_PIN/maps"
   bpftool prog load "$TMP/cni_standin.o" "$CNI_PIN/prog" type classifier pinmaps "$CNI_PIN/maps"
-  if ! ip netns exec fy-n1 tc qdisc show dev fy1-p1 | grep clsact >/dev/null; then
-    ip netns exec fy-n1 tc qdisc add dev fy1-p1 clsact
+  if ! ip netns exec fy-n1 tc qdisc show dev "$H11" | grep clsact >/dev/null; then
+    ip netns exec fy-n1 tc qdisc add dev "$H11" clsact
     touch "$CNI_QDISC_ADDED"
   fi
-  ip netns exec fy-n1 tc filter add dev fy1-p1 ingress pref 100 bpf da object-pinned "$CNI_PIN/prog"
+  ip netns exec fy-n1 tc filter add dev "$H11" ingress pref 100 bpf da object-pinned "$CNI_PIN/prog"
 }
 cni_detach() {
-  ip netns exec fy-n1 tc filter del dev fy1-p1 ingress pref 100 2>/dev/null || true
+  ip netns exec fy-n1 tc filter del dev "$H11" ingress pref 100 2>/dev/null || true
   if [ -f "$CNI_QDISC_ADDED" ]; then
-    ip netns exec fy-n1 tc qdisc del dev fy1-p1 clsact 2>/dev/null || true
+    ip netns exec fy-n1 tc qdisc del dev "$H11" clsact 2>/dev/null || true
     rm -f "$CNI_QDISC_ADDED"
   fi
   rm -rf -- "$CNI_PIN"
@@ -177,12 +182,12 @@ case_cni_standin() {
   cni_attach
   # Detach even when an assertion ends the case early.
   trap 'cni_detach' EXIT
-  assert "stand-in attached after ferry (cls_bpf pref 100 on fy1-p1 ingress)" \
-    bash -c "ip netns exec fy-n1 tc filter show dev fy1-p1 ingress | grep -q 'cni_standin'"
+  assert "stand-in attached after ferry (cls_bpf pref 100 on $H11 ingress)" \
+    bash -c "ip netns exec fy-n1 tc filter show dev $H11 ingress | grep -q 'cni_standin'"
   out=$(curl_get n1/p1 http://10.77.2.11:8080/case5-before)
   assert "curl n1/p1 -> n2/p1 with the stand-in in place: 200" grep -qE '^200 ' <<<"$out"
   seen=$(cni_seen 15008); app=$(cni_seen 8080)
-  note "stand-in on fy1-p1 saw $seen packets to port 15008 and $app to port 8080"
+  note "stand-in on $H11 saw $seen packets to port 15008 and $app to port 8080"
   echo "$seen" >"$TMP/cni-seen-15008"
   assert "tunnel packets (-> :15008) re-entered n1-p1's egress path (count > 0)" test "$seen" -gt 0
   assert "no packet to the app port reached the CNI (ferry redirected them first)" test "$app" -eq 0
@@ -205,8 +210,8 @@ case_cni_standin() {
   bpftool map delete pinned "$CNI_PIN/maps/cni_deny" key 10 77 2 11
   cni_detach
   trap - EXIT
-  assert "stand-in removed (no cls_bpf filter on fy1-p1, no pins)" \
-    bash -c "! ip netns exec fy-n1 tc filter show dev fy1-p1 ingress | grep -q . && [ ! -e '$CNI_PIN' ]"
+  assert "stand-in removed (no cls_bpf filter on $H11, no pins)" \
+    bash -c "! ip netns exec fy-n1 tc filter show dev $H11 ingress | grep -q . && [ ! -e '$CNI_PIN' ]"
   # The pooled HBONE connection to n2-p1 lost packets while the policy dropped them; TCP
   # retransmission (or ferryd's 20 s dead-peer detection) recovers it: poll.
   assert "n1/p1 -> n2/p1 works again once the policy is gone (within 25 s)" \
@@ -359,7 +364,7 @@ case_failure_modes() {
   assert "ferryd n1 (pid $pid) exits on SIGTERM within 10 s" \
     wait_for 10 "ferryd to exit" bash -c "! { st=\$(awk '{print \$3}' /proc/$pid/stat 2>/dev/null) && [ \"\$st\" != Z ]; }"
   assert "its links stay pinned (closed: pods stay steered into the empty proxy)" \
-    test -e "$BPFFS/n1/link_fy1-p1_in"
+    test -e "$BPFFS/n1/link_${H11}_in"
   marker=$(new_marker case8)
   make_payload "$TMP/case8.payload" "$marker" 16384
   cap_start case8
@@ -380,7 +385,7 @@ case_failure_modes() {
   m1=$(flog_mark n1)
   "$LAB" start n1 8<&- | sed 's/^/      /'
   assert "the restarted ferryd adopted its pinned links" \
-    bash -c "tail -n +$((m1 + 1)) '$(flog n1)' | grep -q 'adopted pinned link /run/ferry/bpffs/n1/link_fy1-p1_in'"
+    bash -c "tail -n +$((m1 + 1)) '$(flog n1)' | grep -q 'adopted pinned link /run/ferry/bpffs/n1/link_${H11}_in'"
   assert "curl n1/p1 -> n2/p1 works again (within 10 s)" \
     wait_for 10 "curl n1/p1 -> n2/p1" "$LAB" exec n1/p1 -- curl -sf --max-time 3 -o /dev/null http://10.77.2.11:8080/case8-restarted
 
@@ -446,6 +451,10 @@ case_leaks() {
   assert "no lab link in the root netns" bash -c "! ip -o link show | awk -F': ' '{print \$2}' | grep -E '^(fy[0-9]+-|fy-wire[0-9]|fy-api[0-9])'"
   assert "no lab pins ($BPFFS/n1, $BPFFS/n2, $CNI_PIN)" bash -c "[ ! -e $BPFFS/n1 ] && [ ! -e $BPFFS/n2 ] && [ ! -e $CNI_PIN ]"
   assert "no state directory $STATE" test ! -e "$STATE"
+  if [ "$LAB_CNI" != none ]; then
+    assert "no CNI state outside the lab's directory (/var/lib/cni/networks/fy-lab-*)" \
+      bash -c '! compgen -G "/var/lib/cni/networks/fy-lab-*" >/dev/null'
+  fi
   assert "no ferryd of the lab running" bash -c '! pgrep -af -- "--config /run/ferry-la[b]/"'
   if [ -n "$LAB_KUBECONFIG" ]; then
     assert "no cluster object of the lab: namespace fy-lab, nodes fy-lab-n1, fy-lab-n2" bash -c '
@@ -484,10 +493,15 @@ wait_no_lab() {
 
 T0=$SECONDS
 wait_no_lab
-echo "== ferry-lab up${FERRY_LAB_SOURCE:+ (FERRY_LAB_SOURCE=$FERRY_LAB_SOURCE)}"
+echo "== ferry-lab up${FERRY_LAB_SOURCE:+ (FERRY_LAB_SOURCE=$FERRY_LAB_SOURCE)}${FERRY_LAB_CNI:+ (FERRY_LAB_CNI=$FERRY_LAB_CNI)}"
 if ! "$LAB" up 8<&- 2>&1 | sed 's/^/    /'; then echo "$ME: FAIL: ferry-lab up failed"; exit 1; fi
 LAB_SOURCE=$(lab_env FERRY_LAB_SOURCE)
 LAB_KUBECONFIG=$(lab_env FERRY_LAB_KUBECONFIG)   # for the leak check, once lab.env is gone
+# The host-side devices are the lab's (fyN-pM) or, with FERRY_LAB_CNI, the plugin's: never assumed.
+LAB_CNI=$(lab_env FERRY_LAB_CNI)                 # who made the pods (for the leak check and the summary)
+H11=$(lab_host_if n1/p1)
+[ -n "$H11" ] || { echo "$ME: FAIL: lab.env names no host-side device of n1/p1"; exit 1; }
+note "pods made by: $LAB_CNI; n1/p1's host side is $H11"
 note "$("$LAB" exec n1/proxy -- curl -s --max-time 2 http://127.0.0.1:15000/datapath | tr '\n' ';')"
 
 # start_echo PORT: an echo server on n2/p1:PORT (one thread per connection), unless one
@@ -651,7 +665,7 @@ case_no_plaintext_escape() {
   cap_start case10
   "$LAB" exec n1/p1 -- python3 "$RAW" frag4 10.77.1.11 10.77.2.11 8080 "$marker" | sed 's/^/      /'
   # A dropped packet sends no signal: n1's counter is the readiness signal.
-  assert "n1 refused both fragments at fy1-p1 (reason FRAGMENT, +2)" \
+  assert "n1 refused both fragments at $H11 (reason FRAGMENT, +2)" \
     wait_for 5 "FRAGMENT >= $((before + 2))" reason_reached n1 FRAGMENT $((before + 2))
   assert "... as drops of pod_egress" test "$(drops n1 pod_egress)" -ge $((dropped + 2))
   "$LAB" exec n1/p1 -- curl -sf --max-time 5 -o /dev/null http://10.77.2.11:8080/case10-after-fragments \
@@ -662,10 +676,10 @@ case_no_plaintext_escape() {
   assert "wire: no fragment of the marker crossed" jqt "$st" '.marker_in_file == false'
   assert "the server never saw the marker" bash -c "! grep -q '$marker' '$(httpd_log n2/p1)'"
 
-  mac=$(ip -n fy-n1 -j link show fy1-p1 | jq -r '.[0].address')
+  mac=$(ip -n fy-n1 -j link show "$H11" | jq -r '.[0].address')
   before=$(reason_count n1 IPV6_TCP)
   "$LAB" exec n1/p1 -- python3 "$RAW" tcp6 eth0 "$mac" "$marker" | sed 's/^/      /'
-  assert "n1 refused the IPv6 TCP SYN at fy1-p1 (reason IPV6_TCP, +1)" \
+  assert "n1 refused the IPv6 TCP SYN at $H11 (reason IPV6_TCP, +1)" \
     wait_for 5 "IPV6_TCP >= $((before + 1))" reason_reached n1 IPV6_TCP $((before + 1))
 }
 
@@ -848,7 +862,7 @@ run_case 1 "cross-node curl n1/p1 -> n2/p1, server sees 10.77.1.11" case_cross_n
 run_case 2 "same-node curl n2/p2 -> n2/p1, server sees 10.77.2.12" case_same_node_curl
 run_case 3 "the wire (n1/p2 -> n2/p1): TLS to :15008, no plaintext of a 64 KiB marker, nothing on :8080" case_wire_capture
 run_case 4 "iperf3 across nodes through the mesh" case_iperf3
-run_case 5 "CNI stand-in after ferry on fy1-p1 ingress: counts the tunnel, its drop policy bites" case_cni_standin
+run_case 5 "CNI stand-in after ferry on n1/p1's host-side ingress: counts the tunnel, its drop policy bites" case_cni_standin
 run_case 6 "capture cannot be dodged (source port 15008; direct :15008)" case_no_dodging
 run_case 7 "UDP and ICMP untouched (reason NOT_TCP)" case_udp_icmp
 run_case 7b "pods leave and join at run time; an unenrolled pod keeps working; others untouched" case_join_leave
@@ -869,7 +883,7 @@ echo
 mesh=$(cat "$TMP/iperf3-mesh.bps" 2>/dev/null || echo 0)
 plain=$(cat "$TMP/iperf3-plain.bps" 2>/dev/null || echo 0)
 awk -v m="$mesh" -v p="$plain" 'BEGIN{printf "iperf3 n1/p1 -> n2/p1: mesh %.2f Gbit/s, plaintext %.2f Gbit/s\n", m/1e9, p/1e9}'
-echo "CNI stand-in on fy1-p1: $(cat "$TMP/cni-seen-15008" 2>/dev/null || echo ?) tunnel packets seen for one curl," \
+echo "CNI stand-in on $H11: $(cat "$TMP/cni-seen-15008" 2>/dev/null || echo ?) tunnel packets seen for one curl," \
   "$(cat "$TMP/cni-dropped" 2>/dev/null || echo ?) dropped by its policy"
-echo "$ME: $PASSED passed, $FAILED failed${SKIPPED_NAMES[*]:+, ${#SKIPPED_NAMES[@]} skipped} ($((SECONDS - T0)) s, workloads from $LAB_SOURCE)${FAILED_NAMES[*]:+; failed: ${FAILED_NAMES[*]}}"
+echo "$ME: $PASSED passed, $FAILED failed${SKIPPED_NAMES[*]:+, ${#SKIPPED_NAMES[@]} skipped} ($((SECONDS - T0)) s, workloads from $LAB_SOURCE, pods made by ${LAB_CNI:-?})${FAILED_NAMES[*]:+; failed: ${FAILED_NAMES[*]}}"
 [ "$FAILED" -eq 0 ]

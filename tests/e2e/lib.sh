@@ -71,6 +71,9 @@ listening() { [ -n "$(ip netns exec "$(pod_ns "$1")" ss -Hltn "sport = :$2")" ];
 lab_env() { sed -n "s/^$1=//p" "$STATE/lab.env"; }
 lab_id() { echo "spiffe://cluster.local/ns/$(lab_env FERRY_LAB_NAMESPACE)/sa/$(lab_env FERRY_LAB_NAME_PREFIX)$1"; }
 lab_id_re() { lab_id "$1" | sed 's/\./\\./g'; }
+# lab_host_if POD (n1/p1): the pod's host-side device in its node netns, as the lab made it
+# (fy1-p1) or as the CNI plugin named it (FERRY_LAB_CNI): lab.env says which.
+lab_host_if() { local t=${1/\//_}; lab_env "FERRY_LAB_HOST_IF_$t"; }
 # lab_workload POD (n2-p1): the workload's name in ferryd's logs (namespace/name).
 lab_workload() { echo "$(lab_env FERRY_LAB_NAMESPACE)/$(lab_env FERRY_LAB_NAME_PREFIX)$1"; }
 
