@@ -215,15 +215,9 @@ Datapath::~Datapath() {
   pods_.clear();
   from_proxy_.reset();
   to_proxy_.reset();
-  if (remove_everything_ && skel_) {
-    // The attachments above detached and unpinned their links; now the maps. A link a
-    // previous ferryd pinned for a pod this one never saw goes too.
-    bpf_map* map;
-    bpf_object__for_each_map(map, skel_->obj) {
-      if (bpf_map__is_pinned(map)) bpf_map__unpin(map, nullptr);
-    }
-  }
   if (skel_) ferry_datapath__destroy(skel_);
+  // The attachments above detached and unpinned their links; the maps' pins and a link an
+  // earlier ferryd pinned for a pod this one never saw go with the directory.
   if (remove_everything_) removePinDir();
 }
 
@@ -232,15 +226,15 @@ void Datapath::removePinDir() {
   size_t removed = 0;
   for (const auto& entry : std::filesystem::directory_iterator(pin_dir_, ec)) {
     auto name = entry.path().filename().string();
-    // Only what a ferryd pins here: its maps (ferry_*) and links (link_*).
+    // Only what a ferryd pins here: its maps (ferry_*, bpf/lib/maps.h) and links (link_*).
     if ((name.rfind("link_", 0) == 0 || name.rfind("ferry_", 0) == 0) && ::unlink(entry.path().c_str()) == 0) ++removed;
   }
   if (::rmdir(pin_dir_.c_str()) == 0) {
-    FERRY_LOG(kInfo, "datapath: uninstall: removed %s (and %d pins left by earlier ferryds)", pin_dir_, removed);
+    FERRY_LOG(kInfo, "datapath: uninstall: removed %s and its %d pins", pin_dir_, removed);
   } else {
     // A bpffs mounted on the directory itself (the lab), or pins of something else.
-    FERRY_LOG(kInfo, "datapath: uninstall: removed ferry's pins from %s (%d left by earlier ferryds); the directory stays: %s",
-              pin_dir_, removed, strerror(errno));
+    FERRY_LOG(kInfo, "datapath: uninstall: removed ferry's %d pins from %s; the directory stays: %s", removed, pin_dir_,
+              strerror(errno));
   }
 }
 

@@ -168,8 +168,6 @@ struct ApiClient::Impl {
   internal::ServerAddress server;
   TokenSource token;
   std::vector<std::shared_ptr<class InformerCore>> informers;
-  // Informers whose state's age does not count in stateAge() (see daemonSet()).
-  std::vector<const Informer*> advisory;
   explicit Impl(asio::io_context& i) : io(i) {}
 };
 
@@ -196,6 +194,9 @@ class InformerCore : public Informer, public std::enable_shared_from_this<Inform
       : keep_(std::move(client)), client_(*keep_), resource_(std::move(resource)), paths_(std::move(paths)), rng_(std::random_device{}()) {}
 
   std::string_view resource() const override { return resource_; }
+  // Whether ApiClient::stateAge() counts this informer (see daemonSet()).
+  bool agesState() const { return ages_state_; }
+  void setAgesState(bool ages) { ages_state_ = ages; }
   void start() override {
     if (running_) return;
     running_ = true;
@@ -255,6 +256,7 @@ class InformerCore : public Informer, public std::enable_shared_from_this<Inform
   std::shared_ptr<ApiClient::Impl> keep_;  // outlives the ApiClient while a step is in flight
   ApiClient::Impl& client_;
   std::string resource_;
+  bool ages_state_ = true;
   std::vector<std::string> paths_;  // preferred API version first
   size_t path_index_ = 0;
   std::mt19937_64 rng_;
@@ -654,8 +656,8 @@ class InformerOf : public InformerCore {
 };
 
 template <class T>
-Informer& addInformer(const std::shared_ptr<ApiClient::Impl>& impl, std::string resource, std::vector<std::string> paths,
-                      Decoder<T> decode, Handler<T>& handler) {
+InformerCore& addInformer(const std::shared_ptr<ApiClient::Impl>& impl, std::string resource,
+                          std::vector<std::string> paths, Decoder<T> decode, Handler<T>& handler) {
   auto informer = std::make_shared<InformerOf<T>>(impl, std::move(resource), std::move(paths), decode, handler);
   impl->informers.push_back(informer);
   return *informer;
@@ -733,7 +735,7 @@ Informer& ApiClient::daemonSet(const std::string& namespace_name, const std::str
                                 internal::decodeDaemonSet, h);
   // The workloads do not depend on it, so neither does readiness: it only decides what a
   // stop leaves behind (and a missing grant must not keep ferryd unready).
-  impl_->advisory.push_back(&informer);
+  informer.setAgesState(false);
   return informer;
 }
 
@@ -747,8 +749,7 @@ void ApiClient::stop() {
 Millis ApiClient::stateAge() const {
   Millis oldest{0};
   for (const auto& i : impl_->informers) {
-    if (std::find(impl_->advisory.begin(), impl_->advisory.end(), i.get()) != impl_->advisory.end()) continue;
-    oldest = std::max(oldest, i->stateAge());
+    if (i->agesState()) oldest = std::max(oldest, i->stateAge());
   }
   return oldest;
 }

@@ -464,9 +464,12 @@ void Server::onWorkloadsChanged(const workloads::Registry& after, const workload
   if (datapath_) datapath_->apply(after, delta);
   // A local pod that left (or moved off its IP): its pooled tunnels go (hbone::Pool::drainSource).
   std::vector<common::IpAddress> left;
+  bool local = false;
   for (const auto& change : delta.changes) {
     const auto* before = change.before.get();
+    local = local || (change.after != nullptr && after.isLocal(*change.after));
     if (before == nullptr || !after.isLocal(*before)) continue;
+    local = true;
     for (const auto& ip : before->ips) {
       const auto* now = after.findLocalByIp(ip);
       if (now == nullptr || !now->hbone) left.push_back(ip);
@@ -480,10 +483,6 @@ void Server::onWorkloadsChanged(const workloads::Registry& after, const workload
         w->shared().stats.hbone_connections_drained_source_left += drained;
       });
     }
-  }
-  bool local = false;
-  for (const auto& change : delta.changes) {
-    for (const auto* w : {change.before.get(), change.after.get()}) local = local || (w != nullptr && after.isLocal(*w));
   }
   if (local) forgetUnusedIdentities();
 }

@@ -354,12 +354,23 @@ void KubernetesSource::recomputeService(const std::string& key, const Registry& 
   auto service = services_.find(key);
   auto slices = slices_of_.find(key);
   if (service != services_.end() && slices != slices_of_.end()) {
-    // Every ready endpoint's IP is remembered, mesh or not: a pod that joins the mesh later
-    // makes this Service's backends change.
+    // Each slice with its ready endpoints' IPs, and of those the mesh workloads'.
+    struct SliceEndpoints {
+      const k8s::EndpointSlice* slice;
+      std::vector<IpAddress> mesh;
+    };
+    std::vector<SliceEndpoints> ready;
     for (const auto& slice_key : slices->second) {
-      for (const auto& ep : slices_.at(slice_key).endpoints) {
+      SliceEndpoints& s = ready.emplace_back(SliceEndpoints{&slices_.at(slice_key), {}});
+      for (const auto& ep : s.slice->endpoints) {
         if (!ep.ready || ep.addresses.empty()) continue;
-        if (auto ip = common::parseIp(ep.addresses.front()); ip.ok()) after.endpoint_ips.push_back(common::canonicalIp(*ip));
+        auto ip = common::parseIp(ep.addresses.front());
+        if (!ip.ok()) continue;
+        // Every ready endpoint's IP is remembered, mesh or not: a pod that joins the mesh
+        // later makes this Service's backends change.
+        after.endpoint_ips.push_back(common::canonicalIp(*ip));
+        const Workload* w = registry.findByIp(*ip);
+        if (w != nullptr && w->hbone) s.mesh.push_back(after.endpoint_ips.back());  // else kube-proxy's business
       }
     }
     std::sort(after.endpoint_ips.begin(), after.endpoint_ips.end());
@@ -367,23 +378,15 @@ void KubernetesSource::recomputeService(const std::string& key, const Registry& 
     for (const auto& port : service->second.ports) {
       if (!port.protocol.empty() && port.protocol != "TCP") continue;
       ServiceBackends backends{key, {}};
-      for (const auto& slice_key : slices->second) {
-        const k8s::EndpointSlice& slice = slices_.at(slice_key);
+      for (const auto& [slice, mesh] : ready) {
         // The slice's port of the same name carries the resolved target port (a named
         // targetPort may be a different number on each pod).
         int32_t target = 0;
-        for (const auto& p : slice.ports) {
+        for (const auto& p : slice->ports) {
           if (p.name == port.name && (p.protocol.empty() || p.protocol == "TCP")) target = p.port;
         }
         if (target <= 0 || target > 65535) continue;
-        for (const auto& ep : slice.endpoints) {
-          if (!ep.ready || ep.addresses.empty()) continue;
-          auto ip = common::parseIp(ep.addresses.front());
-          if (!ip.ok()) continue;
-          const Workload* w = registry.findByIp(*ip);
-          if (w == nullptr || !w->hbone) continue;  // not in the mesh: kube-proxy's business
-          backends.endpoints.emplace_back(common::canonicalIp(*ip), static_cast<uint16_t>(target));
-        }
+        for (const auto& ip : mesh) backends.endpoints.emplace_back(ip, static_cast<uint16_t>(target));
       }
       if (backends.endpoints.empty()) continue;
       std::sort(backends.endpoints.begin(), backends.endpoints.end());
@@ -421,8 +424,7 @@ void KubernetesSource::replace(std::vector<k8s::DaemonSet> daemonsets) {
     if (ds.namespace_name == options_.daemonset_namespace && ds.name == options_.daemonset_name) mine = &ds;
   }
   if (mine != nullptr) {
-    daemonset_seen_ = true;
-    setUninstalling(mine->deleting, mine->deleting ? "is being deleted" : "is back");
+    seen(*mine);
   } else if (daemonset_seen_) {
     // Gone between two lists (the watch broke meanwhile): deleted.
     setUninstalling(true, "is gone");
@@ -437,8 +439,12 @@ void KubernetesSource::apply(k8s::EventType type, k8s::DaemonSet daemonset) {
     setUninstalling(true, "was deleted");
     return;
   }
+  seen(daemonset);
+}
+
+void KubernetesSource::seen(const k8s::DaemonSet& mine) {
   daemonset_seen_ = true;
-  setUninstalling(daemonset.deleting, daemonset.deleting ? "is being deleted" : "is back");
+  setUninstalling(mine.deleting, mine.deleting ? "is being deleted" : "is back");
 }
 
 std::string KubernetesSource::renderPrometheus() const {

@@ -143,6 +143,7 @@ class KubernetesSource : public Source,
   bool pods_listed_ = false, namespaces_listed_ = false;
   bool daemonset_seen_ = false, uninstalling_ = false;
   void setUninstalling(bool uninstalling, const char* why);
+  void seen(const k8s::DaemonSet& mine);  // present in a list or an event
   absl::flat_hash_map<std::string, PodState> pods_;              // by "<namespace>/<name>"
   absl::flat_hash_map<std::string, NamespaceState> namespaces_;
   absl::flat_hash_set<std::string> refused_;                     // keys whose update was refused

@@ -206,20 +206,15 @@ const ServiceBackends* ServiceTable::find(const ServicePort& port) const {
   return it == shard.end() ? nullptr : &it->second;
 }
 
-void ServiceTable::forEach(const std::function<void(const ServicePort&, const ServiceBackends&)>& visit) const {
-  for (const auto& shard : shards_) {
-    for (const auto& [port, backends] : *shard) visit(port, backends);
-  }
-}
-
-std::vector<ServiceChange> Store::applyServices(std::vector<ServiceUpdate> updates) {
+void Store::applyServices(std::vector<ServiceUpdate> updates) {
   auto before = services();
   auto next = std::make_shared<ServiceTable>(*before);  // shares every shard
   std::array<std::shared_ptr<ServiceTable::Shard>, ServiceTable::kShards> copies;
   std::vector<ServiceChange> changes;
   for (auto& u : updates) {
     size_t s = ServiceTable::shardOf(u.port);
-    const ServiceBackends* was = next->shards_[s]->contains(u.port) ? &next->shards_[s]->at(u.port) : nullptr;
+    auto found = next->shards_[s]->find(u.port);
+    const ServiceBackends* was = found != next->shards_[s]->end() ? &found->second : nullptr;
     if (u.backends ? (was != nullptr && *was == *u.backends) : was == nullptr) continue;  // no change
     if (!copies[s]) {
       copies[s] = std::make_shared<ServiceTable::Shard>(*next->shards_[s]);
@@ -233,13 +228,12 @@ std::vector<ServiceChange> Store::applyServices(std::vector<ServiceUpdate> updat
     }
     next->size_ += (u.backends ? 1 : 0) - (was != nullptr ? 1 : 0);
   }
-  if (changes.empty()) return changes;
+  if (changes.empty()) return;
   {
     std::lock_guard lock(current_mu_);
     services_ = next;
   }
   for (const auto& listener : service_listeners_) listener(*next, changes);
-  return changes;
 }
 
 }  // namespace ferry::workloads

@@ -102,7 +102,6 @@ class ServiceTable {
   const ServiceBackends* find(const ServicePort& port) const;
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
-  void forEach(const std::function<void(const ServicePort&, const ServiceBackends&)>& visit) const;
 
  private:
   friend class Store;
@@ -142,10 +141,10 @@ class Store {
     return services_;
   }
   // Control thread: applies the updates (copying only the shards they touch), publishes a
-  // new table when something changed and tells subscribers what did. Returns the changes.
+  // new table when something changed and tells subscribers what did.
   using ServiceListener = std::function<void(const ServiceTable& after, const std::vector<ServiceChange>& changes)>;
   void subscribeServices(ServiceListener listener) { service_listeners_.push_back(std::move(listener)); }
-  std::vector<ServiceChange> applyServices(std::vector<ServiceUpdate> updates);
+  void applyServices(std::vector<ServiceUpdate> updates);
 
   // Control thread only, from here on.
   using Listener = std::function<void(const Registry& after, const Delta& delta)>;
