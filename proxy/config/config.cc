@@ -53,7 +53,7 @@ class ConfigParser {
     auto root = reader_.parseDocument(yaml_text);
     if (!root.ok()) return root.status();
     auto top = reader_.map(*root, {"node", "trust_domain", "workload_source", "workloads_file",
-                                   "kubernetes", "cert_dir", "listen",
+                                   "kubernetes", "cni", "cert_dir", "listen",
                                    "timeouts", "pool", "hbone", "workers", "log_level", "transparent",
                                    "original_destination", "hbone_port", "workloads_poll", "datapath",
                                    "identity", "limits"});
@@ -176,6 +176,7 @@ class ConfigParser {
     if (auto s = parseDatapath(top.find("datapath")); !s.ok()) return s;
     if (auto s = parseIdentity(top.find("identity")); !s.ok()) return s;
     if (auto s = parseLimits(top.find("limits")); !s.ok()) return s;
+    if (auto s = parseCni(top.find("cni")); !s.ok()) return s;
 
     if (auto field = top.find("workers")) {
       auto workers = reader_.integer(*field, 0, kMaxWorkers);
@@ -388,6 +389,60 @@ class ConfigParser {
       if (!value.ok()) return value.status();
       hbone.max_premature_resets = static_cast<uint32_t>(*value);
     }
+    return absl::OkStatus();
+  }
+
+  absl::Status parseCni(const std::optional<YamlField>& field) {
+    if (!field) return absl::OkStatus();
+    auto map = reader_.map(*field, {"enabled", "socket", "state_dir", "pod_wait", "install", "bin_dir", "conf_dir",
+                                    "plugin_binary", "failure_policy", "exclude_namespaces", "plugin_timeout"});
+    if (!map.ok()) return map.status();
+    Cni& cni = config_.cni;
+    for (auto [key, out] : {std::pair{"enabled", &cni.enabled}, std::pair{"install", &cni.install}}) {
+      if (auto f = map->find(key)) {
+        auto v = reader_.boolean(*f);
+        if (!v.ok()) return v.status();
+        *out = *v;
+      }
+    }
+    for (auto [key, out] : {std::pair{"socket", &cni.socket}, std::pair{"state_dir", &cni.state_dir},
+                            std::pair{"bin_dir", &cni.bin_dir}, std::pair{"conf_dir", &cni.conf_dir},
+                            std::pair{"plugin_binary", &cni.plugin_binary}}) {
+      if (auto f = map->find(key)) {
+        auto text = reader_.string(*f);
+        if (!text.ok()) return text.status();
+        // The plugin and the runtime see these paths from the node: relative ones mean nothing there.
+        if (text->empty() || (*text)[0] != '/') return reader_.error(*f, "must be an absolute path");
+        // sockaddr_un's sun_path is 108 bytes with its terminator.
+        if (out == &cni.socket && text->size() > 107) return reader_.error(*f, "longer than 107 bytes (a unix socket path)");
+        *out = *std::move(text);
+      }
+    }
+    if (auto s = optionalEnum<CniFailurePolicy>(*map, "failure_policy",
+                                                {{"closed", CniFailurePolicy::kClosed}, {"open", CniFailurePolicy::kOpen}},
+                                                cni.failure_policy);
+        !s.ok()) {
+      return s;
+    }
+    if (auto f = map->find("exclude_namespaces")) {
+      auto items = reader_.scalarOrSequence(*f);
+      if (!items.ok()) return items.status();
+      cni.exclude_namespaces.clear();
+      for (const auto& item : *items) {
+        auto text = reader_.string(item);
+        if (!text.ok()) return text.status();
+        if (!isObjectName(*text)) return reader_.error(item, absl::StrCat("'", *text, "' is not a namespace name"));
+        cni.exclude_namespaces.push_back(*std::move(text));
+      }
+    }
+    if (auto s = optionalDuration(*map, "pod_wait", cni.pod_wait); !s.ok()) return s;
+    if (auto s = optionalDuration(*map, "plugin_timeout", cni.plugin_timeout); !s.ok()) return s;
+    // The plugin's bound must leave room for the wait it may be answered after.
+    if (cni.plugin_timeout <= cni.pod_wait) {
+      return reader_.error(*field, absl::StrCat("plugin_timeout (", common::formatDuration(cni.plugin_timeout),
+                                                ") must be longer than pod_wait (", common::formatDuration(cni.pod_wait), ")"));
+    }
+    if (cni.install && !cni.enabled) return reader_.error(*field, "install needs enabled: true (the plugin talks to the endpoint)");
     return absl::OkStatus();
   }
 

@@ -165,6 +165,36 @@ struct Kubernetes {
   std::string daemonset_namespace, daemonset_name;
 };
 
+// `cni`: ferry-cni's enrolment endpoint on the node and the chain entry ferryd keeps in the
+// node's CNI configuration (docs/install.md, "The CNI chain").
+enum class CniFailurePolicy {
+  kClosed,  // ferryd unreachable: ADD fails (code 11) for every pod outside exclude_namespaces
+  kOpen,    // ferryd unreachable: ADD succeeds unenrolled (discovery enrols the pod later)
+};
+struct Cni {
+  bool enabled = false;  // serve the endpoint
+  // A path socket (not abstract): the plugin runs in the node's netns, ferryd may not.
+  std::string socket = "/var/run/ferry/cni.sock";
+  // One record per enrolled sandbox, read back after a restart (tmpfs: gone with a reboot,
+  // as the sandboxes are).
+  std::string state_dir = "/var/run/ferry/cni";
+  // How long an ADD waits for the API server's copy of the pod (the kubelet and ferryd watch
+  // the same server: usually already there). Past it the plugin answers "try again later".
+  Millis pod_wait{2'000};
+  // Installation: ferryd copies the plugin into bin_dir and keeps its entry last in the
+  // first configuration list of conf_dir, re-chaining when the primary CNI rewrites it.
+  bool install = false;
+  std::string bin_dir = "/opt/cni/bin";
+  std::string conf_dir = "/etc/cni/net.d";
+  std::string plugin_binary;  // empty: ferry-cni beside ferryd's own executable
+  // What the chain entry tells the plugin (each call reads it afresh).
+  CniFailurePolicy failure_policy = CniFailurePolicy::kClosed;
+  // Never sent to ferryd: kube-system's pods and ferryd's own (a ferryd that is down must
+  // be able to start). kubernetes.daemonset's namespace is added to these.
+  std::vector<std::string> exclude_namespaces{"kube-system"};
+  Millis plugin_timeout{5'000};  // one plugin call, connect to answer
+};
+
 // A state age bound below one second would flap readiness on an ordinary re-list.
 inline constexpr Millis kMinMaxStateAge{1'000};
 
@@ -174,6 +204,7 @@ struct Config {
   WorkloadSourceKind workload_source = WorkloadSourceKind::kFile;
   std::string workloads_file;     // required with source file; relative paths resolve against the config file
   Kubernetes kubernetes;
+  Cni cni;
   std::string cert_dir;           // required; see identity/dir_cert_source.h
   Listen listen;
   Timeouts timeouts;
