@@ -1,0 +1,131 @@
+// ferry-cni: the chained CNI plugin (docs/install.md, "The CNI chain"). The runtime runs it
+// once per call with the CNI_* environment and the plugin's configuration on stdin; it asks
+// ferryd over the node's enrolment socket and prints the result or a CNI error. Every call
+// is bounded by timeoutMs, connect to answer. Statically linked, Boost.JSON only.
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <iterator>
+#include <string>
+
+#include "proxy/cni/plugin.h"
+
+namespace {
+
+using namespace ferry::cni;
+using Clock = std::chrono::steady_clock;
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// Waits for `events` on fd until the deadline; false with *why set on timeout or error.
+bool waitFor(int fd, short events, Clock::time_point deadline, std::string* why) {
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) {
+      *why = "no answer within timeoutMs";
+      return false;
+    }
+    pollfd p{fd, events, 0};
+    int n = ::poll(&p, 1, static_cast<int>(left));
+    if (n > 0) return true;
+    if (n < 0 && errno != EINTR) {
+      *why = std::string("poll: ") + std::strerror(errno);
+      return false;
+    }
+  }
+}
+
+std::variant<Answer, Unreachable> exchange(const Request& req, const PluginOptions& options) {
+  auto deadline = Clock::now() + std::chrono::milliseconds(options.timeout_ms);
+  Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (fd.get() < 0) return Unreachable{std::string("socket: ") + std::strerror(errno)};
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (options.socket.size() >= sizeof(addr.sun_path)) return Unreachable{"the socket path is too long"};
+  std::memcpy(addr.sun_path, options.socket.c_str(), options.socket.size() + 1);
+  std::string why;
+  // A unix connect either completes at once or fails (EAGAIN: ferryd's backlog is full).
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return Unreachable{std::string("connect: ") + std::strerror(errno)};
+  }
+  std::string body = encodeRequest(req);
+  std::string out = frameHeader(static_cast<uint32_t>(body.size())) + body;
+  size_t sent = 0;
+  while (sent < out.size()) {
+    ssize_t n = ::send(fd.get(), out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<size_t>(n);
+    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      if (!waitFor(fd.get(), POLLOUT, deadline, &why)) return Unreachable{why};
+    } else {
+      return Unreachable{std::string("send: ") + std::strerror(errno)};
+    }
+  }
+  std::string in;
+  size_t want = 4;
+  while (in.size() < want) {
+    char buf[4096];
+    ssize_t n = ::recv(fd.get(), buf, std::min(sizeof(buf), want - in.size()), 0);
+    if (n > 0) {
+      in.append(buf, static_cast<size_t>(n));
+      if (want == 4 && in.size() == 4) {
+        uint32_t len = frameLength(reinterpret_cast<const unsigned char*>(in.data()));
+        if (len == 0 || len > kMaxMessageBytes) return Answer{Verdict::kError, "ferryd's answer has a bad length", {}};
+        want += len;
+      }
+    } else if (n == 0) {
+      return Unreachable{"ferryd closed the connection without an answer"};
+    } else if (errno == EAGAIN || errno == EINTR) {
+      if (!waitFor(fd.get(), POLLIN, deadline, &why)) return Unreachable{why};
+    } else {
+      return Unreachable{std::string("recv: ") + std::strerror(errno)};
+    }
+  }
+  std::string error;
+  auto answer = decodeAnswer(std::string_view(in).substr(4), &error);
+  if (!answer) return Answer{Verdict::kError, "ferryd's answer is not understood: " + error, {}};
+  return *answer;
+}
+
+int emit(const Outcome& o) {
+  if (!o.out.empty()) std::cout << o.out << std::endl;
+  if (!o.log.empty()) std::cerr << o.log << std::endl;
+  return o.exit_code;
+}
+
+}  // namespace
+
+int main() {
+  auto env = readEnvironment([](const char* name) { return std::getenv(name); });
+  // The version of the error object: the configuration's when it can be read.
+  std::string stdin_text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+  if (!ok(env)) return emit(Outcome{1, errorJson(std::get<Error>(env), "1.0.0"), {}});
+  const Environment& e = std::get<Environment>(env);
+  if (e.command == Command::kVersion) return emit(Outcome{0, versionJson("1.0.0"), {}});
+  auto config = parseNetworkConfig(stdin_text, e.command != Command::kDel);
+  if (!ok(config)) return emit(Outcome{1, errorJson(std::get<Error>(config), "1.0.0"), {}});
+  const NetworkConfig& c = std::get<NetworkConfig>(config);
+  auto options = parsePluginOptions(stdin_text);
+  if (!ok(options)) return emit(Outcome{1, errorJson(std::get<Error>(options), c.cni_version), {}});
+  const PluginOptions& p = std::get<PluginOptions>(options);
+  return emit(run(e, c, p, [&](const Request& req) { return exchange(req, p); }));
+}

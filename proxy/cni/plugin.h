@@ -1,0 +1,45 @@
+#pragma once
+// What ferry-cni does with one call, without I/O (docs/install.md, "The CNI chain"): the
+// request it sends ferryd and what it prints for each answer, for each way ferryd can be
+// unreachable, under each failure policy. The binary (ferry_cni_main.cc) adds the socket,
+// stdin and the exit code; tests call run() with a fake transport.
+#include <functional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "proxy/cni/protocol.h"
+#include "proxy/cni/spec.h"
+
+namespace ferry::cni {
+
+// Codes of ferry-cni's own errors (SPEC.md: 100 and up belong to the plugin).
+inline constexpr int kEnrolmentFailed = 100;   // ferryd tried and failed, or answered nonsense
+inline constexpr int kNotAttached = 101;       // CHECK: the pod must be enrolled and is not
+
+// The keys ferryd writes into the plugin's entry of the chain (proxy/cni/chain.h).
+struct PluginOptions {
+  std::string socket = "/var/run/ferry/cni.sock";
+  bool fail_open = false;  // failurePolicy: "open"
+  std::vector<std::string> exclude_namespaces;
+  int timeout_ms = 5'000;
+};
+// Code 7 for a key of the wrong type or an unknown failurePolicy.
+Result<PluginOptions> parsePluginOptions(std::string_view stdin_text);
+
+// One exchange with ferryd: its answer, or why there was none (connect refused, timed out).
+struct Unreachable {
+  std::string why;
+};
+using Exchange = std::function<std::variant<Answer, Unreachable>(const Request&)>;
+
+struct Outcome {
+  int exit_code = 0;
+  std::string out;  // stdout: the result (ADD) or the error object
+  std::string log;  // one line for the runtime's log (stderr); may be empty
+};
+Outcome run(const Environment& env, const NetworkConfig& config, const PluginOptions& options,
+            const Exchange& exchange);
+
+}  // namespace ferry::cni
