@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "bpf/shared/datapath.h"
 #include "ferry_datapath.skel.h"
@@ -345,6 +346,45 @@ void Datapath::release(uint32_t ip) {
   if (it == pods_.end()) return;
   FERRY_LOG(kInfo, "datapath: released %s", it->second.ifname);
   pods_.erase(it);  // the Attachments detach
+}
+
+const std::string* Datapath::enrolledDevice(uint32_t ip) const {
+  auto it = pods_.find(ip);
+  return it == pods_.end() ? nullptr : &it->second.ifname;
+}
+
+void Datapath::releaseStale() {
+  absl::flat_hash_set<std::string> devices{cfg_.host_proxy_interface};
+  for (const auto& [ip, pod] : pods_) devices.insert(pod.ifname);
+  size_t pins = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(pin_dir_, ec)) {
+    // Pod links are link_<device>_{in,eg,nkpeer} (enroll()); the proxy's own are kept.
+    std::string name = entry.path().filename().string();
+    if (name.rfind("link_", 0) != 0 || name.rfind("link_proxy_", 0) == 0) continue;
+    size_t cut = name.rfind('_');
+    std::string device = name.substr(5, cut - 5);
+    if (cut <= 5 || devices.contains(device)) continue;
+    if (::unlink(entry.path().c_str()) == 0) {
+      ++pins;
+      FERRY_LOG(kInfo, "datapath: released %s, left by an earlier ferryd for a pod no longer enrolled", name);
+    }
+  }
+  std::vector<uint32_t> stale;
+  uint32_t cur = 0, next = 0;
+  const void* prev = nullptr;
+  while (bpf_map__get_next_key(skel_->maps.ferry_pods, prev, &next, sizeof(next)) == 0) {
+    if (!pods_.contains(next)) stale.push_back(next);
+    cur = next;
+    prev = &cur;
+  }
+  for (uint32_t ip : stale) {
+    bpf_map__delete_elem(skel_->maps.ferry_pods, &ip, sizeof(ip), 0);
+    bpf_map__delete_elem(skel_->maps.ferry_pod_netns, &ip, sizeof(ip), 0);
+  }
+  if (pins + stale.size() > 0) {
+    FERRY_LOG(kInfo, "datapath: start-up reconciliation released %d pinned links and %d pod entries", pins, stale.size());
+  }
 }
 
 void Datapath::applyServices(const std::vector<workloads::ServiceChange>& changes) {

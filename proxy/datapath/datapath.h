@@ -66,6 +66,16 @@ class Datapath : private PodSteering {
   // the pin directory are removed, instead of being left for the next ferryd.
   void removeEverythingAtExit() { remove_everything_ = true; }
 
+  // The device an enrolled pod's programs are on (ip in network order); nullptr when the
+  // pod is not enrolled. With why its last enrolment failed, when it did (the CNI endpoint
+  // answers with it).
+  const std::string* enrolledDevice(uint32_t ip) const;
+  std::string enrolmentFailure(uint32_t ip) const { return sync_.failure(ip); }
+  // Once the source's first whole state is in (after a restart): the pins and ferry_pods
+  // entries an earlier ferryd left for pods this one did not enrol are removed, so that no
+  // pod that left the mesh (or the node) while ferryd was down stays steered.
+  void releaseStale();
+
   const KernelFeatures& features() const { return features_; }
   const InjectionChoice& injection() const { return injection_; }
   size_t enrolledPods() const { return pods_.size(); }

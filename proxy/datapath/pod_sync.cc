@@ -58,7 +58,7 @@ void PodSync::reconcile(uint32_t ip, const workloads::Registry& registry) {
   if (it == pods_.end()) {
     absl::Status st = device.ok() ? kernel_.enroll(ip, *w, *device, flags) : device.status();
     if (!st.ok()) {
-      if (failed_.insert(ip).second) {
+      if (failed_.insert_or_assign(ip, std::string(st.message())).second) {
         FERRY_LOG(kWarn, "datapath: cannot enroll %s (retried every workloads_poll): %s", w->displayName(),
                   st.message());
       }
@@ -99,7 +99,8 @@ void PodSync::apply(const workloads::Registry& after, const workloads::Delta& de
 
 void PodSync::retryFailed(const workloads::Registry& current) {
   if (failed_.empty()) return;
-  std::vector<uint32_t> again(failed_.begin(), failed_.end());
+  std::vector<uint32_t> again;
+  for (const auto& [ip, _] : failed_) again.push_back(ip);
   for (uint32_t ip : again) reconcile(ip, current);
 }
 

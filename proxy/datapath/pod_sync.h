@@ -49,6 +49,11 @@ class PodSync {
   size_t enrolled() const { return pods_.size(); }
   size_t captured() const { return capture_.size(); }
   size_t failed() const { return failed_.size(); }
+  // Why the pod's last enrolment failed ("" when it did not).
+  std::string failure(uint32_t ip) const {
+    auto it = failed_.find(ip);
+    return it == failed_.end() ? std::string() : it->second;
+  }
 
  private:
   void reconcile(uint32_t ip, const workloads::Registry& registry);
@@ -60,7 +65,7 @@ class PodSync {
   PodSteering& kernel_;
   absl::flat_hash_map<uint32_t, Enrolled> pods_;  // by IPv4 (network order)
   absl::flat_hash_set<uint32_t> capture_;         // what the capture map holds
-  absl::flat_hash_set<uint32_t> failed_;          // local pods whose enrolment failed
+  absl::flat_hash_map<uint32_t, std::string> failed_;  // local pods whose enrolment failed, why
 };
 
 // FERRY_POD_* flags of a local workload.

@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -62,6 +63,7 @@ absl::StatusOr<bool> FileSource::reload(Store& store) {
   if (!all.ok()) return all.status();
   text = std::string();
   size_t total = all->size();
+  adjust(*all);
   auto result = store.replaceAll(*std::move(all));
   // The file was checked for duplicate IPs, so nothing is refused here; say so if it is.
   if (!result.rejected.empty()) {
@@ -76,6 +78,75 @@ absl::StatusOr<bool> FileSource::reload(Store& store) {
   FERRY_LOG(kInfo, "workloads: loaded %d workloads (%d local) from %s, %d changed, generation %d", total,
             registry->localCount(), file_.path(), result.changed, store.generation());
   return result.changed > 0;
+}
+
+void FileSource::adjust(std::vector<Workload>& all) {
+  if (sandboxes_.empty() && deleted_sandboxes_.empty()) return;
+  std::erase_if(all, [&](Workload& w) {
+    auto it = deleted_sandboxes_.find(w.displayName());
+    if (it == deleted_sandboxes_.end()) return false;
+    it->second = std::move(w);
+    return true;
+  });
+  for (auto& w : all) {
+    if (!w.host_interface.empty()) continue;
+    if (auto it = sandboxes_.find(w.displayName()); it != sandboxes_.end()) w.host_interface = it->second.device;
+  }
+}
+
+CniDecision FileSource::cniAdd(Store& store, const CniSandbox& sandbox) {
+  auto registry = store.current();
+  const Workload* found = nullptr;
+  for (const auto& w : registry->local()) {
+    if (w->displayName() == sandbox.key) found = w.get();
+  }
+  if (found == nullptr) {
+    // Its previous sandbox was deleted: the file's entry comes back with the new one.
+    if (auto it = deleted_sandboxes_.find(sandbox.key); it != deleted_sandboxes_.end()) {
+      return cniAddTo(store, it->second, sandbox);
+    }
+  }
+  if (found == nullptr) {
+    return {CniDecision::kNotEnrolled, absl::StrCat("not a workload of node ", registry->localNode(), " in ", file_.path())};
+  }
+  return cniAddTo(store, *found, sandbox);
+}
+
+CniDecision FileSource::cniAddTo(Store& store, Workload w, const CniSandbox& sandbox) {
+  for (const auto& ip : sandbox.ips) {
+    if (std::find(w.ips.begin(), w.ips.end(), ip) == w.ips.end()) {
+      return {CniDecision::kRefused, absl::StrCat(file_.path(), " gives ", sandbox.key, " other addresses than the ",
+                                                  ip.to_string(), " its CNI assigned")};
+    }
+  }
+  auto known = sandboxes_.find(sandbox.key);
+  bool file_names_device = !w.host_interface.empty() && (known == sandboxes_.end() || known->second.device != w.host_interface);
+  if (file_names_device && w.host_interface != sandbox.device) {
+    return {CniDecision::kRefused, absl::StrCat(file_.path(), " names host_interface ", w.host_interface, " for ",
+                                                sandbox.key, "; its CNI made ", sandbox.device)};
+  }
+  sandboxes_[sandbox.key] = Sandbox{sandbox.device, sandbox.container_id};
+  deleted_sandboxes_.erase(sandbox.key);
+  w.host_interface = sandbox.device;
+  std::string key = w.displayName();
+  store.apply({Update{std::move(key), std::move(w)}});
+  return {CniDecision::kEnrolled, ""};
+}
+
+void FileSource::cniDel(Store& store, const std::string& key, const std::string& container_id) {
+  if (auto it = sandboxes_.find(key); it != sandboxes_.end()) {
+    if (it->second.container_id != container_id) return;  // an older sandbox's DEL
+    sandboxes_.erase(it);
+  }
+  auto registry = store.current();
+  for (const auto& w : registry->local()) {
+    if (w->displayName() != key) continue;
+    Workload kept = *w;
+    kept.host_interface.clear();  // the device went with the sandbox
+    deleted_sandboxes_.insert_or_assign(key, std::move(kept));
+    store.apply({Update{key, std::nullopt}});
+    return;
+  }
 }
 
 }  // namespace ferry::workloads

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "proxy/common/file.h"
 #include "proxy/config/workloads_file.h"
 #include "proxy/workloads/source.h"
@@ -31,8 +32,22 @@ class FileSource : public Source {
   bool poll(Store& store) override;
   uint64_t failures() const override { return failures_.load(std::memory_order_relaxed); }
   std::string describe() const override { return "file " + file_.path(); }
+  // ferry-cni: a workload of this node in the file is in the mesh; the sandbox supplies its
+  // device when the file names none, and must agree with its addresses.
+  CniDecision cniAdd(Store& store, const CniSandbox& sandbox) override;
+  void cniDel(Store& store, const std::string& key, const std::string& container_id) override;
 
  private:
+  // The file's workloads as published: devices from ferry-cni filled in, deleted sandboxes out.
+  void adjust(std::vector<Workload>& all);
+  CniDecision cniAddTo(Store& store, Workload workload, const CniSandbox& sandbox);
+  struct Sandbox {
+    std::string device, container_id;
+  };
+  absl::flat_hash_map<std::string, Sandbox> sandboxes_;  // by key
+  // Workloads whose sandbox ferry-cni deleted, as the file has them: out of the registry
+  // until an ADD brings them back.
+  absl::flat_hash_map<std::string, Workload> deleted_sandboxes_;
   // Reads and applies the file if it changed; false when unchanged.
   absl::StatusOr<bool> reload(Store& store);
 

@@ -38,7 +38,7 @@ bool enrolled(const EnrolmentLabels& l, bool istio_ambient) {
   return istio_ambient && is(l.namespace_istio, "ambient");
 }
 
-absl::StatusOr<Workload> podWorkload(const k8s::Pod& pod) {
+absl::Status podUnfit(const k8s::Pod& pod) {
   // Host-network pods have the node's IP: capturing it would capture the node.
   if (pod.host_network) return absl::FailedPreconditionError("host network");
   if (pod.deleting) return absl::FailedPreconditionError("terminating");
@@ -46,6 +46,11 @@ absl::StatusOr<Workload> podWorkload(const k8s::Pod& pod) {
     return absl::FailedPreconditionError(absl::StrCat("phase ", pod.phase));
   }
   if (pod.node_name.empty()) return absl::FailedPreconditionError("not scheduled");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Workload> podWorkload(const k8s::Pod& pod) {
+  if (auto st = podUnfit(pod); !st.ok()) return st;
   if (pod.pod_ips.empty()) return absl::FailedPreconditionError("no IP yet");
   Workload w;
   w.name = pod.name;
@@ -69,6 +74,7 @@ KubernetesSource::~KubernetesSource() { stop(); }
 
 absl::Status KubernetesSource::start(Store& store) {
   store_ = &store;
+  local_node_ = store.current()->localNode();
   // The Services that list a pod that changed are recomputed (and only those).
   store.subscribe([this](const Registry&, const Delta& delta) {
     for (const auto& change : delta.changes) {
@@ -113,11 +119,19 @@ absl::Status KubernetesSource::health() const {
   return absl::OkStatus();
 }
 
-KubernetesSource::PodState KubernetesSource::stateOf(const k8s::Pod& pod) {
+KubernetesSource::PodState KubernetesSource::stateOf(const k8s::Pod& pod) const {
   PodState s;
   s.namespace_name = intern(pod.namespace_name);
   if (const auto* v = k8s::findLabel(pod.labels, kFerryLabel)) s.ferry_label = labelKeyword(*v);
   if (const auto* v = k8s::findLabel(pod.labels, kIstioLabel)) s.istio_label = labelKeyword(*v);
+  // A pod of this node may be enrolled through ferry-cni before the API server has its IP:
+  // keep what its workload needs, and its uid to tell it from an earlier pod of its name.
+  if (!local_node_.empty() && pod.node_name == local_node_) {
+    s.uid = pod.uid;
+    s.service_account = intern(pod.service_account.empty() ? "default" : pod.service_account);
+    s.node = intern(pod.node_name);
+    s.awaiting_ip = podUnfit(pod).ok() && pod.pod_ips.empty();
+  }
   auto w = podWorkload(pod);
   if (!w.ok()) {
     s.not_workload = w.status();
@@ -148,18 +162,87 @@ KubernetesSource::NamespaceState KubernetesSource::stateOf(const k8s::Namespace&
   return s;
 }
 
-Update KubernetesSource::updateFor(const std::string& key) const {
-  Update u{key, std::nullopt};
-  auto it = pods_.find(key);
-  if (it == pods_.end() || !it->second.not_workload.ok()) return u;
-  const PodState& p = it->second;
+bool KubernetesSource::inMesh(const PodState& p) const {
   EnrolmentLabels labels{p.ferry_label, p.istio_label};
   if (auto ns = namespaces_.find(p.namespace_name.str()); ns != namespaces_.end()) {
     labels.namespace_ferry = ns->second.has_ferry ? &ns->second.ferry_label : nullptr;
     labels.namespace_istio = ns->second.has_istio ? &ns->second.istio_label : nullptr;
   }
-  if (enrolled(labels, options_.istio_ambient)) u.workload = workloadOf(key, p);
+  return enrolled(labels, options_.istio_ambient);
+}
+
+const CniSandbox* KubernetesSource::sandboxOf(const std::string& key, const PodState& p) const {
+  auto it = sandboxes_.find(key);
+  if (it == sandboxes_.end()) return nullptr;
+  // A sandbox of an earlier pod of the same name (its DEL never reached ferryd) is not this pod's.
+  if (!it->second.pod_uid.empty() && !p.uid.empty() && it->second.pod_uid != p.uid) return nullptr;
+  return &it->second;
+}
+
+Update KubernetesSource::updateFor(const std::string& key) const {
+  Update u{key, std::nullopt};
+  auto it = pods_.find(key);
+  if (it == pods_.end()) return u;
+  const PodState& p = it->second;
+  const CniSandbox* sandbox = sandboxOf(key, p);
+  // Its sandbox was deleted (ferry-cni DEL) and no new one was added: the API server's IP is
+  // stale, and may already be another pod's.
+  if (sandbox == nullptr && deleted_sandboxes_.contains(key)) return u;
+  if (!p.not_workload.ok() && !(p.awaiting_ip && sandbox != nullptr)) return u;
+  if (!inMesh(p)) return u;
+  Workload w = workloadOf(key, p);
+  // For a pod of this node the CNI's word is the newer: the API server learns the IP from
+  // the kubelet after ADD returned, and keeps an old one while a sandbox is recreated.
+  if (sandbox != nullptr) {
+    w.ips = sandbox->ips;
+    w.host_interface = sandbox->device;
+  }
+  u.workload = std::move(w);
   return u;
+}
+
+CniDecision KubernetesSource::cniAdd(Store& store, const CniSandbox& sandbox) {
+  sandboxes_[sandbox.key] = sandbox;
+  deleted_sandboxes_.erase(sandbox.key);
+  if (!pods_listed_ || !namespaces_listed_) {
+    return {CniDecision::kNotYet, "ferryd is waiting for its first list of pods and namespaces from the API server"};
+  }
+  auto it = pods_.find(sandbox.key);
+  if (it == pods_.end()) {
+    return {CniDecision::kNotYet, absl::StrCat("the API server's copy of pod ", sandbox.key, " has not reached ferryd yet")};
+  }
+  const PodState& p = it->second;
+  if (sandboxOf(sandbox.key, p) == nullptr) {
+    return {CniDecision::kNotYet, absl::StrCat("ferryd still sees an earlier pod named ", sandbox.key, " (uid ", p.uid,
+                                               ", the sandbox is for ", sandbox.pod_uid, ")")};
+  }
+  if (!p.not_workload.ok() && !p.awaiting_ip) {
+    if (p.node.empty()) {
+      return {CniDecision::kNotYet, absl::StrCat("ferryd does not see pod ", sandbox.key, " on this node yet")};
+    }
+    return {CniDecision::kNotYet, absl::StrCat("ferryd's copy of pod ", sandbox.key, " is ", p.not_workload.message())};
+  }
+  if (!inMesh(p)) return {CniDecision::kNotEnrolled, "its labels and its namespace's keep it out of the mesh"};
+  publish({updateFor(sandbox.key)});
+  auto registry = store.current();
+  for (const auto& ip : sandbox.ips) {
+    const Workload* w = registry->findByIp(ip);
+    if (w == nullptr || w->displayName() != sandbox.key) {
+      return {CniDecision::kNotYet,
+              absl::StrCat(ip.to_string(), " is still held by ", w == nullptr ? std::string("nobody") : w->displayName(),
+                           " in ferryd's registry (the API server has not seen that pod go)")};
+    }
+  }
+  return {CniDecision::kEnrolled, ""};
+}
+
+void KubernetesSource::cniDel(Store&, const std::string& key, const std::string& container_id) {
+  if (auto it = sandboxes_.find(key); it != sandboxes_.end()) {
+    if (it->second.container_id != container_id) return;  // an older sandbox's DEL
+    sandboxes_.erase(it);
+  }
+  deleted_sandboxes_.insert(key);
+  publish({updateFor(key)});
 }
 
 void KubernetesSource::account(const Store::Result& result) {
@@ -210,6 +293,15 @@ void KubernetesSource::replace(std::vector<k8s::Pod> pods) {
   pods_.clear();
   pods_.reserve(pods.size());
   for (const auto& pod : pods) pods_[absl::StrCat(pod.namespace_name, "/", pod.name)] = stateOf(pod);
+  // Sandboxes and deletions of pods that no longer exist (their DEL never came).
+  for (auto it = sandboxes_.begin(); it != sandboxes_.end();) {
+    auto here = it++;
+    if (!pods_.contains(here->first)) sandboxes_.erase(here);
+  }
+  for (auto it = deleted_sandboxes_.begin(); it != deleted_sandboxes_.end();) {
+    auto here = it++;
+    if (!pods_.contains(*here)) deleted_sandboxes_.erase(here);
+  }
   pods_listed_ = true;
   if (namespaces_listed_) publishAll();
 }
@@ -218,6 +310,8 @@ void KubernetesSource::apply(k8s::EventType type, k8s::Pod pod) {
   std::string key = absl::StrCat(pod.namespace_name, "/", pod.name);
   if (type == k8s::EventType::kDeleted) {
     pods_.erase(key);
+    sandboxes_.erase(key);
+    deleted_sandboxes_.erase(key);
   } else {
     PodState s = stateOf(pod);
     if (!s.not_workload.ok()) ++not_workloads_;

@@ -45,7 +45,9 @@ struct EnrolmentLabels {
 };
 bool enrolled(const EnrolmentLabels& labels, bool istio_ambient);
 
-// The workload an enrolled pod is, or why it is none ("host network", "no IP", ...).
+// Why a pod cannot carry traffic whatever its IPs ("host network", "terminating", ...).
+absl::Status podUnfit(const k8s::Pod& pod);
+// The workload an enrolled pod is, or why it is none (podUnfit's reasons, "no IP yet").
 absl::StatusOr<Workload> podWorkload(const k8s::Pod& pod);
 
 // The client's handler of pods and namespaces (public: tests drive it with the events a
@@ -88,6 +90,10 @@ class KubernetesSource : public Source,
   // means it is not.
   void replace(std::vector<k8s::DaemonSet> daemonsets) override;
   void apply(k8s::EventType type, k8s::DaemonSet daemonset) override;
+  // ferry-cni (Source): a local pod's sandbox supplies its IPs and device before the API
+  // server has them; the labels decide as for every pod.
+  CniDecision cniAdd(Store& store, const CniSandbox& sandbox) override;
+  void cniDel(Store& store, const std::string& key, const std::string& container_id) override;
   // Control thread: whether a stop now is an uninstall (docs/install.md, Uninstall).
   bool uninstalling() const { return uninstalling_; }
 
@@ -116,6 +122,10 @@ class KubernetesSource : public Source,
     absl::Status not_workload;                 // why it cannot be a workload (OK: it can)
     InternedString service_account, node;
     IpList ips;
+    // Pods of this node only (~100): the uid, and whether only an IP is missing (a sandbox
+    // reported by ferry-cni can supply it).
+    std::string uid;
+    bool awaiting_ip = false;
   };
   static Workload workloadOf(const std::string& key, const PodState& pod);
   struct NamespaceState {
@@ -124,7 +134,10 @@ class KubernetesSource : public Source,
     friend bool operator==(const NamespaceState&, const NamespaceState&) = default;
   };
 
-  static PodState stateOf(const k8s::Pod& pod);
+  PodState stateOf(const k8s::Pod& pod) const;
+  bool inMesh(const PodState& pod) const;
+  // The sandbox ferry-cni reported for this pod (null: none, or one of an earlier pod).
+  const CniSandbox* sandboxOf(const std::string& key, const PodState& pod) const;
   static NamespaceState stateOf(const k8s::Namespace& ns);
   // The update that makes the registry agree with pods_[key] (a removal when not enrolled).
   Update updateFor(const std::string& key) const;
@@ -140,6 +153,7 @@ class KubernetesSource : public Source,
   KubernetesSourceOptions options_;
   std::string describe_;
   Store* store_ = nullptr;
+  std::string local_node_;
   bool pods_listed_ = false, namespaces_listed_ = false;
   bool daemonset_seen_ = false, uninstalling_ = false;
   void setUninstalling(bool uninstalling, const char* why);
@@ -147,6 +161,8 @@ class KubernetesSource : public Source,
   absl::flat_hash_map<std::string, PodState> pods_;              // by "<namespace>/<name>"
   absl::flat_hash_map<std::string, NamespaceState> namespaces_;
   absl::flat_hash_set<std::string> refused_;                     // keys whose update was refused
+  absl::flat_hash_map<std::string, CniSandbox> sandboxes_;       // by pod key: ferry-cni ADDs
+  absl::flat_hash_set<std::string> deleted_sandboxes_;           // pods whose sandbox DEL came last
   absl::flat_hash_map<std::string, k8s::Service> services_;      // by "<namespace>/<name>"
   absl::flat_hash_map<std::string, k8s::EndpointSlice> slices_;  // by "<namespace>/<name>"
   absl::flat_hash_map<std::string, absl::flat_hash_set<std::string>> slices_of_;  // Service -> its slices

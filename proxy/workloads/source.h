@@ -11,6 +11,27 @@
 
 namespace ferry::workloads {
 
+// A pod sandbox as ferry-cni reports it on ADD (docs/install.md, "The CNI chain"): who the
+// pod is, the addresses its CNI gave it and the host-side device it sits behind -- before
+// the API server knows any of it.
+struct CniSandbox {
+  std::string key;           // "<namespace>/<name>"
+  std::string container_id;
+  std::string pod_uid;       // "" when the runtime passed none
+  IpList ips;                // canonical
+  std::string device;        // host-side device
+};
+struct CniDecision {
+  enum Kind {
+    kEnrolled,     // the workload is published with the sandbox's addresses and device
+    kNotEnrolled,  // the pod is not in the mesh (labels, not in the file)
+    kNotYet,       // cannot tell yet (the pod's object has not arrived): ask again
+    kRefused,      // it is in the mesh and cannot be enrolled as reported: `reason`
+  };
+  Kind kind = kNotYet;
+  std::string reason;
+};
+
 class Source {
  public:
   virtual ~Source() = default;
@@ -27,6 +48,13 @@ class Source {
   // kubernetes.max_state_age); readiness reports the reason. The last good state keeps
   // serving either way.
   virtual absl::Status health() const { return absl::OkStatus(); }
+  // Control thread. ferry-cni's ADD: the sandbox's addresses and device join what the
+  // source knows of the pod (kept until cniDel; a later ADD of the pod replaces them) and
+  // the source decides, publishing the workload when it is in the mesh.
+  virtual CniDecision cniAdd(Store& store, const CniSandbox& sandbox) = 0;
+  // ferry-cni's DEL: the sandbox is gone; the pod stops being steered at once (a DEL of an
+  // older sandbox than the one the source holds changes nothing).
+  virtual void cniDel(Store& store, const std::string& key, const std::string& container_id) = 0;
   // For logs and /config_dump: "file /etc/ferry/workloads.yaml".
   virtual std::string describe() const = 0;
 };

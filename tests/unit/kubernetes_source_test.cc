@@ -281,6 +281,82 @@ TEST_F(KubernetesSourceTest, AClusterIpTakenOverByAnotherServiceStaysCaptured) {
   EXPECT_EQ(backends(store_, "10.96.0.1", 80), (std::vector<std::string>{"10.244.1.2:9090"}));
 }
 
+// ferry-cni (docs/install.md, "The CNI chain"): a sandbox of this node's pod, reported on ADD.
+CniSandbox sandbox(const std::string& key, const std::string& ip, const std::string& container = "c1",
+                   const std::string& uid = "") {
+  return CniSandbox{key, container, uid, IpList{*common::parseIp(ip)}, "veth" + container};
+}
+
+TEST_F(KubernetesSourceTest, ACniAddEnrolsAPodTheApiServerHasNoIpForYetWithTheSandboxsAddressAndDevice) {
+  source_.replace(std::vector<k8s::Namespace>{ns("shop", kEnabled), ns("batch")});
+  source_.replace(std::vector<k8s::Pod>{pod("shop", "web-0", ""), pod("batch", "job-0", "")});
+  EXPECT_TRUE(workloads().empty()) << "no IP in the API server yet";
+  CniDecision d = source_.cniAdd(store_, sandbox("shop/web-0", "10.244.0.9", "c1", "shop-web-0"));
+  EXPECT_EQ(d.kind, CniDecision::kEnrolled) << d.reason;
+  const Workload* web = at("10.244.0.9");
+  ASSERT_NE(web, nullptr);
+  EXPECT_EQ(web->host_interface, "vethc1") << "the device comes from the CNI, not from a route lookup";
+  EXPECT_EQ(web->service_account.str(), "sa-web-0");
+  // Labels decide for CNI pods as for every pod.
+  d = source_.cniAdd(store_, sandbox("batch/job-0", "10.244.0.10", "c2"));
+  EXPECT_EQ(d.kind, CniDecision::kNotEnrolled);
+  EXPECT_EQ(at("10.244.0.10"), nullptr);
+  // The API server then reports the same IP: nothing changes.
+  size_t before = deltas_.size();
+  source_.apply(EventType::kModified, pod("shop", "web-0", "10.244.0.9"));
+  EXPECT_EQ(deltas_.size(), before);
+  EXPECT_EQ(at("10.244.0.9")->host_interface, "vethc1");
+}
+
+TEST_F(KubernetesSourceTest, ACniAddBeforeThePodsObjectArrivesIsAnsweredNotYetUntilItDoes) {
+  EXPECT_EQ(source_.cniAdd(store_, sandbox("shop/web-0", "10.244.0.9")).kind, CniDecision::kNotYet)
+      << "no first list yet";
+  source_.replace(std::vector<k8s::Namespace>{ns("shop", kEnabled)});
+  source_.replace(std::vector<k8s::Pod>{});
+  CniDecision d = source_.cniAdd(store_, sandbox("shop/web-0", "10.244.0.9"));
+  EXPECT_EQ(d.kind, CniDecision::kNotYet);
+  EXPECT_NE(d.reason.find("has not reached ferryd"), std::string::npos) << d.reason;
+  // The watch event brings it; the sandbox already given is used at once.
+  source_.apply(EventType::kAdded, pod("shop", "web-0", ""));
+  ASSERT_NE(at("10.244.0.9"), nullptr);
+  EXPECT_EQ(source_.cniAdd(store_, sandbox("shop/web-0", "10.244.0.9")).kind, CniDecision::kEnrolled);
+}
+
+TEST_F(KubernetesSourceTest, AnEarlierPodOfTheSameNameIsNotTakenForTheNewOne) {
+  source_.replace(std::vector<k8s::Namespace>{ns("shop", kEnabled)});
+  k8s::Pod old = pod("shop", "db-0", "10.244.0.5");
+  old.deleting = true;
+  source_.replace(std::vector<k8s::Pod>{old});
+  // The StatefulSet's new db-0 (another uid) gets its sandbox before ferryd sees the old one go.
+  CniDecision d = source_.cniAdd(store_, sandbox("shop/db-0", "10.244.0.6", "c2", "new-uid"));
+  EXPECT_EQ(d.kind, CniDecision::kNotYet);
+  EXPECT_NE(d.reason.find("earlier pod"), std::string::npos) << d.reason;
+  source_.apply(EventType::kDeleted, old);
+  k8s::Pod fresh = pod("shop", "db-0", "");
+  fresh.uid = "new-uid";
+  source_.apply(EventType::kAdded, fresh);
+  EXPECT_EQ(source_.cniAdd(store_, sandbox("shop/db-0", "10.244.0.6", "c2", "new-uid")).kind, CniDecision::kEnrolled);
+}
+
+TEST_F(KubernetesSourceTest, ACniDelReleasesThePodAtOnceAndTheApiServersStaleIpDoesNotBringItBack) {
+  source_.replace(std::vector<k8s::Namespace>{ns("shop", kEnabled)});
+  source_.replace(std::vector<k8s::Pod>{pod("shop", "web-0", "")});
+  ASSERT_EQ(source_.cniAdd(store_, sandbox("shop/web-0", "10.244.0.9", "c1")).kind, CniDecision::kEnrolled);
+  source_.apply(EventType::kModified, pod("shop", "web-0", "10.244.0.9"));
+  // A DEL of an older sandbox changes nothing.
+  source_.cniDel(store_, "shop/web-0", "c0");
+  EXPECT_NE(at("10.244.0.9"), nullptr);
+  source_.cniDel(store_, "shop/web-0", "c1");
+  EXPECT_EQ(at("10.244.0.9"), nullptr) << "released with its sandbox";
+  source_.apply(EventType::kModified, pod("shop", "web-0", "10.244.0.9", {{"other", "label"}}));
+  EXPECT_EQ(at("10.244.0.9"), nullptr) << "the API server's IP is the deleted sandbox's";
+  // The sandbox is recreated (DEL then ADD of the same pod name): a new address and device.
+  ASSERT_EQ(source_.cniAdd(store_, sandbox("shop/web-0", "10.244.0.12", "c3")).kind, CniDecision::kEnrolled);
+  EXPECT_EQ(at("10.244.0.9"), nullptr) << "the CNI's word is newer than the API server's";
+  ASSERT_NE(at("10.244.0.12"), nullptr);
+  EXPECT_EQ(at("10.244.0.12")->host_interface, "vethc3");
+}
+
 TEST(KubernetesSourceUninstall, OnlyASeenDeletionOfItsOwnDaemonSetIsAnUninstall) {
   KubernetesSourceOptions options;
   options.daemonset_namespace = "ferry-system";
