@@ -231,6 +231,8 @@ absl::Status Server::start() {
     }
   }
   if (datapath_) datapath_->setHbonePaused(false);
+  // Pods are enrolled once ferryd listens: an answer "enrolled" means their first SYN finds it.
+  if (auto st = startCniEndpoint(); !st.ok()) return st;
   readiness_.route("/healthz/ready", [this] {
     absl::Status ready = readiness();
     if (ready.ok()) return HttpResponse{200, "text/plain; charset=utf-8", "ready\n"};
@@ -460,6 +462,15 @@ absl::Status Server::makeWorkloadSource() {
   return absl::OkStatus();
 }
 
+absl::Status Server::startCniEndpoint() {
+  if (!config_.cni.enabled) return absl::OkStatus();
+  if (!datapath_) return absl::FailedPreconditionError("cni.enabled needs the tc datapath (datapath.enabled: true)");
+  cni_enrolment_ = std::make_unique<PodEnrolment>(workloads_, *source_, *datapath_);
+  cni_endpoint_ = std::make_unique<CniEndpoint>(control_, config_.cni, *cni_enrolment_);
+  cni_endpoint_->restore(&PodEnrolment::sandboxExists);
+  return cni_endpoint_->start();
+}
+
 void Server::onWorkloadsChanged(const workloads::Registry& after, const workloads::Delta& delta) {
   if (datapath_) datapath_->apply(after, delta);
   // A local pod that left (or moved off its IP): its pooled tunnels go (hbone::Pool::drainSource).
@@ -492,6 +503,10 @@ void Server::pollOnce() {
   if (datapath_) {
     datapath_->retryFailed(*workloads_.current());
     datapath_->checkAttachments();
+    if (!stale_released_ && source_->health().ok()) {
+      stale_released_ = true;
+      datapath_->releaseStale();
+    }
   }
   stats_.workloads_reload_failures.store(source_->failures() + workloads_.rejected(), std::memory_order_relaxed);
 }
@@ -670,6 +685,9 @@ void Server::beginDrain() {
   // A planned stop: peers' new tunnels are held (dropped SYNs) for the next ferryd, not
   // refused as if this node had no ferryd (bpf/to_proxy.bpf.c).
   if (datapath_) datapath_->setHbonePaused(true);
+  // ferry-cni finds no socket and answers at once by its failure policy, rather than
+  // enrolling pods with a ferryd on its way out.
+  if (cni_endpoint_) cni_endpoint_->stop();
   if (datapath_ && k8s_source_ != nullptr && k8s_source_->uninstalling()) {
     // No next ferryd is coming: leave the node as it was before ferry (docs/install.md).
     FERRY_LOG(kInfo, "uninstall: ferryd's DaemonSet was deleted; every program and pin goes at exit");
@@ -778,6 +796,7 @@ std::string Server::renderMetrics() {
                   "# TYPE ferry_workloads gauge\nferry_workloads{scope=\"all\"} ", reg->size(),
                   "\nferry_workloads{scope=\"local\"} ", reg->localCount(), "\n");
   if (datapath_) absl::StrAppend(&out, datapath_->renderPrometheus());
+  if (cni_endpoint_) cni_endpoint_->renderPrometheus(out);
   renderIdentityMetrics(out);
   absl::StrAppend(&out, "# HELP ferry_ready 1 when ferryd accepts connections\n# TYPE ferry_ready gauge\nferry_ready ",
                   ready() ? 1 : 0, "\n");

@@ -24,6 +24,8 @@
 #include "proxy/identity/dir_cert_source.h"
 #include "proxy/identity/tls_context.h"
 #include "proxy/identity/watched_ca_source.h"
+#include "proxy/server/cni_endpoint.h"
+#include "proxy/server/cni_enrolment.h"
 #include "proxy/server/http_server.h"
 #include "proxy/session/context.h"
 #include "proxy/workloads/registry.h"
@@ -124,6 +126,13 @@ class Server {
   size_t service_log_added_ = 0, service_log_removed_ = 0;
   std::optional<datapath::NetnsFd> proxy_netns_;
   std::unique_ptr<datapath::Datapath> datapath_;
+  // cni.enabled: ferry-cni's endpoint (proxy/server/cni_endpoint.h).
+  std::unique_ptr<PodEnrolment> cni_enrolment_;
+  std::unique_ptr<CniEndpoint> cni_endpoint_;
+  absl::Status startCniEndpoint();
+  // The source's first whole state was in and the datapath released what an earlier ferryd
+  // left for pods no longer enrolled (Datapath::releaseStale).
+  bool stale_released_ = false;
   // The data-plane listeners, and the operator ones (readiness, metrics, admin) when
   // `operator_too`; bindOperatorListeners() does those alone.
   absl::Status bindListeners(bool operator_too);
