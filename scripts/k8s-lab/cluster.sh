@@ -2,7 +2,7 @@
 # A real single-node Kubernetes 1.20 on this machine (docs/k8s-lab.md):
 #   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd (+ runc behind a
 #   wrapper), kubelet, kube-proxy, the reference CNI bridge plugin.
-# Usage (root): cluster.sh up|down|status|kubeconfig|import TARBALL...
+# Usage (root): cluster.sh up|down|status|kubeconfig|cni-dirs|import TARBALL...
 #   up          starts everything from the cached binaries (build-kubernetes.sh builds them on
 #               a cold cache) and returns once the node is Ready; prints the kubeconfig path
 #   down        stops exactly what up started (by PID) and removes every file, mount, netns,
@@ -10,6 +10,7 @@
 #               kube-proxy change. Safe to run twice or after a failed up.
 #   status      one line per component
 #   kubeconfig  prints the admin kubeconfig's path
+#   cni-dirs    prints containerd's CNI plugin folder and configuration folder
 #   import      imports OCI image archives into the cluster's containerd (namespace k8s.io)
 # Works from any checkout: nothing here depends on the caller's directory. Component logs go
 # to $FY_K8S_LOGS (default: build/k8s-lab/ of the checkout holding this script).
@@ -229,7 +230,12 @@ setup_bridge() {
 write_configs() {
   local runc
   runc=$(command -v runc) || die "runc missing: run scripts/bootstrap.sh k8s-lab"
-  mkdir -p "$STATE/bin" "$STATE/cni/net.d" "$STATE/cni/ipam" "$STATE/kubelet" "$RUN/containerd"
+  mkdir -p "$STATE/bin" "$STATE/cni/net.d" "$STATE/cni/ipam" "$STATE/cni/bin" "$STATE/kubelet" "$RUN/containerd"
+  # containerd's CNI plugin folder is the cluster's own: the reference plugins linked in, and
+  # room for a plugin a DaemonSet installs (ferry's chart puts ferry-cni here, as it would in
+  # /opt/cni/bin on a real node) without writing into the system's /usr/lib/cni.
+  local plugin
+  for plugin in /usr/lib/cni/*; do ln -sf "$plugin" "$STATE/cni/bin/"; done
 
   # runc cannot lower oom_score_adj in this VM (no CAP_SYS_RESOURCE in the bounding set):
   # the kubelet asks -998 for sandboxes and negative values for Guaranteed pods, and runc
@@ -301,7 +307,7 @@ oom_score = 0
         Root = "$RUN/runc"
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
+    bin_dir = "$STATE/cni/bin"
     conf_dir = "$STATE/cni/net.d"
     max_conf_num = 1
 EOF
@@ -612,6 +618,7 @@ case "${1:-}" in
   down) lock; down ;;
   status) status ;;
   kubeconfig) echo "$KUBECONFIG_ADMIN" ;;
+  cni-dirs) echo "$STATE/cni/bin $STATE/cni/net.d" ;;  # containerd's CNI bin_dir and conf_dir
   import) shift; [[ $# -gt 0 ]] || die "import needs a tarball"; lock; import_images "$@" ;;
   *) echo "usage: $0 up|down|status|kubeconfig|import TARBALL..." >&2; exit 2 ;;
 esac

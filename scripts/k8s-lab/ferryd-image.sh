@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds ferryd's container image from the project's own binaries, without a registry and
-# without a base image: ferryd and ferryctl under /usr/local/bin plus exactly the shared
-# libraries ldd says they load (and the dynamic loader), nothing else.
+# without a base image: ferryd, ferryctl and the static ferry-cni under /usr/local/bin plus
+# exactly the shared libraries ldd says ferryd and ferryctl load (and the dynamic loader).
 #   ferryd-image.sh BUILD_DIR [OUT.tar]
 # Tag: ferry/ferryd:dev (docker.io/ferry/ferryd:dev in containerd). Writes BUILD_DIR/ferryd-image.tar
 # by default and, when the lab cluster is up, imports it into the cluster's containerd.
@@ -23,6 +23,10 @@ trap 'rm -rf "$root"' EXIT
 mkdir -p "$root/usr/local/bin" "$root/tmp" "$root/etc"
 chmod 1777 "$root/tmp"
 for b in "${bins[@]}"; do install -m 755 "$b" "$root/usr/local/bin/"; done
+# ferry-cni beside ferryd (cni.plugin_binary's default): static, ferryd copies it onto the node.
+cni_plugin=$build/proxy/main/ferry-cni
+[[ -x $cni_plugin ]] || { echo "ferryd-image: $cni_plugin missing: build ferry first (make build)" >&2; exit 1; }
+install -m 755 "$cni_plugin" "$root/usr/local/bin/"
 
 # ldd's "name => /path (addr)" lines and the loader's "/path (addr)" line; each library is
 # placed at the path the loader will look for it.

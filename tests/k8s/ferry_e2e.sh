@@ -94,8 +94,11 @@ check "... and refuses a copy with an unknown field" \
   bash -c "kubectl apply --dry-run=server --validate=strict -f '$TMP/unknown.yaml' 2>&1 | grep -q 'unknown field \"fyUnknownField\"'"
 # The default failureMode (closed): links stay pinned across a restart, and the uninstall
 # below must still leave nothing (ferryd sees its DaemonSet deleted; docs/install.md).
+read -r cni_bin cni_conf < <("$cluster" cni-dirs)
+conflist=$cni_conf/10-fy-pods.conflist
+cp "$conflist" "$TMP/conflist.before"
 "$HELM" install "$REL" "$repo/charts/ferry" -n "$RNS" --set image.tag=dev --set image.pullPolicy=Never \
-  --wait --timeout 90s >/dev/null
+  --set cni.binDir="$cni_bin" --set cni.confDir="$cni_conf" --wait --timeout 90s >/dev/null
 check "the DaemonSet's pod becomes ready (readiness on :15021 from the node)" \
   kq -n "$RNS" wait --for=condition=Ready pod -l app.kubernetes.io/name=ferry --timeout=60s
 fpid=$(pgrep -f -- "ferryd --config /etc/ferry/config/ferry.yaml" | head -n 1)
@@ -119,6 +122,17 @@ for verb in "create pods" "delete pods" "get secrets -n $RNS" "update namespaces
   check "ferry's service account may not $verb" bash -c "! kubectl auth can-i $verb --as=$sa 2>/dev/null | grep -qx yes"
 done
 
+echo "== the CNI chain"
+# ferry-cni in containerd's plugin folder and chained last into the node's conflist.
+check "ferryd installed ferry-cni into containerd's plugin folder ($cni_bin)" \
+  wait_for 10 "ferry-cni installed" cmp "$build/proxy/main/ferry-cni" "$cni_bin/ferry-cni"
+check "... and chained it last into $conflist, after bridge" \
+  wait_for 10 "the chain" python3 -c '
+import json, sys
+p = [x["type"] for x in json.load(open(sys.argv[1]))["plugins"]]
+sys.exit(0 if p == ["bridge", "ferry-cni"] else 1)' "$conflist"
+python3 -c 'import json, sys; print("  chain entry:", json.dumps(json.load(open(sys.argv[1]))["plugins"][-1]))' "$conflist"
+
 echo "== enrolment"
 kq create namespace "$MESH" >/dev/null
 kq label namespace "$MESH" ferry.io/dataplane=enabled >/dev/null
@@ -129,7 +143,9 @@ kq -n "$MESH" wait --for=condition=Ready pod --all --timeout=60s >/dev/null
 kq -n "$PLAIN" wait --for=condition=Ready pod --all --timeout=60s >/dev/null
 server=$(pod_ip "$MESH" fy-server); client=$(pod_ip "$MESH" fy-client)
 plain_server=$(pod_ip "$PLAIN" fy-server)
-check "ferryd enrolled both pods of the enrolled namespace (device found by the bridge)" \
+check "ferry-cni had both pods of the enrolled namespace enrolled before they started (ADD enrolled)" \
+  bash -c "flog | grep -q 'cni: ADD $MESH/fy-server (container [0-9a-f]*): enrolled on veth' && flog | grep -q 'cni: ADD $MESH/fy-client (container [0-9a-f]*): enrolled on veth'"
+check "ferryd enrolled both pods of the enrolled namespace" \
   wait_for 10 "enrolment" bash -c "flog | grep -q 'enrolled $MESH/fy-server' && flog | grep -q 'enrolled $MESH/fy-client'"
 check "... and neither pod of the namespace that is not enrolled" bash -c "! (flog | grep -q 'enrolled $PLAIN/')"
 curl -sf --max-time 5 -o "$TMP/metrics" http://10.244.0.1:15020/metrics
@@ -159,6 +175,43 @@ check "the node's bridge carried the connection to :15008 only" test "$to_hbone"
 body=$(get "$PLAIN" fy-client "$plain_server")
 check "pods of the namespace that is not enrolled talk directly ($body)" test "$body" = fy-server
 check "... without ferryd" bash -c "! (flog | grep -q 'dst=$plain_server:8080')"
+
+echo "== first packet, under containerd"
+# The container's first act is the connection: captured only if the pod was enrolled when
+# its sandbox came up (docs/install.md, "The CNI chain").
+tcpdump -i "$BRIDGE" -n -s 128 -U --immediate-mode -w "$TMP/first.pcap" "tcp" >"$TMP/tcpdump-first.log" 2>&1 &
+tcpdump_pid=$!
+wait_for 10 "tcpdump" grep -q "listening on" "$TMP/tcpdump-first.log"
+pod_yaml fy-first "$MESH" "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 5 $server 8080 | tail -n 1; exec sleep 3600" \
+  | kq apply -f - >/dev/null
+kq -n "$MESH" wait --for=condition=Ready pod fy-first --timeout=60s >/dev/null
+first=$(pod_ip "$MESH" fy-first)
+check "the pod's first connection got the server's answer" wait_for 10 "fy-first's output" \
+  bash -c "kubectl -n $MESH logs fy-first 2>/dev/null | grep -qx fy-server"
+check "... through ferryd (outbound access line from $first)" \
+  wait_for 5 "fy-first's access line" flog_has "direction=outbound src=$first:[0-9]+ dst=$server:8080 peer=spiffe://cluster.local/ns/$MESH/sa/default reason=ok"
+kill -INT "$tcpdump_pid" 2>/dev/null; wait "$tcpdump_pid" 2>/dev/null || true
+tcpdump_pid=
+plain_first=$(tcpdump -r "$TMP/first.pcap" -n 2>/dev/null | grep -c "$first\.[0-9]* > $server\.8080" || true)
+check "no packet of it went to $server:8080 on the bridge (plaintext)" test "$plain_first" -eq 0
+kq -n "$MESH" delete pod fy-first --wait=true >/dev/null
+check "deleting the pod: ferry-cni's DEL released it" wait_for 10 "DEL" flog_has "cni: DEL $MESH/fy-first \(container [0-9a-f]*\): released"
+
+echo "== a pod created while ferryd is down"
+# ferryd's pod goes (a nodeSelector nothing matches) while its DaemonSet stays: a stop, not
+# an uninstall, so the chain stays and fails closed.
+kq -n "$RNS" patch daemonset "$REL" --type merge -p '{"spec":{"template":{"spec":{"nodeSelector":{"fy-nowhere":"true"}}}}}' >/dev/null
+check "ferryd's pod is gone" wait_for 60 "ferryd to stop" bash -c "! pgrep -f -- 'ferryd [-]-config /etc/ferry/config/ferry.yaml'"
+pod_yaml fy-late "$MESH" "exec sleep 3600" | kq apply -f - >/dev/null
+check "its sandbox is refused: ferry-cni says ferryd is not reachable (CNI error 11)" \
+  wait_for 60 "FailedCreatePodSandBox" bash -c "kubectl -n $MESH get events --field-selector involvedObject.name=fy-late -o jsonpath='{.items[*].message}' | grep -q 'ferryd is not reachable to enrol $MESH/fy-late'"
+check "... and the pod does not run meanwhile" bash -c "[ \"\$(kubectl -n $MESH get pod fy-late -o jsonpath='{.status.phase}')\" = Pending ]"
+kq -n "$RNS" patch daemonset "$REL" --type json -p '[{"op":"remove","path":"/spec/template/spec/nodeSelector"}]' >/dev/null
+kq -n "$RNS" rollout status daemonset "$REL" --timeout=90s >/dev/null
+check "once ferryd is back the kubelet's retry succeeds and the pod runs, enrolled" \
+  kq -n "$MESH" wait --for=condition=Ready pod fy-late --timeout=120s
+check "... by ferry-cni's ADD" wait_for 10 "ADD fy-late" flog_has "cni: ADD $MESH/fy-late \(container [0-9a-f]*\): enrolled on veth"
+kq -n "$MESH" delete pod fy-late --wait=false >/dev/null
 
 echo "== a Service in front of two enrolled pods"
 { pod_yaml fy-echo-1 "$MESH" "$serve"; echo ---; pod_yaml fy-echo-2 "$MESH" "$serve"; } \
@@ -228,6 +281,9 @@ check "none of ferryd's programs is still loaded (pinned links would hold them)"
   wait_for 5 "the programs to be freed" bash -c "for id in $prog_ids; do ! bpftool prog show id \$id >/dev/null 2>&1 || exit 1; done"
 check "ferryd saw its DaemonSet deleted and said it uninstalls" grep -q "every program and pin goes at exit" "$TMP/ferryd-final.log"
 check "no pin and no pin directory is left (/sys/fs/bpf/ferry)" test ! -e /sys/fs/bpf/ferry
+check "ferry-cni is out of the node's conflist, which is as it was before the install" \
+  python3 -c 'import json, sys; sys.exit(0 if json.load(open(sys.argv[1])) == json.load(open(sys.argv[2])) else 1)' "$conflist" "$TMP/conflist.before"
+check "... and out of containerd's plugin folder" test ! -e "$cni_bin/ferry-cni"
 
 ((failures == 0)) || { echo "ferry_e2e: $failures check(s) failed"; exit 1; }
 echo "ferry_e2e: all passed"
