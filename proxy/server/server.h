@@ -24,6 +24,7 @@
 #include "proxy/identity/dir_cert_source.h"
 #include "proxy/identity/tls_context.h"
 #include "proxy/identity/watched_ca_source.h"
+#include "proxy/server/cni_install.h"
 #include "proxy/server/http_server.h"
 #include "proxy/session/context.h"
 #include "proxy/workloads/registry.h"
@@ -124,6 +125,8 @@ class Server {
   size_t service_log_added_ = 0, service_log_removed_ = 0;
   std::optional<datapath::NetnsFd> proxy_netns_;
   std::unique_ptr<datapath::Datapath> datapath_;
+  // cni.install: ferry-cni in the node's CNI configuration (docs/install.md, "The CNI chain").
+  std::optional<CniInstaller> cni_installer_;
   // The data-plane listeners, and the operator ones (readiness, metrics, admin) when
   // `operator_too`; bindOperatorListeners() does those alone.
   absl::Status bindListeners(bool operator_too);
