@@ -1,7 +1,9 @@
 #include "proxy/common/file.h"
 
 #include <fcntl.h>
+#include <openssl/err.h>
 #include <openssl/evp.h>
+#include <openssl/rand.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -121,6 +123,47 @@ WatchedFile::Result WatchedFile::poll() {
   digest_ = digest;
   content_ = *std::move(text);
   return Result::kChanged;
+}
+
+absl::Status writeFileAtomic(const std::string& path, std::string_view content, mode_t mode) {
+  unsigned char rnd[8];
+  if (RAND_bytes(rnd, sizeof(rnd)) != 1) {
+    ERR_clear_error();
+    return absl::InternalError(absl::StrCat("cannot write ", path, ": RAND_bytes failed"));
+  }
+  std::string tmp = absl::StrCat(path, ".tmp.", ::getpid(), ".");
+  for (unsigned char b : rnd) absl::StrAppend(&tmp, static_cast<int>(b % 10));
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("cannot create ", tmp, ": ", errnoText(errno)));
+  auto fail = [&](const char* what) {
+    int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return absl::UnavailableError(absl::StrCat("cannot ", what, " ", tmp, ": ", errnoText(err)));
+  };
+  // The umask may have narrowed `mode`; a key file must end up exactly as asked.
+  if (::fchmod(fd, mode) != 0) return fail("chmod");
+  size_t done = 0;
+  while (done < content.size()) {
+    ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fail("write");
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) return fail("fsync");
+  if (::close(fd) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return absl::UnavailableError(absl::StrCat("cannot close ", tmp, ": ", errnoText(err)));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return absl::UnavailableError(absl::StrCat("cannot rename ", tmp, " to ", path, ": ", errnoText(err)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace ferry::common

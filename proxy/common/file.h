@@ -6,6 +6,9 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <string_view>
+
+#include <sys/types.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -19,6 +22,12 @@ inline constexpr size_t kNoSizeLimit = std::numeric_limits<size_t>::max();
 // than <max_bytes> bytes". Opened non-blocking: a FIFO put in a file's place must not hang
 // the control thread.
 absl::StatusOr<std::string> readFile(const std::string& path, size_t max_bytes = kNoSizeLimit);
+
+// Writes `content` to a temporary file beside `path` with `mode`, fsyncs it and renames it
+// over `path`, so that readers see the old or the new file, never a torn one. The temporary
+// name ends in random digits (`<path>.tmp.<pid>.<digits>`), so that nothing that lists the
+// folder by extension (a CNI runtime reading *.conflist) takes it for a real file.
+absl::Status writeFileAtomic(const std::string& path, std::string_view content, mode_t mode);
 
 // A file polled for changes from one thread (the control thread). The change rule, the same
 // for every file ferryd watches (docs/configuration.md, "Watched files"):

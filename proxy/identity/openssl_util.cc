@@ -1,17 +1,11 @@
 #include "proxy/identity/openssl_util.h"
 
-#include <fcntl.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
-#include <openssl/rand.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
 #include <ctime>
 #include <limits>
-#include <system_error>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -20,8 +14,6 @@
 
 namespace ferry::identity {
 namespace {
-
-std::string errnoText(int err) { return std::error_code(err, std::generic_category()).message(); }
 
 // Encrypted keys are not supported; without this callback OpenSSL would prompt on the tty.
 int refusePassword(char*, int, int, void*) { return -1; }
@@ -141,44 +133,6 @@ absl::StatusOr<std::string> readFile(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat(text.status().message(), "; not a PEM file"));
   }
   return text;
-}
-
-absl::Status writeFileAtomic(const std::string& path, std::string_view content, mode_t mode) {
-  unsigned char rnd[8];
-  if (RAND_bytes(rnd, sizeof(rnd)) != 1) return openSslError("RAND_bytes failed");
-  std::string tmp = absl::StrCat(path, ".tmp.", ::getpid(), ".");
-  for (unsigned char b : rnd) absl::StrAppend(&tmp, static_cast<int>(b % 10));
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-  if (fd < 0) return absl::UnavailableError(absl::StrCat("cannot create ", tmp, ": ", errnoText(errno)));
-  auto fail = [&](const char* what) {
-    int err = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return absl::UnavailableError(absl::StrCat("cannot ", what, " ", tmp, ": ", errnoText(err)));
-  };
-  // The umask may have narrowed `mode`; a key file must end up exactly as asked.
-  if (::fchmod(fd, mode) != 0) return fail("chmod");
-  size_t done = 0;
-  while (done < content.size()) {
-    ssize_t n = ::write(fd, content.data() + done, content.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fail("write");
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) return fail("fsync");
-  if (::close(fd) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return absl::UnavailableError(absl::StrCat("cannot close ", tmp, ": ", errnoText(err)));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return absl::UnavailableError(absl::StrCat("cannot rename ", tmp, " to ", path, ": ", errnoText(err)));
-  }
-  return absl::OkStatus();
 }
 
 std::chrono::system_clock::time_point asn1TimeToTimePoint(const ASN1_TIME* t) {

@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "proxy/common/file.h"
 
 namespace ferry::identity {
 
@@ -82,9 +83,8 @@ absl::StatusOr<std::string> keyToPem(EVP_PKEY* key);
 inline constexpr size_t kMaxPemFileBytes = 4 << 20;
 // common::readFile capped at kMaxPemFileBytes.
 absl::StatusOr<std::string> readFile(const std::string& path);
-// Writes `content` to a temporary file beside `path` with `mode`, fsyncs it and renames it
-// over `path`, so that readers see the old or the new file, never a torn one.
-absl::Status writeFileAtomic(const std::string& path, std::string_view content, mode_t mode);
+// The atomic write lives with the other file helpers (proxy/common/file.h).
+using common::writeFileAtomic;
 
 std::chrono::system_clock::time_point asn1TimeToTimePoint(const ASN1_TIME* t);
 // "2024-01-02T03:04:05Z".

@@ -316,6 +316,12 @@ absl::Status Server::start() {
     return HttpResponse{200, "text/yaml; charset=utf-8", body};
   });
 
+  // After the endpoint is up: the chain makes every new pod's ADD call it.
+  if (config_.cni.install) {
+    cni_installer_.emplace(config_.cni, std::vector<std::string>{config_.kubernetes.daemonset_namespace});
+    if (auto st = cni_installer_->install(); !st.ok()) return st;
+  }
+
   signals_.add(SIGINT);
   signals_.add(SIGTERM);
   signals_.add(SIGHUP);
@@ -508,6 +514,7 @@ void Server::pollOnce() {
       datapath_->releaseStale();
     }
   }
+  if (cni_installer_) cni_installer_->check();
   stats_.workloads_reload_failures.store(source_->failures() + workloads_.rejected(), std::memory_order_relaxed);
 }
 
@@ -693,6 +700,10 @@ void Server::beginDrain() {
     FERRY_LOG(kInfo, "uninstall: ferryd's DaemonSet was deleted; every program and pin goes at exit");
     datapath_->removeEverythingAtExit();
   }
+  if (cni_installer_ && k8s_source_ != nullptr && k8s_source_->uninstalling()) {
+    // Before the drain: pods created from now on must not wait for a ferryd that is going.
+    cni_installer_->uninstall();
+  }
   poll_timer_.cancel();
   identity_timer_.cancel();
   trim_timer_.cancel();
@@ -797,6 +808,7 @@ std::string Server::renderMetrics() {
                   "\nferry_workloads{scope=\"local\"} ", reg->localCount(), "\n");
   if (datapath_) absl::StrAppend(&out, datapath_->renderPrometheus());
   if (cni_endpoint_) cni_endpoint_->renderPrometheus(out);
+  if (cni_installer_) absl::StrAppend(&out, cni_installer_->renderPrometheus());
   renderIdentityMetrics(out);
   absl::StrAppend(&out, "# HELP ferry_ready 1 when ferryd accepts connections\n# TYPE ferry_ready gauge\nferry_ready ",
                   ready() ? 1 : 0, "\n");

@@ -26,6 +26,7 @@
 #include "proxy/identity/watched_ca_source.h"
 #include "proxy/server/cni_endpoint.h"
 #include "proxy/server/cni_enrolment.h"
+#include "proxy/server/cni_install.h"
 #include "proxy/server/http_server.h"
 #include "proxy/session/context.h"
 #include "proxy/workloads/registry.h"
@@ -133,6 +134,8 @@ class Server {
   // The source's first whole state was in and the datapath released what an earlier ferryd
   // left for pods no longer enrolled (Datapath::releaseStale).
   bool stale_released_ = false;
+  // cni.install: ferry-cni in the node's CNI configuration (docs/install.md, "The CNI chain").
+  std::optional<CniInstaller> cni_installer_;
   // The data-plane listeners, and the operator ones (readiness, metrics, admin) when
   // `operator_too`; bindOperatorListeners() does those alone.
   absl::Status bindListeners(bool operator_too);

@@ -11,7 +11,9 @@
 The promises (docs/install.md): ferryd is never privileged, drops every capability and adds
 exactly the ones the chart justifies in a comment; it shares only the host's network
 namespace; it mounts only the host paths it needs; no container runs a shell; its RBAC only
-reads (get/list/watch) the kinds its informers watch.
+reads (get/list/watch) the kinds its informers watch. The configuration it renders agrees with
+the mounts: ferry-cni's bin and configuration folders are the node's the values name, and
+its socket is at the same path on the node (where the plugin dials it) as in the container.
 """
 import copy
 import json
@@ -31,7 +33,10 @@ READ_RESOURCES = {("", "pods"), ("", "namespaces"), ("", "services"),
 OWN_RESOURCES = {("apps", "daemonsets")}
 # Keys ferryd's configuration may have (docs/configuration.md); the chart renders these.
 CONFIG_KEYS = {"trust_domain", "log_level", "workers", "workload_source", "kubernetes",
-               "cert_dir", "identity", "timeouts", "datapath", "pool", "hbone", "limits"}
+               "cert_dir", "identity", "timeouts", "datapath", "cni", "pool", "hbone", "limits"}
+# ferry-cni's endpoint folder: the plugin runs on the node and dials the path the chain entry
+# names, so ferryd must see the node's folder at the node's own path.
+CNI_RUN = "/var/run/ferry"
 SHELLS = re.compile(r"(^|/)(ba|da|a|z|k)?sh$")
 
 
@@ -67,6 +72,7 @@ class Checker:
         self.chart_dir = chart_dir
         self.errors = []
         self.own_ds = ("", "")  # namespace, name of the rendered DaemonSet (run() sets it)
+        self.pod = {}  # its pod spec
 
     def expect(self, ok, message):
         if not ok:
@@ -84,6 +90,8 @@ class Checker:
         allowed_host_paths = {v["hostPaths"]["bpffs"]}
         if v["identity"]["source"] == "files":
             allowed_host_paths.add(v["identity"]["files"]["hostPath"])
+        if v["cni"]["enabled"]:
+            allowed_host_paths |= {v["cni"]["binDir"], v["cni"]["confDir"], CNI_RUN}
         for vol in spec.get("volumes", []):
             if "hostPath" in vol:
                 self.expect(vol["hostPath"]["path"] in allowed_host_paths,
@@ -167,6 +175,37 @@ class Checker:
         self.expect(cfg.get("trust_domain") == v["trustDomain"], "ConfigMap: trust_domain is not the values'")
         self.expect(cfg.get("kubernetes", {}).get("daemonset") == "/".join(self.own_ds),
                     "ConfigMap: kubernetes.daemonset is not this release's DaemonSet")
+        self.cni_config(cfg.get("cni", {}))
+
+    def mounted_host_path(self, container_path):
+        """The node path ferryd's container sees at `container_path` (None: not a host path)."""
+        volumes = {vol["name"]: vol for vol in self.pod.get("volumes", [])}
+        best = None
+        for m in self.pod.get("containers", [{}])[0].get("volumeMounts", []):
+            mount = m["mountPath"].rstrip("/")
+            vol = volumes.get(m["name"], {})
+            if "hostPath" in vol and (container_path == mount or container_path.startswith(mount + "/")):
+                if best is None or len(mount) > len(best[0]):
+                    best = (mount, vol["hostPath"]["path"].rstrip("/"))
+        return None if best is None else best[1] + container_path[len(best[0]):]
+
+    def cni_config(self, cni):
+        v = self.values["cni"]
+        self.expect(cni.get("enabled") is v["enabled"], "ConfigMap: cni.enabled is not the values'")
+        if not v["enabled"]:
+            self.expect(set(cni) == {"enabled"}, f"ConfigMap: cni has {sorted(set(cni) - {'enabled'})} although disabled")
+            return
+        self.expect(cni.get("install") is True, "ConfigMap: cni.install must be true (ferryd keeps the chain)")
+        self.expect(cni.get("failure_policy") == v["failurePolicy"], "ConfigMap: cni.failure_policy is not the values'")
+        self.expect(cni.get("exclude_namespaces") == v["excludeNamespaces"],
+                    "ConfigMap: cni.exclude_namespaces is not the values'")
+        for key, want in (("bin_dir", v["binDir"]), ("conf_dir", v["confDir"])):
+            got = self.mounted_host_path(cni.get(key, ""))
+            self.expect(got == want.rstrip("/"), f"ConfigMap: cni.{key} {cni.get(key)} is the node's {got}, not cni.{key[:-4]}Dir {want}")
+        for key in ("socket", "state_dir"):
+            path = cni.get(key, "")
+            self.expect(self.mounted_host_path(path) == path,
+                        f"ConfigMap: cni.{key} {path} is not the same path on the node (the plugin dials it there)")
 
     def run(self, docs):
         kinds = [d["object"].get("kind") for d in docs]
@@ -178,6 +217,7 @@ class Checker:
             if d["object"].get("kind") == "DaemonSet":
                 meta = d["object"]["metadata"]
                 self.own_ds = (meta.get("namespace", ""), meta["name"])
+                self.pod = d["object"]["spec"]["template"]["spec"]
         for d in docs:
             obj = d["object"]
             kind = obj.get("kind")
@@ -230,6 +270,13 @@ def mutate(docs, case):
         first("ClusterRole")["rules"][0]["verbs"].append("patch")
     elif case == "rbac-secrets":
         first("ClusterRole")["rules"][0]["resources"].append("secrets")
+    elif case == "cni-socket-not-on-node":  # the plugin would dial a path only ferryd sees
+        cm = first("ConfigMap")
+        cfg = yaml.safe_load(cm["data"]["ferry.yaml"])
+        cfg["cni"]["socket"] = "/run/ferry-private/cni.sock"
+        cm["data"]["ferry.yaml"] = yaml.safe_dump(cfg)
+    elif case == "cni-conf-dir-not-mounted":
+        pod["volumes"] = [vol for vol in pod["volumes"] if vol["name"] != "cni-conf"]
     elif case == "rbac-any-daemonset":   # the Role must name ferry's own DaemonSet
         del first("Role")["rules"][0]["resourceNames"]
     else:

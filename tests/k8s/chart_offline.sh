@@ -94,6 +94,8 @@ security_expect() {
     rbac-write) echo "verbs ['get', 'list', 'patch', 'watch'] go beyond get/list/watch" ;;
     rbac-secrets) echo "grants core/secrets, which ferryd does not read" ;;
     rbac-any-daemonset) echo "apps/daemonsets only by ferry's own name, in a Role" ;;
+    cni-socket-not-on-node) echo "cni.socket /run/ferry-private/cni.sock is not the same path on the node" ;;
+    cni-conf-dir-not-mounted) echo "cni.conf_dir /host/cni/net.d is the node's None, not cni.confDir /etc/cni/net.d" ;;
     *) return 1 ;;
   esac
 }
