@@ -92,7 +92,8 @@ Outcome run(const Environment& env, const NetworkConfig& config, const PluginOpt
       return pass(env, config, "ferry-cni: " + pod + " not enrolled: ferryd not reachable at " + options.socket + " (" +
                                    down->why + "); failurePolicy open lets it start unprotected");
     }
-    return fail(config, static_cast<int>(ErrorCode::kTryAgainLater), "ferryd is not reachable to enrol " + pod,
+    return fail(config, static_cast<int>(ErrorCode::kTryAgainLater),
+                std::string("ferryd is not reachable to ") + (env.command == Command::kCheck ? "check " : "enrol ") + pod,
                 options.socket + ": " + down->why + " (failurePolicy closed: the pod starts once ferryd is up)");
   }
   const Answer& a = std::get<Answer>(reply);

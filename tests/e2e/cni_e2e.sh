@@ -132,6 +132,16 @@ first_connect() {
   chain "$p" "$kind" ADD "$BUILD/tests/e2e/fy_first_connect" --netns "/run/netns/fy-n1-p$p" \
     --connect 10.77.2.11:8080 --send $'GET /'"$name"$' HTTP/1.0\r\n\r\n' --out "$TMP/p$p.add.out" -- 2>"$TMP/p$p.add.err"
 }
+# in_pod P CMD...: CMD in added pod P's netns (the lab's `exec` knows its own pods only);
+# pod_bg P LOG CMD...: the same in the background, its PID recorded.
+in_pod() { local p=$1; shift; ip netns exec "fy-n1-p$p" "$@"; }
+pod_bg() {
+  local p=$1 log=$2
+  shift 2
+  ip netns exec "fy-n1-p$p" "$@" >"$log" 2>&1 8<&- &
+  BG_PID=$!
+  track "$BG_PID"
+}
 host_dev() {  # host_dev P: pod P's host-side device, from its cached ADD result
   python3 - "$TMP/p$1.result.json" "fy-cbr1" <<'PYEOF'
 import json, sys
@@ -217,8 +227,8 @@ case_del_then_add() {
 case_ferryd_down() {
   local out rc
   "$LAB" stop n1 >/dev/null
-  chain 3 ferry DEL >/dev/null 2>"$TMP/case4.del.err" || die_case "DEL with ferryd down must succeed"
-  note "DEL with ferryd down: $(head -c 200 "$TMP/case4.del.err")"
+  chain 3 ferry DEL >/dev/null 2>"$TMP/case4.del.err" || { cat "$TMP/case4.del.err"; die_case "DEL with ferryd down must succeed"; }
+  ok "DEL with ferryd down succeeded"
   rm -f "$TMP/p3.result.json"
   new_sandbox 3
   rc=0
@@ -231,7 +241,7 @@ case_ferryd_down() {
   # The chain entry removed (uninstalled), a pod starts with plain networking meanwhile.
   new_sandbox 4
   chain 4 plain ADD >/dev/null || die_case "the plain chain's ADD failed with ferryd down"
-  out=$("$LAB" exec n1/p4 -- curl -sS --max-time 5 http://10.77.2.11:8080/case4-plain) || die_case "plain pod: curl failed"
+  out=$(in_pod 4 curl -sS --max-time 5 http://10.77.2.11:8080/case4-plain) || die_case "plain pod: curl failed"
   assert "without the entry, a pod outside the mesh works with ferryd down" grep -q "you are 10.77.1.14" <<<"$out"
   chain 4 plain DEL >/dev/null
   rm -f "$TMP/p4.result.json"
@@ -269,7 +279,7 @@ case_restart() {
   gw=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["plugins"][0]["ipam"]["ranges"][0][0]["gateway"])' "$STATE/cni/n1/conflist.json")
   bg n1 "$TMP/echo.log" python3 -c "$ECHO_PY" "$gw"
   wait_for 10 "echo server on $gw:9099" bash -c "ip netns exec fy-n1 ss -Hltn 'sport = :9099' | grep -q ."
-  bg n1/p3 "$TMP/client.log" python3 -c "$CLIENT_PY" "$gw" "$TMP/go"
+  pod_bg 3 "$TMP/client.log" python3 -c "$CLIENT_PY" "$gw" "$TMP/go"
   wait_for 10 "p3's connection to $gw:9099" grep -q connected "$TMP/client.log" || { cat "$TMP/client.log"; exit 1; }
   # A second CNI pod whose sandbox vanishes while ferryd is down (no DEL).
   add_workload 4
@@ -293,7 +303,7 @@ case_restart() {
   wait_for 10 "the client's second exchange" grep -q "after:" "$TMP/client.log" || true
   note "client: $(tr '\n' ' ' <"$TMP/client.log")"
   assert "p3's established connection (not one ferryd holds) survived the restart" grep -q "after: after" "$TMP/client.log"
-  out=$("$LAB" exec n1/p3 -- curl -sS --max-time 5 http://10.77.2.11:8080/case5) || die_case "curl from p3 after the restart failed"
+  out=$(in_pod 3 curl -sS --max-time 5 http://10.77.2.11:8080/case5) || die_case "curl from p3 after the restart failed"
   assert "p3 reaches n2/p1 after the restart" grep -q "you are 10.77.1.13" <<<"$out"
   assert "through n1's ferryd" flog_wait n1 "$m1" 'direction=outbound src=10\.77\.1\.13:[0-9]+ dst=10\.77\.2\.11:8080 .*reason=ok'
 }
@@ -329,7 +339,8 @@ case_root_only() {
   ferry_cni_as 3 65534 >"$TMP/case6b.out" 2>&1 || rc=$?
   chmod 0600 "$sock"
   note "non-root, mode 0666: exit $rc: $(head -c 240 "$TMP/case6b.out")"
-  assert "a non-root client that reaches the socket gets no answer" grep -q 'without an answer' "$TMP/case6b.out"
+  # ferryd closes at once: the plugin sees the close or a broken pipe, whichever comes first.
+  assert "a non-root client that reaches the socket gets no answer" grep -qE 'without an answer|Broken pipe|Connection reset' "$TMP/case6b.out"
   assert "and is counted" test "$(metric n1 ferry_cni_refused_peers_total)" -gt "$before"
 }
 
