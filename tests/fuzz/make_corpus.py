@@ -300,6 +300,27 @@ def workloads_seeds():
     write(t, "malformed", "workloads:\n  - {name: a, ips: [10.0.0.1\n")
 
 
+def cni_seeds():
+    """ferry-cni's inputs (proxy/cni/): byte 0 picks the parser (cni_fuzzer.cc)."""
+    t = "cni"
+    clear_seeds(t)
+    prev = ('{"cniVersion":"1.0.0","interfaces":[{"name":"veth1","mac":"12:07:82:c3:a6:57"},'
+            '{"name":"eth0","mac":"86:af:c5:8f:66:49","sandbox":"/run/netns/x"}],'
+            '"ips":[{"interface":1,"address":"10.99.0.6/24","gateway":"10.99.0.1"}],"dns":{}}')
+    write(t, "config_chained", "\x00" + '{"cniVersion":"1.0.0","name":"n","type":"ferry-cni","socket":"/run/s",'
+          '"failurePolicy":"open","excludeNamespaces":["kube-system"],"timeoutMs":250,"prevResult":' + prev + "}")
+    write(t, "config_040", "\x00" + '{"cniVersion":"0.4.0","name":"n","type":"ferry-cni","prevResult":'
+          '{"interfaces":[{"name":"e","sandbox":"/x"}],"ips":[{"version":"4","interface":0,"address":"10.0.0.2/8"}]}}')
+    write(t, "request", "\x01" + '{"version":1,"verb":"ADD","containerId":"abc","netns":"/run/netns/x","ifname":"eth0",'
+          '"podNamespace":"shop","podName":"web-0","podUid":"u","ips":["10.0.0.2"],"hostInterfaces":["veth1","cni0"]}')
+    write(t, "request_v2", "\x01" + '{"version":2,"verb":"ADD"}')
+    write(t, "answer", "\x02" + '{"version":1,"verdict":"enrolled","reason":"","device":"veth1"}')
+    write(t, "conflist", "\x03" + '{"cniVersion":"0.4.0","name":"fy-pods","plugins":[{"type":"bridge","bridge":"cni0",'
+          '"ipam":{"type":"host-local","ranges":[[{"subnet":"10.244.0.0/24"}]]}},{"type":"portmap","capabilities":{"portMappings":true}}]}')
+    write(t, "conf", "\x03" + '{"cniVersion":"0.3.1","name":"k8s","type":"bridge","bridge":"cni0"}')
+    write(t, "conflist_stale", "\x03" + '{"cniVersion":"1.0.0","name":"x","plugins":[{"type":"ptp"},{"type":"ferry-cni","socket":"/old"},{"type":"tuning"}]}')
+
+
 if __name__ == "__main__":
     hbone_seeds()
     proxy_seeds()
@@ -307,5 +328,6 @@ if __name__ == "__main__":
     svid_seeds()
     config_seeds()
     workloads_seeds()
+    cni_seeds()
     total = sum(f.stat().st_size for f in HERE.glob("*_corpus/*"))
     print(f"corpora: {total} bytes")
