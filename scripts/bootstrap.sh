@@ -45,10 +45,11 @@ kernel_lab_pkgs=(linux-source-6.12 qemu-system-x86 dwarves bc flex bison libelf-
 # `kubernetes` source package, Debian's reflect2/json-iterator that replace the vendored ones
 # (the vendored reflect2 1.0.1 faults under Go >= 1.18), the runtime (the CNI plugins are in
 # test_pkgs), busybox for test pods, dpkg-dev for `apt-get source`, iptables and conntrack for
-# kube-proxy.
+# kube-proxy, rsync for the Kubernetes build's own scripts (hack/lib/golang.sh copies each
+# binary it builds with it: without it the cold build stops at its first generator).
 k8s_lab_pkgs=(etcd-server etcd-client golang-go containerd runc
   busybox-static golang-github-modern-go-reflect2-dev golang-github-json-iterator-go-dev
-  dpkg-dev iptables conntrack openssl)
+  dpkg-dev iptables conntrack openssl rsync)
 
 want=("${build_pkgs[@]}" "${bpf_pkgs[@]}" "${fuzz_pkgs[@]}" "${test_pkgs[@]}" "${chart_pkgs[@]}" "${bench_pkgs[@]}")
 case "${1:-}" in
