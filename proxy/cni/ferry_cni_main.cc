@@ -116,16 +116,17 @@ int emit(const Outcome& o) {
 
 int main() {
   auto env = readEnvironment([](const char* name) { return std::getenv(name); });
-  // The version of the error object: the configuration's when it can be read.
   std::string stdin_text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
-  if (!ok(env)) return emit(Outcome{1, errorJson(std::get<Error>(env), "1.0.0"), {}});
+  const std::string version = cniVersionOf(stdin_text);
+  if (!ok(env)) return emit(Outcome{1, errorJson(std::get<Error>(env), version), {}});
   const Environment& e = std::get<Environment>(env);
   if (e.command == Command::kVersion) return emit(Outcome{0, versionJson("1.0.0"), {}});
-  auto config = parseNetworkConfig(stdin_text, e.command != Command::kDel);
-  if (!ok(config)) return emit(Outcome{1, errorJson(std::get<Error>(config), "1.0.0"), {}});
-  const NetworkConfig& c = std::get<NetworkConfig>(config);
   auto options = parsePluginOptions(stdin_text);
-  if (!ok(options)) return emit(Outcome{1, errorJson(std::get<Error>(options), c.cni_version), {}});
+  if (!ok(options)) return emit(Outcome{1, errorJson(std::get<Error>(options), version), {}});
   const PluginOptions& p = std::get<PluginOptions>(options);
-  return emit(run(e, c, p, [&](const Request& req) { return exchange(req, p); }));
+  // Pods ferryd has no say over pass before the rest of the input is judged.
+  if (auto early = passWithoutFerryd(e, stdin_text, p)) return emit(*early);
+  auto config = parseNetworkConfig(stdin_text, e.command != Command::kDel);
+  if (!ok(config)) return emit(Outcome{1, errorJson(std::get<Error>(config), version), {}});
+  return emit(run(e, std::get<NetworkConfig>(config), p, [&](const Request& req) { return exchange(req, p); }));
 }

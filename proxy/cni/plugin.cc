@@ -1,6 +1,7 @@
 #include "proxy/cni/plugin.h"
 
 #include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 
 #include <algorithm>
@@ -57,17 +58,52 @@ Result<PluginOptions> parsePluginOptions(std::string_view text) {
   return p;
 }
 
-Outcome run(const Environment& env, const NetworkConfig& config, const PluginOptions& options,
-            const Exchange& exchange) {
+namespace {
+
+// Whether ferryd has a say: a Kubernetes pod (its name in CNI_ARGS) of a namespace that is
+// not excluded.
+bool asksFerryd(const Environment& env, const PluginOptions& options) {
   const std::string* ns = env.arg("K8S_POD_NAMESPACE");
   const std::string* name = env.arg("K8S_POD_NAME");
-  // Not a Kubernetes pod (a runtime's own container, a test): nothing to enrol.
-  if (ns == nullptr || name == nullptr || ns->empty() || name->empty()) return pass(env, config);
-  if (std::find(options.exclude_namespaces.begin(), options.exclude_namespaces.end(), *ns) !=
-      options.exclude_namespaces.end()) {
-    return pass(env, config);
+  if (ns == nullptr || name == nullptr || ns->empty() || name->empty()) return false;
+  return std::find(options.exclude_namespaces.begin(), options.exclude_namespaces.end(), *ns) ==
+         options.exclude_namespaces.end();
+}
+
+}  // namespace
+
+std::string cniVersionOf(std::string_view text) {
+  boost::system::error_code ec;
+  json::value v = json::parse(json::string_view(text.data(), text.size()), ec);
+  if (!ec && v.is_object()) {
+    if (const auto* version = v.get_object().if_contains("cniVersion"); version != nullptr && version->is_string()) {
+      return std::string(version->get_string());
+    }
   }
-  std::string pod = *ns + "/" + *name;
+  return "1.0.0";
+}
+
+std::optional<Outcome> passWithoutFerryd(const Environment& env, std::string_view text, const PluginOptions& options) {
+  if (asksFerryd(env, options)) return std::nullopt;
+  if (env.command != Command::kAdd) return Outcome{};
+  // The previous result as it came (a chained plugin passes it on); without one, an empty
+  // result of the configuration's version.
+  boost::system::error_code ec;
+  json::value v = json::parse(json::string_view(text.data(), text.size()), ec);
+  if (!ec && v.is_object()) {
+    if (const auto* prev = v.get_object().if_contains("prevResult"); prev != nullptr && prev->is_object()) {
+      return Outcome{0, json::serialize(*prev), {}};
+    }
+  }
+  json::object empty;
+  empty["cniVersion"] = cniVersionOf(text);
+  return Outcome{0, json::serialize(empty), {}};
+}
+
+Outcome run(const Environment& env, const NetworkConfig& config, const PluginOptions& options,
+            const Exchange& exchange) {
+  if (!asksFerryd(env, options)) return pass(env, config);
+  std::string pod = *env.arg("K8S_POD_NAMESPACE") + "/" + *env.arg("K8S_POD_NAME");
   Request req;
   req.verb = env.command == Command::kAdd ? Verb::kAdd : env.command == Command::kDel ? Verb::kDel : Verb::kCheck;
   req.container_id = env.container_id;
@@ -97,11 +133,18 @@ Outcome run(const Environment& env, const NetworkConfig& config, const PluginOpt
                 options.socket + ": " + down->why + " (failurePolicy closed: the pod starts once ferryd is up)");
   }
   const Answer& a = std::get<Answer>(reply);
+  if (env.command == Command::kDel) {
+    // A DEL never blocks the sandbox's removal: ferryd reconciles its records at start.
+    if (a.verdict == Verdict::kReleased) return Outcome{};
+    return Outcome{0, "", "ferry-cni: DEL of " + pod + ": ferryd answered " + verdictName(a.verdict) +
+                              (a.reason.empty() ? "" : " (" + a.reason + ")") + "; it releases the pod when it starts"};
+  }
   switch (a.verdict) {
     case Verdict::kEnrolled:
     case Verdict::kNotEnrolled:
-    case Verdict::kReleased:
-      return env.command == Command::kDel ? Outcome{} : pass(env, config);
+      return pass(env, config);
+    case Verdict::kReleased:  // not an answer to ADD or CHECK
+      return fail(config, kEnrolmentFailed, "ferryd's answer is not understood", "\"released\" to " + std::string(env.command == Command::kAdd ? "ADD" : "CHECK"));
     case Verdict::kRetry:
       return fail(config, static_cast<int>(ErrorCode::kTryAgainLater), "ferryd cannot enrol " + pod + " yet", a.reason);
     case Verdict::kError:
@@ -110,8 +153,7 @@ Outcome run(const Environment& env, const NetworkConfig& config, const PluginOpt
   if (env.command == Command::kCheck) {
     return fail(config, kNotAttached, "ferry's programs are not attached to " + pod, a.reason);
   }
-  return fail(config, kEnrolmentFailed, std::string("ferryd could not ") + (env.command == Command::kDel ? "release " : "enrol ") + pod,
-              a.reason);
+  return fail(config, kEnrolmentFailed, "ferryd could not enrol " + pod, a.reason);
 }
 
 }  // namespace ferry::cni

@@ -4,6 +4,7 @@
 // unreachable, under each failure policy. The binary (ferry_cni_main.cc) adds the socket,
 // stdin and the exit code; tests call run() with a fake transport.
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -39,6 +40,13 @@ struct Outcome {
   std::string out;  // stdout: the result (ADD) or the error object
   std::string log;  // one line for the runtime's log (stderr); may be empty
 };
+// A call ferry-cni answers without ferryd and without reading more than the previous result
+// (a container that is not a Kubernetes pod; a pod of an excluded namespace): whatever that
+// result looks like, such a pod must start. nullopt: ferryd is asked.
+std::optional<Outcome> passWithoutFerryd(const Environment& env, std::string_view stdin_text,
+                                         const PluginOptions& options);
+// The configuration's cniVersion for an error object ("1.0.0" when it cannot be read).
+std::string cniVersionOf(std::string_view stdin_text);
 Outcome run(const Environment& env, const NetworkConfig& config, const PluginOptions& options,
             const Exchange& exchange);
 

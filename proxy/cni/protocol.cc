@@ -83,6 +83,8 @@ std::optional<json::value> parse(std::string_view text, std::string* error) {
 
 }  // namespace
 
+std::string podKey(const Request& r) { return r.pod_namespace + "/" + r.pod_name; }
+
 const char* verbName(Verb verb) {
   for (auto [v, name] : kVerbs) {
     if (v == verb) return name;

@@ -20,6 +20,10 @@ inline constexpr uint32_t kMaxMessageBytes = 64 * 1024;
 enum class Verb { kAdd, kDel, kCheck };
 const char* verbName(Verb verb);
 
+struct Request;
+// "<podNamespace>/<podName>": the pod's key, as ferryd's registry and logs name it.
+std::string podKey(const Request& request);
+
 struct Request {
   Verb verb = Verb::kAdd;
   std::string container_id;

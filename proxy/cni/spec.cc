@@ -162,8 +162,10 @@ Result<NetworkConfig> parseNetworkConfig(std::string_view text, bool require_pre
   auto type = stringAt(o, "type");
   if (!version || !name || !type) return error(ErrorCode::kInvalidConfig, "cniVersion, name and type must be strings");
   if (!supportedVersion(*version)) {
+    std::string supported;
+    for (const char* v : kSupportedVersions) supported += (supported.empty() ? "" : ", ") + std::string(v);
     return error(ErrorCode::kIncompatibleVersion, "cniVersion '" + *version + "' is not supported",
-                 "supported: 0.3.0, 0.3.1, 0.4.0, 1.0.0");
+                 "supported: " + supported);
   }
   if (name->empty() || type->empty()) return error(ErrorCode::kInvalidConfig, "name and type are required");
   c.cni_version = *version;

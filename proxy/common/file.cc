@@ -15,9 +15,10 @@
 #include "absl/strings/str_cat.h"
 
 namespace ferry::common {
-namespace {
 
 std::string errnoText(int err) { return std::error_code(err, std::generic_category()).message(); }
+
+namespace {
 
 int64_t nanos(const timespec& ts) { return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec; }
 

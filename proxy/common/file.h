@@ -21,6 +21,9 @@ inline constexpr size_t kNoSizeLimit = std::numeric_limits<size_t>::max();
 // not exist), "cannot read <path>: ...", "<path> is not a regular file", "<path> is larger
 // than <max_bytes> bytes". Opened non-blocking: a FIFO put in a file's place must not hang
 // the control thread.
+// strerror's text for an errno value, thread-safe.
+std::string errnoText(int err);
+
 absl::StatusOr<std::string> readFile(const std::string& path, size_t max_bytes = kNoSizeLimit);
 
 // Writes `content` to a temporary file beside `path` with `mode`, fsyncs it and renames it

@@ -437,6 +437,12 @@ class ConfigParser {
     }
     if (auto s = optionalDuration(*map, "pod_wait", cni.pod_wait); !s.ok()) return s;
     if (auto s = optionalDuration(*map, "plugin_timeout", cni.plugin_timeout); !s.ok()) return s;
+    // The plugin accepts 100 ms to 5 min (proxy/cni/plugin.cc): a value outside would make
+    // every call on the node fail as a bad configuration.
+    if (cni.plugin_timeout < Millis{100} || cni.plugin_timeout > Millis{300'000}) {
+      return reader_.error(*map->find("plugin_timeout"), absl::StrCat(common::formatDuration(cni.plugin_timeout),
+                                                                      " is outside 100ms to 5m"));
+    }
     // The plugin's bound must leave room for the wait it may be answered after.
     if (cni.plugin_timeout <= cni.pod_wait) {
       return reader_.error(*field, absl::StrCat("plugin_timeout (", common::formatDuration(cni.plugin_timeout),

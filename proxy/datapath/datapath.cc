@@ -275,10 +275,7 @@ absl::Status Datapath::enroll(uint32_t ip, const workloads::Workload& w, const s
   pod.flags = flags;
   // The maps first: the programs read them from their first packet on (a pod without its
   // entry would be neither injected into nor told apart as a server).
-  auto forget = [&] {
-    bpf_map__delete_elem(skel_->maps.ferry_pods, &ip, sizeof(ip), 0);
-    bpf_map__delete_elem(skel_->maps.ferry_pod_netns, &ip, sizeof(ip), 0);
-  };
+  auto forget = [&] { forgetPodEntries(ip); };
   if (bpf_map__update_elem(skel_->maps.ferry_pods, &ip, sizeof(ip), &value, sizeof(value), BPF_ANY) != 0) {
     return absl::InternalError(absl::StrCat("ferry_pods update: ", strerror(errno)));
   }
@@ -339,8 +336,7 @@ absl::Status Datapath::enroll(uint32_t ip, const workloads::Workload& w, const s
 
 void Datapath::release(uint32_t ip) {
   auto it = pods_.find(ip);
-  bpf_map__delete_elem(skel_->maps.ferry_pods, &ip, sizeof(ip), 0);
-  bpf_map__delete_elem(skel_->maps.ferry_pod_netns, &ip, sizeof(ip), 0);
+  forgetPodEntries(ip);
   found_how_.erase(ip);
   forgetNeighbour(ip);
   if (it == pods_.end()) return;
@@ -353,9 +349,43 @@ const std::string* Datapath::enrolledDevice(uint32_t ip) const {
   return it == pods_.end() ? nullptr : &it->second.ifname;
 }
 
-void Datapath::releaseStale() {
+void Datapath::forgetPodEntries(uint32_t ip) {
+  bpf_map__delete_elem(skel_->maps.ferry_pods, &ip, sizeof(ip), 0);
+  bpf_map__delete_elem(skel_->maps.ferry_pod_netns, &ip, sizeof(ip), 0);
+}
+
+void Datapath::releaseStale(const workloads::Registry& registry) {
+  // What stays: every enrolled pod's device, and, for a local workload whose enrolment is
+  // failing right now (its device not found yet), the entry and links an earlier ferryd
+  // made for it: it stays steered until it is enrolled again.
   absl::flat_hash_set<std::string> devices{cfg_.host_proxy_interface};
   for (const auto& [ip, pod] : pods_) devices.insert(pod.ifname);
+  absl::flat_hash_set<uint32_t> local_ips;
+  for (const auto& w : registry.local()) {
+    for (const auto& ip : w->ips) {
+      if (ip.is_v4()) local_ips.insert(ipv4Key(ip));
+    }
+  }
+  std::vector<uint32_t> stale;
+  uint32_t cur = 0, next = 0;
+  const void* prev = nullptr;
+  while (bpf_map__get_next_key(skel_->maps.ferry_pods, prev, &next, sizeof(next)) == 0) {
+    if (pods_.contains(next)) {
+      // enrolled: kept
+    } else if (local_ips.contains(next)) {
+      ferry_pod value{};
+      char name[IF_NAMESIZE] = {};
+      if (bpf_map__lookup_elem(skel_->maps.ferry_pods, &next, sizeof(next), &value, sizeof(value), 0) == 0 &&
+          if_indextoname(value.host_ifindex, name) != nullptr) {
+        devices.insert(name);
+      }
+    } else {
+      stale.push_back(next);
+    }
+    cur = next;
+    prev = &cur;
+  }
+  for (uint32_t ip : stale) forgetPodEntries(ip);
   size_t pins = 0;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(pin_dir_, ec)) {
@@ -363,24 +393,12 @@ void Datapath::releaseStale() {
     std::string name = entry.path().filename().string();
     if (name.rfind("link_", 0) != 0 || name.rfind("link_proxy_", 0) == 0) continue;
     size_t cut = name.rfind('_');
-    std::string device = name.substr(5, cut - 5);
-    if (cut <= 5 || devices.contains(device)) continue;
+    if (cut <= 5) continue;
+    if (devices.contains(name.substr(5, cut - 5))) continue;
     if (::unlink(entry.path().c_str()) == 0) {
       ++pins;
       FERRY_LOG(kInfo, "datapath: released %s, left by an earlier ferryd for a pod no longer enrolled", name);
     }
-  }
-  std::vector<uint32_t> stale;
-  uint32_t cur = 0, next = 0;
-  const void* prev = nullptr;
-  while (bpf_map__get_next_key(skel_->maps.ferry_pods, prev, &next, sizeof(next)) == 0) {
-    if (!pods_.contains(next)) stale.push_back(next);
-    cur = next;
-    prev = &cur;
-  }
-  for (uint32_t ip : stale) {
-    bpf_map__delete_elem(skel_->maps.ferry_pods, &ip, sizeof(ip), 0);
-    bpf_map__delete_elem(skel_->maps.ferry_pod_netns, &ip, sizeof(ip), 0);
   }
   if (pins + stale.size() > 0) {
     FERRY_LOG(kInfo, "datapath: start-up reconciliation released %d pinned links and %d pod entries", pins, stale.size());

@@ -72,9 +72,9 @@ class Datapath : private PodSteering {
   const std::string* enrolledDevice(uint32_t ip) const;
   std::string enrolmentFailure(uint32_t ip) const { return sync_.failure(ip); }
   // Once the source's first whole state is in (after a restart): the pins and ferry_pods
-  // entries an earlier ferryd left for pods this one did not enrol are removed, so that no
-  // pod that left the mesh (or the node) while ferryd was down stays steered.
-  void releaseStale();
+  // entries an earlier ferryd left for pods that are no local workload any more are removed,
+  // so that no pod that left the mesh (or the node) while ferryd was down stays steered.
+  void releaseStale(const workloads::Registry& registry);
 
   const KernelFeatures& features() const { return features_; }
   const InjectionChoice& injection() const { return injection_; }
@@ -118,6 +118,8 @@ class Datapath : private PodSteering {
   // ClusterIPs in the capture map as Services, with how many of their ports are captured.
   absl::flat_hash_map<uint32_t, uint32_t> service_vips_;
   void forgetNeighbour(uint32_t ip);
+  // ferry_pods and ferry_pod_netns entries of a pod.
+  void forgetPodEntries(uint32_t ip);
   KernelFeatures features_;
   InjectionChoice injection_;
   std::string pin_dir_;

@@ -34,8 +34,6 @@ constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
 // a millisecond to apply, so the answer follows the pod's object within this.
 constexpr auto kRetryStep = std::chrono::milliseconds(5);
 
-std::string podOf(const cni::Request& r) { return absl::StrCat(r.pod_namespace, "/", r.pod_name); }
-
 std::string shortId(const std::string& id) { return id.substr(0, 12); }
 }  // namespace
 
@@ -60,7 +58,7 @@ void CniEndpoint::writeRecord(const cni::Request& request) {
   std::string path = recordPath(request.container_id);
   if (auto st = common::writeFileAtomic(path, cni::encodeRequest(request), 0600); !st.ok()) {
     // The pod is enrolled all the same; only a restart would not know its sandbox.
-    FERRY_LOG(kWarn, "cni: cannot record the sandbox of %s: %s", podOf(request), st.message());
+    FERRY_LOG(kWarn, "cni: cannot record the sandbox of %s: %s", cni::podKey(request), st.message());
   }
 }
 
@@ -87,7 +85,7 @@ void CniEndpoint::restore(const std::function<bool(const cni::Request&)>& still_
     std::string pending;
     auto a = enrolment_.add(*request, &pending);
     ++restored_;
-    FERRY_LOG(kInfo, "cni: restored the sandbox of %s (container %s): %s", podOf(*request), shortId(request->container_id),
+    FERRY_LOG(kInfo, "cni: restored the sandbox of %s (container %s): %s", cni::podKey(*request), shortId(request->container_id),
               a ? absl::StrCat(cni::verdictName(a->verdict), a->reason.empty() ? "" : ": ", a->reason)
                 : absl::StrCat("pending: ", pending));
   }
@@ -149,6 +147,8 @@ asio::awaitable<void> CniEndpoint::acceptLoop() {
 asio::awaitable<cni::Answer> CniEndpoint::answer(const cni::Request& request) {
   switch (request.verb) {
     case cni::Verb::kDel: {
+      // An ADD of this sandbox still waiting must not enrol it after its DEL.
+      if (adds_waiting_.contains(request.container_id)) cancelled_adds_.insert(request.container_id);
       cni::Answer a = enrolment_.del(request);
       removeRecord(request.container_id);
       co_return a;
@@ -161,16 +161,27 @@ asio::awaitable<cni::Answer> CniEndpoint::answer(const cni::Request& request) {
   auto give_up = std::chrono::steady_clock::now() + config_.pod_wait;
   asio::steady_timer step(io_);
   std::string pending;
+  const std::string& id = request.container_id;
+  adds_waiting_.insert(id);
+  std::optional<cni::Answer> a;
   for (;;) {
-    if (auto a = enrolment_.add(request, &pending)) {
-      if (a->verdict == cni::Verdict::kEnrolled) writeRecord(request);
-      co_return *a;
+    if (cancelled_adds_.erase(id) > 0) {
+      a = cni::Answer{cni::Verdict::kError, "the sandbox was deleted while ferryd waited to enrol it", {}};
+      break;
     }
-    if (std::chrono::steady_clock::now() + kRetryStep > give_up) break;
+    a = enrolment_.add(request, &pending);
+    if (a) break;
+    if (std::chrono::steady_clock::now() + kRetryStep > give_up) {
+      a = cni::Answer{cni::Verdict::kRetry, pending, {}};
+      break;
+    }
     step.expires_after(kRetryStep);
     co_await step.async_wait(kTuple);
   }
-  co_return cni::Answer{cni::Verdict::kRetry, pending, {}};
+  adds_waiting_.erase(id);
+  cancelled_adds_.erase(id);
+  if (a->verdict == cni::Verdict::kEnrolled) writeRecord(request);
+  co_return *a;
 }
 
 asio::awaitable<void> CniEndpoint::serve(stream_protocol::socket socket) {
@@ -225,7 +236,7 @@ asio::awaitable<void> CniEndpoint::serve(stream_protocol::socket socket) {
                      : a.verdict == cni::Verdict::kError ? common::LogLevel::kWarn : common::LogLevel::kInfo;
   if (common::logEnabled(level)) {
     common::logLine(level, absl::StrFormat("cni: %s %s (container %s): %s%s%s in %.1f ms", cni::verbName(request->verb),
-                                           podOf(*request), shortId(request->container_id), cni::verdictName(a.verdict),
+                                           cni::podKey(*request), shortId(request->container_id), cni::verdictName(a.verdict),
                                            a.device.empty() ? "" : " on ",
                                            a.device.empty() ? (a.reason.empty() ? "" : ": " + a.reason) : a.device,
                                            std::chrono::duration<double, std::milli>(took).count()));

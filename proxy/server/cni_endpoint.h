@@ -17,6 +17,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "proxy/cni/protocol.h"
 #include "proxy/common/histogram.h"
@@ -64,6 +65,8 @@ class CniEndpoint {
   CniEnrolment& enrolment_;
   std::unique_ptr<boost::asio::local::stream_protocol::acceptor> acceptor_;
   common::LogLimiter refusal_log_{5, std::chrono::seconds(10)};
+  // Container ids of ADDs waiting for ferryd's decision, and those a DEL came for meanwhile.
+  absl::flat_hash_set<std::string> adds_waiting_, cancelled_adds_;
   // [verb][verdict] (protocol.h's enums), read by /metrics from a worker.
   std::atomic<uint64_t> requests_[3][5] = {};
   std::atomic<uint64_t> bad_requests_{0}, refused_peers_{0}, restored_{0}, records_dropped_{0};

@@ -6,18 +6,26 @@
 #include "absl/strings/str_join.h"
 #include "proxy/common/net.h"
 #include "proxy/datapath/netlink.h"
+#include "proxy/datapath/netns.h"
 #include "proxy/datapath/pod_sync.h"
 
 namespace ferry::server {
 namespace {
 
-std::string keyOf(const cni::Request& r) { return absl::StrCat(r.pod_namespace, "/", r.pod_name); }
-
 cni::Answer error(std::string reason) { return cni::Answer{cni::Verdict::kError, std::move(reason), {}}; }
 
 }  // namespace
 
-absl::StatusOr<std::string> choosePodDevice(const std::vector<std::string>& candidates) {
+absl::StatusOr<std::string> choosePodDevice(const std::vector<std::string>& candidates, const std::string& netns) {
+  // The pod's own netns as the node netns knows it: the device's peer must be there.
+  std::optional<int32_t> pod_nsid;
+  if (!netns.empty()) {
+    auto fd = datapath::NetnsFd::open(netns);
+    if (!fd.ok()) return absl::FailedPreconditionError(absl::StrCat("the pod's netns ", netns, ": ", fd.status().message()));
+    auto id = datapath::netnsIdOf(*fd);
+    if (!id.ok()) return absl::FailedPreconditionError(absl::StrCat("the id of netns ", netns, ": ", id.status().message()));
+    pod_nsid = *id;
+  }
   std::vector<std::string> seen;
   for (const auto& name : candidates) {
     auto link = datapath::linkByName(name);
@@ -25,8 +33,10 @@ absl::StatusOr<std::string> choosePodDevice(const std::vector<std::string>& cand
       seen.push_back(absl::StrCat(name, " (", link.status().message(), ")"));
       continue;
     }
-    if ((link->kind == "veth" || link->kind == "netkit") && link->peer_netnsid >= 0) return name;
-    seen.push_back(absl::StrCat(name, " (", link->kind.empty() ? "no kind" : link->kind, ")"));
+    bool pair = link->kind == "veth" || link->kind == "netkit";
+    if (pair && link->peer_netnsid >= 0 && (!pod_nsid || link->peer_netnsid == *pod_nsid)) return name;
+    seen.push_back(absl::StrCat(name, " (", link->kind.empty() ? "no kind" : link->kind,
+                                pair ? ", its peer is in another netns" : "", ")"));
   }
   return absl::FailedPreconditionError(
       absl::StrCat("none of the host-side interfaces the previous plugin reported is a veth or netkit device with its "
@@ -36,13 +46,26 @@ absl::StatusOr<std::string> choosePodDevice(const std::vector<std::string>& cand
 
 bool PodEnrolment::sandboxExists(const cni::Request& r) {
   if (!r.netns.empty() && ::access(r.netns.c_str(), F_OK) != 0) return false;
-  auto device = choosePodDevice(r.host_interfaces);
-  return device.ok();
+  return choosePodDevice(r.host_interfaces, r.netns).ok();
 }
 
 std::optional<cni::Answer> PodEnrolment::add(const cni::Request& r, std::string* pending) {
+  const std::string key = cni::podKey(r);
+  // The source decides first: a pod outside the mesh starts whatever its sandbox looks like.
+  workloads::CniDecision d = source_.cniDecide(store_, key, r.pod_uid);
+  switch (d.kind) {
+    case workloads::CniDecision::kNotEnrolled:
+      return cni::Answer{cni::Verdict::kNotEnrolled, d.reason, {}};
+    case workloads::CniDecision::kNotYet:
+      *pending = d.reason;
+      return std::nullopt;
+    case workloads::CniDecision::kRefused:
+      return error(d.reason);
+    case workloads::CniDecision::kEnrolled:
+      break;
+  }
   workloads::CniSandbox s;
-  s.key = keyOf(r);
+  s.key = key;
   s.container_id = r.container_id;
   s.pod_uid = r.pod_uid;
   bool v4 = false;
@@ -57,10 +80,10 @@ std::optional<cni::Answer> PodEnrolment::add(const cni::Request& r, std::string*
   }
   // The datapath steers IPv4 (docs/datapath.md): an IPv6-only pod would not be held.
   if (!v4) return error("the pod has no IPv4 address, and ferry steers IPv4 only");
-  auto device = choosePodDevice(r.host_interfaces);
+  auto device = choosePodDevice(r.host_interfaces, r.netns);
   if (!device.ok()) return error(std::string(device.status().message()));
   s.device = *device;
-  workloads::CniDecision d = source_.cniAdd(store_, s);
+  d = source_.cniAdd(store_, s);
   switch (d.kind) {
     case workloads::CniDecision::kNotEnrolled:
       return cni::Answer{cni::Verdict::kNotEnrolled, d.reason, {}};
@@ -76,14 +99,14 @@ std::optional<cni::Answer> PodEnrolment::add(const cni::Request& r, std::string*
   // a failed enrolment is retried here rather than at the next workloads poll).
   for (const auto& ip : s.ips) {
     if (!ip.is_v4()) continue;
-    uint32_t key = datapath::ipv4Key(ip);
-    const std::string* on = datapath_.enrolledDevice(key);
+    uint32_t k = datapath::ipv4Key(ip);
+    const std::string* on = datapath_.enrolledDevice(k);
     if (on == nullptr || *on != s.device) {
       datapath_.retryFailed(*store_.current());
-      on = datapath_.enrolledDevice(key);
+      on = datapath_.enrolledDevice(k);
     }
     if (on == nullptr || *on != s.device) {
-      std::string why = datapath_.enrolmentFailure(key);
+      std::string why = datapath_.enrolmentFailure(k);
       *pending = absl::StrCat("its programs are not attached to ", s.device, " yet",
                               why.empty() ? "" : absl::StrCat(": ", why));
       return std::nullopt;
@@ -93,12 +116,12 @@ std::optional<cni::Answer> PodEnrolment::add(const cni::Request& r, std::string*
 }
 
 cni::Answer PodEnrolment::del(const cni::Request& r) {
-  source_.cniDel(store_, keyOf(r), r.container_id);
+  source_.cniDel(store_, cni::podKey(r), r.container_id);
   return cni::Answer{cni::Verdict::kReleased, {}, {}};
 }
 
 cni::Answer PodEnrolment::check(const cni::Request& r) {
-  std::string key = keyOf(r);
+  std::string key = cni::podKey(r);
   auto registry = store_.current();
   std::string device;
   for (const auto& text : r.ips) {

@@ -34,8 +34,8 @@ class PodEnrolment : public CniEnrolment {
 };
 
 // The pod's host-side device among the interfaces the previous plugin reported outside the
-// sandbox: the veth or netkit device whose peer is in another netns (the bridge plugin also
-// reports its bridge, which is not the pod's).
-absl::StatusOr<std::string> choosePodDevice(const std::vector<std::string>& candidates);
+// sandbox: the veth or netkit device whose peer is in the pod's netns `netns` (any other
+// netns when it is empty; the bridge plugin also reports its bridge, which is not the pod's).
+absl::StatusOr<std::string> choosePodDevice(const std::vector<std::string>& candidates, const std::string& netns);
 
 }  // namespace ferry::server

@@ -28,8 +28,6 @@ constexpr size_t kMaxPluginBytes = 64 << 20;
 // runtime's own files have.
 constexpr mode_t kConfigMode = 0644;
 
-std::string errnoText(int err) { return std::error_code(err, std::generic_category()).message(); }
-
 std::string join(const std::string& dir, const std::string& name) {
   return absl::EndsWith(dir, "/") ? dir + name : absl::StrCat(dir, "/", name);
 }
@@ -66,7 +64,7 @@ absl::StatusOr<std::vector<std::string>> listConfigFiles(const std::string& dir)
   std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), &::closedir);
   if (!d) {
     if (errno == ENOENT) return std::vector<std::string>{};
-    return absl::UnavailableError(absl::StrCat("cannot list ", dir, ": ", errnoText(errno)));
+    return absl::UnavailableError(absl::StrCat("cannot list ", dir, ": ", common::errnoText(errno)));
   }
   std::vector<std::string> names;
   while (const dirent* e = ::readdir(d.get())) {
@@ -180,7 +178,7 @@ bool CniInstaller::chain() {
       int err = errno;
       watched_->reset();
       return fail(absl::StrCat("wrote ", target, " but cannot remove ", path, ", which the runtime still uses: ",
-                               errnoText(err)));
+                               common::errnoText(err)));
     }
     watched_.emplace(target, kMaxConfigBytes);
   } else {
@@ -236,7 +234,7 @@ void CniInstaller::uninstall() {
   if (::unlink(installed_.c_str()) == 0) {
     FERRY_LOG(kInfo, "cni: uninstall: removed %s", installed_);
   } else if (errno != ENOENT) {
-    FERRY_LOG(kWarn, "cni: uninstall: cannot remove %s: %s", installed_, errnoText(errno));
+    FERRY_LOG(kWarn, "cni: uninstall: cannot remove %s: %s", installed_, common::errnoText(errno));
   }
 }
 

@@ -511,7 +511,7 @@ void Server::pollOnce() {
     datapath_->checkAttachments();
     if (!stale_released_ && source_->health().ok()) {
       stale_released_ = true;
-      datapath_->releaseStale();
+      datapath_->releaseStale(*workloads_.current());
     }
   }
   if (cni_installer_) cni_installer_->check();

@@ -94,6 +94,15 @@ void FileSource::adjust(std::vector<Workload>& all) {
   }
 }
 
+CniDecision FileSource::cniDecide(const Store& store, const std::string& key, const std::string&) const {
+  auto registry = store.current();
+  for (const auto& w : registry->local()) {
+    if (w->displayName() == key) return {CniDecision::kEnrolled, ""};
+  }
+  if (deleted_sandboxes_.contains(key)) return {CniDecision::kEnrolled, ""};
+  return {CniDecision::kNotEnrolled, absl::StrCat("not a workload of node ", registry->localNode(), " in ", file_.path())};
+}
+
 CniDecision FileSource::cniAdd(Store& store, const CniSandbox& sandbox) {
   auto registry = store.current();
   const Workload* found = nullptr;

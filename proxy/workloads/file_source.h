@@ -34,6 +34,7 @@ class FileSource : public Source {
   std::string describe() const override { return "file " + file_.path(); }
   // ferry-cni: a workload of this node in the file is in the mesh; the sandbox supplies its
   // device when the file names none, and must agree with its addresses.
+  CniDecision cniDecide(const Store& store, const std::string& key, const std::string& pod_uid) const override;
   CniDecision cniAdd(Store& store, const CniSandbox& sandbox) override;
   void cniDel(Store& store, const std::string& key, const std::string& container_id) override;
 

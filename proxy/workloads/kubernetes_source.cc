@@ -187,7 +187,10 @@ Update KubernetesSource::updateFor(const std::string& key) const {
   const CniSandbox* sandbox = sandboxOf(key, p);
   // Its sandbox was deleted (ferry-cni DEL) and no new one was added: the API server's IP is
   // stale, and may already be another pod's.
-  if (sandbox == nullptr && deleted_sandboxes_.contains(key)) return u;
+  if (sandbox == nullptr) {
+    auto deleted = deleted_sandboxes_.find(key);
+    if (deleted != deleted_sandboxes_.end() && deleted->second == p.uid) return u;
+  }
   if (!p.not_workload.ok() && !(p.awaiting_ip && sandbox != nullptr)) return u;
   if (!inMesh(p)) return u;
   Workload w = workloadOf(key, p);
@@ -201,36 +204,50 @@ Update KubernetesSource::updateFor(const std::string& key) const {
   return u;
 }
 
-CniDecision KubernetesSource::cniAdd(Store& store, const CniSandbox& sandbox) {
-  sandboxes_[sandbox.key] = sandbox;
-  deleted_sandboxes_.erase(sandbox.key);
+CniDecision KubernetesSource::cniDecide(const Store&, const std::string& key, const std::string& pod_uid) const {
   if (!pods_listed_ || !namespaces_listed_) {
     return {CniDecision::kNotYet, "ferryd is waiting for its first list of pods and namespaces from the API server"};
   }
-  auto it = pods_.find(sandbox.key);
+  auto it = pods_.find(key);
   if (it == pods_.end()) {
-    return {CniDecision::kNotYet, absl::StrCat("the API server's copy of pod ", sandbox.key, " has not reached ferryd yet")};
+    return {CniDecision::kNotYet, absl::StrCat("the API server's copy of pod ", key, " has not reached ferryd yet")};
   }
   const PodState& p = it->second;
-  if (sandboxOf(sandbox.key, p) == nullptr) {
-    return {CniDecision::kNotYet, absl::StrCat("ferryd still sees an earlier pod named ", sandbox.key, " (uid ", p.uid,
-                                               ", the sandbox is for ", sandbox.pod_uid, ")")};
+  if (!pod_uid.empty() && !p.uid.empty() && p.uid != pod_uid) {
+    return {CniDecision::kNotYet,
+            absl::StrCat("ferryd still sees an earlier pod named ", key, " (uid ", p.uid, ", the sandbox is for ", pod_uid, ")")};
+  }
+  if (!p.node.empty() && !(p.node == local_node_)) {
+    return {CniDecision::kNotYet, absl::StrCat("ferryd sees pod ", key, " on node ", p.node.str(), ", not this one")};
   }
   if (!p.not_workload.ok() && !p.awaiting_ip) {
-    if (p.node.empty()) {
-      return {CniDecision::kNotYet, absl::StrCat("ferryd does not see pod ", sandbox.key, " on this node yet")};
-    }
-    return {CniDecision::kNotYet, absl::StrCat("ferryd's copy of pod ", sandbox.key, " is ", p.not_workload.message())};
+    return {CniDecision::kNotYet, absl::StrCat("ferryd's copy of pod ", key, " is ", p.not_workload.message())};
   }
   if (!inMesh(p)) return {CniDecision::kNotEnrolled, "its labels and its namespace's keep it out of the mesh"};
-  publish({updateFor(sandbox.key)});
+  return {CniDecision::kEnrolled, ""};
+}
+
+CniDecision KubernetesSource::cniAdd(Store& store, const CniSandbox& sandbox) {
+  CniDecision d = cniDecide(store, sandbox.key, sandbox.pod_uid);
+  if (d.kind != CniDecision::kEnrolled) return d;
+  // An address still held by another pod in the registry (the API server has not seen it
+  // go): publishing would be refused, and logged, on every attempt.
   auto registry = store.current();
   for (const auto& ip : sandbox.ips) {
     const Workload* w = registry->findByIp(ip);
+    if (w != nullptr && w->displayName() != sandbox.key) {
+      return {CniDecision::kNotYet, absl::StrCat(ip.to_string(), " is still held by ", w->displayName(),
+                                                 " in ferryd's registry (the API server has not seen that pod go)")};
+    }
+  }
+  sandboxes_[sandbox.key] = sandbox;
+  deleted_sandboxes_.erase(sandbox.key);
+  publish({updateFor(sandbox.key)});
+  registry = store.current();
+  for (const auto& ip : sandbox.ips) {
+    const Workload* w = registry->findByIp(ip);
     if (w == nullptr || w->displayName() != sandbox.key) {
-      return {CniDecision::kNotYet,
-              absl::StrCat(ip.to_string(), " is still held by ", w == nullptr ? std::string("nobody") : w->displayName(),
-                           " in ferryd's registry (the API server has not seen that pod go)")};
+      return {CniDecision::kRefused, absl::StrCat("the registry refused ", sandbox.key, " at ", ip.to_string())};
     }
   }
   return {CniDecision::kEnrolled, ""};
@@ -241,7 +258,11 @@ void KubernetesSource::cniDel(Store&, const std::string& key, const std::string&
     if (it->second.container_id != container_id) return;  // an older sandbox's DEL
     sandboxes_.erase(it);
   }
-  deleted_sandboxes_.insert(key);
+  // Only a pod of this node that ferryd knows (by its uid) can have had its sandbox here: a
+  // DEL that arrives after the pod's object went must not hide a new pod of the name.
+  auto it = pods_.find(key);
+  if (it == pods_.end() || it->second.uid.empty()) return;
+  deleted_sandboxes_[key] = it->second.uid;
   publish({updateFor(key)});
 }
 
@@ -300,7 +321,7 @@ void KubernetesSource::replace(std::vector<k8s::Pod> pods) {
   }
   for (auto it = deleted_sandboxes_.begin(); it != deleted_sandboxes_.end();) {
     auto here = it++;
-    if (!pods_.contains(*here)) deleted_sandboxes_.erase(here);
+    if (!pods_.contains(here->first)) deleted_sandboxes_.erase(here);
   }
   pods_listed_ = true;
   if (namespaces_listed_) publishAll();

@@ -92,6 +92,7 @@ class KubernetesSource : public Source,
   void apply(k8s::EventType type, k8s::DaemonSet daemonset) override;
   // ferry-cni (Source): a local pod's sandbox supplies its IPs and device before the API
   // server has them; the labels decide as for every pod.
+  CniDecision cniDecide(const Store& store, const std::string& key, const std::string& pod_uid) const override;
   CniDecision cniAdd(Store& store, const CniSandbox& sandbox) override;
   void cniDel(Store& store, const std::string& key, const std::string& container_id) override;
   // Control thread: whether a stop now is an uninstall (docs/install.md, Uninstall).
@@ -162,7 +163,9 @@ class KubernetesSource : public Source,
   absl::flat_hash_map<std::string, NamespaceState> namespaces_;
   absl::flat_hash_set<std::string> refused_;                     // keys whose update was refused
   absl::flat_hash_map<std::string, CniSandbox> sandboxes_;       // by pod key: ferry-cni ADDs
-  absl::flat_hash_set<std::string> deleted_sandboxes_;           // pods whose sandbox DEL came last
+  // Pods of this node whose sandbox DEL came last, with their uid: out of the mesh until an
+  // ADD, though the API server still shows their (old) IP.
+  absl::flat_hash_map<std::string, std::string> deleted_sandboxes_;
   absl::flat_hash_map<std::string, k8s::Service> services_;      // by "<namespace>/<name>"
   absl::flat_hash_map<std::string, k8s::EndpointSlice> slices_;  // by "<namespace>/<name>"
   absl::flat_hash_map<std::string, absl::flat_hash_set<std::string>> slices_of_;  // Service -> its slices

@@ -48,6 +48,10 @@ class Source {
   // kubernetes.max_state_age); readiness reports the reason. The last good state keeps
   // serving either way.
   virtual absl::Status health() const { return absl::OkStatus(); }
+  // Control thread. Whether the pod would be enrolled (kEnrolled), stays out (kNotEnrolled)
+  // or cannot be told yet (kNotYet), without changing anything: asked first, so that a pod
+  // outside the mesh is never refused for what its sandbox looks like.
+  virtual CniDecision cniDecide(const Store& store, const std::string& key, const std::string& pod_uid) const = 0;
   // Control thread. ferry-cni's ADD: the sandbox's addresses and device join what the
   // source knows of the pod (kept until cniDel; a later ADD of the pod replaces them) and
   // the source decides, publishing the workload when it is in the mesh.

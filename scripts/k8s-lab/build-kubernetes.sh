@@ -165,6 +165,10 @@ build() {
   if [[ ! -f $tree/.ferry-generated ]]; then
     # Without the generated files: undefined: openapi.GetOpenAPIDefinitions.
     log "make generated_files (about 2-5 minutes cold)"
+    # An interrupted or failed earlier attempt can leave its generators in _output as files
+    # that make takes for up to date (an empty, non-executable prerelease-lifecycle-gen when
+    # rsync was missing): they are rebuilt from scratch.
+    rm -rf "${tree:?}/_output"
     make -C "$gopath/src/k8s.io/kubernetes" generated_files >&2
     touch "$tree/.ferry-generated"
   fi

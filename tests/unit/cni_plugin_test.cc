@@ -139,6 +139,33 @@ TEST(CniPlugin, DelSucceedsWhenFerrydIsDownAndCheckFailsWhenThePodIsNotAttached)
   EXPECT_TRUE(o.out.empty()) << "CHECK prints nothing on success";
 }
 
+TEST(CniPlugin, DelSucceedsWhateverFerrydAnswersAndAnAnswerThatFitsNoAddIsRefused) {
+  FakeFerryd ferryd;
+  ferryd.reply = Answer{Verdict::kError, "protocol version 2 is not spoken here", ""};
+  Outcome o = run(env(Command::kDel), config(), options(), ferryd.exchange());
+  EXPECT_EQ(o.exit_code, 0) << "an upgrade's version skew must not block sandbox removal";
+  EXPECT_NE(o.log.find("version 2"), std::string::npos) << o.log;
+  ferryd.reply = Answer{Verdict::kReleased, "", ""};
+  o = run(env(Command::kAdd), config(), options(), ferryd.exchange());
+  EXPECT_EQ(o.exit_code, 1) << "released is no answer to ADD";
+  EXPECT_EQ(errorCode(o), kEnrolmentFailed);
+}
+
+TEST(CniPlugin, PodsFerrydHasNoSayOverPassWhateverTheirPreviousResultLooksLike) {
+  PluginOptions p = options(R"("excludeNamespaces":["kube-system"],)");
+  // A previous result ferry-cni could not read (an interface index out of range).
+  std::string odd = R"({"cniVersion":"0.4.0","name":"n","type":"ferry-cni","excludeNamespaces":["kube-system"],)"
+                    R"("prevResult":{"interfaces":[],"ips":[{"version":"4","interface":7,"address":"10.0.0.2/8"}]}})";
+  EXPECT_FALSE(ok(parseNetworkConfig(odd, true))) << "the strict parser refuses it";
+  auto o = passWithoutFerryd(env(Command::kAdd, "K8S_POD_NAMESPACE=kube-system;K8S_POD_NAME=coredns-1"), odd, p);
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->exit_code, 0);
+  EXPECT_EQ(boost::json::parse(o->out), boost::json::parse(odd).as_object().at("prevResult"));
+  EXPECT_FALSE(passWithoutFerryd(env(Command::kAdd), odd, p)) << "a pod of another namespace is ferryd's to decide";
+  EXPECT_EQ(cniVersionOf(odd), "0.4.0");
+  EXPECT_EQ(cniVersionOf("not json"), "1.0.0");
+}
+
 TEST(CniPlugin, ExcludedNamespacesAndNonKubernetesContainersNeverReachFerryd) {
   FakeFerryd ferryd;
   ferryd.reply = Unreachable{"must not be asked"};

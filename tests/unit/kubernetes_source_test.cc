@@ -316,10 +316,37 @@ TEST_F(KubernetesSourceTest, ACniAddBeforeThePodsObjectArrivesIsAnsweredNotYetUn
   CniDecision d = source_.cniAdd(store_, sandbox("shop/web-0", "10.244.0.9"));
   EXPECT_EQ(d.kind, CniDecision::kNotYet);
   EXPECT_NE(d.reason.find("has not reached ferryd"), std::string::npos) << d.reason;
-  // The watch event brings it; the sandbox already given is used at once.
+  // The watch event brings it; the endpoint's next attempt enrols it.
   source_.apply(EventType::kAdded, pod("shop", "web-0", ""));
-  ASSERT_NE(at("10.244.0.9"), nullptr);
+  EXPECT_EQ(source_.cniDecide(store_, "shop/web-0", "").kind, CniDecision::kEnrolled);
+  EXPECT_EQ(at("10.244.0.9"), nullptr) << "deciding changes nothing";
   EXPECT_EQ(source_.cniAdd(store_, sandbox("shop/web-0", "10.244.0.9")).kind, CniDecision::kEnrolled);
+  ASSERT_NE(at("10.244.0.9"), nullptr);
+}
+
+TEST_F(KubernetesSourceTest, APodOutsideTheMeshIsDecidedWithoutLookingAtItsSandbox) {
+  source_.replace(std::vector<k8s::Namespace>{ns("batch")});
+  source_.replace(std::vector<k8s::Pod>{pod("batch", "job-0", "")});
+  CniDecision d = source_.cniDecide(store_, "batch/job-0", "batch-job-0");
+  EXPECT_EQ(d.kind, CniDecision::kNotEnrolled);
+  EXPECT_NE(d.reason.find("out of the mesh"), std::string::npos) << d.reason;
+}
+
+TEST_F(KubernetesSourceTest, ADelAfterThePodsObjectWentDoesNotHideANewPodOfTheNameOnAnotherNode) {
+  source_.replace(std::vector<k8s::Namespace>{ns("shop", kEnabled)});
+  source_.replace(std::vector<k8s::Pod>{pod("shop", "web-0", "")});
+  ASSERT_EQ(source_.cniAdd(store_, sandbox("shop/web-0", "10.244.0.9", "c1")).kind, CniDecision::kEnrolled);
+  // Force-deleted: the object goes before the kubelet tears the sandbox down.
+  source_.apply(EventType::kDeleted, pod("shop", "web-0", "10.244.0.9"));
+  source_.cniDel(store_, "shop/web-0", "c1");
+  // The StatefulSet's new web-0 runs on another node.
+  k8s::Pod moved = pod("shop", "web-0", "10.244.1.7", {}, "node-2");
+  moved.uid = "new";
+  source_.apply(EventType::kAdded, moved);
+  ASSERT_NE(at("10.244.1.7"), nullptr) << "a capture destination, as every enrolled pod of the cluster";
+  // And a DEL for a pod of another node is never this node's to apply.
+  source_.cniDel(store_, "shop/web-0", "c9");
+  EXPECT_NE(at("10.244.1.7"), nullptr);
 }
 
 TEST_F(KubernetesSourceTest, AnEarlierPodOfTheSameNameIsNotTakenForTheNewOne) {

@@ -688,3 +688,60 @@ TEST_F(FileSourceTest, ChangingOneEntryPublishesADeltaOfOne) {
 
 }  // namespace
 }  // namespace ferry::workloads
+
+// --- FileSource and ferry-cni (docs/install.md, "The CNI chain") ---------------------------
+
+namespace {
+CniSandbox fileSandbox(const std::string& key, const std::string& ip, const std::string& device,
+                       const std::string& container) {
+  return CniSandbox{key, container, "", IpList{*common::parseIp(ip)}, device};
+}
+constexpr char kCniPods[] =
+    "workloads:\n"
+    "  - {name: p3, namespace: default, service_account: p3, node: n1, ips: [10.77.1.13], hbone: true}\n"
+    "  - {name: p4, namespace: default, service_account: p4, node: n1, ips: [10.77.1.14], hbone: true,"
+    " host_interface: fy1-p4}\n"
+    "  - {name: r1, namespace: default, service_account: r1, node: n2, ips: [10.77.2.11], hbone: true}\n";
+}  // namespace
+
+TEST_F(FileSourceTest, TheFileDecidesAndTheSandboxSuppliesTheDeviceItDoesNotName) {
+  write(kCniPods);
+  Store store("n1");
+  FileSource source(path_);
+  ASSERT_TRUE(source.start(store).ok());
+  EXPECT_EQ(source.cniDecide(store, "default/p3", "").kind, CniDecision::kEnrolled);
+  EXPECT_EQ(source.cniDecide(store, "default/other", "").kind, CniDecision::kNotEnrolled);
+  EXPECT_EQ(source.cniDecide(store, "default/r1", "").kind, CniDecision::kNotEnrolled) << "another node's";
+  CniDecision d = source.cniAdd(store, fileSandbox("default/p3", "10.77.1.13", "veth3", "c1"));
+  EXPECT_EQ(d.kind, CniDecision::kEnrolled) << d.reason;
+  EXPECT_EQ(store.current()->findByIp(*common::parseIp("10.77.1.13"))->host_interface, "veth3");
+  // The file and the sandbox must agree: the address, a device the file names.
+  d = source.cniAdd(store, fileSandbox("default/p3", "10.77.1.99", "veth3", "c1"));
+  EXPECT_EQ(d.kind, CniDecision::kRefused);
+  EXPECT_THAT(d.reason, HasSubstr("10.77.1.99"));
+  d = source.cniAdd(store, fileSandbox("default/p4", "10.77.1.14", "veth4", "c2"));
+  EXPECT_EQ(d.kind, CniDecision::kRefused);
+  EXPECT_THAT(d.reason, HasSubstr("host_interface fy1-p4"));
+  // A reload keeps the device the sandbox gave.
+  write(std::string(kCniPods) + "  - {name: p5, namespace: default, service_account: p5, node: n1, ips: [10.77.1.15]}\n");
+  ASSERT_TRUE(source.poll(store));
+  EXPECT_EQ(store.current()->findByIp(*common::parseIp("10.77.1.13"))->host_interface, "veth3");
+}
+
+TEST_F(FileSourceTest, ADelTakesThePodOutUntilItsNextAddAndADelOfAnOlderSandboxDoesNothing) {
+  write(kCniPods);
+  Store store("n1");
+  FileSource source(path_);
+  ASSERT_TRUE(source.start(store).ok());
+  ASSERT_EQ(source.cniAdd(store, fileSandbox("default/p3", "10.77.1.13", "veth3", "c1")).kind, CniDecision::kEnrolled);
+  source.cniDel(store, "default/p3", "c0");
+  EXPECT_NE(store.current()->findByIp(*common::parseIp("10.77.1.13")), nullptr);
+  source.cniDel(store, "default/p3", "c1");
+  EXPECT_EQ(store.current()->findByIp(*common::parseIp("10.77.1.13")), nullptr) << "released with its sandbox";
+  write(std::string(kCniPods) + "# touched\n");
+  source.poll(store);
+  EXPECT_EQ(store.current()->findByIp(*common::parseIp("10.77.1.13")), nullptr) << "a reload does not bring it back";
+  EXPECT_EQ(source.cniDecide(store, "default/p3", "").kind, CniDecision::kEnrolled);
+  ASSERT_EQ(source.cniAdd(store, fileSandbox("default/p3", "10.77.1.13", "veth9", "c2")).kind, CniDecision::kEnrolled);
+  EXPECT_EQ(store.current()->findByIp(*common::parseIp("10.77.1.13"))->host_interface, "veth9");
+}
