@@ -103,14 +103,14 @@ std::optional<Outcome> passWithoutFerryd(const Environment& env, std::string_vie
 Outcome run(const Environment& env, const NetworkConfig& config, const PluginOptions& options,
             const Exchange& exchange) {
   if (!asksFerryd(env, options)) return pass(env, config);
-  std::string pod = *env.arg("K8S_POD_NAMESPACE") + "/" + *env.arg("K8S_POD_NAME");
   Request req;
   req.verb = env.command == Command::kAdd ? Verb::kAdd : env.command == Command::kDel ? Verb::kDel : Verb::kCheck;
   req.container_id = env.container_id;
   req.netns = env.netns;
   req.ifname = env.ifname;
-  req.pod_namespace = *ns;
-  req.pod_name = *name;
+  req.pod_namespace = *env.arg("K8S_POD_NAMESPACE");
+  req.pod_name = *env.arg("K8S_POD_NAME");
+  const std::string pod = podKey(req);
   if (const std::string* uid = env.arg("K8S_POD_UID")) req.pod_uid = *uid;
   if (config.prev_result) {
     req.ips = config.prev_result->podAddresses(env.ifname);

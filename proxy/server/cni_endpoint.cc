@@ -197,51 +197,53 @@ asio::awaitable<void> CniEndpoint::serve(stream_protocol::socket socket) {
   }
   asio::steady_timer deadline(io_);
   deadline.expires_at(started + config_.plugin_timeout);
-  auto send = [&](const cni::Answer& a) -> asio::awaitable<void> {
-    std::string body = cni::encodeAnswer(a);
-    std::string out = cni::frameHeader(static_cast<uint32_t>(body.size())) + body;
-    co_await (asio::async_write(socket, asio::buffer(out), kTuple) || deadline.async_wait(kTuple));
-  };
+  // One answer per connection, written once at the end. (Named, never a temporary inside a
+  // co_await expression: GCC 12 destroys such temporaries twice.)
+  cni::Answer reply{cni::Verdict::kError, {}, {}};
+  std::optional<cni::Request> request;
   unsigned char header[4];
   auto got = co_await (asio::async_read(socket, asio::buffer(header), kTuple) || deadline.async_wait(kTuple));
   if (got.index() != 0 || std::get<0>(std::get<0>(got))) co_return;
   uint32_t size = cni::frameLength(header);
-  if (size == 0 || size > cni::kMaxMessageBytes) {
-    ++bad_requests_;
-    co_await send(cni::Answer{cni::Verdict::kError, absl::StrCat("a request of ", size, " bytes (at most ",
-                                                                  cni::kMaxMessageBytes, ")"), {}});
-    co_return;
-  }
-  std::string body(size, '\0');
-  got = co_await (asio::async_read(socket, asio::buffer(body), kTuple) || deadline.async_wait(kTuple));
-  if (got.index() != 0 || std::get<0>(std::get<0>(got))) co_return;
   std::string error;
-  auto request = cni::decodeRequest(body, &error);
-  if (request && !validContainerId(request->container_id)) {
-    request.reset();
-    error = "containerId is not a container id";
+  if (size == 0 || size > cni::kMaxMessageBytes) {
+    error = absl::StrCat("a request of ", size, " bytes (at most ", cni::kMaxMessageBytes, ")");
+  } else {
+    std::string body(size, '\0');
+    got = co_await (asio::async_read(socket, asio::buffer(body), kTuple) || deadline.async_wait(kTuple));
+    if (got.index() != 0 || std::get<0>(std::get<0>(got))) co_return;
+    request = cni::decodeRequest(body, &error);
+    if (request && !validContainerId(request->container_id)) {
+      request.reset();
+      error = "containerId is not a container id";
+    }
   }
   if (!request) {
     ++bad_requests_;
     if (refusal_log_.allow()) FERRY_LOG(kWarn, "cni: a request ferryd does not understand: %s", error);
-    co_await send(cni::Answer{cni::Verdict::kError, "ferryd does not understand the request: " + error, {}});
-    co_return;
+    reply.reason = "ferryd does not understand the request: " + error;
+  } else {
+    reply = co_await answer(*request);
+    auto took = std::chrono::steady_clock::now() - started;
+    if (request->verb == cni::Verb::kAdd) add_seconds_.observe(took);
+    requests_[static_cast<int>(request->verb)][static_cast<int>(reply.verdict)].fetch_add(1, std::memory_order_relaxed);
+    logAnswer(*request, reply, took);
   }
-  cni::Answer a = co_await answer(*request);
-  auto took = std::chrono::steady_clock::now() - started;
-  if (request->verb == cni::Verb::kAdd) add_seconds_.observe(took);
-  requests_[static_cast<int>(request->verb)][static_cast<int>(a.verdict)].fetch_add(1, std::memory_order_relaxed);
-  bool quiet = a.verdict == cni::Verdict::kNotEnrolled || request->verb == cni::Verb::kCheck;
+  std::string out = cni::encodeAnswer(reply);
+  out.insert(0, cni::frameHeader(static_cast<uint32_t>(out.size())));
+  co_await (asio::async_write(socket, asio::buffer(out), kTuple) || deadline.async_wait(kTuple));
+}
+
+void CniEndpoint::logAnswer(const cni::Request& request, const cni::Answer& a, std::chrono::nanoseconds took) {
+  bool quiet = a.verdict == cni::Verdict::kNotEnrolled || request.verb == cni::Verb::kCheck;
   auto level = quiet ? common::LogLevel::kDebug
                      : a.verdict == cni::Verdict::kError ? common::LogLevel::kWarn : common::LogLevel::kInfo;
-  if (common::logEnabled(level)) {
-    common::logLine(level, absl::StrFormat("cni: %s %s (container %s): %s%s%s in %.1f ms", cni::verbName(request->verb),
-                                           cni::podKey(*request), shortId(request->container_id), cni::verdictName(a.verdict),
-                                           a.device.empty() ? "" : " on ",
-                                           a.device.empty() ? (a.reason.empty() ? "" : ": " + a.reason) : a.device,
-                                           std::chrono::duration<double, std::milli>(took).count()));
-  }
-  co_await send(a);
+  if (!common::logEnabled(level)) return;
+  common::logLine(level, absl::StrFormat("cni: %s %s (container %s): %s%s%s in %.1f ms", cni::verbName(request.verb),
+                                         cni::podKey(request), shortId(request.container_id), cni::verdictName(a.verdict),
+                                         a.device.empty() ? "" : " on ",
+                                         a.device.empty() ? (a.reason.empty() ? "" : ": " + a.reason) : a.device,
+                                         std::chrono::duration<double, std::milli>(took).count()));
 }
 
 void CniEndpoint::renderPrometheus(std::string& out) const {

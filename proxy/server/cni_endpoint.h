@@ -56,6 +56,7 @@ class CniEndpoint {
   boost::asio::awaitable<void> acceptLoop();
   boost::asio::awaitable<void> serve(boost::asio::local::stream_protocol::socket socket);
   boost::asio::awaitable<cni::Answer> answer(const cni::Request& request);
+  void logAnswer(const cni::Request& request, const cni::Answer& answer, std::chrono::nanoseconds took);
   std::string recordPath(const std::string& container_id) const;
   void writeRecord(const cni::Request& request);
   void removeRecord(const std::string& container_id);

@@ -686,9 +686,6 @@ TEST_F(FileSourceTest, ChangingOneEntryPublishesADeltaOfOne) {
   EXPECT_EQ(seen.changes[0].after->ips.front(), ip("10.77.2.22"));
 }
 
-}  // namespace
-}  // namespace ferry::workloads
-
 // --- FileSource and ferry-cni (docs/install.md, "The CNI chain") ---------------------------
 
 namespace {
@@ -745,3 +742,6 @@ TEST_F(FileSourceTest, ADelTakesThePodOutUntilItsNextAddAndADelOfAnOlderSandboxD
   ASSERT_EQ(source.cniAdd(store, fileSandbox("default/p3", "10.77.1.13", "veth9", "c2")).kind, CniDecision::kEnrolled);
   EXPECT_EQ(store.current()->findByIp(*common::parseIp("10.77.1.13"))->host_interface, "veth9");
 }
+
+}  // namespace
+}  // namespace ferry::workloads
