@@ -37,6 +37,8 @@ CONFIG_KEYS = {"trust_domain", "log_level", "workers", "workload_source", "kuber
 # ferry-cni's endpoint folder: the plugin runs on the node and dials the path the chain entry
 # names, so ferryd must see the node's folder at the node's own path.
 CNI_RUN = "/var/run/ferry"
+# The pods' netns files as the runtime names them in CNI_NETNS, read-only, at the same path.
+NETNS_DIR = "/var/run/netns"
 SHELLS = re.compile(r"(^|/)(ba|da|a|z|k)?sh$")
 
 
@@ -91,7 +93,7 @@ class Checker:
         if v["identity"]["source"] == "files":
             allowed_host_paths.add(v["identity"]["files"]["hostPath"])
         if v["cni"]["enabled"]:
-            allowed_host_paths |= {v["cni"]["binDir"], v["cni"]["confDir"], CNI_RUN}
+            allowed_host_paths |= {v["cni"]["binDir"], v["cni"]["confDir"], CNI_RUN, NETNS_DIR}
         for vol in spec.get("volumes", []):
             if "hostPath" in vol:
                 self.expect(vol["hostPath"]["path"] in allowed_host_paths,
