@@ -208,6 +208,32 @@ teardown_bpffs() {
   rm -f "$RUN/bpffs"
 }
 
+# The pods' netns folder (containerd's CNI_NETNS paths, /var/run/netns -> /run/netns), which
+# ferry's chart mounts HostToContainer: ferryd checks each ADD's device against the pod's netns
+# (docs/install.md, "The CNI chain"). It must be a shared mount point, as `ip netns add` makes
+# it on first use and as it is on a systemd node; on this machine "/" is private.
+setup_netns_dir() {
+  mkdir -p /run/netns
+  if ! mountpoint -q /run/netns; then
+    mount --bind /run/netns /run/netns
+    echo mounted >"$RUN/netns-dir"
+  elif ! grep -q ' /run/netns .*shared:' /proc/self/mountinfo; then
+    echo made-shared >"$RUN/netns-dir"
+  fi
+  mount --make-shared /run/netns
+}
+
+teardown_netns_dir() {
+  [[ -f $RUN/netns-dir ]] || return 0
+  case $(cat "$RUN/netns-dir") in
+    # Busy while a namespace of someone else's (the netns lab's) is mounted below it: then it
+    # stays, as `ip netns` would have left it.
+    mounted) umount /run/netns 2>/dev/null || log "/run/netns stays mounted: namespaces below it are in use" ;;
+    made-shared) mount --make-private /run/netns 2>/dev/null || true ;;
+  esac
+  rm -f "$RUN/netns-dir"
+}
+
 check_ranges() {
   local r
   r=$(ip -4 route show match "$API_SERVICE_IP" | grep -v '^default' || true)
@@ -416,6 +442,7 @@ up() {
   build_images "$bin"
   setup_bridge
   setup_bpffs
+  setup_netns_dir
 
   start etcd "$(command -v etcd)" --name fy-etcd --data-dir "$STATE/etcd" \
     --listen-client-urls "http://$ETCD_CLIENT" --advertise-client-urls "http://$ETCD_CLIENT" \
@@ -560,6 +587,7 @@ down() {
     done <"$RUN/netns"
   fi
   teardown_bpffs
+  teardown_netns_dir
   ip link del "$BRIDGE" 2>/dev/null || true
   restore_host_state
   local bindir
