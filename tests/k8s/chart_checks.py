@@ -37,8 +37,8 @@ CONFIG_KEYS = {"trust_domain", "log_level", "workers", "workload_source", "kuber
 # ferry-cni's endpoint folder: the plugin runs on the node and dials the path the chain entry
 # names, so ferryd must see the node's folder at the node's own path.
 CNI_RUN = "/var/run/ferry"
-# The pods' netns files as the runtime names them in CNI_NETNS, read-only, at the same path.
-NETNS_DIR = "/var/run/netns"
+# The pods' netns files (/var/run/netns/cni-* in CNI_NETNS: /run/netns on the node), read-only.
+NETNS_DIR = "/run/netns"
 SHELLS = re.compile(r"(^|/)(ba|da|a|z|k)?sh$")
 
 
