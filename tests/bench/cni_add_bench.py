@@ -12,7 +12,8 @@ runtime does for a new pod of that name:
      veth, the answer)
   3. ferry-cni's and ptp's DEL, the netns deleted                           timed: DEL
 
-The plugins run from a process inside node 1's netns (no `ip netns exec` per call). Prints
+The plugins run from a process inside node 1's netns (nsenter: the node's mount namespace,
+as a runtime's; no `ip netns exec` per call). Prints
 per round p50 / p90 / p99 / max of each, over all rounds the same, and ferryd's own
 ferry_cni_add_seconds (connection to answer); writes them as JSON to --out. Numbers only:
 nothing is judged. Root only. Everything it makes is the lab's (`ferry-lab down` at the end,
@@ -132,7 +133,10 @@ def main():
             if time.monotonic() > deadline:
                 sys.exit("cni_add_bench: n1's ferryd did not load %s" % POD)
             time.sleep(0.1)
-        r = subprocess.run(["ip", "netns", "exec", "fy-n1", sys.executable, os.path.abspath(__file__), "--inner",
+        # nsenter, not `ip netns exec`: only the network namespace changes, so the sandboxes'
+        # netns files are mounted where ferryd sees them (a runtime and ferryd share the
+        # node's mount namespace; `ip netns exec` would give the plugins a private one).
+        r = subprocess.run(["nsenter", "--net=/run/netns/fy-n1", sys.executable, os.path.abspath(__file__), "--inner",
                             "--build", opts.build, "--rounds", str(opts.rounds), "--sandboxes", str(opts.sandboxes),
                             "--cni-path", opts.cni_path], stdout=subprocess.PIPE, text=True, check=True)
         rounds = json.loads(r.stdout.strip().splitlines()[-1])
