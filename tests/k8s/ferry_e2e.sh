@@ -196,6 +196,15 @@ plain_first=$(tcpdump -r "$TMP/first.pcap" -n 2>/dev/null | grep -c "$first\.[0-
 check "no packet of it went to $server:8080 on the bridge (plaintext)" test "$plain_first" -eq 0
 kq -n "$MESH" delete pod fy-first --wait=true >/dev/null
 check "deleting the pod: ferry-cni's DEL released it" wait_for 10 "DEL" flog_has "cni: DEL $MESH/fy-first \(container [0-9a-f]*\): released"
+# The same pod name again: a new sandbox, a new device, captured from its first packet.
+pod_yaml fy-first "$MESH" "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 5 $server 8080 | tail -n 1; exec sleep 3600" \
+  | kq apply -f - >/dev/null
+kq -n "$MESH" wait --for=condition=Ready pod fy-first --timeout=60s >/dev/null
+first=$(pod_ip "$MESH" fy-first)
+check "ADD of the same pod name again: enrolled anew" \
+  wait_for 5 "the second ADD" bash -c "[ \$(flog | grep -c 'cni: ADD $MESH/fy-first (container [0-9a-f]*): enrolled on veth') -ge 2 ]"
+check "... and its first connection went through ferryd" \
+  wait_for 10 "fy-first's access line" flog_has "direction=outbound src=$first:[0-9]+ dst=$server:8080 peer=spiffe://cluster.local/ns/$MESH/sa/default reason=ok"
 
 echo "== a pod created while ferryd is down"
 # ferryd's pod goes (a nodeSelector nothing matches) while its DaemonSet stays: a stop, not
@@ -211,6 +220,14 @@ kq -n "$RNS" rollout status daemonset "$REL" --timeout=90s >/dev/null
 check "once ferryd is back the kubelet's retry succeeds and the pod runs, enrolled" \
   kq -n "$MESH" wait --for=condition=Ready pod fy-late --timeout=120s
 check "... by ferry-cni's ADD" wait_for 10 "ADD fy-late" flog_has "cni: ADD $MESH/fy-late \(container [0-9a-f]*\): enrolled on veth"
+# That was a ferryd restart with pods in place: the new ferryd enrolled their recorded
+# sandboxes again (fy-server, fy-client, fy-first) and the mesh carries their traffic.
+check "the restarted ferryd enrolled the recorded sandboxes again" \
+  bash -c "curl -sf --max-time 5 http://10.244.0.1:15020/metrics | awk '\$1 == \"ferry_cni_restored_sandboxes_total\" && \$2 >= 3 {found=1} END {exit !found}'"
+body=$(get "$MESH" fy-client "$server")
+check "after the restart the client still reaches the server through the mesh ($body)" test "$body" = fy-server
+check "... through the new ferryd" \
+  wait_for 5 "outbound access line" flog_has "direction=outbound src=$client:[0-9]+ dst=$server:8080 peer=spiffe://cluster.local/ns/$MESH/sa/default reason=ok"
 kq -n "$MESH" delete pod fy-late --wait=false >/dev/null
 
 echo "== a Service in front of two enrolled pods"
@@ -284,6 +301,11 @@ check "no pin and no pin directory is left (/sys/fs/bpf/ferry)" test ! -e /sys/f
 check "ferry-cni is out of the node's conflist, which is as it was before the install" \
   python3 -c 'import json, sys; sys.exit(0 if json.load(open(sys.argv[1])) == json.load(open(sys.argv[2])) else 1)' "$conflist" "$TMP/conflist.before"
 check "... and out of containerd's plugin folder" test ! -e "$cni_bin/ferry-cni"
+# Plain networking again: a pod created now starts without ferry-cni and talks directly.
+pod_yaml fy-after "$PLAIN" "exec sleep 3600" | kq apply -f - >/dev/null
+check "a pod created after the uninstall starts" kq -n "$PLAIN" wait --for=condition=Ready pod fy-after --timeout=60s
+body=$(get "$PLAIN" fy-after "$plain_server")
+check "... and reaches a server directly ($body)" test "$body" = fy-server
 
 ((failures == 0)) || { echo "ferry_e2e: $failures check(s) failed"; exit 1; }
 echo "ferry_e2e: all passed"
