@@ -271,11 +271,15 @@ case_wire_cut() {
   note "client: $(outcome caseb1)"
   assert "complete and byte-exact, or a reset: never truncated" complete_or_reset caseb1
 
-  note "a long cut (25 s, beyond the 20 s ping timeout): the tunnel is declared dead"
+  note "a long cut (beyond the 20 s ping timeout): the tunnel is declared dead"
   stream caseb2 n1/p1 $((64 << 20)) $((512 << 10)) 60
   assert "the transfer is under way" wait_for 10 "progress" progressed caseb2
   wire_fault_on cut2 1000000
-  assert "the client reports while the wire is cut (within 30 s)" wait_for 30 "outcome" has_outcome caseb2
+  # The pool pings every 10 s and declares the tunnel dead after 20 s of silence, noticed at
+  # a ping tick: 20 to 30 s after the cut, plus the reset's way to the client. (A 30 s bound
+  # was hit exactly on a loaded CI run.)
+  assert "the client reports while the wire is cut (within 40 s: ping interval + timeout + slack)" \
+    wait_for 40 "outcome" has_outcome caseb2
   st=$(wire_fault_stats cut2)
   wire_fault_off cut2
   note "cut: $st (packets seen, dropped); client: $(outcome caseb2)"
