@@ -114,7 +114,7 @@ class WorkloadsParser {
   absl::StatusOr<WorkloadEntry> parseEntry(const YamlField& entry, std::vector<YamlField>& ip_fields,
                                            int& name_line) {
     auto map = reader_.map(entry, {"name", "namespace", "service_account", "node", "ips", "hbone",
-                                   "host_interface", "tls_mode"});
+                                   "host_interface", "tls_mode", "labels"});
     if (!map.ok()) return map.status();
     WorkloadEntry w;
     auto name = requiredName(*map, "name", &name_line);
@@ -167,6 +167,15 @@ class WorkloadsParser {
         w.tls_mode = TlsMode::kStrict;
       } else {
         return reader_.error(*field, absl::StrCat("unknown tls_mode '", *text, "' (expected permissive or strict)"));
+      }
+    }
+    if (auto field = map->find("labels")) {
+      auto labels = reader_.anyMap(*field);
+      if (!labels.ok()) return labels.status();
+      for (const auto& [key, value] : labels->fields()) {
+        auto text = reader_.string(value);
+        if (!text.ok()) return text.status();
+        w.labels.emplace_back(key, *std::move(text));
       }
     }
     return w;

@@ -5,6 +5,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -25,6 +26,8 @@ struct WorkloadEntry {
   bool hbone = false;                  // accepts HBONE on <ip>:15008
   std::string host_interface;          // host-side device of a local pod (datapath attach point)
   TlsMode tls_mode = TlsMode::kPermissive;
+  // The pod's labels (what AuthorizationPolicy and PeerAuthentication selectors match).
+  std::vector<std::pair<std::string, std::string>> labels;
 };
 
 enum class FileFormat { kYaml, kJson };

@@ -164,6 +164,34 @@ absl::StatusOr<YamlField> YamlReader::parseDocument(std::string_view text, std::
   }
 }
 
+absl::StatusOr<std::vector<YamlField>> YamlReader::parseDocuments(std::string_view text) const {
+  try {
+    std::string copy(text);
+    std::istringstream in(copy);
+    YAML::Parser parser(in);
+    std::vector<YamlField> out;
+    int last_start = -1;
+    for (;;) {
+      YamlHandler handler("", nullptr);
+      if (!parser.HandleNextDocument(handler)) break;
+      // yaml-cpp can return a "document" without moving on after some syntax errors.
+      if (handler.start.pos <= last_start) {
+        return error(handler.start.line + 1, "", "YAML syntax error: the parser cannot go past this point");
+      }
+      last_start = handler.start.pos;
+      ValuePtr root = handler.builder.root();
+      if (root && root->kind != Value::Kind::kNull) out.push_back(YamlField{"", root, lineOf(*root, 1)});
+    }
+    return out;
+  } catch (const YamlHandler::Stop& stop) {
+    return error(stop.line, "", stop.status.message());
+  } catch (const YAML::Exception& e) {
+    return error(e.mark.is_null() ? 1 : e.mark.line + 1, "", absl::StrCat("YAML syntax error: ", e.msg));
+  } catch (const std::exception& e) {
+    return error(1, "", absl::StrCat("cannot parse YAML: ", e.what()));
+  }
+}
+
 absl::Status YamlReader::error(int line, std::string_view path, absl::string_view what) const {
   if (path.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(source_name_, ":", line, ": ", what));
@@ -174,6 +202,13 @@ absl::Status YamlReader::error(int line, std::string_view path, absl::string_vie
 
 absl::StatusOr<YamlMap> YamlReader::map(
     const YamlField& field, std::initializer_list<std::string_view> allowed_keys) const {
+  return readMap(field, &allowed_keys);
+}
+
+absl::StatusOr<YamlMap> YamlReader::anyMap(const YamlField& field) const { return readMap(field, nullptr); }
+
+absl::StatusOr<YamlMap> YamlReader::readMap(const YamlField& field,
+                                            const std::initializer_list<std::string_view>* allowed) const {
   if (field.node->kind != Value::Kind::kMap) {
     return error(field, absl::StrCat("expected a map, got ", typeName(*field.node)));
   }
@@ -189,10 +224,10 @@ absl::StatusOr<YamlMap> YamlReader::map(
     }
     const std::string& name = key->scalar;
     std::string path = joinPath(field.path, name);
-    if (std::find(allowed_keys.begin(), allowed_keys.end(), name) == allowed_keys.end()) {
+    if (allowed != nullptr && std::find(allowed->begin(), allowed->end(), name) == allowed->end()) {
       return error(key_line, path,
                    absl::StrCat("unknown key '", name, "' (expected one of: ",
-                                absl::StrJoin(allowed_keys, ", ",
+                                absl::StrJoin(*allowed, ", ",
                                               [](std::string* out, std::string_view key) {
                                                 out->append(key);
                                               }),

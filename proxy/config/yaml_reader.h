@@ -47,6 +47,8 @@ class YamlMap {
   const std::string& path() const { return path_; }
   int line() const { return line_; }
   std::optional<YamlField> find(std::string_view key) const;
+  // Every entry, in the document's order.
+  const std::vector<std::pair<std::string, YamlField>>& fields() const { return fields_; }
 
  private:
   friend class YamlReader;
@@ -68,6 +70,9 @@ class YamlReader {
   // document are errors. Aliases share the anchored value (nothing is expanded). Never throws.
   absl::StatusOr<YamlField> parseDocument(std::string_view text, std::string_view stream_key = "",
                                           const OnItem& on_item = nullptr) const;
+  // Every non-empty document of a multi-document YAML stream (`---` separated), in order:
+  // a file of Kubernetes objects. A syntax error anywhere refuses the whole stream.
+  absl::StatusOr<std::vector<YamlField>> parseDocuments(std::string_view text) const;
   // The same for JSON (Boost.JSON); line numbers are exact (the text is fed line by line).
   absl::StatusOr<YamlField> parseJsonDocument(std::string_view text, std::string_view stream_key = "",
                                               const OnItem& on_item = nullptr) const;
@@ -81,6 +86,9 @@ class YamlReader {
 
   absl::StatusOr<YamlMap> map(const YamlField& field,
                               std::initializer_list<std::string_view> allowed_keys) const;
+  // A map whose keys are data, not a schema (label sets, port tables): any plain-string key,
+  // each at most once.
+  absl::StatusOr<YamlMap> anyMap(const YamlField& field) const;
   // "missing required key" at the map's line when absent.
   absl::StatusOr<YamlField> require(const YamlMap& map, std::string_view key) const;
   absl::StatusOr<std::vector<YamlField>> sequence(const YamlField& field) const;
@@ -93,6 +101,8 @@ class YamlReader {
   absl::StatusOr<common::Millis> positiveDuration(const YamlField& field) const;
 
  private:
+  absl::StatusOr<YamlMap> readMap(const YamlField& field,
+                                  const std::initializer_list<std::string_view>* allowed) const;
   std::string source_name_;
 };
 

@@ -131,6 +131,8 @@ KubernetesSource::PodState KubernetesSource::stateOf(const k8s::Pod& pod) const 
     s.service_account = intern(pod.service_account.empty() ? "default" : pod.service_account);
     s.node = intern(pod.node_name);
     s.awaiting_ip = podUnfit(pod).ok() && pod.pod_ips.empty();
+    // What policy selectors match: enforced on this node only (docs/policy.md).
+    s.labels = LabelSet(pod.labels);
   }
   auto w = podWorkload(pod);
   if (!w.ok()) {
@@ -152,6 +154,7 @@ Workload KubernetesSource::workloadOf(const std::string& key, const PodState& po
   w.node = pod.node;
   w.ips = pod.ips;
   w.hbone = true;
+  w.labels = pod.labels;
   return w;
 }
 

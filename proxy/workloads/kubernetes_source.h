@@ -123,10 +123,11 @@ class KubernetesSource : public Source,
     absl::Status not_workload;                 // why it cannot be a workload (OK: it can)
     InternedString service_account, node;
     IpList ips;
-    // Pods of this node only (~100): the uid, and whether only an IP is missing (a sandbox
-    // reported by ferry-cni can supply it).
+    // Pods of this node only (~100): the uid, whether only an IP is missing (a sandbox
+    // reported by ferry-cni can supply it), and the labels policy selectors match.
     std::string uid;
     bool awaiting_ip = false;
+    LabelSet labels;
   };
   static Workload workloadOf(const std::string& key, const PodState& pod);
   struct NamespaceState {

@@ -1,5 +1,6 @@
 #include "proxy/workloads/workload.h"
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 
@@ -52,7 +53,34 @@ Workload Workload::fromEntry(config::WorkloadEntry&& entry) {
   w.host_interface = std::move(entry.host_interface);
   w.hbone = entry.hbone;
   w.tls_mode = entry.tls_mode;
+  if (!entry.labels.empty()) w.labels = LabelSet(std::move(entry.labels));
   return w;
+}
+
+LabelSet::LabelSet(Labels labels) {
+  std::stable_sort(labels.begin(), labels.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  Labels unique;
+  unique.reserve(labels.size());
+  for (auto& label : labels) {
+    if (!unique.empty() && unique.back().first == label.first) {
+      unique.back().second = std::move(label.second);
+    } else {
+      unique.push_back(std::move(label));
+    }
+  }
+  if (!unique.empty()) labels_ = std::make_shared<const Labels>(std::move(unique));
+}
+
+const LabelSet::Labels& LabelSet::get() const {
+  static const Labels kNone;
+  return labels_ ? *labels_ : kNone;
+}
+
+const std::string* LabelSet::find(std::string_view key) const {
+  const auto& labels = get();
+  auto it = std::lower_bound(labels.begin(), labels.end(), key,
+                             [](const auto& label, std::string_view k) { return label.first < k; });
+  return it != labels.end() && it->first == key ? &it->second : nullptr;
 }
 
 std::string Workload::spiffeId(std::string_view trust_domain) const {

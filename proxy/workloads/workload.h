@@ -3,8 +3,11 @@
 // service account and node are interned (a few thousand distinct values in a cluster), the
 // usual single IP is stored inline, an interface name fits std::string's inline buffer.
 // Immutable once published: a change is a new Workload (registry.h).
+#include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/container/inlined_vector.h"
 #include "proxy/common/net.h"
@@ -33,6 +36,25 @@ class InternedString {
 };
 InternedString intern(std::string_view text);
 
+// A pod's labels, sorted by key, shared (not copied) between the snapshots that hold the
+// workload. Compared by content: a label change is a workload change.
+class LabelSet {
+ public:
+  using Labels = std::vector<std::pair<std::string, std::string>>;
+  LabelSet() = default;
+  explicit LabelSet(Labels labels);  // sorts; duplicate keys keep the last value
+  const Labels& get() const;
+  bool empty() const { return get().empty(); }
+  // Value of `key`, or nullptr.
+  const std::string* find(std::string_view key) const;
+  friend bool operator==(const LabelSet& a, const LabelSet& b) {
+    return a.labels_ == b.labels_ || a.get() == b.get();
+  }
+
+ private:
+  std::shared_ptr<const Labels> labels_;
+};
+
 // Most pods have one IP, dual-stack ones two.
 using IpList = absl::InlinedVector<IpAddress, 1>;
 
@@ -44,7 +66,11 @@ struct Workload {
   IpList ips;                 // canonical (common::canonicalIp)
   std::string host_interface;  // host-side device of a local pod (datapath attach point)
   bool hbone = false;          // accepts HBONE on <ip>:15008
+  // The mode for plaintext when no PeerAuthentication decides (the workloads file's
+  // `tls_mode`; docs/policy.md).
   TlsMode tls_mode = TlsMode::kPermissive;
+  // Kept for this node's workloads only: their policies are enforced here (docs/policy.md).
+  LabelSet labels;
 
   static Workload fromEntry(config::WorkloadEntry&& entry);
 
