@@ -53,7 +53,7 @@ class ConfigParser {
     auto root = reader_.parseDocument(yaml_text);
     if (!root.ok()) return root.status();
     auto top = reader_.map(*root, {"node", "trust_domain", "workload_source", "workloads_file",
-                                   "kubernetes", "cni", "cert_dir", "listen",
+                                   "kubernetes", "cni", "policy", "cert_dir", "listen",
                                    "timeouts", "pool", "hbone", "workers", "log_level", "transparent",
                                    "original_destination", "hbone_port", "workloads_poll", "datapath",
                                    "identity", "limits"});
@@ -177,6 +177,7 @@ class ConfigParser {
     if (auto s = parseIdentity(top.find("identity")); !s.ok()) return s;
     if (auto s = parseLimits(top.find("limits")); !s.ok()) return s;
     if (auto s = parseCni(top.find("cni")); !s.ok()) return s;
+    if (auto s = parsePolicy(top.find("policy")); !s.ok()) return s;
 
     if (auto field = top.find("workers")) {
       auto workers = reader_.integer(*field, 0, kMaxWorkers);
@@ -388,6 +389,35 @@ class ConfigParser {
       auto value = reader_.integer(*resets, 10, 100'000);
       if (!value.ok()) return value.status();
       hbone.max_premature_resets = static_cast<uint32_t>(*value);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status parsePolicy(const std::optional<YamlField>& field) {
+    if (!field) return absl::OkStatus();
+    auto map = reader_.map(*field, {"root_namespace", "files", "kubernetes"});
+    if (!map.ok()) return map.status();
+    Policy& p = config_.policy;
+    if (auto f = map->find("root_namespace")) {
+      auto text = reader_.string(*f);
+      if (!text.ok()) return text.status();
+      if (!isObjectName(*text)) return reader_.error(*f, absl::StrCat("'", *text, "' is not a namespace name"));
+      p.root_namespace = *std::move(text);
+    }
+    if (auto f = map->find("files")) {
+      auto items = reader_.scalarOrSequence(*f);
+      if (!items.ok()) return items.status();
+      for (const auto& item : *items) {
+        auto text = reader_.string(item);
+        if (!text.ok()) return text.status();
+        if (text->empty()) return reader_.error(item, "must not be empty");
+        p.files.push_back(resolvePath(base_dir_, *text));
+      }
+    }
+    if (auto f = map->find("kubernetes")) {
+      auto v = reader_.boolean(*f);
+      if (!v.ok()) return v.status();
+      p.kubernetes = *v;
     }
     return absl::OkStatus();
   }

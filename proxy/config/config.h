@@ -195,6 +195,17 @@ struct Cni {
   Millis plugin_timeout{5'000};  // one plugin call, connect to answer
 };
 
+// `policy`: where AuthorizationPolicy and PeerAuthentication objects come from
+// (docs/policy.md).
+struct Policy {
+  // Istio's meshConfig.rootNamespace: its policies without a selector apply mesh-wide.
+  std::string root_namespace = "istio-system";
+  // YAML files of policy objects (multi-document), watched every workloads_poll.
+  std::vector<std::string> files;
+  // With workload_source kubernetes: watch both kinds in the cluster (security.istio.io).
+  bool kubernetes = true;
+};
+
 // A state age bound below one second would flap readiness on an ordinary re-list.
 inline constexpr Millis kMinMaxStateAge{1'000};
 
@@ -205,6 +216,7 @@ struct Config {
   std::string workloads_file;     // required with source file; relative paths resolve against the config file
   Kubernetes kubernetes;
   Cni cni;
+  Policy policy;
   std::string cert_dir;           // required; see identity/dir_cert_source.h
   Listen listen;
   Timeouts timeouts;
