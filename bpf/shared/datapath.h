@@ -78,8 +78,9 @@ struct ferry_in6_addr {
 FERRY_STATIC_ASSERT(sizeof(struct ferry_in6_addr) == 16, "ferry_in6_addr is 16 bytes");
 
 /* STRICT: pod_ingress sends every new TCP connection to the pod into the proxy
- * (15006), where plaintext is refused; without it (PERMISSIVE) only HBONE and
- * connections ferryd holds go there. */
+ * (15006), where ferryd refuses plaintext (mTLS STRICT) or judges it by the pod's
+ * authorization policies (docs/policy.md); without it (PERMISSIVE, no policy) only
+ * HBONE and connections ferryd holds go there. */
 #define FERRY_POD_STRICT (1U << 0)
 
 struct ferry_pod {

@@ -405,6 +405,12 @@ void Datapath::releaseStale(const workloads::Registry& registry) {
   }
 }
 
+void Datapath::setPlaintextCapture(std::function<bool(const workloads::Workload&)> captured) {
+  sync_.setFlagsOf([captured = std::move(captured)](const workloads::Workload& w) {
+    return captured(w) ? FERRY_POD_STRICT : 0u;
+  });
+}
+
 void Datapath::applyServices(const std::vector<workloads::ServiceChange>& changes) {
   for (const auto& change : changes) {
     if (change.before == change.after || !change.port.first.is_v4()) continue;

@@ -4,6 +4,7 @@
 // from_proxy / to_proxy once and pod_egress / pod_ingress per local pod, and keeps the
 // maps in step with the workload registry. Runs on the control thread, in the node netns.
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -49,6 +50,11 @@ class Datapath : private PodSteering {
   // reach ferryd before kube-proxy's DNAT): a ClusterIP is in the map while any of its
   // ports is captured. Applies the store's changes only.
   void applyServices(const std::vector<workloads::ServiceChange>& changes);
+  // Whether new plaintext connections to a local pod go through ferryd (15006: STRICT
+  // refuses them, policies judge them) or straight to the pod (FERRY_POD_STRICT); by
+  // default the workload's own tls_mode. refreshModes() applies a change of the answer.
+  void setPlaintextCapture(std::function<bool(const workloads::Workload&)> captured);
+  void refreshModes(const workloads::Registry& current) { sync_.refreshFlags(current); }
   // Local pods whose enrolment failed are tried again (called every workloads_poll).
   void retryFailed(const workloads::Registry& current) { sync_.retryFailed(current); }
 

@@ -54,7 +54,7 @@ void PodSync::reconcile(uint32_t ip, const workloads::Registry& registry) {
     if (failed_.erase(ip) > 0) kernel_.release(ip);
     return;
   }
-  uint32_t flags = podFlags(*w);
+  uint32_t flags = flags_of_ ? flags_of_(*w) : podFlags(*w);
   if (it == pods_.end()) {
     absl::Status st = device.ok() ? kernel_.enroll(ip, *w, *device, flags) : device.status();
     if (!st.ok()) {
@@ -74,7 +74,8 @@ void PodSync::reconcile(uint32_t ip, const workloads::Registry& registry) {
       return;
     }
     it->second.flags = flags;
-    FERRY_LOG(kInfo, "datapath: %s is now %s", w->displayName(), (flags & FERRY_POD_STRICT) ? "STRICT" : "PERMISSIVE");
+    FERRY_LOG(kInfo, "datapath: %s: new plaintext connections now %s", w->displayName(),
+              (flags & FERRY_POD_STRICT) ? "go through ferryd (15006)" : "pass straight to the pod");
   }
 }
 
@@ -95,6 +96,13 @@ void PodSync::apply(const workloads::Registry& after, const workloads::Delta& de
     }
   }
   for (uint32_t ip : touched) reconcile(ip, after);
+}
+
+void PodSync::refreshFlags(const workloads::Registry& current) {
+  std::vector<uint32_t> enrolled;
+  enrolled.reserve(pods_.size());
+  for (const auto& [ip, _] : pods_) enrolled.push_back(ip);
+  for (uint32_t ip : enrolled) reconcile(ip, current);
 }
 
 void PodSync::retryFailed(const workloads::Registry& current) {

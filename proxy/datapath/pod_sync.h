@@ -6,6 +6,7 @@
 // production (Datapath), a recording fake in tests. IPv4 only (IPv6 steering is not
 // implemented yet).
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -37,6 +38,14 @@ class PodSync {
  public:
   explicit PodSync(PodSteering& kernel) : kernel_(kernel) {}
 
+  // FERRY_POD_* flags of a local workload; podFlags (the workload's own tls_mode) until set.
+  // ferryd sets one that asks the policies in force (docs/policy.md, "Plaintext").
+  using FlagsOf = std::function<uint32_t(const workloads::Workload&)>;
+  void setFlagsOf(FlagsOf flags_of) { flags_of_ = std::move(flags_of); }
+  // The policies changed: every enrolled pod's flags are computed again (rewritten when
+  // they differ).
+  void refreshFlags(const workloads::Registry& current);
+
   // Start-up: the whole registry. `capture_in_kernel` are the entries a previous ferryd
   // left in the (pinned) capture map: those no workload wants are removed.
   void syncAll(const workloads::Registry& registry, const std::vector<uint32_t>& capture_in_kernel);
@@ -63,6 +72,7 @@ class PodSync {
     uint32_t flags = 0;
   };
   PodSteering& kernel_;
+  FlagsOf flags_of_;
   absl::flat_hash_map<uint32_t, Enrolled> pods_;  // by IPv4 (network order)
   absl::flat_hash_set<uint32_t> capture_;         // what the capture map holds
   absl::flat_hash_map<uint32_t, std::string> failed_;  // local pods whose enrolment failed, why

@@ -9,8 +9,14 @@ PolicyFiles::PolicyFiles(std::vector<std::string> paths) {
   for (auto& path : paths) files_.push_back(std::make_unique<common::WatchedFile>(std::move(path), kMaxFileBytes));
 }
 
+absl::Status PolicyFiles::start(Store& store) {
+  poll(store);
+  return last_error_;
+}
+
 bool PolicyFiles::poll(Store& store) {
   bool published = false;
+  last_error_ = absl::OkStatus();
   for (auto& file : files_) {
     auto result = file->poll();
     std::string origin = absl::StrCat("file ", file->path());
@@ -18,6 +24,7 @@ bool PolicyFiles::poll(Store& store) {
       ++failures_;
       FERRY_LOG(kWarn, "policy: cannot read %s (what it applied before keeps applying): %s", file->path(),
                 file->error().message());
+      if (last_error_.ok()) last_error_ = file->error();
       continue;
     }
     if (result != common::WatchedFile::Result::kChanged) continue;
@@ -26,6 +33,7 @@ bool PolicyFiles::poll(Store& store) {
       ++failures_;
       FERRY_LOG(kWarn, "policy: refused %s as a whole (what it applied before keeps applying): %s", file->path(),
                 decoded.status().message());
+      if (last_error_.ok()) last_error_ = decoded.status();
       continue;
     }
     size_t count = decoded->size();

@@ -18,6 +18,9 @@ class PolicyFiles {
   static constexpr size_t kMaxFileBytes = 64u << 20;
 
   explicit PolicyFiles(std::vector<std::string> paths);
+  // Start-up: every file is read into `store`; one that cannot be read or parsed as a whole
+  // is a start-up error (a refused object in it is not: it is logged and reported).
+  absl::Status start(Store& store);
   // Reads every file that changed into `store`; true when something was published.
   bool poll(Store& store);
   // Versions of a file refused as a whole (unreadable, not YAML) since start.
@@ -25,6 +28,7 @@ class PolicyFiles {
 
  private:
   std::vector<std::unique_ptr<common::WatchedFile>> files_;
+  absl::Status last_error_;  // of the last poll() (the first file that failed as a whole)
   uint64_t failures_ = 0;
 };
 

@@ -25,7 +25,7 @@ constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
 // A scrape or probe is tiny; anything slower than this is a stuck or hostile client.
 constexpr auto kRequestTimeout = std::chrono::seconds(5);
 
-asio::awaitable<void> serveOne(tcp::socket socket, const std::map<std::string, HttpServer::Handler>* routes) {
+asio::awaitable<void> serveOne(tcp::socket socket, const std::map<std::string, HttpServer::QueryHandler>* routes) {
   boost::beast::flat_buffer buffer(8192);
   http::request_parser<http::string_body> parser;
   parser.header_limit(8192);
@@ -39,7 +39,11 @@ asio::awaitable<void> serveOne(tcp::socket socket, const std::map<std::string, H
   res.version(11);
   res.keep_alive(false);
   std::string target(req.target());
-  if (auto q = target.find('?'); q != std::string::npos) target.resize(q);
+  std::string query;
+  if (auto q = target.find('?'); q != std::string::npos) {
+    query = target.substr(q + 1);
+    target.resize(q);
+  }
   auto it = routes->find(target);
   if (req.method() != http::verb::get) {
     res.result(http::status::method_not_allowed);
@@ -50,7 +54,7 @@ asio::awaitable<void> serveOne(tcp::socket socket, const std::map<std::string, H
     for (const auto& [path, h] : *routes) absl::StrAppend(&body, " ", path);
     res.body() = body + "\n";
   } else {
-    HttpResponse r = it->second();
+    HttpResponse r = it->second(query);
     res.result(static_cast<unsigned>(r.status));
     res.set(http::field::content_type, r.content_type);
     res.body() = std::move(r.body);
@@ -62,7 +66,7 @@ asio::awaitable<void> serveOne(tcp::socket socket, const std::map<std::string, H
   socket.shutdown(tcp::socket::shutdown_both, ignored);
 }
 
-asio::awaitable<void> acceptLoop(tcp::acceptor& acceptor, const std::map<std::string, HttpServer::Handler>* routes) {
+asio::awaitable<void> acceptLoop(tcp::acceptor& acceptor, const std::map<std::string, HttpServer::QueryHandler>* routes) {
   for (;;) {
     auto [ec, socket] = co_await acceptor.async_accept(kTuple);
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;

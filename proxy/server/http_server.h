@@ -24,16 +24,21 @@ struct HttpResponse {
 class HttpServer {
  public:
   using Handler = std::function<HttpResponse()>;
+  // Gets the request's query string (after '?', still %-encoded; "" when none).
+  using QueryHandler = std::function<HttpResponse(const std::string& query)>;
   HttpServer(boost::asio::io_context& io, std::string name) : io_(io), name_(std::move(name)) {}
 
-  void route(std::string path, Handler handler) { routes_[std::move(path)] = std::move(handler); }
+  void route(std::string path, Handler handler) {
+    routes_[std::move(path)] = [handler = std::move(handler)](const std::string&) { return handler(); };
+  }
+  void routeWithQuery(std::string path, QueryHandler handler) { routes_[std::move(path)] = std::move(handler); }
   absl::Status listen(const common::HostPort& addr);
   void stop();
 
  private:
   boost::asio::io_context& io_;
   std::string name_;
-  std::map<std::string, Handler> routes_;
+  std::map<std::string, QueryHandler> routes_;
   std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;
 };
 

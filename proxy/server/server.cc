@@ -19,6 +19,7 @@
 #include "proxy/datapath/netlink.h"
 #include "proxy/datapath/proxy_netns.h"
 #include "proxy/hbone/buffer_chain.h"
+#include "proxy/server/policy_admin.h"
 #include "proxy/session/common.h"
 #include "proxy/config/kubeconfig.h"
 #include "proxy/k8s/client.h"
@@ -144,6 +145,7 @@ std::vector<uint16_t> ferryPorts(const config::Config& c) {
 Server::Server(config::Config config)
     : config_(std::move(config)),
       workloads_(config_.node),
+      policies_(config_.policy.root_namespace),
       sockets_(config_.transparent),
       admission_(config_.limits) {}
 
@@ -170,6 +172,7 @@ absl::Status Server::start() {
   if (auto st = source_->start(workloads_); !st.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("workloads: ", st.message()));
   }
+  if (auto st = startPolicies(); !st.ok()) return st;
   if (auto st = makeCertSource(); !st.ok()) return st;
   size_t n = config_.workers != 0 ? config_.workers : std::max(1u, std::thread::hardware_concurrency());
   uint64_t descriptor_limit = session::raiseDescriptorLimit();
@@ -177,7 +180,7 @@ absl::Status Server::start() {
   if (!cap.ok()) return cap.status();
   descriptor_limit_ = descriptor_limit;
   sockets_.setDescriptorCap(*cap);
-  shared_.reset(new session::Shared{config_, workloads_, *tls_, sockets_, stats_, ferryPorts(config_),
+  shared_.reset(new session::Shared{config_, workloads_, policies_, *tls_, sockets_, stats_, ferryPorts(config_),
                                     /*self=*/{}, /*draining=*/{}, session::Placement(n), /*workers=*/{}, admission_, *cap});
   for (size_t i = 0; i < n; ++i) {
     workers_.push_back(std::make_unique<session::Worker>(*shared_, i));
@@ -191,6 +194,10 @@ absl::Status Server::start() {
     auto dp = datapath::Datapath::create(config_, *proxy_netns_);
     if (!dp.ok()) return absl::Status(dp.status().code(), absl::StrCat("datapath: ", dp.status().message()));
     datapath_ = std::move(*dp);
+    // Plaintext to a pod goes through ferryd when a port of it is STRICT or policies apply.
+    datapath_->setPlaintextCapture([this](const workloads::Workload& w) {
+      return policies_.current()->capturesPlaintext(w, session::fallbackMode(w));
+    });
     if (auto st = datapath_->sync(*workloads_.current()); !st.ok()) return st;
   }
   workloads_.subscribe([this](const workloads::Registry& after, const workloads::Delta& delta) {
@@ -272,6 +279,10 @@ absl::Status Server::start() {
     });
     std::sort(lines.begin(), lines.end());  // the registry keeps no order
     return HttpResponse{200, "text/plain; charset=utf-8", absl::StrJoin(lines, "")};
+  });
+  admin_.route("/policies", [this] { return policyDump(policies_); });
+  admin_.routeWithQuery("/policy/check", [this](const std::string& query) {
+    return policyCheck(query, *workloads_.current(), *policies_.current(), config_.trust_domain);
   });
   admin_.route("/datapath", [this] {
     if (!datapath_) return HttpResponse{200, "text/plain; charset=utf-8", "datapath: disabled\n"};
@@ -477,6 +488,42 @@ absl::Status Server::startCniEndpoint() {
   return cni_endpoint_->start();
 }
 
+absl::Status Server::startPolicies() {
+  if (!config_.policy.files.empty()) {
+    policy_files_.emplace(config_.policy.files);
+    if (auto st = policy_files_->start(policies_); !st.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat("policy.files: ", st.message()));
+    }
+  }
+  auto set = policies_.current();
+  FERRY_LOG(kInfo, "policy: %u AuthorizationPolicies and %u PeerAuthentications in force (root namespace %s)",
+            static_cast<unsigned>(set->authorizationCount()), static_cast<unsigned>(set->peerAuthenticationCount()),
+            set->rootNamespace());
+  policies_.subscribe([this](const policy::PolicySet& after) { onPoliciesChanged(after); });
+  return absl::OkStatus();
+}
+
+void Server::onPoliciesChanged(const policy::PolicySet& after) {
+  FERRY_LOG(kInfo, "policy: generation %u: %u AuthorizationPolicies, %u PeerAuthentications",
+            static_cast<unsigned>(after.generation()), static_cast<unsigned>(after.authorizationCount()),
+            static_cast<unsigned>(after.peerAuthenticationCount()));
+  if (datapath_) datapath_->refreshModes(*workloads_.current());
+  reauthorizeLive("a policy change");
+}
+
+void Server::reauthorizeLive(const char* why) {
+  if (!shared_) return;  // before start-up has made the workers: nothing is open
+  auto policies = policies_.current();
+  auto registry = workloads_.current();
+  for (auto& w : workers_) {
+    asio::post(w->io(), [w = w.get(), policies, registry, why] {
+      if (size_t closed = w->reauthorize(*policies, *registry); closed > 0) {
+        FERRY_LOG(kInfo, "policy: closed %u open connections that %s denies now", static_cast<unsigned>(closed), why);
+      }
+    });
+  }
+}
+
 void Server::onWorkloadsChanged(const workloads::Registry& after, const workloads::Delta& delta) {
   if (datapath_) datapath_->apply(after, delta);
   // A local pod that left (or moved off its IP): its pooled tunnels go (hbone::Pool::drainSource).
@@ -502,10 +549,15 @@ void Server::onWorkloadsChanged(const workloads::Registry& after, const workload
     }
   }
   if (local) forgetUnusedIdentities();
+  // A local workload's labels (what selectors match), a client's IP or identity: what the
+  // open connections were judged on may have changed.
+  auto policies = policies_.current();
+  if (policies->authorizationCount() + policies->peerAuthenticationCount() > 0) reauthorizeLive("a workload change");
 }
 
 void Server::pollOnce() {
   if (source_->poll(workloads_)) stats_.workloads_reloads.fetch_add(1, std::memory_order_relaxed);
+  if (policy_files_) policy_files_->poll(policies_);
   if (datapath_) {
     datapath_->retryFailed(*workloads_.current());
     datapath_->checkAttachments();
@@ -790,6 +842,21 @@ void Server::renderIdentityMetrics(std::string& out) {
   gauge("ferry_certificates_cached", "Identities with an SVID held now", ca ? ca->cachedCount() : 0);
 }
 
+void Server::renderPolicyMetrics(std::string& out) {
+  auto set = policies_.current();
+  absl::StrAppend(&out, "# HELP ferry_policies Policy objects in force, by kind\n# TYPE ferry_policies gauge\n",
+                  "ferry_policies{kind=\"AuthorizationPolicy\"} ", set->authorizationCount(), "\n",
+                  "ferry_policies{kind=\"PeerAuthentication\"} ", set->peerAuthenticationCount(), "\n",
+                  "# HELP ferry_policy_generation Policy snapshots published since start\n"
+                  "# TYPE ferry_policy_generation gauge\nferry_policy_generation ", set->generation(), "\n",
+                  "# HELP ferry_policy_refused_objects Policy objects refused now (bad field, duplicate name; "
+                  "see /policies)\n# TYPE ferry_policy_refused_objects gauge\nferry_policy_refused_objects ",
+                  policies_.refusals().size(), "\n",
+                  "# HELP ferry_policy_refused_total Policy objects (and whole files) refused since start\n"
+                  "# TYPE ferry_policy_refused_total counter\nferry_policy_refused_total ",
+                  policies_.refusedTotal() + (policy_files_ ? policy_files_->failures() : 0), "\n");
+}
+
 std::string Server::renderMetrics() {
   std::string out = stats_.renderPrometheus();
   absl::StrAppend(&out, admission_.renderPrometheus());
@@ -810,6 +877,7 @@ std::string Server::renderMetrics() {
   if (cni_endpoint_) cni_endpoint_->renderPrometheus(out);
   if (cni_installer_) absl::StrAppend(&out, cni_installer_->renderPrometheus());
   renderIdentityMetrics(out);
+  renderPolicyMetrics(out);
   absl::StrAppend(&out, "# HELP ferry_ready 1 when ferryd accepts connections\n# TYPE ferry_ready gauge\nferry_ready ",
                   ready() ? 1 : 0, "\n");
   absl::StrAppend(&out, "# HELP ferry_workers Worker threads\n# TYPE ferry_workers gauge\nferry_workers ",

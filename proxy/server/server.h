@@ -24,6 +24,8 @@
 #include "proxy/identity/dir_cert_source.h"
 #include "proxy/identity/tls_context.h"
 #include "proxy/identity/watched_ca_source.h"
+#include "proxy/policy/files.h"
+#include "proxy/policy/store.h"
 #include "proxy/server/cni_endpoint.h"
 #include "proxy/server/cni_enrolment.h"
 #include "proxy/server/cni_install.h"
@@ -81,6 +83,16 @@ class Server {
   config::Config config_;
   session::Stats stats_;
   workloads::Store workloads_;
+  // Authorization policies and PeerAuthentications (docs/policy.md): from policy.files and,
+  // with the Kubernetes source, the API server.
+  policy::Store policies_;
+  std::optional<policy::PolicyFiles> policy_files_;
+  absl::Status startPolicies();
+  // The policies changed: the datapath's plaintext capture follows, and every worker judges
+  // its open inbound connections again.
+  void onPoliciesChanged(const policy::PolicySet& after);
+  void reauthorizeLive(const char* why);
+  void renderPolicyMetrics(std::string& out);
   std::unique_ptr<workloads::Source> source_;
   workloads::KubernetesSource* k8s_source_ = nullptr;  // source_, when it is the Kubernetes one
   absl::Status makeWorkloadSource();

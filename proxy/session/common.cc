@@ -122,11 +122,12 @@ ConnectionRecord::~ConnectionRecord() {
   worker_.live().fetch_sub(1, std::memory_order_relaxed);
 }
 
-void ConnectionRecord::abortForShutdown() {
-  shut_down_ = true;
+void ConnectionRecord::abort(CloseReason reason) {
+  if (finished_) return;
+  aborted_ = reason;
   // RST_STREAM first, so that the far end resets its application too; then the sockets.
   // Both only cancel what the connection's coroutines wait on: they run later and finish
-  // the record (as `shutdown`).
+  // the record (as `reason`).
   if (stream_) stream_->reset(hbone::kH2Cancel);
   for (auto* socket : sockets_) {
     if (socket != nullptr) abortSocket(*socket);
@@ -138,8 +139,58 @@ size_t Worker::abortLive() {
   for (auto* r = records_; r != nullptr; r = r->next_) {
     if (!r->finished_) live.push_back(r);
   }
-  for (auto* r : live) r->abortForShutdown();
+  for (auto* r : live) r->abort(CloseReason::kShutdown);
   return live.size();
+}
+
+size_t Worker::reauthorize(const policy::PolicySet& policies, const workloads::Registry& registry) {
+  std::vector<std::pair<ConnectionRecord*, std::string>> revoked;
+  for (auto* r = records_; r != nullptr; r = r->next_) {
+    if (r->finished_ || !r->subject) continue;
+    const auto& subject = *r->subject;
+    const auto* destination = registry.findLocalByIp(subject.destination_ip);
+    std::string why;
+    if (destination == nullptr) continue;  // the workload left: its connections end with it
+    if (subject.principal.empty()) {
+      auto mtls = policies.mtls(*destination, subject.destination_port, fallbackMode(*destination));
+      if (mtls.mode == policy::MtlsMode::kStrict) why = "plaintext: the port's mTLS mode is now STRICT";
+    }
+    if (why.empty()) {
+      auto decision = policies.authorize(*destination, subject);
+      if (!decision.allowed) why = decision.reason;
+    }
+    if (!why.empty()) revoked.emplace_back(r, std::move(why));
+  }
+  for (auto& [r, why] : revoked) {
+    r->detail = std::move(why);
+    r->abort(CloseReason::kPolicyRevoked);
+  }
+  return revoked.size();
+}
+
+policy::MtlsMode fallbackMode(const workloads::Workload& w) {
+  return w.tls_mode == workloads::TlsMode::kStrict ? policy::MtlsMode::kStrict : policy::MtlsMode::kPermissive;
+}
+
+policy::Decision authorize(Worker& worker, Direction direction, const workloads::Workload& destination,
+                           policy::Request request, ConnectionRecord& record) {
+  auto& shared = worker.shared();
+  auto policies = shared.policies.current();
+  auto decision = policies->authorize(destination, request);
+  using PolicyAction = Stats::PolicyAction;
+  PolicyAction action = PolicyAction::kNone;
+  if (decision.policy) action = decision.policy->action == policy::Action::kDeny ? PolicyAction::kDeny : PolicyAction::kAllow;
+  shared.stats.recordDecision(direction, action, decision.allowed);
+  for (const auto& audited : decision.audited) {
+    shared.stats.policy_audit_matches.fetch_add(1, std::memory_order_relaxed);
+    FERRY_LOG(kInfo, "policy: %s%s policy %s matched %s -> %s (peer %s); the connection is %s", 
+              audited->dry_run ? "dry-run " : "", policy::actionName(audited->action), audited->meta.key(),
+              record.src, record.dst, request.principal.empty() ? "plaintext" : request.principal,
+              decision.allowed ? "allowed" : "denied");
+  }
+  record.policy = decision.reason;
+  if (decision.allowed) record.subject = std::move(request);
+  return decision;
 }
 
 WatchedSocket::WatchedSocket(ConnectionRecord& record, Tcp::socket& socket)
@@ -162,7 +213,7 @@ WatchedSocket::~WatchedSocket() {
 void ConnectionRecord::finish(CloseReason reason, uint64_t sent, uint64_t received) {
   if (finished_) return;
   finished_ = true;
-  if (shut_down_) reason = CloseReason::kShutdown;
+  if (aborted_) reason = *aborted_;
   worker_.shared().stats.recordClose(direction_, reason, sent, received);
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                 std::chrono::steady_clock::now() - start_).count();
@@ -174,9 +225,10 @@ void ConnectionRecord::finish(CloseReason reason, uint64_t sent, uint64_t receiv
   }
   if (common::logEnabled(level)) {
     common::logLine(level, absl::StrFormat(
-        "access direction=%s src=%s dst=%s peer=%s reason=%s sent=%u received=%u duration_ms=%d%s%s",
+        "access direction=%s src=%s dst=%s peer=%s reason=%s sent=%u received=%u duration_ms=%d%s%s%s%s",
         directionLabel(direction_), src, dst, peer_identity.empty() ? "-" : peer_identity,
-        closeReasonLabel(reason), sent, received, ms, detail.empty() ? "" : " detail=",
+        closeReasonLabel(reason), sent, received, ms, policy.empty() ? "" : " policy=",
+        policy.empty() ? "" : "\"" + policy + "\"", detail.empty() ? "" : " detail=",
         detail.empty() ? "" : "\"" + detail + "\""));
   }
 }

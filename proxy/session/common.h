@@ -5,6 +5,7 @@
 #include <chrono>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <boost/asio/awaitable.hpp>
@@ -43,6 +44,11 @@ class ConnectionRecord {
   std::string dst;
   std::string peer_identity;
   std::string detail;  // why it failed, for the log
+  // The authorization decision, for the log ("allowed by ALLOW policy shop/x rule 0").
+  std::string policy;
+  // What the connection was authorized on (inbound, inbound plaintext): judged again when
+  // the policies or the workloads change (Worker::reauthorize).
+  std::optional<policy::Request> subject;
   // Rate limit for this record's access line when it is a warning (the streams of one HBONE
   // connection share one); nullptr = always written. Must outlive finish().
   common::LogLimiter* warn_limiter = nullptr;
@@ -53,7 +59,10 @@ class ConnectionRecord {
   // What the drain deadline resets (Worker::abortLive): the connection's sockets while
   // they are in scope (WatchedSocket) and its CONNECT stream.
   void watchStream(std::shared_ptr<hbone::H2Stream> stream) { stream_ = std::move(stream); }
-  void abortForShutdown();
+  // Resets the connection (RST_STREAM to the HBONE peer, RST to the sockets); it is then
+  // recorded as `reason` whatever its coroutines saw (kShutdown, kPolicyRevoked).
+  void abort(CloseReason reason);
+  bool finished() const { return finished_; }
 
  private:
   friend class WatchedSocket;
@@ -62,7 +71,7 @@ class ConnectionRecord {
   Direction direction_;
   std::chrono::steady_clock::time_point start_;
   bool finished_ = false;
-  bool shut_down_ = false;
+  std::optional<CloseReason> aborted_;
   // Links in the worker's list of live records.
   ConnectionRecord* prev_ = nullptr;
   ConnectionRecord* next_ = nullptr;
@@ -88,6 +97,12 @@ class WatchedSocket {
 // `socket`, counts it, finishes `record` as `self_target`.
 void refuseSelfTarget(Worker& worker, Tcp::socket& socket, const common::HostPort& destination,
                       ConnectionRecord& record);
+
+// Judges a connection to `destination` (a local workload) against the policies in force:
+// counts the decision, logs AUDIT matches, fills record.policy, and record.subject when
+// allowed.
+policy::Decision authorize(Worker& worker, Direction direction, const workloads::Workload& destination,
+                           policy::Request request, ConnectionRecord& record);
 
 // Refuses (refuseSelfTarget) a destination that is ferryd itself; else connects from
 // `source` to `destination` and relays `socket` to it as plain TCP; a failed

@@ -15,6 +15,7 @@
 #include "proxy/hbone/pool.h"
 #include "proxy/identity/cert_source.h"
 #include "proxy/identity/tls_context.h"
+#include "proxy/policy/store.h"
 #include "proxy/session/admission.h"
 #include "proxy/session/placement.h"
 #include "proxy/session/relay.h"
@@ -31,6 +32,8 @@ class ConnectionRecord;
 struct Shared {
   const config::Config& config;
   const workloads::Store& workloads;
+  // The authorization policies and PeerAuthentications in force (docs/policy.md).
+  const policy::Store& policies;
   identity::TlsContextCache& tls;
   SocketFactory& sockets;
   Stats& stats;
@@ -69,6 +72,10 @@ class Worker {
   // the application, RST_STREAM to the HBONE peer), each then recorded as `shutdown`.
   // Returns how many.
   size_t abortLive();
+  // On this worker's thread, after the policies or the workloads changed: every inbound
+  // connection whose subject the policies now deny (or plaintext to a port now STRICT) is
+  // reset and recorded as `policy_revoked`. Returns how many.
+  size_t reauthorize(const policy::PolicySet& policies, const workloads::Registry& registry);
 
  private:
   Shared& shared_;
@@ -97,5 +104,8 @@ LoadUnit placeOnAnyWorker(Worker& here);
 void acceptOutbound(Worker& worker, boost::asio::ip::tcp::socket socket, Admitted admitted);
 void acceptHbone(Worker& worker, boost::asio::ip::tcp::socket socket, Admitted admitted);
 void acceptPlaintext(Worker& worker, boost::asio::ip::tcp::socket socket, Admitted admitted);
+
+// The mTLS mode when no PeerAuthentication decides: the workload's own tls_mode.
+policy::MtlsMode fallbackMode(const workloads::Workload& w);
 
 }  // namespace ferry::session

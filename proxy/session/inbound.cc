@@ -173,6 +173,22 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
     co_return;
   }
 
+  // Authorization (docs/policy.md) at the destination's node, on the peer's verified
+  // identity, before anything is connected: a denial is a 401 naming the policy.
+  const auto* destination = registry->findLocalByIp(verdict.target.ip);
+  if (destination == nullptr) {  // validateConnect found it in this very snapshot
+    reject(503, CloseReason::kBadRequest, "the destination workload is gone");
+    co_return;
+  }
+  auto decision = authorize(worker, Direction::kInbound, *destination,
+                            policy::Request{info->client.ip, policy::principalOf(info->peer_id), verdict.target.ip,
+                                            verdict.target.port},
+                            record);
+  if (!decision.allowed) {
+    reject(401, CloseReason::kPolicyDenied, decision.reason);
+    co_return;
+  }
+
   // Connect before answering, so a refusal is a 503 and not a 200 followed by a reset.
   // A reset of the stream cancels the connect at once: the socket is closed (the workload
   // sees no connection, or one that ends at once), and a stream still waiting for a slot

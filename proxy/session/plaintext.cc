@@ -1,6 +1,7 @@
 // Inbound plaintext (15006): a captured connection to a local workload that did not come
-// through HBONE. PERMISSIVE workloads get it forwarded from the client's IP; STRICT ones
-// refuse it with a reset (design §6; the full policy engine comes later).
+// through HBONE, captured because its port is STRICT or policies apply to the workload
+// (docs/policy.md): STRICT refuses it with a reset; otherwise the authorization policies
+// judge it with no peer identity, and an allowed one is forwarded from the client's IP.
 #include "absl/strings/str_cat.h"
 #include "proxy/session/common.h"
 #include "proxy/session/context.h"
@@ -45,10 +46,24 @@ awaitable<void> servePlaintext(Worker& worker, Tcp::socket socket, LoadUnit load
       co_return;
     }
   }
-  if (workload->tls_mode == workloads::TlsMode::kStrict) {
-    record.detail = absl::StrCat(workload->displayName(), " is STRICT: plaintext refused");
+  // Plaintext has no peer identity: the port's mTLS mode first, then the policies.
+  auto mtls = shared.policies.current()->mtls(*workload, ends->destination.port, fallbackMode(*workload));
+  if (mtls.mode == policy::MtlsMode::kStrict) {
+    record.detail = absl::StrCat(workload->displayName(), " port ", ends->destination.port,
+                                 " is STRICT: plaintext refused (",
+                                 mtls.policy ? absl::StrCat("PeerAuthentication ", mtls.policy->meta.key(),
+                                                            mtls.port_level ? " portLevelMtls" : "")
+                                             : std::string("the workload's tls_mode"),
+                                 ")");
     abortSocket(socket);
     record.finish(CloseReason::kStrictPlaintext);
+    co_return;
+  }
+  auto decision = authorize(worker, Direction::kPlaintext, *workload,
+                            policy::Request{ends->peer.ip, "", ends->destination.ip, ends->destination.port}, record);
+  if (!decision.allowed) {
+    abortSocket(socket);
+    record.finish(CloseReason::kPolicyDenied);
     co_return;
   }
   co_await forwardTcp(worker, socket, ends->peer.ip, ends->destination, record);

@@ -44,6 +44,11 @@ uint64_t Stats::rejections(Direction d, identity::SvidRejection r) const {
   return svid_rejections[static_cast<size_t>(d)][static_cast<size_t>(r)].load(std::memory_order_relaxed);
 }
 
+void Stats::recordDecision(Direction d, PolicyAction action, bool allowed) {
+  policy_decisions[static_cast<size_t>(d)][static_cast<size_t>(action)][allowed ? 0 : 1].fetch_add(
+      1, std::memory_order_relaxed);
+}
+
 void Stats::recordGoaway(uint32_t error_code) {
   if (error_code < kH2ErrorCodes) hbone_goaway_sent[error_code].fetch_add(1, std::memory_order_relaxed);
 }
@@ -87,6 +92,20 @@ std::string Stats::renderPrometheus() const {
       absl::StrAppend(&out, "ferry_connections_closed_total{direction=\"",
                       directionLabel(static_cast<Direction>(d)), "\",reason=\"",
                       closeReasonLabel(static_cast<CloseReason>(r)), "\"} ", v, "\n");
+    }
+  }
+  absl::StrAppend(&out,
+                  "# HELP ferry_policy_decisions_total Connections judged by authorization policies, by the "
+                  "action of the policy that decided (none: no policy matched) and the result\n"
+                  "# TYPE ferry_policy_decisions_total counter\n");
+  for (Direction d : {Direction::kInbound, Direction::kPlaintext}) {
+    for (size_t a = 0; a < static_cast<size_t>(PolicyAction::kCount); ++a) {
+      for (size_t result = 0; result < 2; ++result) {
+        static const char* kActions[] = {"ALLOW", "DENY", "none"};
+        absl::StrAppend(&out, "ferry_policy_decisions_total{direction=\"", directionLabel(d), "\",action=\"",
+                        kActions[a], "\",result=\"", result == 0 ? "allow" : "deny", "\"} ",
+                        policy_decisions[static_cast<size_t>(d)][a][result].load(std::memory_order_relaxed), "\n");
+      }
     }
   }
   absl::StrAppend(&out,

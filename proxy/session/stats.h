@@ -26,8 +26,10 @@ namespace ferry::session {
   X(kNoCertificate, "no_certificate", "no certificate for the identity to present")        \
   X(kUnknownSource, "unknown_source", "the source is not a local workload")                \
   X(kBadRequest, "bad_request", "CONNECT rejected by validation (400/503)")                \
-  X(kDenied, "denied", "identity or policy check refused it (401)")                        \
-  X(kStrictPlaintext, "strict_plaintext", "plaintext to a STRICT workload was refused")    \
+  X(kDenied, "denied", "the client identity does not own its source IP (401)")             \
+  X(kPolicyDenied, "policy_denied", "an authorization policy denied it (401 on HBONE, a reset on plaintext)")\
+  X(kPolicyRevoked, "policy_revoked", "a policy change denied the open connection, which was closed")\
+  X(kStrictPlaintext, "strict_plaintext", "plaintext to a workload port whose mTLS mode is STRICT was refused")\
   X(kBadProxyHeader, "bad_proxy_header", "PROXY protocol header missing or invalid")       \
   X(kSelfTarget, "self_target", "the destination is ferryd itself (a listener or address)")\
   X(kShutdown, "shutdown", "ferryd was shutting down")                                     \
@@ -62,7 +64,8 @@ const char* directionLabel(Direction d);
   X(hbone_streams_reset_unanswered, "CONNECT streams the client reset before they were answered (upstream connect cancelled or never started)")\
   X(hbone_connect_waits, "CONNECT streams that waited for one of the connection's hbone.max_pending_connects upstream connects")\
   X(log_lines_suppressed, "warning lines a per-connection log rate limit did not write (their events are still counted)")\
-  X(hbone_connections_drained_source_left, "pooled HBONE client connections drained because their source pod left the mesh or this node")
+  X(hbone_connections_drained_source_left, "pooled HBONE client connections drained because their source pod left the mesh or this node")\
+  X(policy_audit_matches, "connections an AUDIT (or istio.io/dry-run) authorization policy matched (logged, never enforced)")
 
 struct Stats {
 #define FERRY_X(name, help) std::atomic<uint64_t> name{0};
@@ -86,6 +89,15 @@ struct Stats {
   // error (RFC 9113 §7 codes 0x1..0xd; index = code).
   static constexpr size_t kH2ErrorCodes = 14;
   std::array<std::atomic<uint64_t>, kH2ErrorCodes> hbone_goaway_sent{};
+
+  // policy_decisions{direction, action, result}: inbound and inbound_plaintext connections
+  // judged by authorization policies; action is that of the policy that decided, or none
+  // (no policy matched: allowed when no ALLOW policy applies, else denied).
+  enum class PolicyAction { kAllow, kDeny, kNone, kCount };
+  std::array<std::array<std::array<std::atomic<uint64_t>, 2>, static_cast<size_t>(PolicyAction::kCount)>,
+             static_cast<size_t>(Direction::kCount)>
+      policy_decisions{};
+  void recordDecision(Direction d, PolicyAction action, bool allowed);
 
   void recordClose(Direction d, CloseReason r, uint64_t sent, uint64_t received);
   void recordGoaway(uint32_t error_code);

@@ -57,12 +57,15 @@ sockaddr_in addr(const std::string& ip, uint16_t port) {
   return a;
 }
 
-void writeFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-}
-
 }  // namespace
+
+void writeFile(const std::string& path, const std::string& text) {
+  {
+    std::ofstream out(path + ".tmp");
+    out << text;
+  }
+  std::filesystem::rename(path + ".tmp", path);
+}
 
 bool waitFor(const std::function<bool()>& cond, std::chrono::milliseconds timeout) {
   auto deadline = Clock::now() + timeout;
@@ -77,8 +80,8 @@ std::vector<Pod> LabFiles::defaultPods() {
   return {
       {"c1", "client", "n1", "127.0.1.10"},
       {"c2", "other", "n1", "127.0.1.11"},
-      {"s1", "server", "n2", "127.0.2.10"},
-      {"s2", "strict", "n2", "127.0.2.11", true, "strict"},
+      {"s1", "server", "n2", "127.0.2.10", true, "permissive", "{app: server}"},
+      {"s2", "strict", "n2", "127.0.2.11", true, "strict", "{app: strict}"},
       {"b1", "server3", "n3", "127.0.4.10"},
   };
 }
@@ -101,7 +104,7 @@ LabFiles::LabFiles() {
     EXPECT_TRUE(identity::writeSvidFiles(certDir(), id, *leaf, {}).ok());
     yaml += "  - {name: " + p.name + ", namespace: default, service_account: " + p.sa +
             ", node: " + p.node + ", ips: [" + p.ip + "], hbone: " + (p.hbone ? "true" : "false") +
-            ", tls_mode: " + p.tls_mode + "}\n";
+            ", tls_mode: " + p.tls_mode + ", labels: " + p.labels + "}\n";
   }
   writeFile(dir_ + "/workloads.yaml", yaml);
 }

@@ -35,6 +35,7 @@ struct Pod {
   std::string ip;
   bool hbone = true;
   std::string tls_mode = "permissive";
+  std::string labels = "{}";  // YAML map: what policy selectors match
 };
 
 // Temp dir with a CA, one SVID per service account, and the workloads file.
@@ -47,7 +48,8 @@ class LabFiles {
   std::string caDir() const { return dir_ + "/ca"; }
   // The standard pods: n1: c1 127.0.1.10 (sa client), c2 127.0.1.11 (sa other);
   // n2: s1 127.0.2.10 (sa server), s2 127.0.2.11 (sa strict, STRICT);
-  // n3: b1 127.0.4.10 (sa server3; no ferryd runs for n3).
+  // n3: b1 127.0.4.10 (sa server3; no ferryd runs for n3). s1 carries app: server, s2
+  // app: strict.
   static std::vector<Pod> defaultPods();
   // Config YAML for `node` (n1 or n2) plus `extra` top-level YAML lines; two workers and
   // log level error unless `extra` sets `workers` or `log_level`.
@@ -122,6 +124,9 @@ inline int connectOutbound(const std::string& src_ip, const std::string& dst_ip,
   std::string listener = src_ip.rfind("127.0.2.", 0) == 0 ? "127.0.2.1" : "127.0.1.1";
   return connectCaptured(src_ip, listener, 15001, dst_ip, dst_port);
 }
+
+// Writes `text` to `path` through a rename (watchers never see half a file).
+void writeFile(const std::string& path, const std::string& text);
 
 bool sendAll(int fd, const char* data, size_t size);
 // Reads until EOF; returns false on error (errno kept).

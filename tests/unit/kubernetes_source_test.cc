@@ -111,14 +111,29 @@ TEST_F(KubernetesSourceTest, LabelValuesOtherThanTheKeywordsLeaveTheDecisionToTh
 // nothing.
 TEST_F(KubernetesSourceTest, APodEventThatChangesNothingFerryReadsPublishesNoDelta) {
   source_.replace(std::vector<k8s::Namespace>{ns("shop", kEnabled)});
-  source_.replace(std::vector<k8s::Pod>{pod("shop", "web-0", "10.244.0.5")});
+  source_.replace(std::vector<k8s::Pod>{pod("shop", "web-0", "10.244.0.5", {}, "node-2")});
   ASSERT_EQ(workloads(), (std::vector<std::string>{"shop/web-0@10.244.0.5"}));
   size_t published = deltas_.size();
-  source_.apply(EventType::kModified, pod("shop", "web-0", "10.244.0.5", {{"app", "web"}}));
-  EXPECT_EQ(deltas_.size(), published);
-  source_.apply(EventType::kModified, pod("shop", "web-0", "10.244.0.9", {{"app", "web"}}));
+  source_.apply(EventType::kModified, pod("shop", "web-0", "10.244.0.5", {{"app", "web"}}, "node-2"));
+  EXPECT_EQ(deltas_.size(), published) << "another node's pod: its labels are not kept";
+  source_.apply(EventType::kModified, pod("shop", "web-0", "10.244.0.9", {{"app", "web"}}, "node-2"));
   EXPECT_EQ(deltas_.size(), published + 1);
   EXPECT_EQ(workloads(), (std::vector<std::string>{"shop/web-0@10.244.0.9"}));
+}
+
+TEST_F(KubernetesSourceTest, ALocalPodsLabelsAreKeptAndTheirChangeIsPublished) {
+  source_.replace(std::vector<k8s::Namespace>{ns("shop", kEnabled)});
+  source_.replace(std::vector<k8s::Pod>{pod("shop", "web-0", "10.244.0.5", {{"app", "web"}})});
+  const Workload* web = at("10.244.0.5");
+  ASSERT_NE(web, nullptr);
+  ASSERT_NE(web->labels.find("app"), nullptr) << "policy selectors match a local pod's labels";
+  EXPECT_EQ(*web->labels.find("app"), "web");
+  size_t published = deltas_.size();
+  source_.apply(EventType::kModified, pod("shop", "web-0", "10.244.0.5", {{"app", "web"}}));
+  EXPECT_EQ(deltas_.size(), published) << "the same labels: no change";
+  source_.apply(EventType::kModified, pod("shop", "web-0", "10.244.0.5", {{"app", "web"}, {"tier", "front"}}));
+  EXPECT_EQ(deltas_.size(), published + 1);
+  ASSERT_NE(at("10.244.0.5")->labels.find("tier"), nullptr);
 }
 
 TEST_F(KubernetesSourceTest, ANamespaceLabelChangeTouchesOnlyThatNamespacesPods) {

@@ -1,0 +1,195 @@
+#include "proxy/server/policy_admin.h"
+
+#include <charconv>
+#include <map>
+
+#include <boost/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "proxy/common/net.h"
+#include "proxy/session/context.h"
+
+namespace ferry::server {
+namespace {
+
+namespace json = boost::json;
+
+HttpResponse jsonResponse(int status, const json::value& body) {
+  return HttpResponse{status, "application/json", json::serialize(body) + "\n"};
+}
+
+HttpResponse badRequest(std::string why) { return jsonResponse(400, json::object{{"error", std::move(why)}}); }
+
+// key=value&key=value with %XX and '+' decoded; the last value of a repeated key wins.
+std::map<std::string, std::string> parseQuery(const std::string& query) {
+  auto decode = [](std::string_view in) {
+    std::string out;
+    for (size_t i = 0; i < in.size(); ++i) {
+      if (in[i] == '+') {
+        out.push_back(' ');
+      } else if (in[i] == '%' && i + 2 < in.size()) {
+        int v = 0;
+        auto [end, ec] = std::from_chars(in.data() + i + 1, in.data() + i + 3, v, 16);
+        if (ec == std::errc() && end == in.data() + i + 3) {
+          out.push_back(static_cast<char>(v));
+          i += 2;
+        } else {
+          out.push_back('%');
+        }
+      } else {
+        out.push_back(in[i]);
+      }
+    }
+    return out;
+  };
+  std::map<std::string, std::string> out;
+  std::string_view rest = query;
+  while (!rest.empty()) {
+    auto amp = rest.find('&');
+    std::string_view pair = rest.substr(0, amp);
+    rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
+    auto eq = pair.find('=');
+    out[decode(pair.substr(0, eq))] = eq == std::string_view::npos ? "" : decode(pair.substr(eq + 1));
+  }
+  return out;
+}
+
+const workloads::Workload* findByKey(const workloads::Registry& registry, const std::string& key) {
+  const workloads::Workload* found = nullptr;
+  registry.forEach([&](const workloads::Workload& w) {
+    if (found == nullptr && w.displayName() == key) found = &w;
+  });
+  return found;
+}
+
+json::object labelsJson(const policy::Labels& labels) {
+  json::object out;
+  for (const auto& [k, v] : labels) out[k] = v;
+  return out;
+}
+
+json::object objectJson(const policy::Object& object) {
+  json::object o;
+  if (const auto* a = std::get_if<policy::AuthorizationPtr>(&object)) {
+    const auto& p = **a;
+    o["kind"] = "AuthorizationPolicy";
+    o["name"] = p.meta.key();
+    o["origin"] = p.meta.origin;
+    o["action"] = policy::actionName(p.action);
+    if (p.dry_run) o["dry_run"] = true;
+    o["selector"] = p.selector ? json::value(labelsJson(*p.selector)) : json::value(nullptr);
+    o["rules"] = p.rules.size();
+    json::array l7;
+    for (size_t i = 0; i < p.rules.size(); ++i) {
+      for (const auto& f : p.rules[i].l7_fields) l7.push_back(json::value(absl::StrCat("rules[", i, "] ", f)));
+    }
+    if (!l7.empty()) o["l7_fields"] = std::move(l7);
+  } else {
+    const auto& p = *std::get<policy::PeerAuthenticationPtr>(object);
+    o["kind"] = "PeerAuthentication";
+    o["name"] = p.meta.key();
+    o["origin"] = p.meta.origin;
+    o["mode"] = policy::mtlsModeName(p.mode);
+    o["selector"] = p.selector ? json::value(labelsJson(*p.selector)) : json::value(nullptr);
+    json::object ports;
+    for (const auto& [port, mode] : p.port_level) ports[std::to_string(port)] = policy::mtlsModeName(mode);
+    if (!ports.empty()) o["port_level_mtls"] = std::move(ports);
+  }
+  return o;
+}
+
+}  // namespace
+
+HttpResponse policyDump(const policy::Store& store) {
+  auto set = store.current();
+  json::array objects;
+  set->forEach([&](const policy::Object& o) { objects.push_back(objectJson(o)); });
+  json::array refused;
+  for (const auto& r : store.refusals()) {
+    refused.push_back(json::object{{"origin", r.origin},
+                                   {"kind", r.kind},
+                                   {"name", r.key},
+                                   {"reason", r.reason},
+                                   {"kept_previous", r.kept_previous}});
+  }
+  return jsonResponse(200, json::object{{"root_namespace", set->rootNamespace()},
+                                        {"generation", set->generation()},
+                                        {"policies", std::move(objects)},
+                                        {"refused", std::move(refused)}});
+}
+
+HttpResponse policyCheck(const std::string& query, const workloads::Registry& registry,
+                         const policy::PolicySet& policies, std::string_view trust_domain) {
+  auto params = parseQuery(query);
+  for (const char* required : {"from", "to", "port"}) {
+    if (params[required].empty()) return badRequest(absl::StrCat("missing parameter '", required, "'"));
+  }
+  uint32_t port = 0;
+  const std::string& port_text = params["port"];
+  auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (ec != std::errc() || end != port_text.data() + port_text.size() || port == 0 || port > 65535) {
+    return badRequest(absl::StrCat("port: '", port_text, "' is not a port (1 to 65535)"));
+  }
+  const auto* destination = findByKey(registry, params["to"]);
+  if (destination == nullptr) return badRequest(absl::StrCat("to: no workload ", params["to"], " (expected namespace/name)"));
+  if (!registry.isLocal(*destination)) {
+    return badRequest(absl::StrCat("to: ", params["to"], " runs on node ", destination->node.str(),
+                                   ": its policies are enforced by that node's ferryd; ask it"));
+  }
+  if (destination->ips.empty()) return badRequest(absl::StrCat("to: ", params["to"], " has no IP"));
+
+  policy::Request request;
+  request.destination_ip = destination->ips.front();
+  request.destination_port = static_cast<uint16_t>(port);
+  json::object source;
+  const std::string& from = params["from"];
+  const workloads::Workload* client = nullptr;
+  if (auto ip = common::parseIp(from); ip.ok()) {
+    request.source_ip = common::canonicalIp(*ip);
+    client = registry.findByIp(request.source_ip);
+  } else {
+    client = findByKey(registry, from);
+    if (client == nullptr) return badRequest(absl::StrCat("from: '", from, "' is neither an IP nor a workload (namespace/name)"));
+    if (client->ips.empty()) return badRequest(absl::StrCat("from: ", from, " has no IP"));
+    request.source_ip = client->ips.front();
+  }
+  bool plaintext = params["plaintext"] == "true" || client == nullptr;
+  if (!plaintext) request.principal = policy::principalOf(client->spiffeId(trust_domain));
+  source["ip"] = request.source_ip.to_string();
+  source["workload"] = client != nullptr ? json::value(client->displayName()) : json::value(nullptr);
+  source["principal"] = plaintext ? json::value(nullptr) : json::value(request.principal);
+
+  auto e = policies.explain(*destination, request, session::fallbackMode(*destination));
+  json::array steps;
+  for (const auto& step : e.steps) {
+    json::object s;
+    s["name"] = step.policy->meta.key();
+    s["action"] = policy::actionName(step.policy->action);
+    if (step.policy->dry_run) s["dry_run"] = true;
+    s["matched"] = step.matched;
+    s["rule"] = step.rule;
+    s["detail"] = step.detail;
+    steps.push_back(std::move(s));
+  }
+  json::object mtls{{"mode", policy::mtlsModeName(e.mtls.mode)},
+                    {"policy", e.mtls.policy ? json::value(e.mtls.policy->meta.key()) : json::value(nullptr)},
+                    {"port_level", e.mtls.port_level}};
+  bool allowed = e.decision.allowed && !e.plaintext_refused;
+  std::string reason = e.plaintext_refused
+                           ? absl::StrCat("denied: plaintext to port ", port, ", whose mTLS mode is STRICT")
+                           : e.decision.reason;
+  return jsonResponse(200, json::object{
+                               {"source", std::move(source)},
+                               {"destination", json::object{{"workload", destination->displayName()},
+                                                            {"ip", request.destination_ip.to_string()},
+                                                            {"port", port}}},
+                               {"mtls", std::move(mtls)},
+                               {"policies", std::move(steps)},
+                               {"verdict", allowed ? "allow" : "deny"},
+                               {"reason", reason},
+                               {"policy", e.decision.policy ? json::value(e.decision.policy->meta.key()) : json::value(nullptr)},
+                               {"rule", e.decision.rule},
+                           });
+}
+
+}  // namespace ferry::server
