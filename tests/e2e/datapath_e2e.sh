@@ -19,20 +19,26 @@
 #   8  ferryd stopped with failure_mode closed: mesh TCP is cut off, nothing leaks, ICMP
 #      works; restarted ferryd adopts its pins; failure_mode open: direct plaintext
 #   10 TCP fragments and IPv6 TCP crafted in a pod (CAP_NET_RAW) are refused, nothing crosses
-#   11 STRICT switched at run time reaches the datapath (and back); fragments from the node
-#      cannot reach a STRICT pod
+#   11 STRICT switched at run time (a PeerAuthentication) reaches the datapath (and back);
+#      fragments from the node cannot reach a STRICT pod; an unenrolled pod's plaintext is
+#      refused while STRICT, served while PERMISSIVE
 #   12 stale flows: a connection that predates enrolment, and one whose client-node ferryd
 #      was SIGKILLed and restarted, get a reset and never continue in plaintext
 #   13 the server-node ferryd died (SIGKILL): the client's connection fails at once (a reset
 #      for the tunnel SYN, not the connect timeout) and n1's log names the peer's HBONE
 #      address; stopped for a restart (SIGTERM): a connection opened in the gap waits for it
+#   14 authorization (issue 15): an ALLOW for one principal lets it in and shuts another
+#      out, cross-node and same-node; a DENY wins over the ALLOW; each decision in the
+#      metrics and in n2's access log (naming the policy)
+#   15 a tightened policy closes an established connection it now denies, within a second
+#      of being in force (ferryd's own log stamps), counted as policy_revoked
 #   9  after `ferry-lab down`: no namespace, link, pin or process left
 #
 # The lab's workload source is the environment's: the workloads file by default, or with
 # FERRY_LAB_SOURCE=kubernetes FERRY_LAB_KUBECONFIG=... the API server (docs/lab.md; CI runs
 # that through tests/k8s/lab_k8s_e2e.sh). There 7b moves a pod out and in with its
-# ferry.io/dataplane label, 12 by deleting it and creating it again, and 11 is skipped:
-# the Kubernetes source has no STRICT yet (Istio's PeerAuthentication is issue 15).
+# ferry.io/dataplane label, 12 by deleting it and creating it again. Policies (11, 14, 15)
+# come from the lab's policy file on both sources.
 #
 # With FERRY_LAB_CNI=ptp or bridge the pods are made by the reference CNI plugins (docs/lab.md,
 # "On real CNI plugins"; ctests e2e_datapath_e2e_ptp, e2e_datapath_e2e_bridge): every case runs
@@ -639,20 +645,32 @@ RAW=$HERE/fy_raw_send.py
 reason_count() { metric "$1" "ferry_datapath_reason_packets_total{reason=\"$2\"}"; }
 reason_reached() { [ "$(reason_count "$1" "$2")" -ge "$3" ]; }
 drops() { metric "$1" "ferry_datapath_packets_total{program=\"$2\",verdict=\"drop\"}"; }
-# set_tls_mode POD MODE: rewrite POD's line of the workloads file (atomic rename).
-set_tls_mode() {
-  python3 - "$STATE/workloads.yaml" "$1" "$2" <<'PYEOF'
-import re, sys
-path, pod, mode = sys.argv[1:]
-out = []
-for line in open(path).read().splitlines(keepends=True):
-    if ("name: %s," % pod) in line:
-        line = re.sub(r", tls_mode: \w+", "", line).replace("}", ", tls_mode: %s}" % mode, 1)
-    out.append(line)
-open(path + ".tmp", "w").write("".join(out))
-PYEOF
-  mv "$STATE/workloads.yaml.tmp" "$STATE/workloads.yaml"
+# set_policies < YAML: the lab's policy file (security.istio.io objects, docs/policy.md),
+# atomically; returns once both ferryds have applied it (their policy generation moved).
+policy_generation_above() { [ "$(metric "$1" ferry_policy_generation)" -gt "$2" ]; }
+set_policies() {
+  local g1 g2
+  g1=$(metric n1 ferry_policy_generation); g2=$(metric n2 ferry_policy_generation)
+  cat >"$STATE/policies.yaml.tmp"
+  mv "$STATE/policies.yaml.tmp" "$STATE/policies.yaml"
+  wait_for 10 "n1 to apply the policies" policy_generation_above n1 "$g1" &&
+    wait_for 10 "n2 to apply the policies" policy_generation_above n2 "$g2"
 }
+# peer_auth MODE: the lab's only policy is a PeerAuthentication putting n2-p1 in MODE.
+peer_auth() {
+  set_policies <<EOF
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: n2-p1-mtls, namespace: $(lab_env FERRY_LAB_NAMESPACE)}
+spec:
+  selector: $(lab_selector n2-p1)
+  mtls: {mode: $1}
+EOF
+}
+# lab_selector POD (n2-p1): a selector of the lab's pod; lab_principal POD: its principal as
+# policies write it (the SPIFFE ID without spiffe://).
+lab_selector() { echo "{matchLabels: {app: $(lab_env FERRY_LAB_NAME_PREFIX)$1}}"; }
+lab_principal() { lab_id "$1" | sed 's|^spiffe://||'; }
 
 # Finding 1: TCP fragments and IPv6 TCP from a pod with CAP_NET_RAW are refused at its
 # device (counted), and nothing of them crosses the wire.
@@ -683,8 +701,9 @@ case_no_plaintext_escape() {
     wait_for 5 "IPV6_TCP >= $((before + 1))" reason_reached n1 IPV6_TCP $((before + 1))
 }
 
-# Finding 3: STRICT set at run time reaches the pod's datapath (and back), and TCP
-# fragments from the node cannot reach the STRICT pod either.
+# Finding 3: STRICT set at run time (a PeerAuthentication) reaches the pod's datapath (and
+# back), and TCP fragments from the node cannot reach the STRICT pod either. Plaintext from
+# an unenrolled pod is refused while STRICT and served while PERMISSIVE.
 case_strict_at_runtime() {
   local m2 rc marker src before
   start_httpd n2/p1 10.77.2.11
@@ -698,8 +717,9 @@ case_strict_at_runtime() {
   assert "a plaintext connection from node n2 to n2/p1:9191 echoes while PERMISSIVE" \
     wait_for 10 "first echo" grep -q "first: hello" "$TMP/case11b.out"
   m2=$(flog_mark n2)
-  set_tls_mode n2-p1 strict
-  assert "n2 switched $(lab_workload n2-p1) to STRICT in the datapath" flog_wait n2 "$m2" "$(lab_workload n2-p1) is now STRICT"
+  peer_auth STRICT
+  assert "n2 steers new plaintext to $(lab_workload n2-p1) through ferryd (STRICT)" \
+    flog_wait n2 "$m2" "$(lab_workload n2-p1): new plaintext connections now go through ferryd"
   rc=0
   "$LAB" exec n2 -- curl -sS --max-time 3 -o /dev/null http://10.77.2.11:8080/case11-strict >"$TMP/case11.out" 2>&1 || rc=$?
   note "plaintext from node n2 to STRICT n2/p1: curl exit $rc ($(tr '\n' ' ' <"$TMP/case11.out"))"
@@ -734,11 +754,150 @@ case_strict_at_runtime() {
   assert "nothing of the plaintext reached n2/p1's eth0" bash -c "! grep -q '$held_marker' '$TMP/case11b.pcap'"
   assert "the client got no echo" bash -c "! grep -q 'outcome: echo' '$TMP/case11b.out'"
 
+  note "an unenrolled pod (n1/p2 leaves the mesh) in plaintext to the STRICT pod"
+  pod_leave n1-p2 label
+  assert "n1 released n1-p2" wait_for 10 "1 enrolled" enrolled_pods_are n1 1
+  local refused
+  refused=$(strict_refused)
+  rc=0
+  "$LAB" exec n1/p2 -- curl -sS --max-time 3 -o /dev/null http://10.77.2.11:8080/case11-unenrolled-strict >"$TMP/case11c.out" 2>&1 || rc=$?
+  assert "STRICT: the unenrolled pod's plaintext is refused (curl exit $rc)" test "$rc" -ne 0
+  assert "... counted by n2 as strict_plaintext" wait_for 5 "the count" strict_refused_above "$refused"
+  assert "... and the server never saw it" bash -c "! grep -q case11-unenrolled-strict '$(httpd_log n2/p1)'"
+
   m2=$(flog_mark n2)
-  set_tls_mode n2-p1 permissive
-  assert "n2 switched $(lab_workload n2-p1) back to PERMISSIVE" flog_wait n2 "$m2" "$(lab_workload n2-p1) is now PERMISSIVE"
-  assert "PERMISSIVE again: plaintext from node n2 is served" \
+  peer_auth PERMISSIVE
+  assert "n2 lets plaintext reach $(lab_workload n2-p1) directly again (PERMISSIVE, no policy)" \
+    flog_wait n2 "$m2" "$(lab_workload n2-p1): new plaintext connections now pass straight to the pod"
+  assert "PERMISSIVE: plaintext from node n2 is served" \
     wait_for 5 "curl from n2" "$LAB" exec n2 -- curl -sf --max-time 3 -o /dev/null http://10.77.2.11:8080/case11-permissive-again
+  assert "PERMISSIVE: the unenrolled pod's plaintext is served" \
+    "$LAB" exec n1/p2 -- curl -sf --max-time 3 -o /dev/null http://10.77.2.11:8080/case11-unenrolled-permissive
+  pod_join n1-p2 label
+  assert "n1 enrolled n1-p2 again" wait_for 10 "2 enrolled" enrolled_pods_are n1 2
+  set_policies </dev/null
+}
+enrolled_pods_are() { [ "$(metric "$1" ferry_datapath_enrolled_pods)" = "$2" ]; }
+strict_refused() { metric n2 'ferry_connections_closed_total{direction="inbound_plaintext",reason="strict_plaintext"}'; }
+strict_refused_above() { [ "$(strict_refused)" -gt "$1" ]; }
+
+# Issue 15: authorization with Istio's AuthorizationPolicy, enforced by the destination's
+# ferryd on inbound HBONE, cross-node and same-node; each decision counted and logged.
+not_200() { ! grep -qE '^200 ' <<<"$1"; }
+decisions() { metric n2 "ferry_policy_decisions_total{direction=\"inbound\",action=\"$1\",result=\"$2\"}"; }
+decisions_above() { [ "$(decisions "$1" "$2")" -gt "$3" ]; }
+case_authorization() {
+  local out m2 allowed denied denied_by_deny ns
+  ns=$(lab_env FERRY_LAB_NAMESPACE)
+  start_httpd n2/p1 10.77.2.11
+  set_policies <<EOF
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: n2-p1-from-n1-p1, namespace: $ns}
+spec:
+  selector: $(lab_selector n2-p1)
+  action: ALLOW
+  rules:
+  - from: [{source: {principals: [$(lab_principal n1-p1)]}}]
+EOF
+  allowed=$(decisions ALLOW allow); denied=$(decisions none deny)
+  m2=$(flog_mark n2)
+  out=$(curl_get n1/p1 http://10.77.2.11:8080/case14-allowed)
+  assert "n1/p1 (the allowed principal) gets in (200)" grep -qE '^200 ' <<<"$out"
+  assert "... counted as ALLOW/allow" wait_for 5 "the count" decisions_above ALLOW allow "$allowed"
+  assert "... and n2's access line names the policy" \
+    flog_wait n2 "$m2" "direction=inbound src=10\.77\.1\.11:[0-9]+ dst=10\.77\.2\.11:8080 .*reason=ok .*policy=\"allowed by ALLOW policy $ns/n2-p1-from-n1-p1 rule 0\""
+  m2=$(flog_mark n2)
+  out=$(curl_get n1/p2 http://10.77.2.11:8080/case14-denied || true)
+  note "n1/p2: $(tr '\n' ' ' <<<"$out")"
+  assert "n1/p2 (another principal) is shut out" not_200 "$out"
+  assert "... the server never saw it" bash -c "! grep -q case14-denied '$(httpd_log n2/p1)'"
+  assert "... counted as none/deny (an ALLOW applies, none matched)" wait_for 5 "the count" decisions_above none deny "$denied"
+  assert "... n2's access line: 401, policy_denied, with the reason" \
+    flog_wait n2 "$m2" "direction=inbound src=10\.77\.1\.12:[0-9]+ dst=10\.77\.2\.11:8080 .*reason=policy_denied .*detail=\"401: denied: no rule of the 1 ALLOW policy"
+  out=$(curl_get n2/p2 http://10.77.2.11:8080/case14-same-node || true)
+  assert "same node: n2/p2 is shut out by its own node's ferryd" not_200 "$out"
+  assert "... on the inbound leg of n2 (policy_denied from 10.77.2.12)" \
+    flog_wait n2 "$m2" "direction=inbound src=10\.77\.2\.12:[0-9]+ dst=10\.77\.2\.11:8080 .*reason=policy_denied"
+
+  note "DENY wins over ALLOW: a DENY for n1-p1 on port 8080 next to the ALLOW"
+  set_policies <<EOF
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: n2-p1-from-n1-p1, namespace: $ns}
+spec:
+  selector: $(lab_selector n2-p1)
+  rules:
+  - from: [{source: {principals: [$(lab_principal n1-p1)]}}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: no-8080-for-n1-p1, namespace: $ns}
+spec:
+  selector: $(lab_selector n2-p1)
+  action: DENY
+  rules:
+  - from: [{source: {principals: [$(lab_principal n1-p1)]}}]
+    to: [{operation: {ports: ["8080"]}}]
+EOF
+  denied_by_deny=$(decisions DENY deny)
+  m2=$(flog_mark n2)
+  out=$(curl_get n1/p1 http://10.77.2.11:8080/case14-deny-wins || true)
+  assert "n1/p1 is refused now" not_200 "$out"
+  assert "... counted as DENY/deny" wait_for 5 "the count" decisions_above DENY deny "$denied_by_deny"
+  assert "... the access line names the DENY policy" \
+    flog_wait n2 "$m2" "reason=policy_denied .*policy=\"denied by DENY policy $ns/no-8080-for-n1-p1 rule 0\""
+  set_policies </dev/null
+  out=$(curl_get n1/p2 http://10.77.2.11:8080/case14-no-policy)
+  assert "no policy left: n1/p2 gets in again (200)" grep -qE '^200 ' <<<"$out"
+}
+
+# Issue 15: a policy change is applied to the connections that are open: one it now denies
+# is closed (reason policy_revoked), and the time from the change being in force to the close
+# is reported.
+case_policy_revokes() {
+  local ns revoked m2 ms
+  ns=$(lab_env FERRY_LAB_NAMESPACE)
+  start_echo 9292
+  bg n1/p1 "$TMP/case15.out" python3 -c '
+import socket, time
+s = socket.create_connection(("10.77.2.11", 9292))
+s.sendall(b"hello\n")
+print("first:", s.recv(4096).decode().strip(), flush=True)
+s.settimeout(30)
+try:
+    got = s.recv(4096)
+    print("ended: eof" if not got else "ended: data", time.time(), flush=True)
+except OSError as e:
+    print("ended: %s" % type(e).__name__, time.time(), flush=True)'
+  assert "a connection n1/p1 -> n2/p1:9292 is established (echoed)" wait_for 10 "first echo" grep -q "first: hello" "$TMP/case15.out"
+  revoked=$(metric n2 'ferry_connections_closed_total{direction="inbound",reason="policy_revoked"}')
+  m2=$(flog_mark n2)
+  set_policies <<EOF
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: n2-p1-only-n2-p2, namespace: $ns}
+spec:
+  selector: $(lab_selector n2-p1)
+  rules:
+  - from: [{source: {principals: [$(lab_principal n2-p2)]}}]
+EOF
+  assert "the client's connection ended" wait_for 5 "the end" grep -q "^ended:" "$TMP/case15.out"
+  assert "... n2's access line says policy_revoked" flog_wait n2 "$m2" "direction=inbound .*dst=10\.77\.2\.11:9292 .*reason=policy_revoked"
+  # From ferryd's own log: the line saying the new policies are in force, and the close.
+  ms=$(flog_since n2 "$m2" | python3 -c '
+import sys, datetime
+stamp = lambda line: datetime.datetime.strptime(line.split()[0], "%Y-%m-%dT%H:%M:%S.%fZ")
+applied = closed = None
+for line in sys.stdin:
+    if applied is None and "policy: generation" in line: applied = stamp(line)
+    if closed is None and "reason=policy_revoked" in line: closed = stamp(line)
+print(round((closed - applied).total_seconds() * 1000, 1))')
+  note "n2 closed the connection $ms ms after the new policy was in force (the file itself is polled every workloads_poll)"
+  assert "... within a second of the policy being in force" python3 -c "import sys; sys.exit(0 if $ms < 1000 else 1)"
+  assert "... counted by n2 as policy_revoked" \
+    test "$(metric n2 'ferry_connections_closed_total{direction="inbound",reason="policy_revoked"}')" -gt "$revoked"
+  set_policies </dev/null
 }
 
 # A client of the echo server on n2/p1:9191 (start_echo) that echoes once, waits for the
@@ -867,12 +1026,9 @@ run_case 6 "capture cannot be dodged (source port 15008; direct :15008)" case_no
 run_case 7 "UDP and ICMP untouched (reason NOT_TCP)" case_udp_icmp
 run_case 7b "pods leave and join at run time; an unenrolled pod keeps working; others untouched" case_join_leave
 run_case 10 "no plaintext escape: TCP fragments and IPv6 TCP from a pod are refused" case_no_plaintext_escape
-if on_kubernetes; then
-  skip_case 11 "STRICT switched at run time reaches the datapath" \
-    "the Kubernetes source has no STRICT yet: tls_mode comes from the workloads file only (Istio's PeerAuthentication is issue 15)"
-else
-  run_case 11 "STRICT switched at run time reaches the datapath; fragments cannot reach a STRICT pod" case_strict_at_runtime
-fi
+run_case 11 "STRICT (PeerAuthentication) at run time reaches the datapath; fragments and an unenrolled pod's plaintext cannot reach a STRICT pod" case_strict_at_runtime
+run_case 14 "authorization: an ALLOW for one principal, DENY over ALLOW, same node; decisions in metrics and the access log" case_authorization
+run_case 15 "a tightened policy closes an established connection it now denies, within a second" case_policy_revokes
 run_case 12 "stale flows (pre-enrolment, client ferryd killed) get a reset, never plaintext" case_stale_flows
 run_case 13 "server-node ferryd died: the client fails fast and names the peer; a planned restart holds new tunnels" case_peer_ferryd_down
 run_case 8 "ferryd stopped: closed cuts off without leaking, restart adopts, open routes directly" case_failure_modes
