@@ -51,6 +51,35 @@ echo "only port 15008 (HBONE, TLS 1.3) between the pods; the page never appears 
 say "iperf3 from pod n1/p1 to pod n2/p1 through the mesh (5 s)"
 $LAB exec n1/p1 -- iperf3 -c 10.77.2.11 -t 5 | tail -4
 
+say "An authorization policy (Istio's AuthorizationPolicy): only pod n1/p1 may call pod n2/p1"
+POLICIES=/run/ferry-lab/policies.yaml
+generation() { $LAB exec n2/proxy -- curl -s http://127.0.0.1:15020/metrics | awk '$1 == "ferry_policy_generation" {print $2}'; }
+before=$(generation)
+cat >"$POLICIES.tmp" <<'EOF'
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: n2-p1-callers, namespace: default}
+spec:
+  selector: {matchLabels: {app: n2-p1}}
+  action: ALLOW
+  rules:
+  - from: [{source: {principals: [cluster.local/ns/default/sa/n1-p1]}}]
+EOF
+mv "$POLICIES.tmp" "$POLICIES"
+sed 's/^/    /' "$POLICIES"
+for _ in $(seq 100); do [ "$(generation)" != "$before" ] && break; sleep 0.1; done
+printf 'pod n1/p1: '
+$LAB exec n1/p1 -- curl -s -o /dev/null -w 'HTTP %{http_code}\n' http://10.77.2.11:8080/index.html
+printf 'pod n1/p2: '
+if $LAB exec n1/p2 -- curl -s -o /dev/null --max-time 5 http://10.77.2.11:8080/index.html; then
+  echo "ALLOWED, but the policy denies it"; exit 1
+fi
+echo "refused (the connection was reset: n2's ferryd answered the tunnel's CONNECT with 401)"
+for _ in $(seq 50); do grep -q 'reason=policy_denied' /run/ferry-lab/n2/ferryd.log && break; sleep 0.1; done
+echo "n2's access log:"
+grep 'reason=policy_denied' /run/ferry-lab/n2/ferryd.log | tail -1 | sed 's/^/    /'
+echo "# ferry lab policies (none)" >"$POLICIES"
+
 say "Counters on node n1"
 $LAB exec n1/proxy -- curl -s http://127.0.0.1:15020/metrics |
   grep -E '^ferry_(certificates_issued|hbone_connections_opened|hbone_streams_opened|bytes_(sent|received)_total\{direction="outbound"|connections_closed_total\{direction="outbound",reason="ok"|datapath_packets_total\{.*redirect|datapath_injection_mode.*1$)'

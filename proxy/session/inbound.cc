@@ -143,7 +143,7 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
 
   auto reject = [&](int status, CloseReason reason, std::string why) {
     shared.stats.hbone_streams_rejected.fetch_add(1, std::memory_order_relaxed);
-    record.detail = absl::StrCat(status, ": ", why);
+    record.detail = why.empty() ? absl::StrCat(status) : absl::StrCat(status, ": ", why);
     stream->respond(status);
     record.finish(reason);
   };
@@ -185,7 +185,7 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
                                             verdict.target.port},
                             record);
   if (!decision.allowed) {
-    reject(401, CloseReason::kPolicyDenied, decision.reason);
+    reject(401, CloseReason::kPolicyDenied, "");  // the access line's policy= says why
     co_return;
   }
 

@@ -814,7 +814,7 @@ EOF
   assert "... the server never saw it" bash -c "! grep -q case14-denied '$(httpd_log n2/p1)'"
   assert "... counted as none/deny (an ALLOW applies, none matched)" wait_for 5 "the count" decisions_above none deny "$denied"
   assert "... n2's access line: 401, policy_denied, with the reason" \
-    flog_wait n2 "$m2" "direction=inbound src=10\.77\.1\.12:[0-9]+ dst=10\.77\.2\.11:8080 .*reason=policy_denied .*detail=\"401: denied: no rule of the 1 ALLOW policy"
+    flog_wait n2 "$m2" "direction=inbound src=10\.77\.1\.12:[0-9]+ dst=10\.77\.2\.11:8080 .*reason=policy_denied .*policy=\"denied: no rule of the 1 ALLOW policy.* detail=\"401\""
   out=$(curl_get n2/p2 http://10.77.2.11:8080/case14-same-node || true)
   assert "same node: n2/p2 is shut out by its own node's ferryd" not_200 "$out"
   assert "... on the inbound leg of n2 (policy_denied from 10.77.2.12)" \
