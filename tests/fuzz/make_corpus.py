@@ -321,6 +321,36 @@ def cni_seeds():
     write(t, "conflist_stale", "\x03" + '{"cniVersion":"1.0.0","name":"x","plugins":[{"type":"ptp"},{"type":"ferry-cni","socket":"/old"},{"type":"tuning"}]}')
 
 
+def policy_seeds():
+    """Policy objects (proxy/policy/): byte 0 picks the form (policy_fuzzer.cc)."""
+    t = "policy"
+    clear_seeds(t)
+    allow = ("apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: a, namespace: shop}\n"
+             "spec:\n  selector: {matchLabels: {app: web}}\n  rules:\n"
+             "  - from: [{source: {principals: [cluster.local/ns/shop/sa/frontend, '*/sa/x'], notIpBlocks: [10.0.0.0/8]}}]\n"
+             "    to: [{operation: {ports: ['8080'], methods: [GET]}}]\n"
+             "    when: [{key: source.ip, values: ['10.1.0.0/16']}, {key: request.headers[x], values: [y]}]\n")
+    deny = ("apiVersion: security.istio.io/v1beta1\nkind: AuthorizationPolicy\nmetadata: {name: d, namespace: istio-system}\n"
+            "spec: {action: DENY, rules: [{from: [{source: {notNamespaces: [shop]}}]}]}\n")
+    peer = ("apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: p, namespace: shop}\n"
+            "spec: {selector: {matchLabels: {app: web}}, mtls: {mode: STRICT}, portLevelMtls: {'8080': {mode: PERMISSIVE}}}\n")
+    write(t, "file_three", "\x00" + allow + "---\n" + deny + "---\n" + peer)
+    write(t, "file_empty_forms", "\x00" + "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\n"
+          "metadata: {name: n}\nspec: {}\n---\napiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\n"
+          "metadata: {name: all}\nspec: {rules: [{}]}\n")
+    write(t, "file_bad", "\x00" + "apiVersion: security.istio.io/v1alpha1\nkind: AuthorizationPolicy\nmetadata: {name: x}\n"
+          "spec: {action: CUSTOM, rules: [{from: [{source: {ipBlocks: [10.0.0.0/33], principals: ['a*b']}}]}]}\n"
+          "---\nkind: Pod\n---\n[1, 2\n")
+    write(t, "file_duplicate", "\x00" + peer + "---\n" + peer)
+    write(t, "api_json", "\x01" + '{"apiVersion":"security.istio.io/v1","kind":"AuthorizationPolicy","metadata":'
+          '{"name":"a","namespace":"shop","uid":"u","resourceVersion":"7","creationTimestamp":"2026-01-01T00:00:00Z",'
+          '"annotations":{"istio.io/dry-run":"true"}},"spec":{"action":"ALLOW","rules":[{"from":[{"source":'
+          '{"serviceAccounts":["shop/web","db"]}}],"to":[{"operation":{"notPorts":["22"]}}]}]}}')
+    write(t, "api_peer", "\x01" + '{"apiVersion":"security.istio.io/v1","kind":"PeerAuthentication","metadata":'
+          '{"name":"m","namespace":"istio-system"},"spec":{"mtls":{"mode":"UNSET"}}}')
+    write(t, "api_bad", "\x01" + '{"kind":"AuthorizationPolicy","metadata":{"name":7},"spec":[]}')
+
+
 if __name__ == "__main__":
     hbone_seeds()
     proxy_seeds()
@@ -329,5 +359,6 @@ if __name__ == "__main__":
     config_seeds()
     workloads_seeds()
     cni_seeds()
+    policy_seeds()
     total = sum(f.stat().st_size for f in HERE.glob("*_corpus/*"))
     print(f"corpora: {total} bytes")
