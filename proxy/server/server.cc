@@ -549,10 +549,13 @@ void Server::onWorkloadsChanged(const workloads::Registry& after, const workload
     }
   }
   if (local) forgetUnusedIdentities();
-  // A local workload's labels (what selectors match), a client's IP or identity: what the
-  // open connections were judged on may have changed.
+  // A local workload's labels decide which policies apply to the connections it serves:
+  // those are judged again. (Other nodes' pods change nothing here: a client's identity was
+  // checked against its IP when its tunnel was made.)
   auto policies = policies_.current();
-  if (policies->authorizationCount() + policies->peerAuthenticationCount() > 0) reauthorizeLive("a workload change");
+  if (local && policies->authorizationCount() + policies->peerAuthenticationCount() > 0) {
+    reauthorizeLive("a workload change");
+  }
 }
 
 void Server::pollOnce() {

@@ -183,12 +183,14 @@ policy::Decision authorize(Worker& worker, Direction direction, const workloads:
   shared.stats.recordDecision(direction, action, decision.allowed);
   for (const auto& audited : decision.audited) {
     shared.stats.policy_audit_matches.fetch_add(1, std::memory_order_relaxed);
-    FERRY_LOG(kInfo, "policy: %s%s policy %s matched %s -> %s (peer %s); the connection is %s", 
+    FERRY_LOG(kInfo, "policy: %s%s policy %s matched %s -> %s (peer %s); the connection is %s",
               audited->dry_run ? "dry-run " : "", policy::actionName(audited->action), audited->meta.key(),
               record.src, record.dst, request.principal.empty() ? "plaintext" : request.principal,
               decision.allowed ? "allowed" : "denied");
   }
-  record.policy = decision.reason;
+  // Named when a policy decided, or denied; "no ALLOW policy applies" is every line's
+  // default and would only lengthen it.
+  if (decision.policy || !decision.allowed) record.policy = decision.reason;
   if (decision.allowed) record.subject = std::move(request);
   return decision;
 }
