@@ -48,6 +48,8 @@ cleanup() {
   kq delete namespace "$MESH" "$PLAIN" --wait=true --timeout=60s >/dev/null 2>&1
   "$HELM" uninstall "$REL" -n "$RNS" --wait --timeout 60s >/dev/null 2>&1
   kq delete namespace "$RNS" --wait=true --timeout=60s >/dev/null 2>&1
+  # Helm leaves a chart's CRDs behind on uninstall: the ones this run brought go (by name).
+  for crd in ${new_crds:-}; do kq delete crd "$crd" --wait=true --timeout=60s >/dev/null 2>&1; done
   rm -rf -- /sys/fs/bpf/ferry "$TMP"
   exit "$rc"
 }
@@ -97,6 +99,10 @@ check "... and refuses a copy with an unknown field" \
 read -r cni_bin cni_conf < <("$cluster" cni-dirs)
 conflist=$cni_conf/10-fy-pods.conflist
 cp "$conflist" "$TMP/conflist.before"
+new_crds=
+for crd in authorizationpolicies.security.istio.io peerauthentications.security.istio.io; do
+  kq get crd "$crd" >/dev/null 2>&1 || new_crds="$new_crds $crd"
+done
 "$HELM" install "$REL" "$repo/charts/ferry" -n "$RNS" --set image.tag=dev --set image.pullPolicy=Never \
   --set cni.binDir="$cni_bin" --set cni.confDir="$cni_conf" --wait --timeout 90s >/dev/null
 check "the DaemonSet's pod becomes ready (readiness on :15021 from the node)" \
@@ -252,6 +258,54 @@ check "requests to $vip:80 reach both endpoints" bash -c "[ -n '${seen[fy-echo-1
 e1=$(pod_ip "$MESH" fy-echo-1)
 check "... over HBONE: ferryd logged the leg to the endpoint's target port with its identity" \
   wait_for 5 "the endpoint's access line" flog_has "direction=outbound src=$client:[0-9]+ dst=$e1:8080 peer=spiffe://cluster.local/ns/$MESH/sa/default reason=ok"
+
+echo "== authorization (security.istio.io objects in the cluster)"
+# A caller with its own service account; the AuthorizationPolicy lets only it reach
+# fy-server (docs/policy.md). The chart installed the CRDs (charts/ferry/crds).
+kq -n "$MESH" create serviceaccount fy-caller >/dev/null
+pod_yaml fy-caller "$MESH" 'exec sleep 3600' | sed 's/^spec:$/spec:\n  serviceAccountName: fy-caller/' | kq apply -f - >/dev/null
+kq -n "$MESH" wait --for=condition=Ready pod fy-caller --timeout=60s >/dev/null
+caller=$(pod_ip "$MESH" fy-caller)
+policies_in_force() { curl -sf --max-time 5 http://10.244.0.1:15020/metrics | grep -qx "ferry_policies{kind=\"AuthorizationPolicy\"} $1"; }
+refused_now() { curl -sf --max-time 5 http://10.244.0.1:15020/metrics | grep -qx "ferry_policy_refused_objects $1"; }
+kq apply -f - >/dev/null <<EOF
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: fy-server-callers, namespace: $MESH}
+spec:
+  selector: {matchLabels: {app: fy-server}}
+  action: ALLOW
+  rules:
+  - from: [{source: {principals: [cluster.local/ns/$MESH/sa/fy-caller]}}]
+EOF
+check "ferryd applied the AuthorizationPolicy from its watch" wait_for 10 "the policy" policies_in_force 1
+body=$(get "$MESH" fy-caller "$server") || true
+check "the allowed principal (sa fy-caller) reaches fy-server ($body)" test "$body" = fy-server
+check "... and its access line names the policy" \
+  wait_for 5 "the allowed line" flog_has "direction=inbound src=$caller:[0-9]+ dst=$server:8080 .*reason=ok .*policy=\"allowed by ALLOW policy $MESH/fy-server-callers rule 0\""
+body=$(get "$MESH" fy-client "$server") || true
+check "another principal (sa default) is shut out (answer: '${body}')" test -z "$body"
+check "... refused by the destination's ferryd (policy_denied)" \
+  wait_for 5 "the denied line" flog_has "direction=inbound src=$client:[0-9]+ dst=$server:8080 .*reason=policy_denied"
+# A broken object is refused with its field and reason; the good one keeps applying.
+kq apply -f - >/dev/null <<EOF
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: fy-broken, namespace: $MESH}
+spec:
+  rules:
+  - from: [{source: {ipBlocks: [10.0.0.0/33]}}]
+EOF
+check "a broken AuthorizationPolicy is refused, naming the field" \
+  wait_for 10 "the refusal" flog_has "refused AuthorizationPolicy $MESH/fy-broken: .*ipBlocks\[0\]: '10.0.0.0/33' is not an IP address or CIDR block"
+check "... counted (ferry_policy_refused_objects 1)" wait_for 5 "the metric" refused_now 1
+body=$(get "$MESH" fy-caller "$server") || true
+check "... and the good policy still applies (fy-caller: $body)" test "$body" = fy-server
+kq -n "$MESH" delete authorizationpolicy fy-broken fy-server-callers >/dev/null
+check "deleting the policies: none in force, none refused" wait_for 10 "the deletion" bash -c "$(declare -f policies_in_force refused_now); policies_in_force 0 && refused_now 0"
+body=$(get "$MESH" fy-client "$server") || true
+check "... and fy-client reaches fy-server again ($body)" test "$body" = fy-server
+kq -n "$MESH" delete pod fy-caller --wait=false >/dev/null
 
 echo "== labels"
 t0=$(date +%s%N)
