@@ -176,7 +176,13 @@ policy::Decision authorize(Worker& worker, Direction direction, const workloads:
                            policy::Request request, ConnectionRecord& record) {
   auto& shared = worker.shared();
   auto policies = shared.policies.current();
-  auto decision = policies->authorize(destination, request);
+  policy::Decision decision;
+  if (shared.policies_loaded.load(std::memory_order_acquire)) {
+    decision = policies->authorize(destination, request);
+  } else {
+    decision.allowed = false;  // fail closed: what the policies say is not known yet
+    decision.reason = "denied: the policies are not loaded from the API server yet";
+  }
   using PolicyAction = Stats::PolicyAction;
   PolicyAction action = PolicyAction::kNone;
   if (decision.policy) action = decision.policy->action == policy::Action::kDeny ? PolicyAction::kDeny : PolicyAction::kAllow;

@@ -52,6 +52,9 @@ struct Shared {
   // Data-plane sockets numbered at or above this are closed at once: the descriptors
   // above it are the operator endpoints' reserve (dataPlaneDescriptorCap).
   int descriptor_cap = 0;
+  // False until every policy source has delivered its first state (the API server's lists):
+  // until then inbound connections are refused, never judged against policies not yet read.
+  std::atomic<bool> policies_loaded{true};
 };
 
 class Worker {
