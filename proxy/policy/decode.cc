@@ -50,9 +50,10 @@ class Decoder {
   Decoded decode(const YamlField& doc, bool lenient_top) {
     Decoded out;
     out.object = absl::InternalError("not decoded");
+    written_kind_.clear();
     auto status = decodeInto(doc, lenient_top, out);
     if (!status.ok()) {
-      std::string who = out.kind.empty() ? std::string("object") : out.kind;
+      std::string who = written_kind_.empty() ? std::string("object") : written_kind_;
       if (!out.key.empty()) absl::StrAppend(&who, " ", out.key);
       out.object = absl::InvalidArgumentError(absl::StrCat(who, ": ", status.message()));
     }
@@ -61,14 +62,12 @@ class Decoder {
 
  private:
   absl::Status decodeInto(const YamlField& doc, bool lenient_top, Decoded& out) {
-    FERRY_ASSIGN_OR_RETURN(auto top, lenient_top ? r_.anyMap(doc) : r_.map(doc, {"apiVersion", "kind", "metadata", "spec", "status"}));
-    // Kind and name first, so that every later error names the object.
+    // Kind and name first, so that every later error names the object (even one of the
+    // wrong kind, or with an unknown top-level key).
+    FERRY_ASSIGN_OR_RETURN(auto top, r_.anyMap(doc));
     FERRY_ASSIGN_OR_RETURN(auto kind_field, r_.require(top, "kind"));
     FERRY_ASSIGN_OR_RETURN(auto kind, r_.string(kind_field));
-    if (kind != "AuthorizationPolicy" && kind != "PeerAuthentication") {
-      return r_.error(kind_field, absl::StrCat("'", kind, "' is not a policy kind (expected AuthorizationPolicy or PeerAuthentication)"));
-    }
-    out.kind = kind;
+    written_kind_ = kind;
     FERRY_ASSIGN_OR_RETURN(auto meta_field, r_.require(top, "metadata"));
     FERRY_ASSIGN_OR_RETURN(auto meta_map, r_.anyMap(meta_field));
     ObjectMeta meta;
@@ -83,6 +82,13 @@ class Decoder {
       if (!config::isObjectName(ns)) return r_.error(*ns_field, absl::StrCat("'", ns, "' is not a valid namespace"));
       meta.namespace_name = ns;
     }
+    out.key = meta.key();
+    if (kind != "AuthorizationPolicy" && kind != "PeerAuthentication") {
+      // out.kind stays empty: the Store must not take this for a policy's new version.
+      return r_.error(kind_field, absl::StrCat("'", kind, "' is not a policy kind (expected AuthorizationPolicy or PeerAuthentication)"));
+    }
+    out.kind = kind;
+    if (!lenient_top) FERRY_RETURN_IF_ERROR(r_.map(doc, {"apiVersion", "kind", "metadata", "spec", "status"}).status());
     if (auto created = meta_map.find("creationTimestamp")) {
       FERRY_ASSIGN_OR_RETURN(auto text, r_.string(*created));
       meta.creation_timestamp = text;
@@ -95,7 +101,6 @@ class Decoder {
         dry_run = value;
       }
     }
-    out.key = meta.key();
     policy_namespace_ = meta.namespace_name;
     FERRY_ASSIGN_OR_RETURN(auto version_field, r_.require(top, "apiVersion"));
     FERRY_ASSIGN_OR_RETURN(auto version, r_.string(version_field));
@@ -438,6 +443,7 @@ class Decoder {
 
   const YamlReader& r_;
   std::string_view origin_;
+  std::string written_kind_;      // the document's kind as written, for messages
   std::string policy_namespace_;  // for bare serviceAccounts values
 };
 
