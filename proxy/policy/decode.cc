@@ -190,7 +190,11 @@ class Decoder {
   }
 
   absl::Status rule(const YamlField& field, Rule& rule) {
-    if (field.node->kind == config::Value::Kind::kNull) return absl::OkStatus();  // `- {}` written as `-`
+    // Istio refuses a null rule ("`rule` must not be nil"); reading it as `{}` would make it
+    // match everything.
+    if (field.node->kind == config::Value::Kind::kNull) {
+      return r_.error(field, "a rule must not be empty (write {} for a rule that matches everything)");
+    }
     FERRY_ASSIGN_OR_RETURN(auto map, r_.map(field, {"from", "to", "when"}));
     if (auto f = map.find("from"); f && f->node->kind != config::Value::Kind::kNull) {
       FERRY_ASSIGN_OR_RETURN(auto items, r_.sequence(*f));
