@@ -238,19 +238,14 @@ class Decoder {
                                                     "serviceAccounts", "notServiceAccounts", "trustDomains",
                                                     "notTrustDomains", "ipBlocks", "notIpBlocks", "remoteIpBlocks",
                                                     "notRemoteIpBlocks"}));
-    if (map.fields().empty()) return r_.error(field, "a source must set at least one field");
-    bool identity_fields = false, service_accounts = false;
     for (const auto& [key, value] : map.fields()) {
       if (key == "principals" || key == "notPrincipals") {
-        identity_fields = true;
         auto& out = key == "principals" ? s.principals.values : s.principals.not_values;
         FERRY_RETURN_IF_ERROR(strings(value, out));
         if (auto st = principalForm(value); !st.ok()) return st;
       } else if (key == "namespaces" || key == "notNamespaces") {
-        identity_fields = true;
         FERRY_RETURN_IF_ERROR(strings(value, key == "namespaces" ? s.namespaces.values : s.namespaces.not_values));
       } else if (key == "serviceAccounts" || key == "notServiceAccounts") {
-        service_accounts = true;
         FERRY_RETURN_IF_ERROR(
             serviceAccountList(value, key == "serviceAccounts" ? s.service_accounts.values : s.service_accounts.not_values));
       } else if (key == "trustDomains" || key == "notTrustDomains") {
@@ -259,17 +254,26 @@ class Decoder {
         FERRY_RETURN_IF_ERROR(ips(value, key == "ipBlocks" ? s.ip_blocks.values : s.ip_blocks.not_values));
       } else {
         // requestPrincipals (JWT), remoteIpBlocks (X-Forwarded-For): L7 only. Still checked.
+        size_t count = 0;
         if (key.find("IpBlocks") != std::string::npos) {
           std::vector<IpBlock> blocks;
           FERRY_RETURN_IF_ERROR(ips(value, blocks));
+          count = blocks.size();
         } else {
           std::vector<StringMatch> ignored;
           FERRY_RETURN_IF_ERROR(strings(value, ignored));
+          count = ignored.size();
         }
-        s.l7_fields.push_back(value.path);
+        if (count > 0) s.l7_fields.push_back(value.path);
       }
     }
-    if (identity_fields && service_accounts) {
+    // As Istio: an empty list sets nothing, and a source that sets nothing is refused (it
+    // would match every connection).
+    if (s.principals.empty() && s.namespaces.empty() && s.service_accounts.empty() && s.trust_domains.empty() &&
+        s.ip_blocks.empty() && s.l7_fields.empty()) {
+      return r_.error(field, "a source must set at least one field (an empty list sets nothing)");
+    }
+    if ((!s.principals.empty() || !s.namespaces.empty()) && !s.service_accounts.empty()) {
       return r_.error(field, "serviceAccounts cannot be combined with principals or namespaces");
     }
     return absl::OkStatus();
@@ -304,7 +308,6 @@ class Decoder {
   absl::Status operation(const YamlField& field, Operation& op) {
     FERRY_ASSIGN_OR_RETURN(auto map, r_.map(field, {"hosts", "notHosts", "ports", "notPorts", "methods", "notMethods", "paths",
                                   "notPaths"}));
-    if (map.fields().empty()) return r_.error(field, "an operation must set at least one field");
     for (const auto& [key, value] : map.fields()) {
       if (key == "ports" || key == "notPorts") {
         FERRY_RETURN_IF_ERROR(ports(value, key == "ports" ? op.ports.values : op.ports.not_values));
@@ -314,8 +317,11 @@ class Decoder {
           FERRY_ASSIGN_OR_RETURN(auto text, r_.string(item));
           if (text.empty()) return r_.error(item, "empty value");
         }
-        op.l7_fields.push_back(value.path);
+        if (!items.empty()) op.l7_fields.push_back(value.path);
       }
+    }
+    if (op.ports.empty() && op.l7_fields.empty()) {
+      return r_.error(field, "an operation must set at least one field (an empty list sets nothing)");
     }
     return absl::OkStatus();
   }
