@@ -350,33 +350,33 @@ class Decoder {
     }
     auto values = map.find("values");
     auto not_values = map.find("notValues");
-    if (!values && !not_values) return r_.error(field, "a condition needs values or notValues");
+    // Istio: at least one value. Without any, the condition would hold for every connection.
+    size_t count = 0;
     for (auto [f, negated] : {std::pair{values, false}, std::pair{not_values, true}}) {
       if (!f) continue;
-      absl::Status st;
+      FERRY_ASSIGN_OR_RETURN(auto items, r_.sequence(*f));
+      count += items.size();
       switch (c.attribute) {
         case Attribute::kSourceIp:
         case Attribute::kDestinationIp:
-          st = ips(*f, negated ? c.ips.not_values : c.ips.values);
+          FERRY_RETURN_IF_ERROR(ips(*f, negated ? c.ips.not_values : c.ips.values));
           break;
         case Attribute::kDestinationPort:
-          st = ports(*f, negated ? c.ports.not_values : c.ports.values);
+          FERRY_RETURN_IF_ERROR(ports(*f, negated ? c.ports.not_values : c.ports.values));
           break;
         case Attribute::kSourceNamespace:
         case Attribute::kSourcePrincipal:
-          st = strings(*f, negated ? c.strings.not_values : c.strings.values);
+          FERRY_RETURN_IF_ERROR(strings(*f, negated ? c.strings.not_values : c.strings.values));
           break;
-        case Attribute::kL7: {
-          FERRY_ASSIGN_OR_RETURN(auto items, r_.sequence(*f));
+        case Attribute::kL7:
           for (const auto& item : items) {
             FERRY_ASSIGN_OR_RETURN(auto text, r_.string(item));
-            (void)text;
+            if (text.empty()) return r_.error(item, "empty value");
           }
           break;
-        }
       }
-      if (!st.ok()) return st;
     }
+    if (count == 0) return r_.error(field, "a condition needs values or notValues");
     return absl::OkStatus();
   }
 
