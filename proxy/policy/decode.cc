@@ -139,6 +139,10 @@ class Decoder {
       for (const auto& [key, value] : entries.fields()) {
         if (key.empty()) return r_.error(value, "a label key must not be empty");
         FERRY_ASSIGN_OR_RETURN(auto text, r_.string(value));
+        // Istio: selectors are exact; a '*' could never match a pod's label.
+        if (key.find('*') != std::string::npos || text.find('*') != std::string::npos) {
+          return r_.error(value, "a selector label has no wildcard: '*' is not allowed in its key or value");
+        }
         labels.emplace_back(key, text);
       }
     }
@@ -250,6 +254,7 @@ class Decoder {
             serviceAccountList(value, key == "serviceAccounts" ? s.service_accounts.values : s.service_accounts.not_values));
       } else if (key == "trustDomains" || key == "notTrustDomains") {
         FERRY_RETURN_IF_ERROR(strings(value, key == "trustDomains" ? s.trust_domains.values : s.trust_domains.not_values));
+        FERRY_RETURN_IF_ERROR(trustDomainForm(value));
       } else if (key == "ipBlocks" || key == "notIpBlocks") {
         FERRY_RETURN_IF_ERROR(ips(value, key == "ipBlocks" ? s.ip_blocks.values : s.ip_blocks.not_values));
       } else {
@@ -285,6 +290,17 @@ class Decoder {
     for (const auto& item : items) {
       if (item.node->scalar.rfind("spiffe://", 0) == 0) {
         return r_.error(item, "principals are written without spiffe:// (e.g. cluster.local/ns/shop/sa/frontend)");
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Istio: a trust domain is one name, never a path.
+  absl::Status trustDomainForm(const YamlField& list) {
+    FERRY_ASSIGN_OR_RETURN(auto items, r_.sequence(list));
+    for (const auto& item : items) {
+      if (item.node->scalar.find('/') != std::string::npos) {
+        return r_.error(item, "a trust domain has no '/' (e.g. cluster.local)");
       }
     }
     return absl::OkStatus();
