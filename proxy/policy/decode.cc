@@ -381,8 +381,11 @@ class Decoder {
           FERRY_RETURN_IF_ERROR(ports(*f, negated ? c.ports.not_values : c.ports.values));
           break;
         case Attribute::kSourceNamespace:
+          FERRY_RETURN_IF_ERROR(strings(*f, negated ? c.strings.not_values : c.strings.values));
+          break;
         case Attribute::kSourcePrincipal:
           FERRY_RETURN_IF_ERROR(strings(*f, negated ? c.strings.not_values : c.strings.values));
+          FERRY_RETURN_IF_ERROR(principalForm(*f));  // as source.principals
           break;
         case Attribute::kL7:
           for (const auto& item : items) {
