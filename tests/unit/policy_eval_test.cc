@@ -27,12 +27,14 @@
 #include "proxy/policy/policy_set.h"
 #include "proxy/policy/store.h"
 #include "proxy/workloads/workload.h"
+#include "tests/unit/policy_docs.h"
 
 namespace ferry::policy {
 namespace {
 
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
+using namespace testing_docs;  // NOLINT: the YAML builders read as a small language
 
 constexpr char kRoot[] = "istio-system";
 constexpr char kOrigin[] = "file case.yaml";
@@ -43,42 +45,11 @@ std::string principal(const std::string& ns, const std::string& sa, const std::s
   return td + "/ns/" + ns + "/sa/" + sa;
 }
 
-// --- Policy documents -------------------------------------------------------------------
-
-// One object: `spec` is flow YAML ("{rules: [{}]}"), or block YAML when it starts with a
-// newline (the documented examples, as the pages write them); `metadata` adds lines.
-std::string object(const std::string& kind, const std::string& ns, const std::string& name, const std::string& spec,
-                   const std::string& metadata = "") {
-  return "apiVersion: security.istio.io/v1\nkind: " + kind + "\nmetadata:\n  name: " + name + "\n  namespace: " + ns +
-         "\n" + metadata + "spec:" + (spec.rfind("\n", 0) == 0 ? spec : " " + spec + "\n");
-}
-
-// An AuthorizationPolicy; `annotations` is a flow map.
-std::string ap(const std::string& ns, const std::string& name, const std::string& spec,
-               const std::string& annotations = "") {
-  return object("AuthorizationPolicy", ns, name, spec, annotations.empty() ? "" : "  annotations: " + annotations + "\n");
-}
-
-// "{action: <action>, rules: [<rules>]}".
-std::string rules(const std::string& action, const std::string& rule_list) {
-  return "{action: " + action + ", rules: [" + rule_list + "]}";
-}
-
-// Rule shorthands (flow YAML): one source, one operation, one condition.
-std::string from(const std::string& source) { return "{from: [{source: {" + source + "}}]}"; }
-std::string to(const std::string& operation) { return "{to: [{operation: {" + operation + "}}]}"; }
-std::string when(const std::string& condition) { return "{when: [{" + condition + "}]}"; }
+// --- Policy documents (tests/unit/policy_docs.h) -------------------------------------
 
 // The usual rows: one ALLOW policy foo/p, one DENY policy foo/d, one rule each.
 std::string allowRule(const std::string& rule) { return ap("foo", "p", rules("ALLOW", rule)); }
 std::string denyRule(const std::string& rule) { return ap("foo", "d", rules("DENY", rule)); }
-
-// A PeerAuthentication; `created` is metadata.creationTimestamp ("" = none, as in files).
-std::string pa(const std::string& ns, const std::string& name, const std::string& spec,
-               const std::string& created = "") {
-  return object("PeerAuthentication", ns, name, spec,
-                created.empty() ? "" : "  creationTimestamp: \"" + created + "\"\n");
-}
 
 // --- Destination, request, expectation -----------------------------------------------------
 
