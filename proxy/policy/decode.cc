@@ -176,10 +176,13 @@ class Decoder {
     }
     if (auto f = spec.find("provider")) return r_.error(*f, "provider is only for action CUSTOM");
     auto rules_field = spec.find("rules");
-    bool no_rules = !rules_field || rules_field->node->kind == config::Value::Kind::kNull;
+    bool no_rules = !rules_field || rules_field->node->kind == config::Value::Kind::kNull ||
+                    (rules_field->node->kind == config::Value::Kind::kSequence && rules_field->node->items.empty());
     if (p.action == Action::kDeny && no_rules) {
-      // Istio's validation: a DENY without rules would match nothing.
-      return r_.error(spec_field, "a DENY policy without rules is meaningless (add an empty rule {} to deny everything)");
+      // Istio's validation: a DENY without rules would match nothing. `rules: []` holds no
+      // rule either.
+      return r_.error(rules_field ? *rules_field : spec_field,
+                      "a DENY policy without rules is meaningless (add an empty rule {} to deny everything)");
     }
     if (p.dry_run && p.action == Action::kAudit) return r_.error(spec_field, "istio.io/dry-run is not for AUDIT policies");
     if (auto f = rules_field; !no_rules) {
