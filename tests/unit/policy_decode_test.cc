@@ -85,6 +85,8 @@ std::vector<Refused> refusedRows() {
       {"provider_without_custom", apSpec("{provider: {name: ext-authz}, rules: [{}]}"), kAp, "spec.provider",
        "provider is only for action CUSTOM"},
       {"deny_without_rules", apSpec("{action: DENY}"), kAp, "spec", "a DENY policy without rules is meaningless"},
+      {"deny_with_empty_rules", apSpec("{action: DENY, rules: []}"), kAp, "spec.rules",
+       "a DENY policy without rules is meaningless"},
       {"target_refs", apSpec("{targetRefs: [{kind: Service, group: \"\", name: httpbin}], rules: [{}]}"), kAp,
        "spec.targetRefs", "targets a Gateway or Service"},
       {"target_ref", apSpec("{targetRef: {kind: Gateway, group: gateway.networking.k8s.io, name: waypoint}}"), kAp,
