@@ -877,6 +877,10 @@ std::vector<Case> documentedCases() {
        deniedBy("foo/httpbin", 0)},
       {"doc_reference_deny_post_8080_other_port_passes", {ref_deny_post_8080}, {}, mtlsFrom(kSleep, 9090),
        allowedNoAllowPolicy()},
+      // Ferry (1): without the ports, every connection is denied (the reference: "all TCP
+      // traffic would be denied"; ztunnel: no-op).
+      {"doc_reference_deny_post_without_ports_denies_everything", {denyRule(to(R"(methods: ["POST"])"))}, {},
+       mtlsFrom(kSleep, 9090), deniedBy("foo/d", 0)},
       // Ferry (1)+(4): reported as audited (L7 parts match), never decides (ztunnel ignores AUDIT).
       {"doc_reference_audit_never_decides", {ref_audit}, {.ns = "ns1", .labels = {{"app", "myapi"}}},
        mtlsFrom(kSleep), allowedNoAllowPolicy().audit({"ns1/anyname"})},
@@ -971,6 +975,16 @@ std::vector<Case> documentedCases() {
        plaintext(), deniedNoAllowMatched()},
       {"doc_concept_presence_differs_from_unset_unset_allows", {allowRule(to(R"(ports: ["8080"])"))}, {},
        plaintext(8080), allowedBy("foo/p", 0)},
+      // Exclusion matching: notValues, notIpBlocks, notPorts.
+      {"doc_concept_exclusion_not_values", {allowRule(when("key: source.ip, notValues: [10.0.0.1]"))}, {},
+       fromIp("10.0.0.1"), deniedNoAllowMatched()},
+      {"doc_concept_exclusion_not_ip_blocks", {allowRule(from("notIpBlocks: [10.0.0.0/24]"))}, {}, fromIp("10.0.0.1"),
+       deniedNoAllowMatched()},
+      {"doc_concept_exclusion_not_ports", {allowRule(to(R"(notPorts: ["8080"])"))}, {}, mtlsFrom(kSleep, 8080),
+       deniedNoAllowMatched()},
+      // "Using Istio authorization on plain TCP": HTTP fields in an ALLOW rule make it never match.
+      {"doc_concept_plain_tcp_http_field_in_allow_never_matches", {allowRule(to(R"(ports: ["8080"], methods: [GET])"))},
+       {}, mtlsFrom(kSleep, 8080), deniedNoAllowMatched()},
       // "Dependency on mutual TLS": DENY namespaces [bad] lets plaintext from bad through.
       {"doc_concept_deny_namespace_does_not_deny_plaintext", {concept_deny_bad}, {}, plaintext(),
        allowedNoAllowPolicy()},
@@ -1016,6 +1030,13 @@ std::vector<Case> documentedCases() {
        {pa("foo", "newer", "{mtls: {mode: PERMISSIVE}}", "2024-03-01T10:00:00Z"),
         pa("foo", "older", "{mtls: {mode: STRICT}}", "2024-02-01T10:00:00Z")},
        {}, plaintext(), mtlsIs(M::kStrict, "foo/older")},
+      {"doc_pa_oldest_workload_policy_wins",
+       {pa("foo", "newer", "{selector: {matchLabels: {app: httpbin}}, mtls: {mode: STRICT}}", "2024-03-01T10:00:00Z"),
+        pa("foo", "older", "{selector: {matchLabels: {version: v1}}, mtls: {mode: PERMISSIVE}}", "2024-02-01T10:00:00Z")},
+       {}, plaintext(), mtlsIs(M::kPermissive, "foo/older")},
+      // A mesh policy with UNSET is PERMISSIVE (here: the workload's own mode, permissive).
+      {"doc_pa_mesh_unset_is_permissive", {pa(kRoot, "default", "{mtls: {mode: UNSET}}")}, {}, plaintext(),
+       mtlsIs(M::kPermissive)},
       {"doc_pa_workload_beats_namespace_beats_mesh",
        {pa(kRoot, "default", "{mtls: {mode: STRICT}}"), pa("foo", "default", "{mtls: {mode: PERMISSIVE}}"),
         pa("foo", "w", "{selector: {matchLabels: {app: httpbin}}, mtls: {mode: STRICT}}")},
