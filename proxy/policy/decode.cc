@@ -50,9 +50,10 @@ class Decoder {
   Decoded decode(const YamlField& doc, bool lenient_top) {
     Decoded out;
     out.object = absl::InternalError("not decoded");
+    written_kind_.clear();
     auto status = decodeInto(doc, lenient_top, out);
     if (!status.ok()) {
-      std::string who = out.kind.empty() ? std::string("object") : out.kind;
+      std::string who = written_kind_.empty() ? std::string("object") : written_kind_;
       if (!out.key.empty()) absl::StrAppend(&who, " ", out.key);
       out.object = absl::InvalidArgumentError(absl::StrCat(who, ": ", status.message()));
     }
@@ -61,14 +62,12 @@ class Decoder {
 
  private:
   absl::Status decodeInto(const YamlField& doc, bool lenient_top, Decoded& out) {
-    FERRY_ASSIGN_OR_RETURN(auto top, lenient_top ? r_.anyMap(doc) : r_.map(doc, {"apiVersion", "kind", "metadata", "spec", "status"}));
-    // Kind and name first, so that every later error names the object.
+    // Kind and name first, so that every later error names the object (even one of the
+    // wrong kind, or with an unknown top-level key).
+    FERRY_ASSIGN_OR_RETURN(auto top, r_.anyMap(doc));
     FERRY_ASSIGN_OR_RETURN(auto kind_field, r_.require(top, "kind"));
     FERRY_ASSIGN_OR_RETURN(auto kind, r_.string(kind_field));
-    if (kind != "AuthorizationPolicy" && kind != "PeerAuthentication") {
-      return r_.error(kind_field, absl::StrCat("'", kind, "' is not a policy kind (expected AuthorizationPolicy or PeerAuthentication)"));
-    }
-    out.kind = kind;
+    written_kind_ = kind;
     FERRY_ASSIGN_OR_RETURN(auto meta_field, r_.require(top, "metadata"));
     FERRY_ASSIGN_OR_RETURN(auto meta_map, r_.anyMap(meta_field));
     ObjectMeta meta;
@@ -83,6 +82,13 @@ class Decoder {
       if (!config::isObjectName(ns)) return r_.error(*ns_field, absl::StrCat("'", ns, "' is not a valid namespace"));
       meta.namespace_name = ns;
     }
+    out.key = meta.key();
+    if (kind != "AuthorizationPolicy" && kind != "PeerAuthentication") {
+      // out.kind stays empty: the Store must not take this for a policy's new version.
+      return r_.error(kind_field, absl::StrCat("'", kind, "' is not a policy kind (expected AuthorizationPolicy or PeerAuthentication)"));
+    }
+    out.kind = kind;
+    if (!lenient_top) FERRY_RETURN_IF_ERROR(r_.map(doc, {"apiVersion", "kind", "metadata", "spec", "status"}).status());
     if (auto created = meta_map.find("creationTimestamp")) {
       FERRY_ASSIGN_OR_RETURN(auto text, r_.string(*created));
       meta.creation_timestamp = text;
@@ -95,7 +101,6 @@ class Decoder {
         dry_run = value;
       }
     }
-    out.key = meta.key();
     policy_namespace_ = meta.namespace_name;
     FERRY_ASSIGN_OR_RETURN(auto version_field, r_.require(top, "apiVersion"));
     FERRY_ASSIGN_OR_RETURN(auto version, r_.string(version_field));
@@ -134,6 +139,10 @@ class Decoder {
       for (const auto& [key, value] : entries.fields()) {
         if (key.empty()) return r_.error(value, "a label key must not be empty");
         FERRY_ASSIGN_OR_RETURN(auto text, r_.string(value));
+        // Istio: selectors are exact; a '*' could never match a pod's label.
+        if (key.find('*') != std::string::npos || text.find('*') != std::string::npos) {
+          return r_.error(value, "a selector label has no wildcard: '*' is not allowed in its key or value");
+        }
         labels.emplace_back(key, text);
       }
     }
@@ -167,10 +176,13 @@ class Decoder {
     }
     if (auto f = spec.find("provider")) return r_.error(*f, "provider is only for action CUSTOM");
     auto rules_field = spec.find("rules");
-    bool no_rules = !rules_field || rules_field->node->kind == config::Value::Kind::kNull;
+    bool no_rules = !rules_field || rules_field->node->kind == config::Value::Kind::kNull ||
+                    (rules_field->node->kind == config::Value::Kind::kSequence && rules_field->node->items.empty());
     if (p.action == Action::kDeny && no_rules) {
-      // Istio's validation: a DENY without rules would match nothing.
-      return r_.error(spec_field, "a DENY policy without rules is meaningless (add an empty rule {} to deny everything)");
+      // Istio's validation: a DENY without rules would match nothing. `rules: []` holds no
+      // rule either.
+      return r_.error(rules_field ? *rules_field : spec_field,
+                      "a DENY policy without rules is meaningless (add an empty rule {} to deny everything)");
     }
     if (p.dry_run && p.action == Action::kAudit) return r_.error(spec_field, "istio.io/dry-run is not for AUDIT policies");
     if (auto f = rules_field; !no_rules) {
@@ -185,7 +197,11 @@ class Decoder {
   }
 
   absl::Status rule(const YamlField& field, Rule& rule) {
-    if (field.node->kind == config::Value::Kind::kNull) return absl::OkStatus();  // `- {}` written as `-`
+    // Istio refuses a null rule ("`rule` must not be nil"); reading it as `{}` would make it
+    // match everything.
+    if (field.node->kind == config::Value::Kind::kNull) {
+      return r_.error(field, "a rule must not be empty (write {} for a rule that matches everything)");
+    }
     FERRY_ASSIGN_OR_RETURN(auto map, r_.map(field, {"from", "to", "when"}));
     if (auto f = map.find("from"); f && f->node->kind != config::Value::Kind::kNull) {
       FERRY_ASSIGN_OR_RETURN(auto items, r_.sequence(*f));
@@ -229,38 +245,43 @@ class Decoder {
                                                     "serviceAccounts", "notServiceAccounts", "trustDomains",
                                                     "notTrustDomains", "ipBlocks", "notIpBlocks", "remoteIpBlocks",
                                                     "notRemoteIpBlocks"}));
-    if (map.fields().empty()) return r_.error(field, "a source must set at least one field");
-    bool identity_fields = false, service_accounts = false;
     for (const auto& [key, value] : map.fields()) {
       if (key == "principals" || key == "notPrincipals") {
-        identity_fields = true;
         auto& out = key == "principals" ? s.principals.values : s.principals.not_values;
         FERRY_RETURN_IF_ERROR(strings(value, out));
         if (auto st = principalForm(value); !st.ok()) return st;
       } else if (key == "namespaces" || key == "notNamespaces") {
-        identity_fields = true;
         FERRY_RETURN_IF_ERROR(strings(value, key == "namespaces" ? s.namespaces.values : s.namespaces.not_values));
       } else if (key == "serviceAccounts" || key == "notServiceAccounts") {
-        service_accounts = true;
         FERRY_RETURN_IF_ERROR(
             serviceAccountList(value, key == "serviceAccounts" ? s.service_accounts.values : s.service_accounts.not_values));
       } else if (key == "trustDomains" || key == "notTrustDomains") {
         FERRY_RETURN_IF_ERROR(strings(value, key == "trustDomains" ? s.trust_domains.values : s.trust_domains.not_values));
+        FERRY_RETURN_IF_ERROR(trustDomainForm(value));
       } else if (key == "ipBlocks" || key == "notIpBlocks") {
         FERRY_RETURN_IF_ERROR(ips(value, key == "ipBlocks" ? s.ip_blocks.values : s.ip_blocks.not_values));
       } else {
         // requestPrincipals (JWT), remoteIpBlocks (X-Forwarded-For): L7 only. Still checked.
+        size_t count = 0;
         if (key.find("IpBlocks") != std::string::npos) {
           std::vector<IpBlock> blocks;
           FERRY_RETURN_IF_ERROR(ips(value, blocks));
+          count = blocks.size();
         } else {
           std::vector<StringMatch> ignored;
           FERRY_RETURN_IF_ERROR(strings(value, ignored));
+          count = ignored.size();
         }
-        s.l7_fields.push_back(value.path);
+        if (count > 0) s.l7_fields.push_back(value.path);
       }
     }
-    if (identity_fields && service_accounts) {
+    // As Istio: an empty list sets nothing, and a source that sets nothing is refused (it
+    // would match every connection).
+    if (s.principals.empty() && s.namespaces.empty() && s.service_accounts.empty() && s.trust_domains.empty() &&
+        s.ip_blocks.empty() && s.l7_fields.empty()) {
+      return r_.error(field, "a source must set at least one field (an empty list sets nothing)");
+    }
+    if ((!s.principals.empty() || !s.namespaces.empty()) && !s.service_accounts.empty()) {
       return r_.error(field, "serviceAccounts cannot be combined with principals or namespaces");
     }
     return absl::OkStatus();
@@ -272,6 +293,17 @@ class Decoder {
     for (const auto& item : items) {
       if (item.node->scalar.rfind("spiffe://", 0) == 0) {
         return r_.error(item, "principals are written without spiffe:// (e.g. cluster.local/ns/shop/sa/frontend)");
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Istio: a trust domain is one name, never a path.
+  absl::Status trustDomainForm(const YamlField& list) {
+    FERRY_ASSIGN_OR_RETURN(auto items, r_.sequence(list));
+    for (const auto& item : items) {
+      if (item.node->scalar.find('/') != std::string::npos) {
+        return r_.error(item, "a trust domain has no '/' (e.g. cluster.local)");
       }
     }
     return absl::OkStatus();
@@ -295,7 +327,6 @@ class Decoder {
   absl::Status operation(const YamlField& field, Operation& op) {
     FERRY_ASSIGN_OR_RETURN(auto map, r_.map(field, {"hosts", "notHosts", "ports", "notPorts", "methods", "notMethods", "paths",
                                   "notPaths"}));
-    if (map.fields().empty()) return r_.error(field, "an operation must set at least one field");
     for (const auto& [key, value] : map.fields()) {
       if (key == "ports" || key == "notPorts") {
         FERRY_RETURN_IF_ERROR(ports(value, key == "ports" ? op.ports.values : op.ports.not_values));
@@ -305,8 +336,11 @@ class Decoder {
           FERRY_ASSIGN_OR_RETURN(auto text, r_.string(item));
           if (text.empty()) return r_.error(item, "empty value");
         }
-        op.l7_fields.push_back(value.path);
+        if (!items.empty()) op.l7_fields.push_back(value.path);
       }
+    }
+    if (op.ports.empty() && op.l7_fields.empty()) {
+      return r_.error(field, "an operation must set at least one field (an empty list sets nothing)");
     }
     return absl::OkStatus();
   }
@@ -335,33 +369,36 @@ class Decoder {
     }
     auto values = map.find("values");
     auto not_values = map.find("notValues");
-    if (!values && !not_values) return r_.error(field, "a condition needs values or notValues");
+    // Istio: at least one value. Without any, the condition would hold for every connection.
+    size_t count = 0;
     for (auto [f, negated] : {std::pair{values, false}, std::pair{not_values, true}}) {
       if (!f) continue;
-      absl::Status st;
+      FERRY_ASSIGN_OR_RETURN(auto items, r_.sequence(*f));
+      count += items.size();
       switch (c.attribute) {
         case Attribute::kSourceIp:
         case Attribute::kDestinationIp:
-          st = ips(*f, negated ? c.ips.not_values : c.ips.values);
+          FERRY_RETURN_IF_ERROR(ips(*f, negated ? c.ips.not_values : c.ips.values));
           break;
         case Attribute::kDestinationPort:
-          st = ports(*f, negated ? c.ports.not_values : c.ports.values);
+          FERRY_RETURN_IF_ERROR(ports(*f, negated ? c.ports.not_values : c.ports.values));
           break;
         case Attribute::kSourceNamespace:
-        case Attribute::kSourcePrincipal:
-          st = strings(*f, negated ? c.strings.not_values : c.strings.values);
+          FERRY_RETURN_IF_ERROR(strings(*f, negated ? c.strings.not_values : c.strings.values));
           break;
-        case Attribute::kL7: {
-          FERRY_ASSIGN_OR_RETURN(auto items, r_.sequence(*f));
+        case Attribute::kSourcePrincipal:
+          FERRY_RETURN_IF_ERROR(strings(*f, negated ? c.strings.not_values : c.strings.values));
+          FERRY_RETURN_IF_ERROR(principalForm(*f));  // as source.principals
+          break;
+        case Attribute::kL7:
           for (const auto& item : items) {
             FERRY_ASSIGN_OR_RETURN(auto text, r_.string(item));
-            (void)text;
+            if (text.empty()) return r_.error(item, "empty value");
           }
           break;
-        }
       }
-      if (!st.ok()) return st;
     }
+    if (count == 0) return r_.error(field, "a condition needs values or notValues");
     return absl::OkStatus();
   }
 
@@ -438,6 +475,7 @@ class Decoder {
 
   const YamlReader& r_;
   std::string_view origin_;
+  std::string written_kind_;      // the document's kind as written, for messages
   std::string policy_namespace_;  // for bare serviceAccounts values
 };
 

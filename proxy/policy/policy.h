@@ -25,6 +25,7 @@ struct StringMatch {
   std::string text;  // without the '*'
   bool matches(std::string_view value) const;
   std::string str() const;  // as written
+  friend bool operator==(const StringMatch&, const StringMatch&) = default;
 };
 
 // An ipBlocks value: "10.1.0.0/16" or a single address ("10.1.2.3" = /32, /128).
@@ -35,6 +36,7 @@ struct IpBlock {
   std::string str() const;
   // `ip` (canonical) with every bit past the first `prefix_len` cleared.
   static common::IpAddress masked(const common::IpAddress& ip, uint8_t prefix_len);
+  friend bool operator==(const IpBlock&, const IpBlock&) = default;
 };
 
 // A field and its not-form (principals / notPrincipals...). Empty values: no constraint.
@@ -42,6 +44,7 @@ template <class T>
 struct Matcher {
   std::vector<T> values, not_values;
   bool empty() const { return values.empty() && not_values.empty(); }
+  friend bool operator==(const Matcher&, const Matcher&) = default;
 };
 
 // from[].source: every set field must match (AND); within a field, any value (OR).
@@ -54,12 +57,14 @@ struct Source {
   Matcher<IpBlock> ip_blocks;
   // Fields only L7 can judge (requestPrincipals, remoteIpBlocks...), by path.
   std::vector<std::string> l7_fields;
+  friend bool operator==(const Source&, const Source&) = default;
 };
 
 // to[].operation.
 struct Operation {
   Matcher<uint16_t> ports;
   std::vector<std::string> l7_fields;  // hosts, methods, paths (and their not-forms)
+  friend bool operator==(const Operation&, const Operation&) = default;
 };
 
 // The attribute a `when` condition reads.
@@ -78,6 +83,7 @@ struct Condition {
   Matcher<StringMatch> strings;  // kSourceNamespace, kSourcePrincipal
   Matcher<IpBlock> ips;          // kSourceIp, kDestinationIp
   Matcher<uint16_t> ports;       // kDestinationPort
+  friend bool operator==(const Condition&, const Condition&) = default;
 };
 
 struct Rule {
@@ -88,6 +94,7 @@ struct Rule {
   // "when[1] request.headers[x]"): an ALLOW rule with any never matches, a DENY or AUDIT rule
   // ignores them (matches on its L4 parts alone), as ztunnel does.
   std::vector<std::string> l7_fields;
+  friend bool operator==(const Rule&, const Rule&) = default;
 };
 
 enum class Action : uint8_t { kAllow, kDeny, kAudit };
@@ -104,6 +111,7 @@ struct ObjectMeta {
   std::string creation_timestamp;
   std::string origin;  // "file /etc/ferry/policies.yaml", "kubernetes"
   std::string key() const { return namespace_name + "/" + name; }
+  friend bool operator==(const ObjectMeta&, const ObjectMeta&) = default;
 };
 
 struct AuthorizationPolicy {
@@ -116,6 +124,8 @@ struct AuthorizationPolicy {
   std::optional<Labels> selector;
   std::vector<Rule> rules;
   bool hasL7() const;
+  // Same content (a re-listed or re-sent object that did not change).
+  friend bool operator==(const AuthorizationPolicy&, const AuthorizationPolicy&) = default;
 };
 
 enum class MtlsMode : uint8_t { kUnset, kDisable, kPermissive, kStrict };
@@ -126,6 +136,7 @@ struct PeerAuthentication {
   std::optional<Labels> selector;
   MtlsMode mode = MtlsMode::kUnset;
   std::vector<std::pair<uint16_t, MtlsMode>> port_level;  // sorted by port
+  friend bool operator==(const PeerAuthentication&, const PeerAuthentication&) = default;
 };
 
 using AuthorizationPtr = std::shared_ptr<const AuthorizationPolicy>;

@@ -88,6 +88,9 @@ class PolicySet {
     static std::shared_ptr<const Bucket> build(const std::vector<AuthorizationPtr>& authorizations,
                                                const std::vector<PeerAuthenticationPtr>& peers);
   };
+  // One namespace's index (null: it has no policy). A snapshot shares the index of every
+  // namespace that did not change with the one before (tests check it by address).
+  const Bucket* namespaceBucket(const std::string& namespace_name) const { return bucket(namespace_name); }
 
  private:
   friend class Store;

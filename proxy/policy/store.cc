@@ -19,6 +19,13 @@ const ObjectMeta& metaOf(const Object& object) {
   return std::get<PeerAuthenticationPtr>(object)->meta;
 }
 
+// Same kind and content: re-reading it changes nothing.
+bool sameObject(const Object& a, const Object& b) {
+  if (a.index() != b.index()) return false;
+  if (const auto* x = std::get_if<AuthorizationPtr>(&a)) return **x == *std::get<AuthorizationPtr>(b);
+  return *std::get<PeerAuthenticationPtr>(a) == *std::get<PeerAuthenticationPtr>(b);
+}
+
 std::string namespaceOf(const std::string& key) { return key.substr(0, key.find('/')); }
 
 // Said once per policy version: what L4 makes of its L7 fields.
@@ -101,6 +108,9 @@ bool Store::admit(const std::string& origin, Decoded& decoded, std::set<std::str
   }
   seen.push_back(key);
   clearRefusal(origin, decoded.kind, decoded.key);
+  // A file's new version lists every object again, an API relist or resync re-sends them:
+  // the unchanged ones must not re-index their namespace nor publish a snapshot.
+  if (it != objects_.end() && sameObject(it->second.object, object)) return true;
   if (const auto* a = std::get_if<AuthorizationPtr>(&object); a != nullptr && (*a)->hasL7()) noteL7(**a);
   objects_[key] = Entry{origin, object};
   changed.insert(meta.namespace_name);

@@ -46,7 +46,7 @@ class Store {
   // Control thread only, from here on. Each call publishes at most once, and calls the
   // listeners when something changed.
   struct Result {
-    size_t changed = 0;                 // objects added, replaced or removed
+    size_t changed = 0;                 // objects added, changed or removed (not those sent again as they were)
     std::vector<std::string> refused;   // one line per refused object
   };
   // Everything `origin` holds (of `kind` only, when given: one API list) becomes `objects`:
