@@ -11,15 +11,6 @@ std::vector<std::string> pathsOf(const std::string& resource) {
   return {absl::StrCat("/apis/security.istio.io/v1/", resource), absl::StrCat("/apis/security.istio.io/v1beta1/", resource)};
 }
 
-const char* eventName(k8s::EventType type) {
-  switch (type) {
-    case k8s::EventType::kAdded: return "added";
-    case k8s::EventType::kModified: return "modified";
-    case k8s::EventType::kDeleted: return "deleted";
-  }
-  return "changed";
-}
-
 }  // namespace
 
 KubernetesPolicies::KubernetesPolicies(Store& store)
@@ -58,12 +49,18 @@ void KubernetesPolicies::KindHandler::replace(std::vector<k8s::CustomObject> obj
 
 void KubernetesPolicies::KindHandler::apply(k8s::EventType type, k8s::CustomObject object) {
   std::string key = absl::StrCat(object.namespace_name, "/", object.name);
-  Store::Result result = type == k8s::EventType::kDeleted ? store_.remove(kOrigin, kind_, key)
-                                                           : store_.upsert(kOrigin, decode(object));
   // Policy changes are rare and each one matters to an operator; a refusal is logged by the
   // Store with its reason.
-  FERRY_LOG(kInfo, "policy: kubernetes %s %s %s: %s", kindName(kind_), key, eventName(type),
-            !result.refused.empty() ? "refused" : result.changed > 0 ? "applied" : "no change");
+  if (type == k8s::EventType::kDeleted) {
+    Store::Result result = store_.remove(kOrigin, kind_, key);
+    FERRY_LOG(kInfo, "policy: kubernetes %s %s deleted: %s", kindName(kind_), key,
+              result.changed > 0 ? "removed" : "was not applied");
+    return;
+  }
+  Store::Result result = store_.upsert(kOrigin, decode(object));
+  FERRY_LOG(kInfo, "policy: kubernetes %s %s %s: %s", kindName(kind_), key,
+            type == k8s::EventType::kAdded ? "added" : "modified",
+            !result.refused.empty() ? "refused" : result.changed > 0 ? "applied" : "unchanged");
 }
 
 }  // namespace ferry::policy
