@@ -14,8 +14,9 @@ std::vector<std::string> pathsOf(const std::string& resource) {
 }  // namespace
 
 KubernetesPolicies::KubernetesPolicies(Store& store)
-    : authorization_(store, Kind::kAuthorizationPolicy, "authorizationpolicies"),
-      peer_(store, Kind::kPeerAuthentication, "peerauthentications") {}
+    : store_(store),
+      authorization_(*this, Kind::kAuthorizationPolicy, "authorizationpolicies"),
+      peer_(*this, Kind::kPeerAuthentication, "peerauthentications") {}
 
 void KubernetesPolicies::attach(k8s::ApiClient& client) {
   for (KindHandler* h : {&authorization_, &peer_}) {
@@ -23,8 +24,8 @@ void KubernetesPolicies::attach(k8s::ApiClient& client) {
   }
 }
 
-KubernetesPolicies::KindHandler::KindHandler(Store& store, Kind kind, std::string resource)
-    : store_(store), kind_(kind), resource_(std::move(resource)) {}
+KubernetesPolicies::KindHandler::KindHandler(KubernetesPolicies& owner, Kind kind, std::string resource)
+    : owner_(owner), store_(owner.store_), kind_(kind), resource_(std::move(resource)) {}
 
 Decoded KubernetesPolicies::KindHandler::decode(const k8s::CustomObject& object) const {
   // The objects come one per JSON text, so the decoder's "line 1" says nothing: the source
@@ -45,6 +46,9 @@ void KubernetesPolicies::KindHandler::replace(std::vector<k8s::CustomObject> obj
   FERRY_LOG(kInfo, "policy: kubernetes %s: %u objects, %u changed, %u refused", resource_,
             static_cast<unsigned>(objects.size()), static_cast<unsigned>(result.changed),
             static_cast<unsigned>(result.refused.size()));
+  if (listed_) return;
+  listed_ = true;
+  if (owner_.synced() && owner_.on_synced_) owner_.on_synced_();
 }
 
 void KubernetesPolicies::KindHandler::apply(k8s::EventType type, k8s::CustomObject object) {

@@ -5,6 +5,7 @@
 // changes or removes one object; an object that does not decode is refused by the Store with
 // its reason (an earlier valid version keeps applying). Both CRDs are optional: without
 // them the informers deliver an empty state and look again (k8s::ApiClient::customObjects).
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,13 @@ class KubernetesPolicies {
   // ferryd's control thread, as the Store's writers must).
   void attach(k8s::ApiClient& client);
 
+  // Both kinds have delivered a first state (a list, or the empty one of an absent CRD):
+  // until then the Store does not yet say what the cluster's policies are, and the server
+  // refuses to judge by it (fail closed). Control thread.
+  bool synced() const { return authorization_.listed() && peer_.listed(); }
+  // Called once, on the control thread, when synced() becomes true.
+  void onSynced(std::function<void()> callback) { on_synced_ = std::move(callback); }
+
   // What each informer delivers to (public: tests drive them with recorded objects).
   k8s::Handler<k8s::CustomObject>& authorizationPolicies() { return authorization_; }
   k8s::Handler<k8s::CustomObject>& peerAuthentications() { return peer_; }
@@ -32,21 +40,26 @@ class KubernetesPolicies {
   // One kind's informer handler (Handler<CustomObject> cannot be a base twice).
   class KindHandler : public k8s::Handler<k8s::CustomObject> {
    public:
-    KindHandler(Store& store, Kind kind, std::string resource);
+    KindHandler(KubernetesPolicies& owner, Kind kind, std::string resource);
     const std::string& resource() const { return resource_; }
+    bool listed() const { return listed_; }
     Kind kind() const { return kind_; }
     void replace(std::vector<k8s::CustomObject> objects) override;
     void apply(k8s::EventType type, k8s::CustomObject object) override;
 
    private:
     Decoded decode(const k8s::CustomObject& object) const;
+    KubernetesPolicies& owner_;
     Store& store_;
     Kind kind_;
     std::string resource_;  // "authorizationpolicies"
+    bool listed_ = false;
   };
 
+  Store& store_;
   KindHandler authorization_;
   KindHandler peer_;
+  std::function<void()> on_synced_;
 };
 
 }  // namespace ferry::policy

@@ -202,6 +202,24 @@ TEST_F(PolicyKubernetesTest, PeerAuthenticationsFollowTheirListAndWatch) {
   EXPECT_EQ(store_.current()->peerAuthenticationCount(), 1u);
 }
 
+// The server refuses to judge until the cluster's policies are known: both kinds' first
+// lists (an absent CRD's empty one counts), said once.
+TEST_F(PolicyKubernetesTest, SyncedOnceBothKindsDeliveredAFirstList) {
+  LOAD_FIXTURE(pa, "peerauthentications-list-watch");
+  int called = 0;
+  policies_.onSynced([&] { ++called; });
+  EXPECT_FALSE(policies_.synced());
+  policies_.authorizationPolicies().replace({});  // no CRD: the informer's empty state
+  EXPECT_FALSE(policies_.synced());
+  EXPECT_EQ(called, 0);
+  policies_.peerAuthentications().replace(listed(pa[0]));
+  EXPECT_TRUE(policies_.synced());
+  EXPECT_EQ(called, 1);
+  policies_.peerAuthentications().replace(listed(pa[0]));  // a re-list
+  policies_.authorizationPolicies().replace({});
+  EXPECT_EQ(called, 1);
+}
+
 // Written for an Istio before 1.22 (security.istio.io/v1beta1, served by its v1beta1-only CRD).
 TEST_F(PolicyKubernetesTest, APolicyOfAnOldIstiosV1beta1IsAppliedTheSame) {
   LOAD_FIXTURE(c, "authorizationpolicies-v1beta1-only");
