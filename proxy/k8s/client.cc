@@ -20,6 +20,7 @@
 #include <boost/json/value.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "proxy/common/file.h"
 #include "proxy/common/log.h"
 #include "proxy/common/strings.h"
@@ -173,7 +174,8 @@ struct ApiClient::Impl {
 
 // How one step (a LIST, one WATCH) ended.
 struct Outcome {
-  enum Kind { kOk, kClosed, kRelist, kError, kStopped } kind = kOk;
+  // kAbsent: an optional resource that no path serves (its CRD is not installed).
+  enum Kind { kOk, kClosed, kRelist, kError, kStopped, kAbsent } kind = kOk;
   ErrorReason reason = ErrorReason::kCount;
   std::string message;
   Millis retry_after{0};
@@ -197,6 +199,8 @@ class InformerCore : public Informer, public std::enable_shared_from_this<Inform
   // Whether ApiClient::stateAge() counts this informer (see daemonSet()).
   bool agesState() const { return ages_state_; }
   void setAgesState(bool ages) { ages_state_ = ages; }
+  // See ApiClient::customObjects.
+  void setOptional(bool optional) { optional_ = optional; }
   void start() override {
     if (running_) return;
     running_ = true;
@@ -237,6 +241,8 @@ class InformerCore : public Informer, public std::enable_shared_from_this<Inform
   asio::awaitable<void> backoff(Millis retry_after);
   asio::awaitable<void> sleepFor(Millis delay);
   Outcome fail(ErrorReason reason, std::string message, Millis retry_after = Millis{0});
+  // An optional resource that no path serves: an empty state, current as of now.
+  Outcome absent();
   void markGood() { last_good_ = client_.clock->now(); }
   // Counts a malformed object or event; the log line is rate limited (a broken controller
   // can write thousands of bad objects), the counter is not.
@@ -257,6 +263,8 @@ class InformerCore : public Informer, public std::enable_shared_from_this<Inform
   ApiClient::Impl& client_;
   std::string resource_;
   bool ages_state_ = true;
+  bool optional_ = false;
+  bool absent_ = false;  // the last LIST found no path serving the (optional) resource
   std::vector<std::string> paths_;  // preferred API version first
   size_t path_index_ = 0;
   std::mt19937_64 rng_;
@@ -291,6 +299,12 @@ asio::awaitable<void> InformerCore::run(std::shared_ptr<InformerCore> self) {
   while (!stopped_) {
     Outcome listed = co_await listAll();
     if (stopped_) break;
+    if (listed.kind == Outcome::kAbsent) {
+      // Not a failure: look again at a steady pace for a CRD installed meanwhile.
+      backoff_attempt_ = 0;
+      co_await sleepFor(client_.options.backoff_max);
+      continue;
+    }
     if (listed.kind != Outcome::kOk) {
       co_await backoff(listed.retry_after);
       continue;
@@ -402,6 +416,7 @@ asio::awaitable<Outcome> InformerCore::listAll() {
   beginList();
   std::string cont;
   int restarts = 0;
+  std::string unserved;  // the first path that answered 404, when a later one is tried
   auto began = std::chrono::steady_clock::now();
   uint64_t pages_before = metrics_.list_pages.load(std::memory_order_relaxed);
   for (bool more = true; more;) {
@@ -410,12 +425,14 @@ asio::awaitable<Outcome> InformerCore::listAll() {
     if (page.kind == Outcome::kOk) continue;
     if (page.kind == Outcome::kStopped) co_return page;
     if (page.http_status == 404 && first_page && path_index_ + 1 < paths_.size()) {
-      FERRY_LOG(kInfo, "k8s %s: %s is not served; using %s", resource_, path(), paths_[path_index_ + 1]);
+      // Said once the next path served the LIST: an absent optional resource 404s on all.
+      if (unserved.empty()) unserved = path();
       ++path_index_;
       beginList();
       more = true;
       continue;
     }
+    if (page.http_status == 404 && first_page && optional_) co_return absent();
     if (page.http_status == 404) co_return fail(page.reason, page.message);
     // 410 on a later page: the continue token outlived etcd's compaction window. Its
     // snapshot is gone; a fresh LIST (not the server's "inconsistent" continue token) keeps
@@ -431,6 +448,11 @@ asio::awaitable<Outcome> InformerCore::listAll() {
     co_return page;
   }
   auto received = std::chrono::steady_clock::now();
+  if (!unserved.empty()) FERRY_LOG(kInfo, "k8s %s: %s is not served; using %s", resource_, unserved, path());
+  if (absent_) {
+    absent_ = false;
+    FERRY_LOG(kInfo, "k8s %s: now served at %s", resource_, path());
+  }
   listCommit();
   synced_ = true;
   metrics_.lists.fetch_add(1, std::memory_order_relaxed);
@@ -449,6 +471,23 @@ asio::awaitable<Outcome> InformerCore::listAll() {
             ms(applied - received),
             trim ? absl::StrCat("; heap trimmed in ", ms(std::chrono::steady_clock::now() - applied), " ms") : "");
   co_return Outcome{};
+}
+
+Outcome InformerCore::absent() {
+  if (!absent_ || !synced_) {
+    // Once per absence (at start, and again after a CRD that was there is deleted).
+    std::string group = paths_.front();  // "/apis/<group>/<version>/<resource>"
+    if (group.rfind("/apis/", 0) == 0) group = group.substr(6, group.find('/', 6) - 6);
+    FERRY_LOG(kInfo, "k8s: %s CRDs not installed: no %s (%s answer 404; looking again every %s s)", group, resource_,
+              absl::StrJoin(paths_, ", "), absl::StrCat(client_.options.backoff_max.count() / 1000.0));
+    beginList();
+    listCommit();  // an empty state: what the receiver held is gone with the CRD
+  }
+  absent_ = true;
+  synced_ = true;
+  path_index_ = 0;  // a CRD installed later may serve the preferred version
+  markGood();
+  return just(Outcome::kAbsent);
 }
 
 asio::awaitable<Outcome> InformerCore::listPage(std::string& cont, bool& more) {
@@ -516,6 +555,18 @@ asio::awaitable<Outcome> InformerCore::watchOnce() {
   std::string target = absl::StrCat(path(), query(), "watch=1&allowWatchBookmarks=true&resourceVersion=",
                                     queryEscape(resource_version_), "&timeoutSeconds=", seconds);
   Reply reply = co_await request(target);
+  if (!reply.stream && reply.outcome.http_status == 404) {
+    // The resource stopped being served under the watch (its CRD deleted): a LIST finds out
+    // whether it is gone (optional: an empty state) or moved.
+    if (optional_) {
+      FERRY_LOG(kInfo, "k8s %s: %s is no longer served; listing again", resource_, path());
+      // From the preferred version: a CRD replaced by one that dropped this version (Istio
+      // will drop v1beta1) must not look absent for a pause.
+      path_index_ = 0;
+      co_return just(Outcome::kRelist);
+    }
+    co_return fail(reply.outcome.reason, reply.outcome.message);
+  }
   if (!reply.stream) co_return reply.outcome;
   metrics_.watches.fetch_add(1, std::memory_order_relaxed);
   markGood();
@@ -728,6 +779,13 @@ Informer& ApiClient::endpointSlices(Handler<EndpointSlice>& h) {
       internal::decodeEndpointSlice, h);
 }
 
+Informer& ApiClient::customObjects(std::string resource, std::vector<std::string> paths, Handler<CustomObject>& h,
+                                   bool optional) {
+  auto& informer = addInformer<CustomObject>(impl_, std::move(resource), std::move(paths), internal::decodeCustomObject, h);
+  informer.setOptional(optional);
+  return informer;
+}
+
 Informer& ApiClient::daemonSet(const std::string& namespace_name, const std::string& name, Handler<DaemonSet>& h) {
   auto& informer = addInformer<DaemonSet>(impl_, "daemonsets",
                                 {absl::StrCat("/apis/apps/v1/namespaces/", queryEscape(namespace_name),
@@ -752,6 +810,14 @@ Millis ApiClient::stateAge() const {
     if (i->agesState()) oldest = std::max(oldest, i->stateAge());
   }
   return oldest;
+}
+
+std::vector<const Informer*> ApiClient::unsynced() const {
+  std::vector<const Informer*> out;
+  for (const auto& i : impl_->informers) {
+    if (i->agesState() && !i->synced()) out.push_back(i.get());
+  }
+  return out;
 }
 
 std::string ApiClient::renderPrometheus() const {

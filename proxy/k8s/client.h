@@ -174,11 +174,22 @@ class ApiClient {
   // One DaemonSet, by name (a list and watch with fieldSelector=metadata.name, which RBAC
   // can grant for that one name). Its state's age is not part of stateAge().
   Informer& daemonSet(const std::string& namespace_name, const std::string& name, Handler<DaemonSet>& handler);
+  // A namespaced custom resource, by its plural name ("authorizationpolicies": the label of
+  // its metrics) and its paths, preferred API version first (a 404 on the first LIST moves
+  // to the next path for good, as for EndpointSlices). `optional`: a resource whose CRD may
+  // not be installed. When every path answers 404 the handler gets an empty list, the
+  // informer counts as synced and current (its absence is the state, readiness does not
+  // wait for it), and the LIST is tried again from the first path every backoff_max, so a
+  // CRD installed later is picked up; a CRD deleted later ends in an empty list the same way.
+  Informer& customObjects(std::string resource, std::vector<std::string> paths, Handler<CustomObject>& handler,
+                          bool optional);
 
   void start();
   void stop();
   // The oldest state among the informers; Millis::max() until every one has synced.
   Millis stateAge() const;
+  // The informers stateAge() waits for that have not synced yet (their lastError() says why).
+  std::vector<const Informer*> unsynced() const;
   // Prometheus text for every informer (docs/operations.md).
   std::string renderPrometheus() const;
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -227,6 +228,18 @@ absl::StatusOr<DaemonSet> decodeDaemonSet(const json::value& v) {
   DaemonSet ds{h->namespace_name, h->name, !r.string(h->metadata, "deletionTimestamp").empty()};
   if (auto st = finish(r, "DaemonSet", *h); !st.ok()) return st;
   return ds;
+}
+
+absl::StatusOr<CustomObject> decodeCustomObject(const json::value& v) {
+  Reader r;
+  // The object's own kind names it in errors ("AuthorizationPolicy: metadata.name/namespace missing").
+  std::string kind = "object";
+  if (const json::value* k = v.is_object() ? v.get_object().if_contains("kind") : nullptr; k && k->is_string()) {
+    kind = std::string(k->get_string());
+  }
+  auto h = head(v, r, kind.c_str(), true);
+  if (!h.ok()) return h.status();
+  return CustomObject{h->namespace_name, h->name, json::serialize(v)};
 }
 
 absl::StatusOr<EndpointSlice> decodeEndpointSlice(const json::value& v) {

@@ -20,6 +20,9 @@ absl::StatusOr<EndpointSlice> decodeEndpointSlice(const boost::json::value& v);
 
 absl::StatusOr<DaemonSet> decodeDaemonSet(const boost::json::value& v);
 
+// Any namespaced object: metadata.namespace and .name, and the whole object serialized.
+absl::StatusOr<CustomObject> decodeCustomObject(const boost::json::value& v);
+
 // metadata.resourceVersion of an object or a list ("" when absent).
 std::string resourceVersionOf(const boost::json::value& v);
 

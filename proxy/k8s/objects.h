@@ -79,4 +79,12 @@ struct DaemonSet {
   bool deleting = false;  // metadata.deletionTimestamp is set (a foreground deletion)
 };
 
+// One object of a namespaced custom resource (ApiClient::customObjects), kept whole: its
+// consumer decodes it (proxy/policy reads Istio's AuthorizationPolicy and PeerAuthentication).
+struct CustomObject {
+  std::string namespace_name;
+  std::string name;
+  std::string json;  // the object serialized, every field as the API server sent it
+};
+
 }  // namespace ferry::k8s

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "proxy/common/log.h"
 #include "proxy/common/net.h"
+#include "proxy/common/strings.h"
 
 namespace ferry::workloads {
 namespace {
@@ -93,6 +94,7 @@ absl::Status KubernetesSource::start(Store& store) {
     client_->daemonSet(options_.daemonset_namespace, options_.daemonset_name,
                        static_cast<k8s::Handler<k8s::DaemonSet>&>(*this));
   }
+  if (options_.add_informers) options_.add_informers(*client_);
   client_->start();
   FERRY_LOG(kInfo, "workloads: following %s (enrolment: %s=enabled%s)", describe_, kFerryLabel,
             options_.istio_ambient ? ", istio.io/dataplane-mode=ambient" : "");
@@ -108,6 +110,13 @@ absl::Status KubernetesSource::health() const {
     return absl::UnavailableError("waiting for the first list of pods and namespaces from the API server");
   }
   if (!client_) return absl::OkStatus();
+  if (auto waiting = client_->unsynced(); !waiting.empty()) {
+    // Further informers (add_informers) that cannot list yet, a missing RBAC grant say.
+    const k8s::Informer& first = *waiting.front();
+    return absl::UnavailableError(absl::StrCat("waiting for the first list of ", common::toAbsl(first.resource()),
+                                               " from the API server",
+                                               first.lastError().empty() ? "" : absl::StrCat(" (", first.lastError(), ")")));
+  }
   auto age = client_->stateAge();
   if (age > options_.max_state_age) {
     return absl::UnavailableError(absl::StrCat("the state from the API server is ",

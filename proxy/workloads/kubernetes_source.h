@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +35,10 @@ struct KubernetesSourceOptions {
   std::chrono::milliseconds max_state_age{300'000};
   // ferryd's own DaemonSet (kubernetes.daemonset); empty: not followed.
   std::string daemonset_namespace, daemonset_name;
+  // Further informers on the same client (one connection setup, one readiness): called by
+  // start() after the workloads' own, before the client starts (the server attaches the
+  // policy informers here: proxy/policy/kubernetes.h).
+  std::function<void(k8s::ApiClient&)> add_informers;
 };
 
 // How the labels decide about one pod (pure: tests call it directly).

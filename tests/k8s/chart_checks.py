@@ -14,6 +14,9 @@ namespace; it mounts only the host paths it needs; no container runs a shell; it
 reads (get/list/watch) the kinds its informers watch. The configuration it renders agrees with
 the mounts: ferry-cni's bin and configuration folders are the node's the values name, and
 its socket is at the same path on the node (where the plugin dials it) as in the container.
+Its CustomResourceDefinitions (crds/, rendered with --include-crds) are Istio's two policy
+kinds exactly as Istio names and serves them, keeping every field, and the ClusterRole reads
+them when policy.kubernetes says ferryd watches them (and only then).
 """
 import copy
 import json
@@ -29,10 +32,18 @@ READ_VERBS = {"get", "list", "watch"}
 # (apiGroup, resource) ferryd's informers read.
 READ_RESOURCES = {("", "pods"), ("", "namespaces"), ("", "services"),
                   ("discovery.k8s.io", "endpointslices")}
+# Istio's policy kinds, read with policy.kubernetes (proxy/policy/kubernetes.cc): the CRDs of
+# crds/, by name, with what Istio's own definitions say (so that either can stand in for the other).
+POLICY_GROUP = "security.istio.io"
+POLICY_CRDS = {
+    "authorizationpolicies": {"kind": "AuthorizationPolicy", "singular": "authorizationpolicy", "shortNames": ["ap"]},
+    "peerauthentications": {"kind": "PeerAuthentication", "singular": "peerauthentication", "shortNames": ["pa"]},
+}
+POLICY_RESOURCES = {(POLICY_GROUP, r) for r in POLICY_CRDS}
 # Read by name only, in the release namespace (a Role with resourceNames): ferryd's own.
 OWN_RESOURCES = {("apps", "daemonsets")}
 # Keys ferryd's configuration may have (docs/configuration.md); the chart renders these.
-CONFIG_KEYS = {"trust_domain", "log_level", "workers", "workload_source", "kubernetes",
+CONFIG_KEYS = {"trust_domain", "log_level", "workers", "workload_source", "kubernetes", "policy",
                "cert_dir", "identity", "timeouts", "datapath", "cni", "pool", "hbone", "limits"}
 # ferry-cni's endpoint folder: the plugin runs on the node and dials the path the chain entry
 # names, so ferryd must see the node's folder at the node's own path.
@@ -146,6 +157,8 @@ class Checker:
 
     def rbac(self, obj):
         name = f"{obj['kind']}/{obj['metadata']['name']}"
+        readable = READ_RESOURCES | (POLICY_RESOURCES if self.values["policy"]["kubernetes"] else set())
+        granted = set()
         for rule in obj.get("rules", []):
             verbs = set(rule.get("verbs", []))
             self.expect(verbs and verbs <= READ_VERBS, f"{name}: verbs {sorted(verbs)} go beyond get/list/watch")
@@ -156,7 +169,38 @@ class Checker:
                         self.expect(obj["kind"] == "Role" and rule.get("resourceNames") == [self.own_ds[1]],
                                     f"{name}: {group}/{res} only by ferry's own name, in a Role")
                         continue
-                    self.expect((group, res) in READ_RESOURCES, f"{name}: grants {group or 'core'}/{res}, which ferryd does not read")
+                    self.expect((group, res) in readable, f"{name}: grants {group or 'core'}/{res}, which ferryd does not read")
+                    granted.add((group, res))
+        if obj["kind"] == "ClusterRole":
+            for group, res in sorted(readable - granted):
+                self.errors.append(f"{name}: grants no get/list/watch on {group or 'core'}/{res}, which ferryd reads")
+
+    def crd(self, obj):
+        """One of crds/: an Istio policy kind as Istio defines it, keeping every field."""
+        meta_name = obj["metadata"]["name"]
+        name = f"CustomResourceDefinition/{meta_name}"
+        spec = obj.get("spec", {})
+        plural, _, group = meta_name.partition(".")
+        want = POLICY_CRDS.get(plural)
+        self.expect(want is not None and group == POLICY_GROUP, f"{name}: not one of Istio's policy kinds ferryd reads")
+        if want is None:
+            return
+        self.expect(spec.get("group") == POLICY_GROUP, f"{name}: group must be {POLICY_GROUP}")
+        self.expect(spec.get("scope") == "Namespaced", f"{name}: scope must be Namespaced")
+        names = spec.get("names", {})
+        for key, value in dict(want, plural=plural, listKind=want["kind"] + "List").items():
+            self.expect(names.get(key) == value, f"{name}: names.{key} must be {value!r} (Istio's), is {names.get(key)!r}")
+        versions = {v.get("name"): v for v in spec.get("versions", [])}
+        self.expect(set(versions) == {"v1", "v1beta1"}, f"{name}: versions must be v1 and v1beta1, are {sorted(versions)}")
+        self.expect(versions.get("v1", {}).get("storage") is True and versions.get("v1beta1", {}).get("storage") is False,
+                    f"{name}: v1 must be the storage version")
+        for vname, v in versions.items():
+            self.expect(v.get("served") is True, f"{name}: {vname} must be served")
+            schema = v.get("schema", {}).get("openAPIV3Schema", {})
+            props = schema.get("properties", {})
+            for field in ("spec", "status"):
+                self.expect(props.get(field, {}).get("x-kubernetes-preserve-unknown-fields") is True,
+                            f"{name}: {vname} {field} must keep unknown fields (ferryd validates the spec itself)")
 
     def config(self, obj):
         text = obj.get("data", {}).get("ferry.yaml")
@@ -177,6 +221,9 @@ class Checker:
         self.expect(cfg.get("trust_domain") == v["trustDomain"], "ConfigMap: trust_domain is not the values'")
         self.expect(cfg.get("kubernetes", {}).get("daemonset") == "/".join(self.own_ds),
                     "ConfigMap: kubernetes.daemonset is not this release's DaemonSet")
+        pol = cfg.get("policy", {})
+        self.expect(pol == {"kubernetes": v["policy"]["kubernetes"], "root_namespace": v["policy"]["rootNamespace"]},
+                    f"ConfigMap: policy {pol} is not the values' policy.kubernetes and policy.rootNamespace")
         self.cni_config(cfg.get("cni", {}))
 
     def mounted_host_path(self, container_path):
@@ -211,6 +258,9 @@ class Checker:
 
     def run(self, docs):
         kinds = [d["object"].get("kind") for d in docs]
+        crds = sorted(d["object"]["metadata"]["name"] for d in docs if d["object"].get("kind") == "CustomResourceDefinition")
+        self.expect(crds == sorted(f"{r}.{POLICY_GROUP}" for r in POLICY_CRDS),
+                    f"CustomResourceDefinitions rendered: {crds}; expected Istio's two policy kinds (crds/)")
         for required in ("DaemonSet", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap"):
             self.expect(required in kinds, f"no {required} rendered")
         self.expect(("PodMonitor" in kinds) == bool(self.values["monitoring"]["podMonitor"]["enabled"]),
@@ -231,6 +281,8 @@ class Checker:
                 self.rbac(obj)
             elif kind == "ConfigMap":
                 self.config(obj)
+            elif kind == "CustomResourceDefinition":
+                self.crd(obj)
             elif kind == "Secret":
                 self.errors.append("Secret: the chart never renders key material")
         return self.errors
@@ -281,6 +333,17 @@ def mutate(docs, case):
         pod["volumes"] = [vol for vol in pod["volumes"] if vol["name"] != "cni-conf"]
     elif case == "rbac-any-daemonset":   # the Role must name ferry's own DaemonSet
         del first("Role")["rules"][0]["resourceNames"]
+    elif case == "rbac-no-policies":     # ferryd watches them (policy.kubernetes), RBAC must say so
+        rules = first("ClusterRole")["rules"]
+        rules[:] = [r for r in rules if "security.istio.io" not in r.get("apiGroups", [])]
+    elif case == "crd-storage-v1beta1":  # Istio 1.22+ stores v1; policies must survive either CRD
+        for v in first("CustomResourceDefinition")["spec"]["versions"]:
+            v["storage"] = v["name"] == "v1beta1"
+    elif case == "crd-pruning-spec":     # a schema that prunes: misspelt fields would vanish, unrefused
+        crd = first("CustomResourceDefinition")
+        del crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["x-kubernetes-preserve-unknown-fields"]
+    elif case == "crd-short-name":
+        first("CustomResourceDefinition")["spec"]["names"]["shortNames"] = ["authz"]
     else:
         raise SystemExit(f"unknown case {case}")
     return docs

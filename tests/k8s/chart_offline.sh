@@ -2,8 +2,9 @@
 # The chart offline (issue 13): charts/ferry checked without a cluster. ctest runs one case
 # per call (tests/k8s/CMakeLists.txt, label `chart`):
 #   chart_offline.sh lint                     helm lint --strict, with each value set
-#   chart_offline.sh render SET               helm template with tests/k8s/values/SET.yaml
-#                                             (default: the chart's own values), then
+#   chart_offline.sh render SET               helm template --include-crds with
+#                                             tests/k8s/values/SET.yaml (default: the
+#                                             chart's own values), then
 #                                             yamllint, the security promises
 #                                             (chart_checks.py) and the Kubernetes schemas,
 #                                             unknown fields included (chart_validate.mjs)
@@ -40,7 +41,8 @@ values_file() {
 render() {
   local chart="$1" set="$2" vf
   vf="$(values_file "$set")"
-  "$helm" template fy "$chart" --namespace ferry-system --kube-version "$kube_version" \
+  # crds/ too: Helm installs it, so it is checked like the rest.
+  "$helm" template fy "$chart" --namespace ferry-system --kube-version "$kube_version" --include-crds \
     ${vf:+--values "$vf"} >"$work/$set.yaml"
   yamllint --strict --config-file "$here/yamllint.yaml" "$work/$set.yaml"
   python3 "$here/chart_checks.py" check "$work/$set.yaml" "$chart" $vf --json "$work/$set.json"
@@ -94,6 +96,10 @@ security_expect() {
     rbac-write) echo "verbs ['get', 'list', 'patch', 'watch'] go beyond get/list/watch" ;;
     rbac-secrets) echo "grants core/secrets, which ferryd does not read" ;;
     rbac-any-daemonset) echo "apps/daemonsets only by ferry's own name, in a Role" ;;
+    rbac-no-policies) echo "grants no get/list/watch on security.istio.io/authorizationpolicies, which ferryd reads" ;;
+    crd-storage-v1beta1) echo "CustomResourceDefinition/authorizationpolicies.security.istio.io: v1 must be the storage version" ;;
+    crd-pruning-spec) echo "v1 spec must keep unknown fields" ;;
+    crd-short-name) echo "names.shortNames must be ['ap'] (Istio's), is ['authz']" ;;
     cni-socket-not-on-node) echo "cni.socket /run/ferry-private/cni.sock is not the same path on the node" ;;
     cni-conf-dir-not-mounted) echo "cni.conf_dir /host/cni/net.d is the node's None, not cni.confDir /etc/cni/net.d" ;;
     *) return 1 ;;

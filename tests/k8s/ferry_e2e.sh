@@ -12,6 +12,8 @@ cluster=$repo/scripts/k8s-lab/cluster.sh
 build=${FERRY_BUILD_DIR:-$repo/build/default}
 readonly REL=ferry RNS=ferry-system MESH=fy-mesh PLAIN=fy-plain BRIDGE=fy-br0
 readonly IMAGE=docker.io/ferry/busybox:dev
+# The chart's CRDs (crds/): Istio's two policy kinds.
+readonly CRDS="authorizationpolicies.security.istio.io peerauthentications.security.istio.io"
 
 KUBECONFIG=$("$cluster" kubeconfig)
 export KUBECONFIG
@@ -83,11 +85,11 @@ C=$build/proxy/ferryctl/ferryctl
 kq create namespace "$RNS" >/dev/null
 kq -n "$RNS" create secret generic ferry-ca --from-file=ca.pem="$TMP/cluster-ca/ca.pem" \
   --from-file=ca.key="$TMP/cluster-ca/ca.key" --from-file=bundle.pem="$TMP/ca/ca.pem" >/dev/null
-# Every rendered object, checked by the API server itself before anything is installed:
-# server-side dry run, and strict validation against the server's own schema (unknown fields
-# refused: shown by a copy with one added).
+# Every rendered object, the CRDs too, checked by the API server itself before anything is
+# installed: server-side dry run, and strict validation against the server's own schema
+# (unknown fields refused: shown by a copy with one added).
 "$HELM" template "$REL" "$repo/charts/ferry" -n "$RNS" --set image.tag=dev --set image.pullPolicy=Never \
-  --set datapath.failureMode=open >"$TMP/rendered.yaml"
+  --set datapath.failureMode=open --include-crds >"$TMP/rendered.yaml"
 objects=$(grep -c '^kind: ' "$TMP/rendered.yaml")
 check "the API server accepts all $objects rendered objects (--dry-run=server --validate=strict)" \
   bash -c "[ \$(kubectl apply --dry-run=server --validate=strict -f '$TMP/rendered.yaml' 2>/dev/null | grep -c '(server dry run)') -eq $objects ]"
@@ -100,13 +102,16 @@ read -r cni_bin cni_conf < <("$cluster" cni-dirs)
 conflist=$cni_conf/10-fy-pods.conflist
 cp "$conflist" "$TMP/conflist.before"
 new_crds=
-for crd in authorizationpolicies.security.istio.io peerauthentications.security.istio.io; do
+for crd in $CRDS; do
   kq get crd "$crd" >/dev/null 2>&1 || new_crds="$new_crds $crd"
 done
 "$HELM" install "$REL" "$repo/charts/ferry" -n "$RNS" --set image.tag=dev --set image.pullPolicy=Never \
   --set cni.binDir="$cni_bin" --set cni.confDir="$cni_conf" --wait --timeout 90s >/dev/null
 check "the DaemonSet's pod becomes ready (readiness on :15021 from the node)" \
   kq -n "$RNS" wait --for=condition=Ready pod -l app.kubernetes.io/name=ferry --timeout=60s
+# shellcheck disable=SC2086  # a list of names
+check "helm install made the chart's CRDs (Istio's policy kinds) established" \
+  kq wait --for=condition=Established crd/${CRDS// / crd/} --timeout=30s
 fpid=$(pgrep -f -- "ferryd --config /etc/ferry/config/ferry.yaml" | head -n 1)
 caps=$(awk '/^CapEff/ {print $2}' "/proc/$fpid/status")
 # NET_ADMIN (bit 12) and SYS_ADMIN (bit 21), nothing else: the chart's list (daemonset.yaml).
@@ -118,12 +123,14 @@ check "metrics answer on the node's address (operator endpoints in the node netn
 
 sa=system:serviceaccount:$RNS:$REL
 for verb in "get pods" "list pods -A" "watch namespaces" "list endpointslices.discovery.k8s.io -A" "list services -A" \
-  "watch daemonsets.apps/$REL -n $RNS"; do
+  "watch daemonsets.apps/$REL -n $RNS" "list authorizationpolicies.security.istio.io -A" \
+  "watch peerauthentications.security.istio.io -A"; do
   # shellcheck disable=SC2086
   check "ferry's service account may $verb" bash -c "kubectl auth can-i $verb --as=$sa 2>/dev/null | grep -qx yes"
 done
 for verb in "create pods" "delete pods" "get secrets -n $RNS" "update namespaces" "list configmaps -A" \
-  "list daemonsets.apps -n $RNS" "get daemonsets.apps/$REL -n kube-system" "delete daemonsets.apps/$REL -n $RNS"; do
+  "list daemonsets.apps -n $RNS" "get daemonsets.apps/$REL -n kube-system" "delete daemonsets.apps/$REL -n $RNS" \
+  "create authorizationpolicies.security.istio.io -n $MESH" "list requestauthentications.security.istio.io -A"; do
   # shellcheck disable=SC2086
   check "ferry's service account may not $verb" bash -c "! kubectl auth can-i $verb --as=$sa 2>/dev/null | grep -qx yes"
 done
@@ -320,6 +327,38 @@ kq delete pod -n "$MESH" fy-server --wait=true >/dev/null
 check "deleting the pod releases it" \
   wait_for 10 "release" bash -c "[ \$(flog | grep -c 'released') -ge 3 ]"
 
+echo "== policies in Istio's other forms"
+# What the authorization section above does not write: an object written through v1beta1
+# (Istio before 1.22) and a PeerAuthentication, both through the chart's CRDs, listed by
+# Istio's short names and taken by ferryd. They select no pod (app: fy-nobody): no traffic
+# changes.
+kq apply -f - >/dev/null <<EOF
+apiVersion: security.istio.io/v1beta1
+kind: AuthorizationPolicy
+metadata: {name: fy-beta, namespace: $MESH}
+spec:
+  selector: {matchLabels: {app: fy-nobody}}
+  action: DENY
+  rules: [{to: [{operation: {ports: ["9"]}}]}]
+---
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: fy-pa, namespace: $MESH}
+spec:
+  selector: {matchLabels: {app: fy-nobody}}
+  mtls: {mode: STRICT}
+EOF
+check "the API server lists them by Istio's short names (ap, pa)" \
+  bash -c "[ \$(kubectl -n $MESH get ap,pa -o name 2>/dev/null | wc -l) -eq 2 ]"
+check "ferryd took both from its watches" wait_for 10 "the objects" \
+  bash -c "flog | grep -q 'policy: kubernetes AuthorizationPolicy $MESH/fy-beta added: applied' &&
+           flog | grep -q 'policy: kubernetes PeerAuthentication $MESH/fy-pa added: applied'"
+kq -n "$MESH" delete authorizationpolicies.security.istio.io fy-beta >/dev/null
+kq -n "$MESH" delete peerauthentications.security.istio.io fy-pa >/dev/null
+check "... and let both go when they were deleted" wait_for 10 "the deletions" \
+  bash -c "flog | grep -q 'policy: kubernetes AuthorizationPolicy $MESH/fy-beta deleted: removed' &&
+           flog | grep -q 'policy: kubernetes PeerAuthentication $MESH/fy-pa deleted: removed'"
+
 echo "== uninstall"
 # The programs this ferryd loaded: those using its pinned capture map (another ferryd on
 # this machine, a lab's or a benchmark's, has maps of its own; bpftool 7.1 here cannot name
@@ -355,6 +394,9 @@ check "no pin and no pin directory is left (/sys/fs/bpf/ferry)" test ! -e /sys/f
 check "ferry-cni is out of the node's conflist, which is as it was before the install" \
   python3 -c 'import json, sys; sys.exit(0 if json.load(open(sys.argv[1])) == json.load(open(sys.argv[2])) else 1)' "$conflist" "$TMP/conflist.before"
 check "... and out of containerd's plugin folder" test ! -e "$cni_bin/ferry-cni"
+# shellcheck disable=SC2086  # a list of names
+check "the CRDs stay (Helm never deletes crds/: they hold the cluster's policies)" \
+  bash -c "[ \$(kubectl get crd $CRDS -o name 2>/dev/null | wc -l) -eq 2 ]"
 # Plain networking again: a pod created now starts without ferry-cni and talks directly.
 pod_yaml fy-after "$PLAIN" "exec sleep 3600" | kq apply -f - >/dev/null
 check "a pod created after the uninstall starts" kq -n "$PLAIN" wait --for=condition=Ready pod fy-after --timeout=60s

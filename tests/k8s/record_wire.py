@@ -10,8 +10,11 @@ chunks: a server cannot be made to produce them on demand).
 
 Usage (root, on a cluster from scripts/k8s-lab/cluster.sh up):
   tests/k8s/record_wire.py --kubeconfig /var/lib/fy-k8s/admin.kubeconfig \
-      --out tests/k8s/replay/fixtures
-The cluster's etcd must be reachable with etcdctl (--etcd, for the compaction case).
+      --out tests/k8s/replay/fixtures [--cases workloads|policies|all]
+The cluster's etcd must be reachable with etcdctl (--etcd, for the compaction case). The
+policies cases need a cluster without the security.istio.io CRDs: they record the 404s of
+their absence, then install an old Istio's v1beta1-only definition and delete it under an
+open watch, then install the chart's (charts/ferry/crds) and leave them installed.
 """
 import argparse
 import base64
@@ -25,6 +28,8 @@ import sys
 import tempfile
 import threading
 import time
+
+import yaml
 
 NS = "fy-replay"
 
@@ -226,8 +231,6 @@ spec:
 
 
 def record(c, out):
-    global SERVER_VERSION
-    SERVER_VERSION = json.loads(c.kubectl("version", "-o", "json"))["serverVersion"]["gitVersion"]
     setup(c)
 
     # 1. A paged LIST of every pod (limit=2: several pages, continue tokens), then a WATCH
@@ -312,6 +315,156 @@ def record(c, out):
     c.kubectl("delete", "namespace", NS, "--wait=false")
 
 
+CRD_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "charts", "ferry", "crds")
+AP = "authorizationpolicies"
+PA = "peerauthentications"
+
+
+def policy(kind, name, spec, version="v1"):
+    return yaml.safe_dump({"apiVersion": f"security.istio.io/{version}", "kind": kind,
+                       "metadata": {"name": name, "namespace": NS}, "spec": spec})
+
+
+def crd_established(c, resource):
+    c.kubectl("wait", "--for=condition=Established", f"crd/{resource}.security.istio.io", "--timeout=60s")
+
+
+def served(c, version, resource):
+    """Discovery lists the resource under security.istio.io/<version> (the CRD's handler is up)."""
+    r = subprocess.run(["kubectl", "--kubeconfig", c.kubeconfig, "get", "--raw",
+                        f"/apis/security.istio.io/{version}"], capture_output=True, text=True)
+    return r.returncode == 0 and any(x["name"] == resource for x in json.loads(r.stdout)["resources"])
+
+
+def wait_until(what, predicate, seconds=60):
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            sys.exit(f"record_wire: timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def list_then_watch(c, out, resource, changes, timeout, note):
+    """Case <resource>-list-watch: a LIST on v1, then a WATCH from its resourceVersion while
+    `changes` runs (a second after the watch opened), ended by its timeoutSeconds."""
+    lst = c.get(f"/apis/security.istio.io/v1/{resource}?limit=500")
+    rv = body_json(lst)["metadata"]["resourceVersion"]
+
+    def later():
+        time.sleep(1.0)
+        changes()
+
+    mover = threading.Thread(target=later)
+    watch = c.get(f"/apis/security.istio.io/v1/{resource}?watch=1&allowWatchBookmarks=true&resourceVersion={rv}"
+                  f"&timeoutSeconds={timeout}", on_open=mover.start)
+    mover.join()
+    save(out, f"{resource}-list-watch", [lst, watch], note)
+
+
+def record_policies(c, out):
+    """AuthorizationPolicy and PeerAuthentication (security.istio.io) as ferryd's optional
+    informers meet them: absent, served by an old Istio's v1beta1-only CRD that is deleted
+    under an open watch, then served by the chart's CRDs (v1 and v1beta1)."""
+    for r in (AP, PA):
+        if c.kubectl("get", "crd", f"{r}.security.istio.io", "--ignore-not-found", "-o", "name").strip():
+            sys.exit(f"record_wire: crd/{r}.security.istio.io exists; the policies cases need a cluster without it")
+    c.kubectl("delete", "namespace", NS, "--ignore-not-found", "--wait=true")
+    c.kubectl("create", "namespace", NS)
+
+    # 1. No CRD: every version answers 404.
+    save(out, "policies-crds-absent",
+         [c.get(f"/apis/security.istio.io/{v}/{r}?limit=500") for r in (AP, PA) for v in ("v1", "v1beta1")],
+         "LIST of authorizationpolicies and peerauthentications on v1 and v1beta1 before any "
+         "security.istio.io CRD is installed: four 404s")
+
+    # 2. An old Istio's definition (before 1.22: v1beta1 only), made from the chart's by
+    # dropping v1. One policy in it; v1 is a 404, v1beta1 lists it; then the CRD is deleted
+    # under an open watch (what the watch carries, and how it ends, is the server's).
+    crd = yaml.safe_load(open(os.path.join(CRD_DIR, f"{AP}.security.istio.io.yaml")))
+    crd["spec"]["versions"] = [dict(v, storage=True) for v in crd["spec"]["versions"] if v["name"] == "v1beta1"]
+    c.kubectl("apply", "-f", "-", input=json.dumps(crd))
+    crd_established(c, AP)
+    wait_until("v1beta1 authorizationpolicies served", lambda: served(c, "v1beta1", AP))
+    c.kubectl("apply", "-f", "-", input=policy("AuthorizationPolicy", "fy-legacy", {
+        "action": "ALLOW", "rules": [{"from": [{"source": {"namespaces": [NS]}}]}]}, version="v1beta1"))
+    v1 = c.get(f"/apis/security.istio.io/v1/{AP}?limit=500")
+    beta = c.get(f"/apis/security.istio.io/v1beta1/{AP}?limit=500")
+    brv = body_json(beta)["metadata"]["resourceVersion"]
+
+    def delete_crd():
+        time.sleep(1.0)
+        c.kubectl("delete", "crd", f"{AP}.security.istio.io", "--wait=true")
+
+    mover = threading.Thread(target=delete_crd)
+    gone = c.get(f"/apis/security.istio.io/v1beta1/{AP}?watch=1&allowWatchBookmarks=true&resourceVersion={brv}"
+                 "&timeoutSeconds=30", on_open=mover.start)
+    mover.join()
+    wait_until("v1beta1 authorizationpolicies gone", lambda: not served(c, "v1beta1", AP))
+    after = c.get(f"/apis/security.istio.io/v1beta1/{AP}?watch=1&allowWatchBookmarks=true&resourceVersion={brv}"
+                  "&timeoutSeconds=5")
+    save(out, "authorizationpolicies-v1beta1-only",
+         [v1, beta, gone, after],
+         "an old Istio's CRD serving only v1beta1 (the chart's without v1) with policy fy-legacy: LIST on v1 "
+         "(404), LIST on v1beta1, a WATCH from its resourceVersion while the CRD is deleted, then the same "
+         "WATCH again once the CRD is gone")
+
+    # 3. The chart's CRDs: v1 (storage) and v1beta1, objects written through either.
+    c.kubectl("apply", "-f", CRD_DIR)
+    for r in (AP, PA):
+        crd_established(c, r)
+        wait_until(f"v1 {r} served", lambda r=r: served(c, "v1", r))
+    apply = lambda *objs: c.kubectl("apply", "-f", "-", input="\n---\n".join(objs))  # noqa: E731
+    apply(policy("AuthorizationPolicy", "fy-allow-client", {
+              "selector": {"matchLabels": {"app": "fy-echo"}},
+              "action": "ALLOW",
+              "rules": [{"from": [{"source": {"principals": [f"cluster.local/ns/{NS}/sa/fy-client"]}}],
+                         "to": [{"operation": {"ports": ["8080"]}}]}]}),
+          policy("AuthorizationPolicy", "fy-deny-range", {
+              "action": "DENY",
+              "rules": [{"from": [{"source": {"ipBlocks": ["10.9.0.0/16"]}}],
+                         "to": [{"operation": {"notPorts": ["15021"]}}]}]}),
+          # Written through v1beta1: listed on v1 as v1.
+          policy("AuthorizationPolicy", "fy-beta-written", {"action": "AUDIT", "rules": [{}]}, version="v1beta1"),
+          # The API server takes it (the schema keeps any spec); ferryd refuses it by field.
+          policy("AuthorizationPolicy", "fy-bad-cidr", {
+              "rules": [{"from": [{"source": {"ipBlocks": ["10.0.0.0/33"]}}]}]}))
+
+    def ap_changes():
+        apply(policy("AuthorizationPolicy", "fy-added", {
+            "action": "ALLOW", "rules": [{"from": [{"source": {"namespaces": [NS]}}]}]}))
+        c.kubectl("-n", NS, "patch", "authorizationpolicies.security.istio.io", "fy-allow-client", "--type=json",
+                  "-p", '[{"op":"replace","path":"/spec/rules/0/to/0/operation/ports","value":["9090"]}]')
+        # A valid policy made invalid: ferryd keeps its previous version.
+        c.kubectl("-n", NS, "patch", "authorizationpolicies.security.istio.io", "fy-deny-range", "--type=merge",
+                  "-p", '{"spec":{"action":"BLOCK"}}')
+        c.kubectl("-n", NS, "delete", "authorizationpolicies.security.istio.io", "fy-bad-cidr")
+        c.kubectl("-n", NS, "delete", "authorizationpolicies.security.istio.io", "fy-added")
+
+    list_then_watch(c, out, AP, ap_changes, 8,
+                    "the chart's CRDs; LIST on v1 of fy-allow-client, fy-deny-range, fy-beta-written (written "
+                    "through v1beta1) and fy-bad-cidr (a /33 the API server accepts), then a WATCH while fy-added "
+                    "is created, fy-allow-client's port changed, fy-deny-range given action BLOCK, fy-bad-cidr and "
+                    "fy-added deleted; closed by timeoutSeconds=8")
+
+    apply(policy("PeerAuthentication", "fy-strict", {"mtls": {"mode": "STRICT"}}),
+          policy("PeerAuthentication", "fy-port-level", {
+              "selector": {"matchLabels": {"app": "fy-echo"}},
+              "mtls": {"mode": "STRICT"},
+              "portLevelMtls": {"8080": {"mode": "PERMISSIVE"}}}))
+
+    def pa_changes():
+        c.kubectl("-n", NS, "patch", "peerauthentications.security.istio.io", "fy-strict", "--type=merge",
+                  "-p", '{"spec":{"mtls":{"mode":"PERMISSIVE"}}}')
+        apply(policy("PeerAuthentication", "fy-bad-mode", {"mtls": {"mode": "SORTA"}}))
+        c.kubectl("-n", NS, "delete", "peerauthentications.security.istio.io", "fy-port-level")
+
+    list_then_watch(c, out, PA, pa_changes, 6,
+                    "the chart's CRDs; LIST on v1 of fy-strict (namespace-wide STRICT) and fy-port-level "
+                    "(selector, port 8080 PERMISSIVE), then a WATCH while fy-strict becomes PERMISSIVE, "
+                    "fy-bad-mode (mode SORTA) is created and fy-port-level deleted; closed by timeoutSeconds=6")
+    c.kubectl("delete", "namespace", NS, "--wait=false")
+
+
 SERVER_VERSION = ""
 
 if __name__ == "__main__":
@@ -319,5 +472,11 @@ if __name__ == "__main__":
     ap.add_argument("--kubeconfig", required=True)
     ap.add_argument("--etcd", default="http://127.0.0.1:12379")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "replay", "fixtures"))
+    ap.add_argument("--cases", choices=["workloads", "policies", "all"], default="all")
     a = ap.parse_args()
-    record(Cluster(a.kubeconfig, a.etcd), a.out)
+    cluster = Cluster(a.kubeconfig, a.etcd)
+    SERVER_VERSION = json.loads(cluster.kubectl("version", "-o", "json"))["serverVersion"]["gitVersion"]
+    if a.cases in ("workloads", "all"):
+        record(cluster, a.out)
+    if a.cases in ("policies", "all"):
+        record_policies(cluster, a.out)

@@ -114,6 +114,22 @@ TEST(K8sDecode, EndpointSliceV1AndV1beta1NameTheNode) {
       "endpoints":[{"addresses":["not-an-ip"]}]})")).ok());
 }
 
+TEST(K8sDecode, CustomObjectKeepsTheWholeObjectAndNeedsANamespaceAndName) {
+  const char* text = R"({"apiVersion":"security.istio.io/v1","kind":"AuthorizationPolicy",)"
+                     R"("metadata":{"name":"deny","namespace":"shop","resourceVersion":"7"},)"
+                     R"("spec":{"action":"DENY","fyFuture":[1,{"x":null}]}})";
+  auto obj = decodeCustomObject(J(text));
+  ASSERT_TRUE(obj.ok()) << obj.status();
+  EXPECT_EQ(obj->namespace_name, "shop");
+  EXPECT_EQ(obj->name, "deny");
+  EXPECT_EQ(json::parse(obj->json), J(text)) << "every field, as sent";
+  auto cluster_scoped = decodeCustomObject(J(R"({"kind":"AuthorizationPolicy","metadata":{"name":"x"}})"));
+  ASSERT_FALSE(cluster_scoped.ok());
+  EXPECT_EQ(cluster_scoped.status().message(), "AuthorizationPolicy: metadata.name/namespace missing");
+  EXPECT_FALSE(decodeCustomObject(J(R"({"metadata":{"name":1,"namespace":"a"}})")).ok());
+  EXPECT_FALSE(decodeCustomObject(J("[]")).ok());
+}
+
 TEST(K8sDecode, StatusAndResourceVersion) {
   auto st = decodeStatus(J(R"({"kind":"Status","code":410,"reason":"Expired","message":"too old"})"));
   EXPECT_EQ(st.code, 410);

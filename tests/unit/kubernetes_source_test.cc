@@ -6,8 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 #include <vector>
+
+#include <boost/asio/io_context.hpp>
+
+#include "tests/k8s/replay/replay_server.h"
 
 namespace ferry::workloads {
 namespace {
@@ -439,6 +444,70 @@ TEST(Enrolment, LabelsDecideAsDocumented) {
   EXPECT_FALSE(enrolled({.pod_istio = &none, .namespace_istio = &ambient}, true));
   EXPECT_FALSE(enrolled({.pod_istio = &none, .namespace_ferry = &enabled}, true));
   EXPECT_TRUE(enrolled({.pod_istio = &none, .namespace_ferry = &enabled}, false));
+}
+
+// add_informers puts further informers on the source's own client before it starts (the
+// server's policy informers), and readiness waits for them too, naming the one that cannot
+// list: here the API server refuses it (the recorded 401 of tests/k8s/replay) while the
+// workloads' own four resources list and watch from their recordings.
+TEST(KubernetesSourceClientTest, AddedInformersShareTheClientAndReadinessNamesOneThatCannotList) {
+  auto load = [](const std::string& name) {
+    auto c = k8s::replay::loadCase(name);
+    EXPECT_FALSE(c.empty()) << name << " missing under " << k8s::replay::fixtureDir();
+    return c;
+  };
+  auto pods = load("pods-list-watch"), namespaces = load("namespaces-list-quiet-watch"),
+       services = load("services-list-watch"), slices = load("endpointslices-v1beta1"), refused = load("unauthorized");
+  ASSERT_FALSE(pods.empty() || namespaces.empty() || services.empty() || slices.empty() || refused.empty());
+  boost::asio::io_context io;
+  k8s::replay::ReplayServer server(io);
+  server.respond(k8s::replay::ReplayServer::byPath({
+      {"/api/v1/pods", pods},
+      {"/api/v1/namespaces", namespaces},
+      {"/api/v1/services", services},
+      {"/apis/discovery.k8s.io/v1/endpointslices", {slices[0]}},
+      {"/apis/discovery.k8s.io/v1beta1/endpointslices", {slices[1], slices[2]}},
+      {"/apis/example.com/v1/gadgets", refused},
+  }));
+  k8s::ClusterAccess access;
+  access.server = server.url();
+  access.ca_pem = server.caPem();
+  auto client = k8s::ApiClient::create(io, access, k8s::Options{});
+  ASSERT_TRUE(client.ok()) << client.status();
+  k8s::ApiClient* client_seen = nullptr;
+  struct Gadgets : k8s::Handler<k8s::CustomObject> {
+    void replace(std::vector<k8s::CustomObject>) override {}
+    void apply(k8s::EventType, k8s::CustomObject) override {}
+  } gadgets;
+  KubernetesSourceOptions options;
+  options.add_informers = [&](k8s::ApiClient& c) {
+    client_seen = &c;
+    c.customObjects("gadgets", {"/apis/example.com/v1/gadgets"}, gadgets, /*optional=*/false);
+  };
+  k8s::ApiClient* own = client->get();
+  KubernetesSource source(*std::move(client), options, "test");
+  Store store{"node-1"};
+  ASSERT_TRUE(source.start(store).ok());
+  EXPECT_EQ(client_seen, own);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  auto asked = [&](const std::string& path) {
+    const auto& all = server.requests();
+    return static_cast<size_t>(std::count_if(all.begin(), all.end(), [&](const auto& r) { return r.path() == path; }));
+  };
+  while ((asked("/apis/example.com/v1/gadgets") == 0 || asked("/api/v1/pods") < pods.size() ||
+          asked("/api/v1/namespaces") < namespaces.size()) &&
+         std::chrono::steady_clock::now() < deadline) {
+    io.run_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_GT(store.current()->size(), 0u) << "the workloads arrived";
+  absl::Status health = source.health();
+  EXPECT_FALSE(health.ok());
+  EXPECT_NE(health.message().find("waiting for the first list of gadgets from the API server (unauthorized: "),
+            std::string::npos)
+      << health;
+  server.respond(nullptr);
+  source.stop();
+  io.run_for(std::chrono::milliseconds(20));
 }
 
 }  // namespace

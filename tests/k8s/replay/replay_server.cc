@@ -293,6 +293,18 @@ ReplayServer::~ReplayServer() {
 
 void ReplayServer::respond(Responder responder) { impl_->responder = std::move(responder); }
 
+ReplayServer::Responder ReplayServer::byPath(std::map<std::string, std::vector<Recorded>> recorded) {
+  auto served = std::make_shared<std::map<std::string, size_t>>();
+  return [recorded = std::move(recorded), served](size_t, const Request& request) {
+    size_t n = (*served)[request.path()]++;
+    auto it = recorded.find(request.path());
+    if (it != recorded.end() && n < it->second.size()) return verbatim(it->second[n]);
+    Reply idle;
+    idle.hang = true;
+    return idle;
+  };
+}
+
 std::string ReplayServer::url() const {
   return "https://127.0.0.1:" + std::to_string(impl_->acceptor.local_endpoint().port());
 }

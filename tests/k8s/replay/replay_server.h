@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -67,6 +68,9 @@ class ReplayServer {
  public:
   // Replies by request index; requests past the script hang (an idle watch).
   using Responder = std::function<Reply(size_t index, const Request& request)>;
+  // Several informers at once: each path's recordings in order (a LIST's pages, its WATCH),
+  // verbatim; a path past its recordings, or not named, hangs (an idle watch).
+  static Responder byPath(std::map<std::string, std::vector<Recorded>> recorded);
 
   explicit ReplayServer(boost::asio::io_context& io);
   ~ReplayServer();

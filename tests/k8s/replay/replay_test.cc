@@ -62,6 +62,7 @@ std::string keyOf(const Namespace& n) { return n.name; }
 std::string keyOf(const Service& s) { return s.namespace_name + "/" + s.name; }
 std::string keyOf(const EndpointSlice& e) { return e.namespace_name + "/" + e.name; }
 std::string keyOf(const DaemonSet& d) { return d.namespace_name + "/" + d.name; }
+std::string keyOf(const CustomObject& o) { return o.namespace_name + "/" + o.name; }
 
 // What a consumer of the informer would hold.
 template <class T>
@@ -781,6 +782,135 @@ TEST_F(ReplayTest, ServerCertificateIsVerifiedAgainstTheCaAndTheHost) {
   (*client)->start();
   ASSERT_TRUE(runUntil([&] { return inf.synced(); }));
   (*client)->stop();
+}
+
+// policies-crds-absent, authorizationpolicies-list-watch: Istio's AuthorizationPolicy kind as
+// ferryd's optional informer meets it (proxy/policy/kubernetes.h takes these paths).
+const std::vector<std::string> kPolicyPaths = {"/apis/security.istio.io/v1/authorizationpolicies",
+                                               "/apis/security.istio.io/v1beta1/authorizationpolicies"};
+
+// The objects of a recorded LIST body, by "<namespace>/<name>".
+std::map<std::string, json::value> listItems(const Recorded& list) {
+  std::map<std::string, json::value> out;
+  json::value body = json::parse(list.body);
+  for (const json::value& item : body.at("items").as_array()) {
+    const auto& md = item.at("metadata");
+    out[absl::StrCat(std::string(md.at("namespace").as_string()), "/", std::string(md.at("name").as_string()))] = item;
+  }
+  return out;
+}
+
+// Remembers how many objects each replace() left.
+struct CustomObjects : Store<CustomObject> {
+  void replace(std::vector<CustomObject> objects) override {
+    Store<CustomObject>::replace(std::move(objects));
+    sizes.push_back(state.size());
+  }
+  std::vector<size_t> sizes;
+};
+
+// Before the CRD: v1 and v1beta1 answer 404 (the real server's plain-text 404). The informer
+// delivers an empty state, counts as synced and current, logs no error, and looks again one
+// backoff_max later -- by then the CRD is installed (the LIST and WATCH recorded after it).
+TEST_F(ReplayTest, OptionalResourceWithoutItsCrdIsAnEmptyCurrentStateAndIsLookedForAgain) {
+  LOAD_FIXTURE(absent, "policies-crds-absent");
+  LOAD_FIXTURE(c, "authorizationpolicies-list-watch");
+  ASSERT_EQ(absent[0].status, 404);
+  ASSERT_EQ(absent[1].status, 404);
+  script({replay::verbatim(absent[0]), replay::verbatim(absent[1]), replay::verbatim(c[0]), replay::verbatim(c[1])});
+  start();
+  CustomObjects policies;
+  Millis age_while_absent{-1}, client_age_while_absent{-1};
+  Informer* inf = nullptr;
+  clock_->on_sleep = [&](Millis) {
+    // The pause before looking again (the fake clock has moved by it already).
+    age_while_absent = inf->stateAge();
+    client_age_while_absent = client_->stateAge();
+  };
+  inf = &client_->customObjects("authorizationpolicies", kPolicyPaths, policies, /*optional=*/true);
+  client_->start();
+  ASSERT_TRUE(runUntil([&] { return inf->metrics().watch_closes == 1; }));
+
+  EXPECT_EQ(request(0).path(), kPolicyPaths[0]);
+  EXPECT_EQ(request(1).path(), kPolicyPaths[1]);
+  EXPECT_EQ(request(2).path(), kPolicyPaths[0]) << "looked for again from the preferred version";
+  EXPECT_EQ(request(3).param("watch"), "1");
+  ASSERT_EQ(clock_->sleeps.size(), 1u);
+  EXPECT_EQ(clock_->sleeps[0], options_.backoff_max);
+  EXPECT_EQ(policies.sizes, (std::vector<size_t>{0, 4})) << "an empty state, then the four listed objects";
+  EXPECT_EQ(age_while_absent, options_.backoff_max)
+      << "absence is a current state, as of the pause's start: readiness does not wait for the CRD";
+  EXPECT_EQ(client_age_while_absent, options_.backoff_max);
+  for (int r = 0; r < static_cast<int>(ErrorReason::kCount); ++r) EXPECT_EQ(inf->metrics().errors[r], 0u) << r;
+  EXPECT_EQ(inf->metrics().lists, 1u) << "the absence is not a LIST";
+
+  // Each object whole, as the server sent it; the watch's changes applied.
+  auto listed = listItems(c[0]);
+  ASSERT_EQ(listed.size(), 4u);
+  WatchFacts facts = factsOf(c[1]);
+  EXPECT_EQ(inf->metrics().events, static_cast<uint64_t>(facts.changes));
+  const CustomObject* beta = policies.find("fy-replay/fy-beta-written");
+  ASSERT_NE(beta, nullptr);
+  EXPECT_EQ(json::parse(beta->json), listed["fy-replay/fy-beta-written"]);
+  EXPECT_NE(policies.find("fy-replay/fy-allow-client"), nullptr);
+  EXPECT_NE(policies.find("fy-replay/fy-deny-range"), nullptr);
+  EXPECT_EQ(policies.find("fy-replay/fy-bad-cidr"), nullptr) << "deleted during the watch";
+  EXPECT_EQ(policies.find("fy-replay/fy-added"), nullptr) << "added and deleted during the watch";
+  std::string text = client_->renderPrometheus();
+  EXPECT_NE(text.find("ferry_k8s_lists_total{resource=\"authorizationpolicies\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find(absl::StrCat("ferry_k8s_events_total{resource=\"authorizationpolicies\"} ", facts.changes, "\n")),
+            std::string::npos);
+  EXPECT_NE(text.find("ferry_k8s_state_age_seconds{resource=\"authorizationpolicies\"} 0\n"), std::string::npos);
+}
+
+// An old Istio's CRD (v1beta1 only): v1 answers 404 and v1beta1 serves. Then the CRD is
+// deleted under the open watch: the server sends the object's DELETED and ends the watch, the
+// next WATCH is a 404, and a LIST on both versions (404s) leaves an empty state.
+TEST_F(ReplayTest, OptionalResourceFallsBackToV1beta1AndItsCrdDeletionEmptiesTheState) {
+  LOAD_FIXTURE(old, "authorizationpolicies-v1beta1-only");
+  LOAD_FIXTURE(absent, "policies-crds-absent");
+  ASSERT_EQ(old.size(), 4u);
+  ASSERT_EQ(old[0].status, 404);
+  ASSERT_EQ(old[3].status, 404);
+  script({replay::verbatim(old[0]), replay::verbatim(old[1]), replay::verbatim(old[2]), replay::verbatim(old[3]),
+          replay::verbatim(absent[0]), replay::verbatim(absent[1])});
+  start();
+  CustomObjects policies;
+  Informer& inf = client_->customObjects("authorizationpolicies", kPolicyPaths, policies, true);
+  client_->start();
+  ASSERT_TRUE(runUntil([&] { return !clock_->sleeps.empty(); }));
+  EXPECT_EQ(policies.sizes, (std::vector<size_t>{1, 0})) << "fy-legacy listed on v1beta1, then the empty state";
+  EXPECT_EQ(policies.applied, 1) << "the DELETED the server sent as the CRD went";
+  EXPECT_EQ(request(1).path(), kPolicyPaths[1]);
+  EXPECT_EQ(request(2).path(), kPolicyPaths[1]) << "watched where it was listed";
+  EXPECT_EQ(request(2).param("watch"), "1");
+  EXPECT_EQ(request(3).param("watch"), "1") << "the server ended the watch: watched again";
+  EXPECT_EQ(request(4).path(), kPolicyPaths[0]) << "the 404 on the watch: listed again, preferred version first";
+  EXPECT_EQ(request(5).path(), kPolicyPaths[1]);
+  EXPECT_EQ(inf.metrics().watch_closes, 1u);
+  EXPECT_EQ(inf.metrics().relists, 1u);
+  EXPECT_EQ(inf.metrics().error(ErrorReason::kNotFound), 0u);
+  EXPECT_TRUE(inf.synced());
+  EXPECT_EQ(inf.stateAge(), options_.backoff_max) << "current as the pause began";
+  EXPECT_EQ(clock_->sleeps, std::vector<Millis>{options_.backoff_max});
+}
+
+// The same 404s for a resource that is not optional: an error, counted, with back-off; no
+// state is invented and readiness keeps waiting.
+TEST_F(ReplayTest, RequiredResourceThatIsNotServedIsAnError) {
+  LOAD_FIXTURE(absent, "policies-crds-absent");
+  script({replay::verbatim(absent[0]), replay::verbatim(absent[1])});
+  start();
+  Store<CustomObject> policies;
+  Informer& inf = client_->customObjects("authorizationpolicies", kPolicyPaths, policies, /*optional=*/false);
+  client_->start();
+  ASSERT_TRUE(runUntil([&] { return inf.metrics().error(ErrorReason::kNotFound) == 1; }));
+  EXPECT_FALSE(inf.synced());
+  EXPECT_EQ(policies.replaces, 0);
+  EXPECT_EQ(client_->stateAge(), Millis::max());
+  ASSERT_EQ(client_->unsynced().size(), 1u);
+  EXPECT_EQ(client_->unsynced()[0], &inf);
+  EXPECT_NE(inf.lastError().find("not_found"), std::string::npos) << inf.lastError();
 }
 
 // stop() closes the open watch at once; the client can then be destroyed while the
