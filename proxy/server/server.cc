@@ -19,6 +19,7 @@
 #include "proxy/datapath/netlink.h"
 #include "proxy/datapath/proxy_netns.h"
 #include "proxy/hbone/buffer_chain.h"
+#include "proxy/policy/kubernetes.h"
 #include "proxy/server/policy_admin.h"
 #include "proxy/session/common.h"
 #include "proxy/config/kubeconfig.h"
@@ -182,6 +183,7 @@ absl::Status Server::start() {
   sockets_.setDescriptorCap(*cap);
   shared_.reset(new session::Shared{config_, workloads_, policies_, *tls_, sockets_, stats_, ferryPorts(config_),
                                     /*self=*/{}, /*draining=*/{}, session::Placement(n), /*workers=*/{}, admission_, *cap});
+  shared_->policies_loaded.store(!k8s_policies_ || k8s_policies_->synced(), std::memory_order_release);
   for (size_t i = 0; i < n; ++i) {
     workers_.push_back(std::make_unique<session::Worker>(*shared_, i));
     shared_->workers.push_back(workers_.back().get());
@@ -471,8 +473,19 @@ absl::Status Server::makeWorkloadSource() {
   std::string describe = absl::StrCat("kubernetes ", access.server);
   auto client = k8s::ApiClient::create(control_, std::move(access), k8s::Options{});
   if (!client.ok()) return absl::FailedPreconditionError(absl::StrCat("kubernetes: ", client.status().message()));
-  auto source = std::make_unique<workloads::KubernetesSource>(
-      *std::move(client), workloads::KubernetesSourceOptions{kc.istio_ambient, kc.max_state_age, kc.daemonset_namespace, kc.daemonset_name}, describe);
+  workloads::KubernetesSourceOptions options{kc.istio_ambient, kc.max_state_age, kc.daemonset_namespace,
+                                             kc.daemonset_name};
+  if (config_.policy.kubernetes) {
+    // The cluster's AuthorizationPolicies and PeerAuthentications, on the same connection;
+    // inbound connections are refused until both kinds have delivered a first state.
+    k8s_policies_ = std::make_unique<policy::KubernetesPolicies>(policies_);
+    k8s_policies_->onSynced([this] {
+      if (shared_) shared_->policies_loaded.store(true, std::memory_order_release);
+      FERRY_LOG(kInfo, "policy: the cluster's AuthorizationPolicies and PeerAuthentications are loaded");
+    });
+    options.add_informers = [this](k8s::ApiClient& c) { k8s_policies_->attach(c); };
+  }
+  auto source = std::make_unique<workloads::KubernetesSource>(*std::move(client), options, describe);
   k8s_source_ = source.get();
   source_ = std::move(source);
   FERRY_LOG(kInfo, "workloads: from %s (%s)", where, describe);

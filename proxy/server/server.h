@@ -25,6 +25,7 @@
 #include "proxy/identity/tls_context.h"
 #include "proxy/identity/watched_ca_source.h"
 #include "proxy/policy/files.h"
+#include "proxy/policy/kubernetes.h"
 #include "proxy/policy/store.h"
 #include "proxy/server/cni_endpoint.h"
 #include "proxy/server/cni_enrolment.h"
@@ -87,6 +88,8 @@ class Server {
   // with the Kubernetes source, the API server.
   policy::Store policies_;
   std::optional<policy::PolicyFiles> policy_files_;
+  // policy.kubernetes with the Kubernetes source: the cluster's policy objects.
+  std::unique_ptr<policy::KubernetesPolicies> k8s_policies_;
   absl::Status startPolicies();
   // The policies changed: the datapath's plaintext capture follows, and every worker judges
   // its open inbound connections again.
