@@ -1,8 +1,6 @@
-// ferryctl: operator tool. Today only a small CA for labs and tests:
-//   ferryctl ca init  --dir DIR --trust-domain TD [--lifetime 8760h] [--force]
-//   ferryctl ca issue --ca DIR --out CERTDIR --namespace NS --service-account SA [--lifetime 24h]
-//   ferryctl ca show  FILE
-//   ferryctl ca intermediate --ca DIR --out DIR [--lifetime 720h] [--force]
+// ferryctl: operator tool (docs/operations.md, "ferryctl"): a small CA for labs and tests,
+// netkit pairs for the lab, and questions to ferryd's admin endpoint about its policies.
+// Usage in kUsage below.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -24,6 +22,8 @@
 #include "absl/strings/str_join.h"
 #include "proxy/common/duration.h"
 #include "proxy/datapath/netlink.h"
+#include "proxy/ferryctl/admin_client.h"
+#include "proxy/ferryctl/policy_render.h"
 #include "proxy/identity/ca.h"
 #include "proxy/identity/dir_cert_source.h"
 #include "proxy/identity/svid.h"
@@ -37,6 +37,12 @@ using identity::SpiffeId;
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
+// policy check: ferryd would deny the connection (0 says it would allow it), so that a
+// script can branch on the verdict without reading the output.
+constexpr int kExitDenied = 3;
+
+// ferryd's listen.admin default (docs/configuration.md).
+constexpr char kDefaultAdmin[] = "127.0.0.1:15000";
 
 // A root lives a year by default: long enough for a lab, short enough to exercise rotation.
 constexpr char kDefaultCaLifetime[] = "8760h";
@@ -49,7 +55,13 @@ constexpr char kUsage[] =
     "  ferryctl ca issue --ca DIR --out CERTDIR --namespace NS --service-account SA [--lifetime 24h]\n"
     "  ferryctl ca show  FILE\n"
     "  ferryctl ca intermediate --ca DIR --out DIR [--lifetime 720h] [--force]\n"
-    "  ferryctl link netkit --name NAME --peer-name NAME [--peer-netns PATH] [--mode l2|l3]\n";
+    "  ferryctl link netkit --name NAME --peer-name NAME [--peer-netns PATH] [--mode l2|l3]\n"
+    "  ferryctl policy check --from NAMESPACE/WORKLOAD|IP --to NAMESPACE/WORKLOAD:PORT [--plaintext]\n"
+    "                        [--admin HOST:PORT] [-o text|json]\n"
+    "  ferryctl policy list  [--admin HOST:PORT] [-o text|json]\n"
+    "policy commands ask ferryd's admin endpoint (--admin, default 127.0.0.1:15000) of the node that\n"
+    "runs the destination workload. Exit status: 0 done (policy check: allowed), 1 error (ferryd\n"
+    "unreachable, or its error), 2 usage, 3 policy check: denied.\n";
 
 struct Args {
   std::map<std::string, std::string> values;
@@ -57,16 +69,21 @@ struct Args {
   std::vector<std::string> positional;
 };
 
-// --name VALUE, --name=VALUE and boolean --switch; anything else is a usage error.
+// --name VALUE, --name=VALUE and boolean --switch, and -o for --output (kubectl's
+// spelling); anything else is a usage error.
 bool parseArgs(const std::vector<std::string>& argv, const std::set<std::string>& value_flags,
                const std::set<std::string>& switch_flags, Args& out, std::string& error) {
   for (size_t i = 0; i < argv.size(); ++i) {
     const std::string& arg = argv[i];
-    if (!absl::StartsWith(arg, "--")) {
+    if (arg == "-o" && value_flags.count("output") == 0) {
+      error = "unknown flag -o";
+      return false;
+    }
+    if (!absl::StartsWith(arg, "--") && arg != "-o") {
       out.positional.push_back(arg);
       continue;
     }
-    std::string name = arg.substr(2);
+    std::string name = arg == "-o" ? "output" : arg.substr(2);
     std::string value;
     bool has_value = false;
     if (size_t eq = name.find('='); eq != std::string::npos) {
@@ -306,6 +323,74 @@ int linkNetkit(const std::vector<std::string>& argv) {
   return kExitOk;
 }
 
+// What the policy commands share: --admin and -o.
+struct AdminRequest {
+  common::HostPort admin;
+  bool json = false;
+};
+absl::StatusOr<AdminRequest> adminRequest(Args& args) {
+  AdminRequest out;
+  auto admin = parseAdminAddress(args.values.count("admin") ? args.values["admin"] : kDefaultAdmin);
+  if (!admin.ok()) return admin.status();
+  out.admin = *admin;
+  std::string output = args.values.count("output") ? args.values["output"] : "text";
+  if (output != "text" && output != "json") {
+    return absl::InvalidArgumentError(absl::StrCat("-o must be text or json, not '", output, "'"));
+  }
+  out.json = output == "json";
+  return out;
+}
+
+// GETs `target`; the body of a 200 answer, else an error for the operator (ferryd's own
+// message when it gave one).
+absl::StatusOr<std::string> askFerryd(const AdminRequest& request, const std::string& target) {
+  auto answer = adminGet(request.admin, target);
+  if (!answer.ok()) return answer.status();
+  if (answer->status != 200) {
+    return absl::FailedPreconditionError(absl::StrCat("ferryd at ", common::formatHostPort(request.admin),
+                                                      " refused the question: ",
+                                                      errorMessage(answer->status, answer->body)));
+  }
+  return std::move(answer->body);
+}
+
+// How ferryd would judge one connection: exit 0 allow, 3 deny.
+int policyCheck(const std::vector<std::string>& argv) {
+  Args args;
+  std::string error;
+  if (!parseArgs(argv, {"from", "to", "admin", "output"}, {"plaintext"}, args, error)) return usage(error);
+  if (!args.positional.empty()) return usage(absl::StrCat("unexpected argument ", args.positional[0]));
+  for (const char* required : {"from", "to"}) {
+    if (args.values[required].empty()) return usage(absl::StrCat("policy check needs --", required));
+  }
+  auto target = parseCheckTarget(args.values["to"]);
+  if (!target.ok()) return usage(target.status().message());
+  auto request = adminRequest(args);
+  if (!request.ok()) return usage(request.status().message());
+  auto body = askFerryd(*request, checkRequestTarget(args.values["from"], *target, args.switches.count("plaintext")));
+  if (!body.ok()) return fail(body.status().message());
+  auto verdict = renderCheck(*body);
+  if (!verdict.ok()) return fail(verdict.status().message());
+  std::fputs(request->json ? body->c_str() : verdict->text.c_str(), stdout);
+  return verdict->allowed ? kExitOk : kExitDenied;
+}
+
+// The policies in force and the refused ones.
+int policyList(const std::vector<std::string>& argv) {
+  Args args;
+  std::string error;
+  if (!parseArgs(argv, {"admin", "output"}, {}, args, error)) return usage(error);
+  if (!args.positional.empty()) return usage(absl::StrCat("unexpected argument ", args.positional[0]));
+  auto request = adminRequest(args);
+  if (!request.ok()) return usage(request.status().message());
+  auto body = askFerryd(*request, "/policies");
+  if (!body.ok()) return fail(body.status().message());
+  auto text = renderList(*body);
+  if (!text.ok()) return fail(text.status().message());
+  std::fputs(request->json ? body->c_str() : text->c_str(), stdout);
+  return kExitOk;
+}
+
 int run(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
@@ -315,6 +400,12 @@ int run(int argc, char** argv) {
   if (args[0] == "link") {
     if (args.size() < 2 || args[1] != "netkit") return usage("link needs a subcommand: netkit");
     return linkNetkit(std::vector<std::string>(args.begin() + 2, args.end()));
+  }
+  if (args[0] == "policy") {
+    std::vector<std::string> rest(args.begin() + std::min<size_t>(args.size(), 2), args.end());
+    if (args.size() >= 2 && args[1] == "check") return policyCheck(rest);
+    if (args.size() >= 2 && args[1] == "list") return policyList(rest);
+    return usage("policy needs a subcommand: check or list");
   }
   if (args[0] != "ca") return usage(absl::StrCat("unknown command '", args[0], "'"));
   if (args.size() < 2) return usage("ca needs a subcommand: init, issue, show or intermediate");

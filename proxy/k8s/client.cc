@@ -59,20 +59,6 @@ class SteadyClock : public Clock {
   asio::io_context& io_;
 };
 
-// Percent-encoding for a query value (continue tokens are base64 and carry '=', '+', '/').
-std::string queryEscape(std::string_view in) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : in) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out += {'%', kHex[c >> 4], kHex[c & 15]};
-    }
-  }
-  return out;
-}
-
 // The bearer token: a static one, or a file re-read when it changes (kubelet rewrites the
 // projected token well before it expires) and when the server answers 401.
 class TokenSource {
@@ -493,7 +479,7 @@ Outcome InformerCore::absent() {
 asio::awaitable<Outcome> InformerCore::listPage(std::string& cont, bool& more) {
   const Options& o = client_.options;
   std::string target = absl::StrCat(path(), query(), "limit=", o.page_size);
-  if (!cont.empty()) absl::StrAppend(&target, "&continue=", queryEscape(cont));
+  if (!cont.empty()) absl::StrAppend(&target, "&continue=", common::percentEncode(cont));
   Reply reply = co_await request(target);
   if (!reply.stream) co_return reply.outcome;
   std::string body;
@@ -553,7 +539,7 @@ asio::awaitable<Outcome> InformerCore::watchOnce() {
   int64_t full = std::max<int64_t>(1, o.watch_timeout.count());
   int64_t seconds = std::uniform_int_distribution<int64_t>(std::max<int64_t>(1, full / 2), full)(rng_);
   std::string target = absl::StrCat(path(), query(), "watch=1&allowWatchBookmarks=true&resourceVersion=",
-                                    queryEscape(resource_version_), "&timeoutSeconds=", seconds);
+                                    common::percentEncode(resource_version_), "&timeoutSeconds=", seconds);
   Reply reply = co_await request(target);
   if (!reply.stream && reply.outcome.http_status == 404) {
     // The resource stopped being served under the watch (its CRD deleted): a LIST finds out
@@ -788,8 +774,8 @@ Informer& ApiClient::customObjects(std::string resource, std::vector<std::string
 
 Informer& ApiClient::daemonSet(const std::string& namespace_name, const std::string& name, Handler<DaemonSet>& h) {
   auto& informer = addInformer<DaemonSet>(impl_, "daemonsets",
-                                {absl::StrCat("/apis/apps/v1/namespaces/", queryEscape(namespace_name),
-                                              "/daemonsets?fieldSelector=", queryEscape(absl::StrCat("metadata.name=", name)))},
+                                {absl::StrCat("/apis/apps/v1/namespaces/", common::percentEncode(namespace_name),
+                                              "/daemonsets?fieldSelector=", common::percentEncode(absl::StrCat("metadata.name=", name)))},
                                 internal::decodeDaemonSet, h);
   // The workloads do not depend on it, so neither does readiness: it only decides what a
   // stop leaves behind (and a missing grant must not keep ferryd unready).

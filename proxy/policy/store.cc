@@ -1,6 +1,5 @@
 #include "proxy/policy/store.h"
 
-#include <algorithm>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -71,14 +70,14 @@ void Store::clearRefusal(const std::string& origin, const std::string& kind, con
 }
 
 bool Store::admit(const std::string& origin, Decoded& decoded, std::set<std::string>& changed, Result& result,
-                  std::vector<ObjectKey>& seen) {
+                  std::set<ObjectKey>& seen) {
   if (!decoded.object.ok()) {
     bool kept = false;
     if (!decoded.key.empty() && !decoded.kind.empty()) {
       Kind kind = decoded.kind == "AuthorizationPolicy" ? Kind::kAuthorizationPolicy : Kind::kPeerAuthentication;
       auto it = objects_.find({kind, decoded.key});
       kept = it != objects_.end() && it->second.origin == origin;
-      if (kept) seen.push_back({kind, decoded.key});
+      if (kept) seen.insert({kind, decoded.key});
     }
     refuse(origin, decoded, std::string(decoded.object.status().message()), kept, result);
     return false;
@@ -87,7 +86,7 @@ bool Store::admit(const std::string& origin, Decoded& decoded, std::set<std::str
   const ObjectMeta& meta = metaOf(object);
   ObjectKey key{kindOf(object), meta.key()};
   auto named = [&](const std::string& why) { return absl::StrCat(kindName(key.first), " ", key.second, ": ", why); };
-  if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+  if (seen.count(key) != 0) {
     refuse(origin, decoded, named(absl::StrCat("defined more than once in ", origin, " (the first one applies)")),
            false, result);
     return false;
@@ -103,10 +102,10 @@ bool Store::admit(const std::string& origin, Decoded& decoded, std::set<std::str
            named(absl::StrCat("spec.selector: a PeerAuthentication in the root namespace (", root_namespace_,
                               ") applies mesh-wide and cannot select workloads (Istio ignores it)")),
            it != objects_.end(), result);
-    if (it != objects_.end()) seen.push_back(key);
+    if (it != objects_.end()) seen.insert(key);
     return false;
   }
-  seen.push_back(key);
+  seen.insert(key);
   clearRefusal(origin, decoded.kind, decoded.key);
   // A file's new version lists every object again, an API relist or resync re-sends them:
   // the unchanged ones must not re-index their namespace nor publish a snapshot.
@@ -129,11 +128,11 @@ Store::Result Store::replace(const std::string& origin, std::vector<Decoded> obj
     }
   }
   std::set<std::string> changed;
-  std::vector<ObjectKey> seen;
+  std::set<ObjectKey> seen;
   for (auto& decoded : objects) admit(origin, decoded, changed, result, seen);
   for (auto it = objects_.begin(); it != objects_.end();) {
     bool mine = it->second.origin == origin && (!kind || it->first.first == *kind);
-    if (mine && std::find(seen.begin(), seen.end(), it->first) == seen.end()) {
+    if (mine && seen.count(it->first) == 0) {
       changed.insert(namespaceOf(it->first.second));
       ++result.changed;
       it = objects_.erase(it);
@@ -148,7 +147,7 @@ Store::Result Store::replace(const std::string& origin, std::vector<Decoded> obj
 Store::Result Store::upsert(const std::string& origin, Decoded object) {
   Result result;
   std::set<std::string> changed;
-  std::vector<ObjectKey> seen;
+  std::set<ObjectKey> seen;
   admit(origin, object, changed, result, seen);
   if (!changed.empty()) publish(changed);
   return result;

@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -16,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "proxy/datapath/pod_sync.h"
 #include "proxy/workloads/registry.h"
+#include "tests/bench/proc_status.h"
 
 namespace {
 
@@ -37,15 +37,6 @@ struct CountingSteering : datapath::PodSteering {
   uint64_t ops = 0;
 };
 
-long rssKb() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
-  }
-  return 0;
-}
-
 workloads::Workload pod(int i, int address) {
   workloads::Workload w;
   w.name = absl::StrCat("web-", i);
@@ -65,7 +56,7 @@ double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(
 int main(int argc, char** argv) {
   int count = argc > 1 ? std::atoi(argv[1]) : 150001;
   int changes = argc > 2 ? std::atoi(argv[2]) : 2000;
-  long rss_start = rssKb();
+  long rss_start = bench::rssKb();
   workloads::Store store("node-1");
   CountingSteering kernel;
   datapath::PodSync sync(kernel);
@@ -79,7 +70,7 @@ int main(int argc, char** argv) {
   auto initial = Clock::now() - t0;
   all = {};
   malloc_trim(0);
-  long rss_loaded = rssKb();
+  long rss_loaded = bench::rssKb();
 
   // Each change moves one pod to a fresh IP (a delete and re-create in Kubernetes terms):
   // one capture entry out, one in, and for local pods a release and an enrolment.
@@ -99,6 +90,6 @@ int main(int argc, char** argv) {
               ms(initial), rss_loaded / 1024.0, (rss_loaded - rss_start) * 1024.0 / count);
   std::printf("one pod's change (%d changes): p50 %.3f ms, p99 %.3f ms, max %.3f ms; %.1f kernel operations each\n",
               changes, pct(0.5), pct(0.99), apply_ms.back(), double(kernel.ops - ops_before) / changes);
-  std::printf("RSS after the changes %.1f MB\n", rssKb() / 1024.0);
+  std::printf("RSS after the changes %.1f MB\n", bench::rssKb() / 1024.0);
   return 0;
 }

@@ -684,7 +684,8 @@ def write_readme(results, meta, charts, out):
       "[results.json](results.json). Where ferryd spends its time: [profile.md](profile.md). TLS "
       "handshake cost on its own: [handshakes.md](handshakes.md) (when present). The registry at "
       "cluster scale (a workloads file, a real API server with 150,000 pods): [registry.md](registry.md). "
-      "What ferry-cni adds to a pod's ADD: [cni.md](cni.md).")
+      "What ferry-cni adds to a pod's ADD: [cni.md](cni.md). Authorization per connection and per "
+      "policy change, up to 10,000 AuthorizationPolicies: [policy.md](policy.md).")
     w("")
     w("## Machine")
     w("")

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/integration/loopback_lab.h"
+#include "tests/integration/policy_fixtures.h"
 
 namespace ferry::testing {
 namespace {
@@ -19,16 +20,6 @@ using session::Direction;
 
 constexpr uint16_t kAppPort = 18080;
 constexpr uint16_t kOtherPort = 18081;
-
-constexpr char kAllowClient[] = R"(apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: {name: allow-client, namespace: default}
-spec:
-  selector: {matchLabels: {app: server}}
-  action: ALLOW
-  rules:
-  - from: [{source: {principals: [cluster.local/ns/default/sa/client]}}]
-)";
 
 class PolicyTest : public ::testing::Test {
  protected:
@@ -107,11 +98,7 @@ spec:
 }
 
 TEST_F(PolicyTest, StrictRefusesPlaintextWhilePermissiveForwardsIt) {
-  startNodes(R"(apiVersion: security.istio.io/v1
-kind: PeerAuthentication
-metadata: {name: mesh, namespace: istio-system}
-spec: {mtls: {mode: STRICT}}
----
+  startNodes(std::string(kMeshStrict) + R"(---
 apiVersion: security.istio.io/v1
 kind: PeerAuthentication
 metadata: {name: server-open, namespace: default}
@@ -188,14 +175,7 @@ TEST_F(PolicyTest, ABrokenObjectIsRefusedAndThePreviousPoliciesKeepApplying) {
   EXPECT_EQ(n2_->metric("ferry_policies{kind=\"AuthorizationPolicy\"}"), 1);
   // The same object made invalid, next to a new invalid one: nothing changes in force (no
   // new snapshot), both are refused.
-  writeFile(policyFile(), R"(apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: {name: allow-client, namespace: default}
-spec:
-  selector: {matchLabels: {app: server}}
-  rules:
-  - from: [{source: {ipBlocks: [10.0.0.0/33]}}]
----
+  writeFile(policyFile(), std::string(kAllowClientBroken) + R"(---
 apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
 metadata: {name: new-one, namespace: default}
