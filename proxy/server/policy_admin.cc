@@ -80,8 +80,9 @@ json::object objectJson(const policy::Object& object) {
     o["selector"] = p.selector ? json::value(labelsJson(*p.selector)) : json::value(nullptr);
     o["rules"] = p.rules.size();
     json::array l7;
-    for (size_t i = 0; i < p.rules.size(); ++i) {
-      for (const auto& f : p.rules[i].l7_fields) l7.push_back(json::value(absl::StrCat("rules[", i, "] ", f)));
+    // Each is a field path ("spec.rules[0].to[0].operation.methods") or a `when` key.
+    for (const auto& rule : p.rules) {
+      for (const auto& f : rule.l7_fields) l7.push_back(json::value(f));
     }
     if (!l7.empty()) o["l7_fields"] = std::move(l7);
   } else {

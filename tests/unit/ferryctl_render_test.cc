@@ -109,7 +109,7 @@ TEST_F(FerryctlPolicyRenderTest, ListShowsScopesPortsDryRunAndL7Fields) {
   ASSERT_TRUE(text.ok()) << text.status();
   EXPECT_EQ(*text,
             "in force: 2 AuthorizationPolicies, 2 PeerAuthentications (root namespace istio-system, generation 1)\n"
-            "  AuthorizationPolicy default/no-posts: DENY, selects app=web, 1 rule, L7 fields rules[0] "
+            "  AuthorizationPolicy default/no-posts: DENY, selects app=web, 1 rule, L7 fields "
             "spec.rules[0].to[0].operation.methods [file policies.yaml]\n"
             "  AuthorizationPolicy default/try-deny: DENY (dry run: logged, not enforced), whole namespace, 1 rule "
             "[file policies.yaml]\n"
