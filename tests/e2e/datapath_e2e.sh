@@ -671,6 +671,19 @@ EOF
 # policies write it (the SPIFFE ID without spiffe://).
 lab_selector() { echo "{matchLabels: {app: $(lab_env FERRY_LAB_NAME_PREFIX)$1}}"; }
 lab_principal() { lab_id "$1" | sed 's|^spiffe://||'; }
+# allow_only NAME CALLER: an ALLOW policy NAME letting only pod CALLER ("n1-p1") call n2-p1.
+allow_only() {
+  cat <<EOF
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: $1, namespace: $(lab_env FERRY_LAB_NAMESPACE)}
+spec:
+  selector: $(lab_selector n2-p1)
+  action: ALLOW
+  rules:
+  - from: [{source: {principals: [$(lab_principal "$2")]}}]
+EOF
+}
 
 # Finding 1: TCP fragments and IPv6 TCP from a pod with CAP_NET_RAW are refused at its
 # device (counted), and nothing of them crosses the wire.
@@ -790,16 +803,7 @@ case_authorization() {
   local out m2 allowed denied denied_by_deny ns
   ns=$(lab_env FERRY_LAB_NAMESPACE)
   start_httpd n2/p1 10.77.2.11
-  set_policies <<EOF
-apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: {name: n2-p1-from-n1-p1, namespace: $ns}
-spec:
-  selector: $(lab_selector n2-p1)
-  action: ALLOW
-  rules:
-  - from: [{source: {principals: [$(lab_principal n1-p1)]}}]
-EOF
+  allow_only n2-p1-from-n1-p1 n1-p1 | set_policies
   allowed=$(decisions ALLOW allow); denied=$(decisions none deny)
   m2=$(flog_mark n2)
   out=$(curl_get n1/p1 http://10.77.2.11:8080/case14-allowed)
@@ -821,14 +825,7 @@ EOF
     flog_wait n2 "$m2" "direction=inbound src=10\.77\.2\.12:[0-9]+ dst=10\.77\.2\.11:8080 .*reason=policy_denied"
 
   note "DENY wins over ALLOW: a DENY for n1-p1 on port 8080 next to the ALLOW"
-  set_policies <<EOF
-apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: {name: n2-p1-from-n1-p1, namespace: $ns}
-spec:
-  selector: $(lab_selector n2-p1)
-  rules:
-  - from: [{source: {principals: [$(lab_principal n1-p1)]}}]
+  { allow_only n2-p1-from-n1-p1 n1-p1; cat <<EOF; } | set_policies
 ---
 apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
@@ -856,8 +853,7 @@ EOF
 # is closed (reason policy_revoked), and the time from the change being in force to the close
 # is reported.
 case_policy_revokes() {
-  local ns revoked m2 ms
-  ns=$(lab_env FERRY_LAB_NAMESPACE)
+  local revoked m2 ms
   start_echo 9292
   bg n1/p1 "$TMP/case15.out" python3 -c '
 import socket, time
@@ -873,15 +869,7 @@ except OSError as e:
   assert "a connection n1/p1 -> n2/p1:9292 is established (echoed)" wait_for 10 "first echo" grep -q "first: hello" "$TMP/case15.out"
   revoked=$(metric n2 'ferry_connections_closed_total{direction="inbound",reason="policy_revoked"}')
   m2=$(flog_mark n2)
-  set_policies <<EOF
-apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: {name: n2-p1-only-n2-p2, namespace: $ns}
-spec:
-  selector: $(lab_selector n2-p1)
-  rules:
-  - from: [{source: {principals: [$(lab_principal n2-p2)]}}]
-EOF
+  allow_only n2-p1-only-n2-p2 n2-p2 | set_policies
   assert "the client's connection ended" wait_for 5 "the end" grep -q "^ended:" "$TMP/case15.out"
   assert "... n2's access line says policy_revoked" flog_wait n2 "$m2" "direction=inbound .*dst=10\.77\.2\.11:9292 .*reason=policy_revoked"
   # From ferryd's own log: the line saying the new policies are in force, and the close.
