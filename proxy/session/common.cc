@@ -172,13 +172,12 @@ policy::MtlsMode fallbackMode(const workloads::Workload& w) {
   return w.tls_mode == workloads::TlsMode::kStrict ? policy::MtlsMode::kStrict : policy::MtlsMode::kPermissive;
 }
 
-policy::Decision authorize(Worker& worker, Direction direction, const workloads::Workload& destination,
-                           policy::Request request, ConnectionRecord& record) {
+policy::Decision authorize(Worker& worker, Direction direction, const policy::PolicySet& policies,
+                           const workloads::Workload& destination, policy::Request request, ConnectionRecord& record) {
   auto& shared = worker.shared();
-  auto policies = shared.policies.current();
   policy::Decision decision;
   if (shared.policies_loaded.load(std::memory_order_acquire)) {
-    decision = policies->authorize(destination, request);
+    decision = policies.authorize(destination, request);
   } else {
     decision.allowed = false;  // fail closed: what the policies say is not known yet
     decision.reason = "denied: the policies are not loaded from the API server yet";

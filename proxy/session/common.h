@@ -62,7 +62,6 @@ class ConnectionRecord {
   // Resets the connection (RST_STREAM to the HBONE peer, RST to the sockets); it is then
   // recorded as `reason` whatever its coroutines saw (kShutdown, kPolicyRevoked).
   void abort(CloseReason reason);
-  bool finished() const { return finished_; }
 
  private:
   friend class WatchedSocket;
@@ -98,11 +97,11 @@ class WatchedSocket {
 void refuseSelfTarget(Worker& worker, Tcp::socket& socket, const common::HostPort& destination,
                       ConnectionRecord& record);
 
-// Judges a connection to `destination` (a local workload) against the policies in force:
-// counts the decision, logs AUDIT matches, fills record.policy, and record.subject when
-// allowed.
-policy::Decision authorize(Worker& worker, Direction direction, const workloads::Workload& destination,
-                           policy::Request request, ConnectionRecord& record);
+// Judges a connection to `destination` (a local workload) against `policies` (the snapshot
+// in force): counts the decision, logs AUDIT matches, fills record.policy, and
+// record.subject when allowed.
+policy::Decision authorize(Worker& worker, Direction direction, const policy::PolicySet& policies,
+                           const workloads::Workload& destination, policy::Request request, ConnectionRecord& record);
 
 // Refuses (refuseSelfTarget) a destination that is ferryd itself; else connects from
 // `source` to `destination` and relays `socket` to it as plain TCP; a failed

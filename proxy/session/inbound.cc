@@ -175,12 +175,7 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
 
   // Authorization (docs/policy.md) at the destination's node, on the peer's verified
   // identity, before anything is connected: a denial is a 401 naming the policy.
-  const auto* destination = registry->findLocalByIp(verdict.target.ip);
-  if (destination == nullptr) {  // validateConnect found it in this very snapshot
-    reject(503, CloseReason::kBadRequest, "the destination workload is gone");
-    co_return;
-  }
-  auto decision = authorize(worker, Direction::kInbound, *destination,
+  auto decision = authorize(worker, Direction::kInbound, *shared.policies.current(), *verdict.workload,
                             policy::Request{info->client.ip, policy::principalOf(info->peer_id), verdict.target.ip,
                                             verdict.target.port},
                             record);

@@ -47,7 +47,8 @@ awaitable<void> servePlaintext(Worker& worker, Tcp::socket socket, LoadUnit load
     }
   }
   // Plaintext has no peer identity: the port's mTLS mode first, then the policies.
-  auto mtls = shared.policies.current()->mtls(*workload, ends->destination.port, fallbackMode(*workload));
+  auto policies = shared.policies.current();  // one snapshot for the mode and the decision
+  auto mtls = policies->mtls(*workload, ends->destination.port, fallbackMode(*workload));
   if (mtls.mode == policy::MtlsMode::kStrict) {
     record.detail = absl::StrCat(workload->displayName(), " port ", ends->destination.port,
                                  " is STRICT: plaintext refused (",
@@ -59,7 +60,7 @@ awaitable<void> servePlaintext(Worker& worker, Tcp::socket socket, LoadUnit load
     record.finish(CloseReason::kStrictPlaintext);
     co_return;
   }
-  auto decision = authorize(worker, Direction::kPlaintext, *workload,
+  auto decision = authorize(worker, Direction::kPlaintext, *policies, *workload,
                             policy::Request{ends->peer.ip, "", ends->destination.ip, ends->destination.port}, record);
   if (!decision.allowed) {
     abortSocket(socket);
