@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proxy/common/net.h"
+#include "proxy/common/strings.h"
 #include "proxy/session/context.h"
 
 namespace ferry::server {
@@ -22,26 +23,6 @@ HttpResponse badRequest(std::string why) { return jsonResponse(400, json::object
 
 // key=value&key=value with %XX and '+' decoded; the last value of a repeated key wins.
 std::map<std::string, std::string> parseQuery(const std::string& query) {
-  auto decode = [](std::string_view in) {
-    std::string out;
-    for (size_t i = 0; i < in.size(); ++i) {
-      if (in[i] == '+') {
-        out.push_back(' ');
-      } else if (in[i] == '%' && i + 2 < in.size()) {
-        int v = 0;
-        auto [end, ec] = std::from_chars(in.data() + i + 1, in.data() + i + 3, v, 16);
-        if (ec == std::errc() && end == in.data() + i + 3) {
-          out.push_back(static_cast<char>(v));
-          i += 2;
-        } else {
-          out.push_back('%');
-        }
-      } else {
-        out.push_back(in[i]);
-      }
-    }
-    return out;
-  };
   std::map<std::string, std::string> out;
   std::string_view rest = query;
   while (!rest.empty()) {
@@ -49,7 +30,7 @@ std::map<std::string, std::string> parseQuery(const std::string& query) {
     std::string_view pair = rest.substr(0, amp);
     rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
     auto eq = pair.find('=');
-    out[decode(pair.substr(0, eq))] = eq == std::string_view::npos ? "" : decode(pair.substr(eq + 1));
+    out[common::percentDecode(pair.substr(0, eq))] = eq == std::string_view::npos ? "" : common::percentDecode(pair.substr(eq + 1));
   }
   return out;
 }
