@@ -54,7 +54,7 @@ void PodSync::reconcile(uint32_t ip, const workloads::Registry& registry) {
     if (failed_.erase(ip) > 0) kernel_.release(ip);
     return;
   }
-  uint32_t flags = flags_of_ ? flags_of_(*w) : podFlags(*w);
+  uint32_t flags = flagsOf(*w);
   if (it == pods_.end()) {
     absl::Status st = device.ok() ? kernel_.enroll(ip, *w, *device, flags) : device.status();
     if (!st.ok()) {
@@ -68,15 +68,20 @@ void PodSync::reconcile(uint32_t ip, const workloads::Registry& registry) {
     pods_.emplace(ip, Enrolled{*device, flags});
     return;
   }
-  if (it->second.flags != flags) {
-    if (auto st = kernel_.setFlags(ip, flags); !st.ok()) {
-      FERRY_LOG(kWarn, "datapath: cannot change the mode of %s: %s", w->displayName(), st.message());
-      return;
-    }
-    it->second.flags = flags;
-    FERRY_LOG(kInfo, "datapath: %s: new plaintext connections now %s", w->displayName(),
-              (flags & FERRY_POD_STRICT) ? "go through ferryd (15006)" : "pass straight to the pod");
+  setFlags(ip, it->second, *w, flags);
+}
+
+uint32_t PodSync::flagsOf(const workloads::Workload& w) const { return flags_of_ ? flags_of_(w) : podFlags(w); }
+
+void PodSync::setFlags(uint32_t ip, Enrolled& pod, const workloads::Workload& w, uint32_t flags) {
+  if (pod.flags == flags) return;
+  if (auto st = kernel_.setFlags(ip, flags); !st.ok()) {
+    FERRY_LOG(kWarn, "datapath: cannot change the mode of %s: %s", w.displayName(), st.message());
+    return;
   }
+  pod.flags = flags;
+  FERRY_LOG(kInfo, "datapath: %s: new plaintext connections now %s", w.displayName(),
+            (flags & FERRY_POD_STRICT) ? "go through ferryd (15006)" : "pass straight to the pod");
 }
 
 void PodSync::syncAll(const workloads::Registry& registry, const std::vector<uint32_t>& capture_in_kernel) {
@@ -99,10 +104,12 @@ void PodSync::apply(const workloads::Registry& after, const workloads::Delta& de
 }
 
 void PodSync::refreshFlags(const workloads::Registry& current) {
-  std::vector<uint32_t> enrolled;
-  enrolled.reserve(pods_.size());
-  for (const auto& [ip, _] : pods_) enrolled.push_back(ip);
-  for (uint32_t ip : enrolled) reconcile(ip, current);
+  // Only the flags: whether a pod is enrolled, and on which device, is the registry's
+  // business (apply), and needs no device lookup per policy change.
+  for (auto& [ip, pod] : pods_) {
+    const workloads::Workload* w = current.findByIp(fromKey(ip));
+    if (w != nullptr && current.isLocal(*w)) setFlags(ip, pod, *w, flagsOf(*w));
+  }
 }
 
 void PodSync::retryFailed(const workloads::Registry& current) {

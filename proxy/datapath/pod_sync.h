@@ -71,6 +71,9 @@ class PodSync {
     std::string ifname;
     uint32_t flags = 0;
   };
+  uint32_t flagsOf(const workloads::Workload& w) const;
+  // Rewrites an enrolled pod's flags when they differ (logged).
+  void setFlags(uint32_t ip, Enrolled& pod, const workloads::Workload& w, uint32_t flags);
   PodSteering& kernel_;
   FlagsOf flags_of_;
   absl::flat_hash_map<uint32_t, Enrolled> pods_;  // by IPv4 (network order)

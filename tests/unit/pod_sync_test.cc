@@ -26,6 +26,7 @@ uint32_t key(const char* text) { return ipv4Key(*common::parseIp(text)); }
 class FakeSteering : public PodSteering {
  public:
   absl::StatusOr<std::string> deviceOf(uint32_t ip, const Workload& w) override {
+    ++device_lookups;
     if (!w.host_interface.empty()) return w.host_interface;
     auto it = routes.find(ip);  // what findPodInterface would find on the node
     if (it == routes.end()) return absl::NotFoundError("no route to the pod yet");
@@ -60,6 +61,7 @@ class FakeSteering : public PodSteering {
   std::set<std::string> missing_devices;
   std::map<uint32_t, std::string> routes;
   std::vector<std::string> ops;
+  int device_lookups = 0;  // netlink queries in production
 };
 
 Workload pod(std::string name, std::string node, const char* ip, std::string device = "", bool hbone = true) {
@@ -129,6 +131,17 @@ TEST_F(PodSyncTest, StrictModeRewritesFlagsWithoutReEnrolling) {
   a.tls_mode = workloads::TlsMode::kStrict;
   store_.apply({upsert(a)});
   EXPECT_THAT(kernel_.ops, testing::ElementsAre(absl::StrCat("flags fy-a ", FERRY_POD_STRICT)));
+}
+
+TEST_F(PodSyncTest, RefreshedFlagsAreRewrittenForEnrolledPodsOnlyWithoutAnyOtherKernelStep) {
+  // What ferryd does on a policy change: the answer of the flags function changed for "b".
+  sync_.setFlagsOf([](const Workload& w) { return w.name == "b" ? FERRY_POD_STRICT : 0u; });
+  kernel_.device_lookups = 0;
+  sync_.refreshFlags(*store_.current());
+  EXPECT_THAT(kernel_.ops, testing::ElementsAre(absl::StrCat("flags fy-b ", FERRY_POD_STRICT)));
+  EXPECT_EQ(kernel_.device_lookups, 0) << "a policy change looks up no device";
+  sync_.refreshFlags(*store_.current());
+  EXPECT_EQ(kernel_.ops.size(), 1u) << "unchanged flags are not written again";
 }
 
 TEST_F(PodSyncTest, APodOnANewDeviceIsReleasedThenEnrolledAgain) {
