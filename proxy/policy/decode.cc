@@ -402,27 +402,22 @@ class Decoder {
     return absl::OkStatus();
   }
 
+  // A list whose every value `parse` turns into a T, or the first value's error at its line.
+  template <class T, class Parse>
+  absl::Status parsedList(const YamlField& field, std::vector<T>& out, Parse parse) {
+    FERRY_ASSIGN_OR_RETURN(auto items, r_.sequence(field));
+    for (const auto& item : items) {
+      FERRY_ASSIGN_OR_RETURN(auto text, r_.string(item));
+      auto value = parse(text);
+      if (!value.ok()) return r_.error(item, value.status().message());
+      out.push_back(*std::move(value));
+    }
+    return absl::OkStatus();
+  }
   absl::Status strings(const YamlField& field, std::vector<StringMatch>& out) {
-    FERRY_ASSIGN_OR_RETURN(auto items, r_.sequence(field));
-    for (const auto& item : items) {
-      FERRY_ASSIGN_OR_RETURN(auto text, r_.string(item));
-      auto match = parseStringMatch(text);
-      if (!match.ok()) return r_.error(item, match.status().message());
-      out.push_back(*std::move(match));
-    }
-    return absl::OkStatus();
+    return parsedList(field, out, parseStringMatch);
   }
-
-  absl::Status ips(const YamlField& field, std::vector<IpBlock>& out) {
-    FERRY_ASSIGN_OR_RETURN(auto items, r_.sequence(field));
-    for (const auto& item : items) {
-      FERRY_ASSIGN_OR_RETURN(auto text, r_.string(item));
-      auto block = parseIpBlock(text);
-      if (!block.ok()) return r_.error(item, block.status().message());
-      out.push_back(*block);
-    }
-    return absl::OkStatus();
-  }
+  absl::Status ips(const YamlField& field, std::vector<IpBlock>& out) { return parsedList(field, out, parseIpBlock); }
 
   absl::Status ports(const YamlField& field, std::vector<uint16_t>& out) {
     FERRY_ASSIGN_OR_RETURN(auto items, r_.sequence(field));

@@ -73,6 +73,32 @@ bool byKey(const AuthorizationPtr& a, const AuthorizationPtr& b) {
 
 std::string labelKey(const Labels& selector) { return absl::StrCat(selector.front().first, "=", selector.front().second); }
 
+// The label index of one namespace, for either kind: a policy without a selector applies
+// to the whole namespace; one with a selector is filed under its first label.
+template <class Ptr>
+using LabelIndex = absl::flat_hash_map<std::string, std::vector<Ptr>>;
+template <class Ptr>
+void file(const Ptr& p, std::vector<Ptr>& whole, LabelIndex<Ptr>& by_label) {
+  if (p->selector) {
+    by_label[labelKey(*p->selector)].push_back(p);
+  } else {
+    whole.push_back(p);
+  }
+}
+// The selector policies of `index` that pick a workload with `labels`: only those filed
+// under one of its own labels are looked at.
+template <class Ptr, class Visit>
+void forEachSelecting(const LabelIndex<Ptr>& index, const workloads::LabelSet& labels, Visit visit) {
+  if (index.empty()) return;
+  for (const auto& [key, value] : labels.get()) {
+    auto it = index.find(absl::StrCat(key, "=", value));
+    if (it == index.end()) continue;
+    for (const auto& p : it->second) {
+      if (selects(p->selector, labels)) visit(p);
+    }
+  }
+}
+
 std::string policyName(const AuthorizationPolicy& p) {
   return absl::StrCat(actionName(p.action), " policy ", p.meta.key());
 }
@@ -107,20 +133,8 @@ bool ruleMatches(const Rule& rule, Action action, const Request& request) {
 std::shared_ptr<const PolicySet::Bucket> PolicySet::Bucket::build(const std::vector<AuthorizationPtr>& authorizations,
                                                                   const std::vector<PeerAuthenticationPtr>& peers) {
   auto b = std::make_shared<Bucket>();
-  for (const auto& p : authorizations) {
-    if (p->selector) {
-      b->by_label[labelKey(*p->selector)].push_back(p);
-    } else {
-      b->whole.push_back(p);
-    }
-  }
-  for (const auto& p : peers) {
-    if (p->selector) {
-      b->peer_by_label[labelKey(*p->selector)].push_back(p);
-    } else {
-      b->peer_whole.push_back(p);
-    }
-  }
+  for (const auto& p : authorizations) file(p, b->whole, b->by_label);
+  for (const auto& p : peers) file(p, b->peer_whole, b->peer_by_label);
   std::sort(b->peer_whole.begin(), b->peer_whole.end(), older);
   for (auto& [_, list] : b->peer_by_label) std::sort(list.begin(), list.end(), older);
   b->authorization_count = authorizations.size();
@@ -140,15 +154,7 @@ void PolicySet::forEachApplicable(const workloads::Workload& destination, Visit 
   auto scan = [&](const Bucket* b) {
     if (b == nullptr) return;
     for (const auto& p : b->whole) visit(p);
-    if (b->by_label.empty()) return;
-    // Only the selector policies filed under one of the workload's own labels.
-    for (const auto& [key, value] : destination.labels.get()) {
-      auto it = b->by_label.find(absl::StrCat(key, "=", value));
-      if (it == b->by_label.end()) continue;
-      for (const auto& p : it->second) {
-        if (selects(p->selector, destination.labels)) visit(p);
-      }
-    }
+    forEachSelecting(b->by_label, destination.labels, visit);
   };
   // The root namespace's policies apply mesh-wide (with a selector: to the workloads of
   // every namespace that carry its labels).
@@ -227,13 +233,9 @@ Decision PolicySet::authorize(const workloads::Workload& destination, const Requ
 PeerAuthenticationPtr PolicySet::workloadPeer(const Bucket* b, const workloads::Workload& destination) const {
   if (b == nullptr) return nullptr;
   PeerAuthenticationPtr best;
-  for (const auto& [key, value] : destination.labels.get()) {
-    auto it = b->peer_by_label.find(absl::StrCat(key, "=", value));
-    if (it == b->peer_by_label.end()) continue;
-    for (const auto& p : it->second) {
-      if (selects(p->selector, destination.labels) && (!best || older(p, best))) best = p;
-    }
-  }
+  forEachSelecting(b->peer_by_label, destination.labels, [&](const PeerAuthenticationPtr& p) {
+    if (!best || older(p, best)) best = p;
+  });
   return best;
 }
 
