@@ -474,7 +474,7 @@ absl::Status Server::makeWorkloadSource() {
   auto client = k8s::ApiClient::create(control_, std::move(access), k8s::Options{});
   if (!client.ok()) return absl::FailedPreconditionError(absl::StrCat("kubernetes: ", client.status().message()));
   workloads::KubernetesSourceOptions options{kc.istio_ambient, kc.max_state_age, kc.daemonset_namespace,
-                                             kc.daemonset_name};
+                                             kc.daemonset_name, /*add_informers=*/{}};
   if (config_.policy.kubernetes) {
     // The cluster's AuthorizationPolicies and PeerAuthentications, on the same connection;
     // inbound connections are refused until both kinds have delivered a first state.
