@@ -18,6 +18,7 @@ build_pkgs=(
   libboost1.81-dev libboost-json1.81-dev libssl-dev libnghttp2-dev libabsl-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   openssl
+  prometheus-cpp-dev
 )
 # BPF datapath: clang -target bpf, skeletons, libbpf.
 bpf_pkgs=(clang llvm libbpf-dev bpftool linux-libc-dev libelf-dev zlib1g-dev)
@@ -30,6 +31,9 @@ fuzz_pkgs=(libclang-rt-14-dev)
 # lab's bridge CNI.
 test_pkgs=(nghttp2-proxy nghttp2-client curl iperf3 tcpdump iproute2 iputils-ping procps psmisc python3
   containernetworking-plugins)
+# The telemetry tier (tests/e2e/prometheus_e2e.sh): a real Prometheus server scrapes the lab's
+# ferryd; promtool checks the exposition.
+telemetry_pkgs=(prometheus)
 # The offline chart tier (tests/k8s/chart_offline.sh): yamllint and PyYAML (chart_checks.py)
 # here, Helm, kubernetes-models and tsc from npm below.
 chart_pkgs=(yamllint python3-yaml)
@@ -51,7 +55,7 @@ k8s_lab_pkgs=(etcd-server etcd-client golang-go containerd runc
   busybox-static golang-github-modern-go-reflect2-dev golang-github-json-iterator-go-dev
   dpkg-dev iptables conntrack openssl rsync)
 
-want=("${build_pkgs[@]}" "${bpf_pkgs[@]}" "${fuzz_pkgs[@]}" "${test_pkgs[@]}" "${chart_pkgs[@]}" "${bench_pkgs[@]}")
+want=("${build_pkgs[@]}" "${bpf_pkgs[@]}" "${fuzz_pkgs[@]}" "${test_pkgs[@]}" "${chart_pkgs[@]}" "${bench_pkgs[@]}" "${telemetry_pkgs[@]}")
 case "${1:-}" in
   "") ;;
   kernel-lab) want+=("${kernel_lab_pkgs[@]}") ;;
