@@ -43,6 +43,16 @@ class ConnectionRecord {
   std::string src;
   std::string dst;
   std::string peer_identity;
+  // Who is on each side: the registry's workload when the address is a known one (null
+  // otherwise), held until the record is written; and the SPIFFE ID each side has over
+  // mTLS (empty on a leg without it: passthrough, plaintext). Outbound, the source's is
+  // the one ferryd presents for it and the destination's the one the server must prove;
+  // inbound, the client's proven one and the local workload's. Access-log fields and
+  // metric labels.
+  workloads::WorkloadPtr source_workload;
+  workloads::WorkloadPtr destination_workload;
+  std::string source_principal;
+  std::string destination_principal;
   std::string detail;  // why it failed, for the log
   // The authorization decision, for the log ("allowed by ALLOW policy shop/x rule 0").
   std::string policy;

@@ -35,9 +35,8 @@ constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
 struct OutboundPlan {
   common::HostPort source;        // the application's address (a local pod)
   common::HostPort destination;   // original destination (pod ip:app port)
-  std::shared_ptr<const workloads::Registry> registry;  // keeps the two pointers below alive
-  const workloads::Workload* source_workload = nullptr;
-  const workloads::Workload* destination_workload = nullptr;
+  workloads::WorkloadPtr source_workload;  // a local pod
+  workloads::WorkloadPtr destination_workload;
   hbone::PoolKey key;
 };
 
@@ -147,12 +146,17 @@ awaitable<absl::StatusOr<std::shared_ptr<hbone::H2Connection>>> dialHbone(Worker
 }
 
 // `load` and `admitted` are held for the connection's life, as in tunnel().
-awaitable<void> passthrough(Worker& worker, Tcp::socket socket, Endpoints ends, LoadUnit load,
-                            Admitted admitted) {
+// `source` and `destination` are the workloads at either end when known (the destination
+// of a passthrough may be a workload without HBONE).
+awaitable<void> passthrough(Worker& worker, Tcp::socket socket, Endpoints ends,
+                            workloads::WorkloadPtr source, workloads::WorkloadPtr destination,
+                            LoadUnit load, Admitted admitted) {
   auto& shared = worker.shared();
   ConnectionRecord record(worker, Direction::kOutbound);
   record.src = common::formatHostPort(ends.peer);
   record.dst = common::formatHostPort(ends.destination);
+  record.source_workload = std::move(source);
+  record.destination_workload = std::move(destination);
   shared.stats.passthrough_connections.fetch_add(1, std::memory_order_relaxed);
   record.peer_identity = "passthrough";
   WatchedSocket watched(record, socket);
@@ -182,7 +186,7 @@ awaitable<std::shared_ptr<hbone::H2Stream>> openStream(Worker& worker, Tcp::sock
     record.finish(reason);
     co_return nullptr;
   }
-  hbone::ConnectParams params{plan.destination, plan.source, plan.source_workload};
+  hbone::ConnectParams params{plan.destination, plan.source, plan.source_workload.get()};
   auto stream = (*conn)->openStream(hbone::buildConnectHeaders(params));
   if (!stream) {
     record.detail = "could not open a stream on the pooled HBONE connection";
@@ -231,6 +235,10 @@ awaitable<void> tunnel(Worker& worker, Tcp::socket socket, OutboundPlan plan, Lo
   record.src = common::formatHostPort(plan.source);
   record.dst = common::formatHostPort(plan.destination);
   record.peer_identity = "expected:" + plan.key.destination_id;
+  record.source_workload = plan.source_workload;
+  record.destination_workload = plan.destination_workload;
+  record.source_principal = plan.key.source_id;
+  record.destination_principal = plan.key.destination_id;
   WatchedSocket watched(record, socket);
   auto stream = co_await openStream(worker, socket, plan, record);
   if (!stream) co_return;
@@ -261,6 +269,7 @@ awaitable<void> classifyOutbound(Worker& worker, Tcp::socket socket, Admitted ad
     ConnectionRecord record(worker, Direction::kOutbound);
     record.src = common::formatHostPort(ends->peer);
     record.dst = common::formatHostPort(ends->destination);
+    record.source_workload = shared.workloads.current()->sharedByIp(ends->peer.ip);
     refuseSelfTarget(worker, socket, ends->destination, record);
     co_return;
   }
@@ -277,11 +286,12 @@ awaitable<void> classifyOutbound(Worker& worker, Tcp::socket socket, Admitted ad
     ends->destination = common::HostPort{ep.first, ep.second};
   }
   auto registry = shared.workloads.current();
-  const auto* dst = registry->findByIp(ends->destination.ip);
+  auto dst = registry->sharedByIp(ends->destination.ip);
   if (dst == nullptr || !dst->hbone) {
     runPlaced(worker, std::move(socket),
-              [ends = *ends, admitted](Worker& w, Tcp::socket s, LoadUnit load) {
-                return passthrough(w, std::move(s), ends, std::move(load), admitted);
+              [ends = *ends, source = registry->sharedByIp(ends->peer.ip), dst, admitted](
+                  Worker& w, Tcp::socket s, LoadUnit load) {
+                return passthrough(w, std::move(s), ends, source, dst, std::move(load), admitted);
               },
               placeOnAnyWorker(worker));
     co_return;
@@ -289,14 +299,15 @@ awaitable<void> classifyOutbound(Worker& worker, Tcp::socket socket, Admitted ad
   OutboundPlan plan;
   plan.source = ends->peer;
   plan.destination = ends->destination;
-  plan.registry = registry;
   plan.destination_workload = dst;
-  plan.source_workload = registry->findLocalByIp(ends->peer.ip);
+  plan.source_workload = registry->sharedLocalByIp(ends->peer.ip);
   if (plan.source_workload == nullptr) {
     // No identity to present: fail closed, never plaintext to a mesh workload.
     ConnectionRecord record(worker, Direction::kOutbound);
     record.src = common::formatHostPort(ends->peer);
     record.dst = common::formatHostPort(ends->destination);
+    record.source_workload = registry->sharedByIp(ends->peer.ip);  // a pod of another node
+    record.destination_workload = dst;
     record.detail = absl::StrCat(ends->peer.ip.to_string(),
                                  " is not a workload of node ", cfg.node,
                                  "; refusing to reach mesh workload ", dst->displayName());
