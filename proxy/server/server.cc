@@ -155,6 +155,11 @@ Server::~Server() {
   for (auto& t : threads_) {
     if (t.joinable()) t.join();
   }
+  // A worker's queue may still hold the answer of an admin request (/connections) whose
+  // connection belongs to the control loop: it goes while that loop still exists (members
+  // go in reverse order, control_ before workers_); the listeners before their workers.
+  acceptors_.clear();
+  workers_.clear();
   // A proxy netns of ferryd's own outlives the process while closing sockets still hold it
   // (a FIN_WAIT orphan: up to tcp_fin_timeout), and with it its veth pair: the next ferryd
   // would find the name taken. Deleting the node's side takes the pair at once.
