@@ -181,7 +181,7 @@ TEST_F(FerryctlAdminTest, AdminAddressComesFromFerryAdminWhenNoFlagIsGiven) {
   EXPECT_EQ(flag.exit, 0) << flag.err;
 }
 
-TEST_F(FerryctlAdminTest, EveryCommandSaysFerrydIsNotRunningAndExitsFour) {
+TEST_F(FerryctlAdminTest, EveryCommandSaysFerrydIsNotRunningAndExitsFourWhenNoneAnswers) {
   for (std::vector<std::string> command : std::vector<std::vector<std::string>>{
            {"status"}, {"workloads"}, {"certs"}, {"connections"}, {"config"}, {"log-level"}, {"log-level", "info"},
            {"policy", "list"}}) {
@@ -195,6 +195,13 @@ TEST_F(FerryctlAdminTest, EveryCommandSaysFerrydIsNotRunningAndExitsFour) {
           << command[0] << ": " << down.err;
     }
   }
+  // A ferryd that ran and stopped: the same.
+  ASSERT_EQ(run({"status", "--admin", "127.0.1.1:15000"}).exit, 0);
+  n1_.reset();
+  Outcome stopped = run({"status", "--admin", "127.0.1.1:15000", "-o", "json"});
+  EXPECT_EQ(stopped.exit, 4) << stopped.err;
+  EXPECT_EQ(stopped.err, "ferryctl: ferryd is not running at 127.0.1.1:15000 (connection refused); if its "
+                         "listen.admin is elsewhere, pass --admin HOST:PORT or set FERRY_ADMIN\n");
   // The default address when nothing says otherwise (unless something runs there on this host).
   if (httpGet("127.0.0.1", 15000, "/status") == 0) {
     Outcome defaulted = run({"status"});
