@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <functional>
 #include <vector>
 
@@ -143,6 +144,27 @@ size_t Worker::abortLive() {
   return live.size();
 }
 
+std::vector<ConnectionInfo> Worker::connections(size_t limit, size_t& total) const {
+  std::vector<const ConnectionRecord*> live;
+  for (const auto* r = records_; r != nullptr; r = r->next_) {
+    if (!r->finished_) live.push_back(r);
+  }
+  total = live.size();
+  // The list is newest first: the oldest are at its end.
+  std::reverse(live.begin(), live.end());
+  if (live.size() > limit) live.resize(limit);
+  auto now = std::chrono::steady_clock::now();
+  std::vector<ConnectionInfo> out;
+  out.reserve(live.size());
+  for (const auto* r : live) {
+    ConnectionInfo info{r->direction_, r->src, r->dst, r->peer_identity, now - r->start_,
+                        r->bytes_reversed ? r->bytes.received : r->bytes.sent,
+                        r->bytes_reversed ? r->bytes.sent : r->bytes.received, index_};
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
 size_t Worker::reauthorize(const policy::PolicySet& policies, const workloads::Registry& registry) {
   std::vector<std::pair<ConnectionRecord*, std::string>> revoked;
   for (auto* r = records_; r != nullptr; r = r->next_) {
@@ -268,7 +290,7 @@ boost::asio::awaitable<void> forwardTcp(Worker& worker, Tcp::socket& socket,
                                                       : CloseReason::kConnectFailed);
     co_return;
   }
-  auto result = co_await relayTcp(socket, upstream, cfg.timeouts.idle, worker.scratch());
+  auto result = co_await relayTcp(socket, upstream, cfg.timeouts.idle, worker.scratch(), record.bytes);
   record.finish(result.reason, result.sent, result.received);
 }
 

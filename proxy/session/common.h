@@ -59,6 +59,12 @@ class ConnectionRecord {
   // What the connection was authorized on (inbound, inbound plaintext): judged again when
   // the policies or the workloads change (Worker::reauthorize).
   std::optional<policy::Request> subject;
+  // Relayed so far, live (the relay adds to them on this worker's thread; /connections
+  // reads them there). `bytes_reversed`: the relay's accepted side is the far end (an
+  // inbound HBONE stream relays the workload's socket), so its `sent` is this record's
+  // received.
+  ByteCounts bytes;
+  bool bytes_reversed = false;
   // Rate limit for this record's access line when it is a warning (the streams of one HBONE
   // connection share one); nullptr = always written. Must outlive finish().
   common::LogLimiter* warn_limiter = nullptr;

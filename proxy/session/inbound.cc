@@ -241,7 +241,8 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
   // snapshot (which would otherwise outlive every later workload change).
   stream->releaseHeaders();
   registry.reset();
-  auto result = co_await relayStream(upstream, *stream, cfg.timeouts.idle, worker.scratch());
+  record.bytes_reversed = true;  // the relay's socket is the workload's
+  auto result = co_await relayStream(upstream, *stream, cfg.timeouts.idle, worker.scratch(), record.bytes);
   // For the inbound record, "sent" is client -> workload, i.e. what the stream carried in.
   record.finish(result.reason, result.received, result.sent);
 }

@@ -245,7 +245,8 @@ awaitable<void> tunnel(Worker& worker, Tcp::socket socket, OutboundPlan plan, Lo
   record.peer_identity = plan.key.destination_id;  // proven by the handshake
   // The relay may idle for an hour: keep only what it needs.
   plan = OutboundPlan{};
-  auto result = co_await relayStream(socket, *stream, worker.shared().config.timeouts.idle, worker.scratch());
+  auto result = co_await relayStream(socket, *stream, worker.shared().config.timeouts.idle, worker.scratch(),
+                                     record.bytes);
   record.finish(result.reason, result.sent, result.received);
 }
 

@@ -257,7 +257,7 @@ void setNonBlocking(Tcp::socket& s) {
 }  // namespace
 
 awaitable<RelayResult> relayTcp(Tcp::socket& downstream, Tcp::socket& upstream,
-                                std::chrono::milliseconds idle, Scratch& scratch) {
+                                std::chrono::milliseconds idle, Scratch& scratch, ByteCounts& bytes) {
   RelayResult result;
   Activity act;
   setNonBlocking(downstream);
@@ -288,11 +288,11 @@ awaitable<RelayResult> relayTcp(Tcp::socket& downstream, Tcp::socket& upstream,
   };
   // The far side -> accepted side leg is spawned, this frame runs the other.
   SpawnedDirection back_leg(downstream.get_executor(),
-                            leg(upstream, downstream, result.received, CloseReason::kUpstreamReset));
+                            leg(upstream, downstream, bytes.received, CloseReason::kUpstreamReset));
   CloseReason forth = CloseReason::kOk;
   std::exception_ptr error;
   try {
-    forth = co_await leg(downstream, upstream, result.sent, CloseReason::kDownstreamReset);
+    forth = co_await leg(downstream, upstream, bytes.sent, CloseReason::kDownstreamReset);
   } catch (...) {
     error = std::current_exception();
     abortSocket(downstream);
@@ -300,6 +300,8 @@ awaitable<RelayResult> relayTcp(Tcp::socket& downstream, Tcp::socket& upstream,
   }
   CloseReason back = co_await back_leg.join();
   if (error) std::rethrow_exception(error);
+  result.sent = bytes.sent;
+  result.received = bytes.received;
   if (idle_timeout.expired()) {
     result.reason = CloseReason::kIdleTimeout;  // the timer aborted both sockets
     co_return result;
@@ -318,11 +320,11 @@ awaitable<RelayResult> relayTcp(Tcp::socket& downstream, Tcp::socket& upstream,
 }
 
 awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
-                                   std::chrono::milliseconds idle, Scratch& scratch) {
+                                   std::chrono::milliseconds idle, Scratch& scratch, ByteCounts& bytes) {
   RelayResult result;
   Activity act;
   setNonBlocking(tcp);
-  DirectWriter direct(tcp, stream, act, result.received);
+  DirectWriter direct(tcp, stream, act, bytes.received);
   IdleTimeout idle_timeout(act, idle, tcp, nullptr, &stream);
 
   // Memory per connection is mostly coroutine frames: stream -> TCP is a SpawnedDirection,
@@ -425,7 +427,7 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
       }
       act.touch();
       stream.sent(n);
-      result.sent += n;
+      bytes.sent += n;
     }
   } catch (...) {
     up_error = std::current_exception();
@@ -434,6 +436,8 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
   }
   CloseReason down_reason = co_await down_direction.join();
   if (up_error) std::rethrow_exception(up_error);
+  result.sent = bytes.sent;
+  result.received = bytes.received;
 
   // Both directions are done (nothing is being written from the receive chain any more):
   // whatever is left in it will never reach the application, so its window goes back.

@@ -23,6 +23,14 @@ struct Scratch {
   std::vector<char> bytes = std::vector<char>(64 * 1024);
 };
 
+// Bytes relayed so far, each way. The relay adds to them as bytes go; they belong to the
+// connection's record (ConnectionRecord::bytes), so the admin endpoint's /connections reads
+// them live, on the worker's thread, at no cost to the relay but an add.
+struct ByteCounts {
+  uint64_t sent = 0;      // accepted side -> far side
+  uint64_t received = 0;  // far side -> accepted side
+};
+
 struct RelayResult {
   CloseReason reason = CloseReason::kOk;
   uint64_t sent = 0;      // accepted side -> far side
@@ -30,15 +38,17 @@ struct RelayResult {
 };
 
 // `downstream` is the accepted socket; `upstream` the one ferryd opened. Both are closed
-// (or aborted, to carry a reset) when this returns.
+// (or aborted, to carry a reset) when this returns. `bytes` counts as it goes; the result
+// carries its final values.
 boost::asio::awaitable<RelayResult> relayTcp(Tcp::socket& downstream, Tcp::socket& upstream,
-                                             std::chrono::milliseconds idle, Scratch& scratch);
+                                             std::chrono::milliseconds idle, Scratch& scratch,
+                                             ByteCounts& bytes);
 
 // `tcp` is the application-side socket, `stream` a CONNECT stream that is established
 // (200 seen or sent). The socket is closed or aborted when this returns; the stream is
 // finished or reset.
 boost::asio::awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
                                                 std::chrono::milliseconds idle,
-                                                Scratch& scratch);
+                                                Scratch& scratch, ByteCounts& bytes);
 
 }  // namespace ferry::session

@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "proxy/server/server.h"
 
 namespace ferry::testing {
@@ -85,6 +87,17 @@ class Node {
   bool started_ = false;
 };
 
+// n1 and n2 with the standard pods, both ready. The log level is process-wide: tests that
+// change it through an admin endpoint get the lab's (error) back afterwards.
+class TwoNodeTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+
+  LabFiles files_;
+  std::unique_ptr<Node> n1_, n2_;
+};
+
 // GET http://ip:port/path (HTTP/1.1, Connection: close). Returns the status (0 on failure)
 // and sets `body`.
 int httpGet(const std::string& ip, uint16_t port, const std::string& path, std::string* body = nullptr);
@@ -124,6 +137,17 @@ inline int connectOutbound(const std::string& src_ip, const std::string& dst_ip,
   std::string listener = src_ip.rfind("127.0.2.", 0) == 0 ? "127.0.2.1" : "127.0.1.1";
   return connectCaptured(src_ip, listener, 15001, dst_ip, dst_port);
 }
+
+// A program run to its end (tests of ferryctl): its exit status (-1 if it did not exit)
+// and what it wrote.
+struct ProgramRun {
+  int exit = -1;
+  std::string out, err;
+};
+// Runs `argv` (argv[0] a path) with its output in files under `scratch_dir` (no pipe to drain
+// while waiting for it); with `env`, that is its whole environment, else it inherits ours.
+ProgramRun runProgram(const std::string& scratch_dir, const std::vector<std::string>& argv,
+                      const std::vector<std::string>* env = nullptr);
 
 // Writes `text` to `path` through a rename (watchers never see half a file).
 void writeFile(const std::string& path, const std::string& text);
