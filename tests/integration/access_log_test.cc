@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <string>
 #include <thread>
 
@@ -357,6 +358,36 @@ TEST_F(JsonAccessLogTest, PolicyRevokedIsADeniedVerdict) {
   EXPECT_NE(r.text["detail"], "") << r.raw;
   EXPECT_EQ(r.number["bytes_sent"], 2u);
   expectRefused(fd);
+}
+
+TEST_F(JsonAccessLogTest, ClientResetIsDownstreamResetHereAndPeerResetThere) {
+  startJson();
+  AppServer app("127.0.2.10", kAppPort, [](int fd) {
+    char buf[16];
+    while (::recv(fd, buf, sizeof(buf), 0) > 0) {
+    }
+  });
+  int fd = connectOutbound("127.0.1.10", "127.0.2.10", kAppPort);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(sendAll(fd, "hi", 2));
+  ASSERT_TRUE(waitFor([&] { return app.accepted() == 1; }));
+  abortClose(fd);
+  auto outbound = record("outbound", "downstream_reset");
+  EXPECT_EQ(outbound.text["destination_workload"], "default/s1");
+  auto inbound = record("inbound", "peer_reset");
+  EXPECT_EQ(inbound.text["source_workload"], "default/c1");
+}
+
+TEST_F(JsonAccessLogTest, NoCertificateForTheSourceIdentity) {
+  // c2's identity (sa other) has no SVID files: ferryd has nothing to present for it.
+  std::filesystem::remove_all(files_.certDir() + "/default/other");
+  startJson();
+  expectRefused(connectOutbound("127.0.1.11", "127.0.2.10", kAppPort));
+  auto r = record("outbound", "no_certificate");
+  EXPECT_EQ(r.text["source_workload"], "default/c2");
+  EXPECT_EQ(r.text["source_principal"], "spiffe://cluster.local/ns/default/sa/other");
+  EXPECT_NE(r.text["detail"].find("no certificate for spiffe://cluster.local/ns/default/sa/other"), std::string::npos)
+      << r.raw;
 }
 
 }  // namespace
