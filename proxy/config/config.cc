@@ -7,6 +7,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "proxy/common/duration.h"
@@ -56,7 +57,7 @@ class ConfigParser {
                                    "kubernetes", "cni", "policy", "cert_dir", "listen",
                                    "timeouts", "pool", "hbone", "workers", "log_level", "transparent",
                                    "original_destination", "hbone_port", "workloads_poll", "datapath",
-                                   "identity", "limits"});
+                                   "identity", "limits", "access_log"});
     if (!top.ok()) return top.status();
     if (auto s = parseTop(*top); !s.ok()) return s;
     return std::move(config_);
@@ -178,6 +179,7 @@ class ConfigParser {
     if (auto s = parseLimits(top.find("limits")); !s.ok()) return s;
     if (auto s = parseCni(top.find("cni")); !s.ok()) return s;
     if (auto s = parsePolicy(top.find("policy")); !s.ok()) return s;
+    if (auto s = parseAccessLog(top.find("access_log")); !s.ok()) return s;
 
     if (auto field = top.find("workers")) {
       auto workers = reader_.integer(*field, 0, kMaxWorkers);
@@ -400,6 +402,33 @@ class ConfigParser {
     return absl::OkStatus();
   }
 
+  absl::Status parseAccessLog(const std::optional<YamlField>& field) {
+    if (!field) return absl::OkStatus();
+    auto map = reader_.map(*field, {"enabled", "format", "sample_success", "failures_per_second", "failures_burst"});
+    if (!map.ok()) return map.status();
+    AccessLog& a = config_.access_log;
+    if (auto s = optionalBool(*map, "enabled", a.enabled); !s.ok()) return s;
+    if (auto s = optionalEnum<AccessLogFormat>(*map, "format",
+                                               {{"text", AccessLogFormat::kText}, {"json", AccessLogFormat::kJson}},
+                                               a.format);
+        !s.ok()) {
+      return s;
+    }
+    if (auto sample = map->find("sample_success")) {
+      auto text = reader_.string(*sample);
+      if (!text.ok()) return text.status();
+      double v = 0;
+      if (!absl::SimpleAtod(*text, &v) || !(v >= 0.0 && v <= 1.0)) {
+        return reader_.error(*sample, absl::StrCat("'", *text, "' is not a fraction from 0 to 1 (0.1 writes one "
+                                                   "successful connection in ten)"));
+      }
+      a.sample_success = v;
+    }
+    // Up to a million a second: beyond that the limit limits nothing a disk could take.
+    if (auto s = optionalCount(*map, "failures_per_second", 1, 1'000'000, a.failures_per_second); !s.ok()) return s;
+    return optionalCount(*map, "failures_burst", 1, 1'000'000, a.failures_burst);
+  }
+
   absl::Status parsePolicy(const std::optional<YamlField>& field) {
     if (!field) return absl::OkStatus();
     auto map = reader_.map(*field, {"root_namespace", "files", "kubernetes"});
@@ -506,6 +535,24 @@ class ConfigParser {
       absl::StrAppend(&expected, expected.empty() ? "" : ", ", name);
     }
     return reader_.error(*field, absl::StrCat("'", *text, "' is not one of: ", expected));
+  }
+
+  absl::Status optionalBool(const YamlMap& map, std::string_view key, bool& out) {
+    auto field = map.find(key);
+    if (!field) return absl::OkStatus();
+    auto v = reader_.boolean(*field);
+    if (!v.ok()) return v.status();
+    out = *v;
+    return absl::OkStatus();
+  }
+
+  absl::Status optionalCount(const YamlMap& map, std::string_view key, int64_t min, int64_t max, uint32_t& out) {
+    auto field = map.find(key);
+    if (!field) return absl::OkStatus();
+    auto v = reader_.integer(*field, min, max);
+    if (!v.ok()) return v.status();
+    out = static_cast<uint32_t>(*v);
+    return absl::OkStatus();
   }
 
   absl::Status optionalString(const YamlMap& map, std::string_view key, std::string& out) {

@@ -206,6 +206,24 @@ struct Policy {
   bool kubernetes = true;
 };
 
+// `access_log` (docs/operations.md, "Access log"): one record per proxied connection at
+// close. Live settings: the session layer reads them per record (session::AccessLogSettings).
+enum class AccessLogFormat { kText, kJson };
+struct AccessLog {
+  bool enabled = true;
+  AccessLogFormat format = AccessLogFormat::kText;
+  // Fraction (0..1, to 1e-6) of the connections that end `ok` written, evenly spaced;
+  // connections that fail are always written, within the limit below.
+  double sample_success = 1.0;
+  // Failure records each worker may write: `failures_burst` at once, then
+  // `failures_per_second`. Per worker, so that no lock is shared on the data path: the
+  // node's bound is this times `workers`. 100 a second (~25 KB/s of log per worker) keeps
+  // a storm of failures readable without letting it fill the disk.
+  uint32_t failures_per_second = 100;
+  uint32_t failures_burst = 200;
+  friend bool operator==(const AccessLog&, const AccessLog&) = default;
+};
+
 // A state age bound below one second would flap readiness on an ordinary re-list.
 inline constexpr Millis kMinMaxStateAge{1'000};
 
@@ -231,6 +249,7 @@ struct Config {
   Datapath datapath;
   Identity identity;
   Limits limits;  // trust roots always come from cert_dir/bundle.pem
+  AccessLog access_log;
 };
 
 // Parses and validates. `source_name` (usually the path) prefixes every error, which also

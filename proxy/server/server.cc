@@ -188,6 +188,7 @@ absl::Status Server::start() {
   sockets_.setDescriptorCap(*cap);
   shared_.reset(new session::Shared{config_, workloads_, policies_, *tls_, sockets_, stats_, ferryPorts(config_),
                                     /*self=*/{}, /*draining=*/{}, session::Placement(n), /*workers=*/{}, admission_, *cap});
+  shared_->access_log.set(config_.access_log);  // a reload calls the same with the new file's
   shared_->policies_loaded.store(!k8s_policies_ || k8s_policies_->synced(), std::memory_order_release);
   for (size_t i = 0; i < n; ++i) {
     workers_.push_back(std::make_unique<session::Worker>(*shared_, i));

@@ -185,6 +185,7 @@ size_t Worker::reauthorize(const policy::PolicySet& policies, const workloads::R
   }
   for (auto& [r, why] : revoked) {
     r->detail = std::move(why);
+    r->policy_verdict = PolicyVerdict::kDenied;
     r->abort(CloseReason::kPolicyRevoked);
   }
   return revoked.size();
@@ -218,6 +219,7 @@ policy::Decision authorize(Worker& worker, Direction direction, const policy::Po
   // Named when a policy decided, or denied; "no ALLOW policy applies" is every line's
   // default and would only lengthen it.
   if (decision.policy || !decision.allowed) record.policy = decision.reason;
+  record.policy_verdict = decision.allowed ? PolicyVerdict::kAllowed : PolicyVerdict::kDenied;
   if (decision.allowed) record.subject = std::move(request);
   return decision;
 }
@@ -243,22 +245,36 @@ void ConnectionRecord::finish(CloseReason reason, uint64_t sent, uint64_t receiv
   if (finished_) return;
   finished_ = true;
   if (aborted_) reason = *aborted_;
-  worker_.shared().stats.recordClose(direction_, reason, sent, received);
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                std::chrono::steady_clock::now() - start_).count();
-  auto level = reason == CloseReason::kOk ? common::LogLevel::kInfo : common::LogLevel::kWarn;
-  if (common::logEnabled(level) && level == common::LogLevel::kWarn && warn_limiter != nullptr &&
-      !warn_limiter->allow()) {
-    worker_.shared().stats.log_lines_suppressed.fetch_add(1, std::memory_order_relaxed);
+  auto& stats = worker_.shared().stats;
+  stats.recordClose(direction_, reason, sent, received);
+  bool success = reason == CloseReason::kOk;
+  auto level = success ? common::LogLevel::kInfo : common::LogLevel::kWarn;
+  if (!common::logEnabled(level)) return;
+  // The connection's own limit first (the streams of one HBONE connection), then the
+  // worker's sampling and failure limit (access_log).
+  if (!success && warn_limiter != nullptr && !warn_limiter->allow()) {
+    stats.log_lines_suppressed.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  if (common::logEnabled(level)) {
-    common::logLine(level, absl::StrFormat(
-        "access direction=%s src=%s dst=%s peer=%s reason=%s sent=%u received=%u duration_ms=%d%s%s%s%s",
-        directionLabel(direction_), src, dst, peer_identity.empty() ? "-" : peer_identity,
-        closeReasonLabel(reason), sent, received, ms, policy.empty() ? "" : " policy=",
-        policy.empty() ? "" : "\"" + policy + "\"", detail.empty() ? "" : " detail=",
-        detail.empty() ? "" : "\"" + detail + "\""));
+  auto now = std::chrono::steady_clock::now();
+  auto& access_log = worker_.accessLog();
+  switch (access_log.admit(success, now)) {
+    case AccessLogger::Admit::kWrite: break;
+    case AccessLogger::Admit::kOff: return;
+    case AccessLogger::Admit::kSampledOut:
+      stats.access_log_sampled_out.fetch_add(1, std::memory_order_relaxed);
+      return;
+    case AccessLogger::Admit::kRateLimited:
+      stats.access_log_failures_suppressed.fetch_add(1, std::memory_order_relaxed);
+      return;
+  }
+  AccessEntry entry{direction_, reason, sent, received,
+                    std::chrono::duration_cast<std::chrono::milliseconds>(now - start_),
+                    std::chrono::system_clock::now()};
+  if (access_log.settings().format == config::AccessLogFormat::kJson) {
+    common::writeRawLine(formatAccessJson(*this, entry));
+  } else {
+    common::logLine(level, formatAccessText(*this, entry));
   }
 }
 

@@ -56,6 +56,9 @@ class ConnectionRecord {
   std::string detail;  // why it failed, for the log
   // The authorization decision, for the log ("allowed by ALLOW policy shop/x rule 0").
   std::string policy;
+  // Whether authorization policies judged the connection, and what they said (reauthorize
+  // turns an allowed one into denied).
+  PolicyVerdict policy_verdict = PolicyVerdict::kNotJudged;
   // What the connection was authorized on (inbound, inbound plaintext): judged again when
   // the policies or the workloads change (Worker::reauthorize).
   std::optional<policy::Request> subject;

@@ -18,6 +18,7 @@
 #include "proxy/identity/cert_source.h"
 #include "proxy/identity/tls_context.h"
 #include "proxy/policy/store.h"
+#include "proxy/session/access_log.h"
 #include "proxy/session/admission.h"
 #include "proxy/session/placement.h"
 #include "proxy/session/relay.h"
@@ -57,6 +58,8 @@ struct Shared {
   // False until every policy source has delivered its first state (the API server's lists):
   // until then inbound connections are refused, never judged against policies not yet read.
   std::atomic<bool> policies_loaded{true};
+  // Read per record by every worker; set() applies new settings live (config reload).
+  AccessLogSettings access_log;
 };
 
 // One live proxied connection as /connections shows it (Worker::connections).
@@ -71,13 +74,14 @@ struct ConnectionInfo {
 class Worker {
  public:
   Worker(Shared& shared, size_t index)
-      : shared_(shared), index_(index), pool_(io_.get_executor()) {}
+      : shared_(shared), index_(index), pool_(io_.get_executor()), access_log_(shared.access_log) {}
 
   Shared& shared() { return shared_; }
   size_t index() const { return index_; }
   boost::asio::io_context& io() { return io_; }
   hbone::Pool& pool() { return pool_; }
   Scratch& scratch() { return scratch_; }
+  AccessLogger& accessLog() { return access_log_; }
   // Live proxied connections on this worker (drain waits for zero).
   std::atomic<int64_t>& live() { return live_; }
   // The ConnectionRecords alive on this worker, linked by themselves (worker thread only).
@@ -102,6 +106,7 @@ class Worker {
   Scratch scratch_;
   std::atomic<int64_t> live_{0};
   ConnectionRecord* records_ = nullptr;
+  AccessLogger access_log_;
 };
 
 // What runs a connection once its worker is chosen: a coroutine that owns the socket, and

@@ -64,6 +64,8 @@ const char* directionLabel(Direction d);
   X(hbone_streams_reset_unanswered, "CONNECT streams the client reset before they were answered (upstream connect cancelled or never started)")\
   X(hbone_connect_waits, "CONNECT streams that waited for one of the connection's hbone.max_pending_connects upstream connects")\
   X(log_lines_suppressed, "warning lines a per-connection log rate limit did not write (their events are still counted)")\
+  X(access_log_sampled_out, "access records of successful connections access_log.sample_success left out")\
+  X(access_log_failures_suppressed, "access records of failed connections a worker's access_log.failures_per_second limit did not write (still counted in connections_closed)")\
   X(hbone_connections_drained_source_left, "pooled HBONE client connections drained because their source pod left the mesh or this node")\
   X(policy_audit_matches, "connections an AUDIT (or istio.io/dry-run) authorization policy matched (logged, never enforced)")
 

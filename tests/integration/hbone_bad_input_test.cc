@@ -20,6 +20,7 @@
 #include "proxy/identity/ca.h"
 #include "proxy/identity/openssl_util.h"
 #include "proxy/identity/tls_context.h"
+#include "tests/integration/access_log_capture.h"
 #include "tests/integration/loopback_lab.h"
 
 namespace ferry::testing {
@@ -308,6 +309,11 @@ TEST_F(HboneBadInputTest, CertificateOfAnotherTrustDomainIsRefused) {
 }
 
 TEST_F(HboneBadInputTest, IdentityThatDoesNotOwnTheSourceAddressGets401) {
+  // The refusal's access record says who claimed what (docs/operations.md, Access log).
+  LogCapture log;
+  n2_.reset();
+  n2_ = std::make_unique<Node>(files_, "n2", "log_level: info\naccess_log: {format: json}\n");
+  ASSERT_TRUE(n2_->ok());
   // A valid certificate for "other" (pod c2) used from c1's address.
   auto ctx = cache_->clientContext(identity::SpiffeId::forWorkload("cluster.local", "default", "other"));
   ASSERT_TRUE(ctx.ok());
@@ -316,6 +322,11 @@ TEST_F(HboneBadInputTest, IdentityThatDoesNotOwnTheSourceAddressGets401) {
   EXPECT_EQ(c.request(connectTo("127.0.2.10:8080")).status, 401);
   EXPECT_EQ(app_->accepted(), 0u);
   EXPECT_EQ(n2_->stats().identity_spoofing_denied.load(), 1u);
+  auto record = onlyRecord(log, "inbound", "denied");
+  EXPECT_EQ(record.text["source_workload"], "default/c1");
+  EXPECT_EQ(record.text["source_principal"], "spiffe://cluster.local/ns/default/sa/other");
+  EXPECT_EQ(record.text["destination_workload"], "default/s1");
+  EXPECT_NE(record.text["detail"].find("does not own 127.0.1.10"), std::string::npos) << record.raw;
   expectServing();
 }
 

@@ -23,6 +23,17 @@ spec:
   - from: [{source: {ipBlocks: [10.0.0.0/33]}}]
 )";
 
+// Only sa other may call app: server: set while sa client has connections open to it, it
+// revokes them (policy_revoked).
+inline constexpr char kAllowOtherOnly[] = R"(apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: only-other, namespace: default}
+spec:
+  selector: {matchLabels: {app: server}}
+  rules:
+  - from: [{source: {principals: [cluster.local/ns/default/sa/other]}}]
+)";
+
 // STRICT mTLS for the whole mesh (the root namespace istio-system).
 inline constexpr char kMeshStrict[] = R"(apiVersion: security.istio.io/v1
 kind: PeerAuthentication

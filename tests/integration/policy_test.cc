@@ -151,14 +151,7 @@ TEST_F(PolicyTest, TighteningAPolicyClosesOpenConnectionsItNowDenies) {
   }
   // Only `other` may call s1 now: both open connections (client's, and the plaintext one)
   // are denied and must be closed, without a byte more from either side.
-  setPolicies(R"(apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: {name: only-other, namespace: default}
-spec:
-  selector: {matchLabels: {app: server}}
-  rules:
-  - from: [{source: {principals: [cluster.local/ns/default/sa/other]}}]
-)");
+  setPolicies(kAllowOtherOnly);
   EXPECT_TRUE(waitFor([&] { return n2_->closed(Direction::kInbound, CloseReason::kPolicyRevoked) == 1; }));
   EXPECT_TRUE(waitFor([&] { return n2_->closed(Direction::kPlaintext, CloseReason::kPolicyRevoked) == 1; }));
   for (int fd : {mesh, plain}) {

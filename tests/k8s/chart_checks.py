@@ -44,7 +44,8 @@ POLICY_RESOURCES = {(POLICY_GROUP, r) for r in POLICY_CRDS}
 OWN_RESOURCES = {("apps", "daemonsets")}
 # Keys ferryd's configuration may have (docs/configuration.md); the chart renders these.
 CONFIG_KEYS = {"trust_domain", "log_level", "workers", "workload_source", "kubernetes", "policy",
-               "cert_dir", "identity", "timeouts", "datapath", "cni", "pool", "hbone", "limits"}
+               "cert_dir", "identity", "timeouts", "datapath", "cni", "pool", "hbone", "limits",
+               "access_log"}
 # ferry-cni's endpoint folder: the plugin runs on the node and dials the path the chain entry
 # names, so ferryd must see the node's folder at the node's own path.
 CNI_RUN = "/var/run/ferry"
@@ -218,6 +219,9 @@ class Checker:
         self.expect(dp.get("bpffs", "").startswith(v["hostPaths"]["bpffs"].rstrip("/") + "/"),
                     "ConfigMap: datapath.bpffs is not below the mounted bpffs")
         self.expect(cfg.get("identity", {}).get("source") == v["identity"]["source"], "ConfigMap: identity.source is not the values'")
+        al = cfg.get("access_log", {})
+        self.expect(al.get("format") == v["accessLog"]["format"] and al.get("enabled") == v["accessLog"]["enabled"],
+                    "ConfigMap: access_log is not the values' accessLog")
         self.expect(cfg.get("trust_domain") == v["trustDomain"], "ConfigMap: trust_domain is not the values'")
         self.expect(cfg.get("kubernetes", {}).get("daemonset") == "/".join(self.own_ds),
                     "ConfigMap: kubernetes.daemonset is not this release's DaemonSet")

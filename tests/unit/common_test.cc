@@ -1,7 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <boost/json/parse.hpp>
+#include <boost/json/value.hpp>
+
 #include "proxy/common/duration.h"
 #include "proxy/common/histogram.h"
+#include "proxy/common/json_text.h"
 #include "proxy/common/log.h"
 #include "proxy/common/net.h"
 
@@ -28,6 +32,56 @@ TEST(LogLimiter, RefillsOnePerInterval) {
   }
   EXPECT_TRUE(limiter.allow());
   EXPECT_EQ(limiter.suppressed(), 1u);
+}
+
+TEST(LogLimiter, RefillsAtTheConfiguredRateKeepingTheRemainder) {
+  // 1,000 a second, asked every 1.5 ms for a second: 1,000 let through (plus the burst of
+  // one), not one per call rounded down (667).
+  LogLimiter limiter(1, std::chrono::milliseconds(1));
+  auto t = std::chrono::steady_clock::now();
+  int allowed = 0;
+  for (int i = 0; i < 667; ++i, t += std::chrono::microseconds(1500)) allowed += limiter.allow(t) ? 1 : 0;
+  EXPECT_GE(allowed, 665);
+  EXPECT_LE(allowed, 668);
+}
+
+std::string jsonString(std::string_view text) {
+  std::string out;
+  appendJsonString(out, text);
+  return out;
+}
+
+// What a JSON parser reads back from appendJsonString's output.
+std::string parsedBack(std::string_view text) {
+  boost::system::error_code ec;
+  auto value = boost::json::parse(jsonString(text), ec);
+  EXPECT_FALSE(ec) << jsonString(text) << ": " << ec.message();
+  return ec ? "" : std::string(value.as_string());
+}
+
+TEST(JsonString, EscapesQuotesBackslashesAndControlCharacters) {
+  EXPECT_EQ(jsonString("plain"), "\"plain\"");
+  EXPECT_EQ(jsonString("say \"hi\" \\ bye"), "\"say \\\"hi\\\" \\\\ bye\"");
+  EXPECT_EQ(jsonString("a\nb\rc\td\be\ff"), "\"a\\nb\\rc\\td\\be\\ff\"");
+  EXPECT_EQ(jsonString(std::string_view("\0\x01\x1f\x7f", 4)), "\"\\u0000\\u0001\\u001f\\u007f\"");
+  std::string all;
+  for (int c = 0; c < 0x80; ++c) all.push_back(static_cast<char>(c));
+  EXPECT_EQ(parsedBack(all), all);
+}
+
+TEST(JsonString, KeepsValidUtf8AndReplacesInvalidBytes) {
+  EXPECT_EQ(jsonString("na\xc3\xafve \xe2\x82\xac \xf0\x9f\x9a\xa2"), "\"na\xc3\xafve \xe2\x82\xac \xf0\x9f\x9a\xa2\"");
+  EXPECT_EQ(parsedBack("\xf0\x9f\x9a\xa2"), "\xf0\x9f\x9a\xa2");
+  // A lone continuation byte, a truncated sequence, an overlong '/', a surrogate, 0xff.
+  EXPECT_EQ(jsonString("a\x80" "b"), "\"a\\ufffdb\"");
+  EXPECT_EQ(jsonString("\xe2\x82"), "\"\\ufffd\\ufffd\"");
+  EXPECT_EQ(jsonString("\xc0\xaf"), "\"\\ufffd\\ufffd\"");
+  EXPECT_EQ(jsonString("\xed\xa0\x80"), "\"\\ufffd\\ufffd\\ufffd\"");
+  EXPECT_EQ(jsonString("\xff"), "\"\\ufffd\"");
+  EXPECT_EQ(parsedBack("x\xffy"), "x\xef\xbf\xbdy");
+  // Line and paragraph separators: valid JSON either way, escaped for JavaScript readers.
+  EXPECT_EQ(jsonString("\xe2\x80\xa8\xe2\x80\xa9"), "\"\\u2028\\u2029\"");
+  EXPECT_EQ(parsedBack("\xe2\x80\xa8"), "\xe2\x80\xa8");
 }
 
 TEST(DurationHistogram, CountsEachObservationInItsBucketCumulatively) {

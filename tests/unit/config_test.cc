@@ -401,6 +401,45 @@ TEST(ConfigTest, RejectsHboneAbuseLimitsOutOfRange) {
   expectError(parse(withMinimal("hbone:\n  max_resets: 9\n")), 6, "hbone.max_resets: unknown key");
 }
 
+TEST(ConfigTest, ParsesAccessLogSettingsWithDefaults) {
+  auto defaults = parse(kMinimal);
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_TRUE(defaults->access_log.enabled);
+  EXPECT_EQ(defaults->access_log.format, AccessLogFormat::kText);
+  EXPECT_EQ(defaults->access_log.sample_success, 1.0);
+  EXPECT_EQ(defaults->access_log.failures_per_second, 100u);
+  EXPECT_EQ(defaults->access_log.failures_burst, 200u);
+  auto set = parse(withMinimal(
+      "access_log: {enabled: false, format: json, sample_success: 0.25, failures_per_second: 5, failures_burst: 7}\n"));
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_FALSE(set->access_log.enabled);
+  EXPECT_EQ(set->access_log.format, AccessLogFormat::kJson);
+  EXPECT_EQ(set->access_log.sample_success, 0.25);
+  EXPECT_EQ(set->access_log.failures_per_second, 5u);
+  EXPECT_EQ(set->access_log.failures_burst, 7u);
+  auto none = parse(withMinimal("access_log: {sample_success: 0}\n"));
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->access_log.sample_success, 0.0);
+}
+
+TEST(ConfigTest, RejectsInvalidAccessLogSettingsNamingTheKey) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"format: xml", "access_log.format: 'xml' is not one of: text, json"},
+      {"sample_success: 1.5", "access_log.sample_success: '1.5' is not a fraction from 0 to 1"},
+      {"sample_success: -0.1", "access_log.sample_success: '-0.1' is not a fraction from 0 to 1"},
+      {"sample_success: half", "access_log.sample_success: 'half' is not a fraction from 0 to 1"},
+      {"sample_success: nan", "access_log.sample_success: 'nan' is not a fraction"},
+      {"failures_per_second: 0", "access_log.failures_per_second: must be between 1 and 1000000"},
+      {"failures_burst: 0", "access_log.failures_burst: must be between 1 and 1000000"},
+      {"enabled: maybe", "access_log.enabled:"},
+      {"path: /var/log/x", "access_log.path: unknown key"},
+  };
+  for (const auto& [line, error] : cases) {
+    SCOPED_TRACE(line);
+    expectError(parse(withMinimal(std::string("access_log:\n  ") + line + "\n")), 6, error);
+  }
+}
+
 TEST(ConfigTest, RejectsWorkersPerPairOutOfRange) {
   expectError(parse(withMinimal("pool:\n  workers_per_pair: 0\n")), 6,
               "pool.workers_per_pair: must be between 1 and 256");
