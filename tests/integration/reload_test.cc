@@ -47,7 +47,8 @@ int echoAll(const std::vector<int>& fds, const std::string& round) {
   return good;
 }
 
-// A connection ferryd refused at accept: reset before anything was relayed.
+// A new connection from `src` to s1 is reset before a byte comes back (refused at accept,
+// or denied by a policy).
 bool refused(const std::string& src) {
   int fd = connectOutbound(src, kServer, kAppPort);
   if (fd < 0) return true;  // reset while the PROXY header was sent
@@ -62,10 +63,11 @@ bool refused(const std::string& src) {
 class ReloadTest : public ::testing::Test {
  protected:
   // The log level is the process's: both nodes are given the same one.
-  void startNodes(const std::string& n1_extra, const std::string& log_level = "error") {
+  void startNodes(const std::string& n1_extra, const std::string& log_level = "error",
+                  const std::string& n2_extra = "") {
     std::string level = "log_level: " + log_level + "\n";
     n1_ = std::make_unique<Node>(files_, "n1", n1_extra + level);
-    n2_ = std::make_unique<Node>(files_, "n2", level);
+    n2_ = std::make_unique<Node>(files_, "n2", n2_extra + level);
     ASSERT_TRUE(n1_->ok());
     ASSERT_TRUE(n2_->ok());
   }
@@ -198,6 +200,41 @@ TEST_F(ReloadTest, RestartKeysAreReportedAndLiveKeysOfTheSameVersionApply) {
   ASSERT_TRUE(waitFor([&] { return status().applied == 2; }));
   EXPECT_EQ(status().generation, 1u);
   EXPECT_THAT(status().restart_required_keys, ElementsAre("workers", "hbone_port"));
+}
+
+TEST_F(ReloadTest, PolicyFilesListIsReadBeforeItAppliesAndThenApplies) {
+  // n2 judges inbound connections: it starts with one harmless policy file.
+  std::string allow = files_.dir() + "/allow.yaml", deny = files_.dir() + "/deny.yaml";
+  writeFile(allow,
+            "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: all, namespace: default}\n"
+            "spec: {action: ALLOW, rules: [{}]}\n");
+  writeFile(deny,
+            "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: none, namespace: default}\n"
+            "spec: {action: DENY, rules: [{}]}\n");
+  auto n2Config = [&](const std::string& file) { return "policy: {files: [\"" + file + "\"]}\n"; };
+  startNodes("", "error", n2Config(allow));
+  AppServer app(kServer, kAppPort, AppServer::echo);
+  open(1);
+  ASSERT_EQ(echoAll(fds_, "allowed"), 1);
+  auto n2Status = [&] { return n2_->server().reloadStatus(); };
+
+  // A list naming a file that cannot be read refuses the version: the old list applies.
+  writeFile(n2_->configPath(), files_.configYaml("n2", n2Config(files_.dir() + "/missing.yaml")));
+  ASSERT_TRUE(waitFor([&] { return n2Status().rejected == 1; }));
+  EXPECT_THAT(n2Status().error, HasSubstr("policy.files"));
+  EXPECT_THAT(n2Status().error, HasSubstr("missing.yaml"));
+  EXPECT_EQ(echoAll(fds_, "still allowed"), 1);
+  open(1);
+  EXPECT_EQ(echoAll(fds_, "new and allowed"), 2);
+
+  // A list that loads: its DENY applies to new connections (and, as any policy change, to
+  // the open ones: docs/policy.md), and the old file's ALLOW is gone.
+  writeFile(n2_->configPath(), files_.configYaml("n2", n2Config(deny)));
+  ASSERT_TRUE(waitFor([&] { return n2Status().generation == 1; })) << n2Status().error;
+  EXPECT_THAT(n2Status().last_applied_keys, ElementsAre("policy.files"));
+  EXPECT_TRUE(refused(kOther));
+  EXPECT_TRUE(waitFor([&] { return n2_->closed(Direction::kInbound, CloseReason::kPolicyDenied) >= 1; }));
+  EXPECT_EQ(n2_->metric("ferry_policies{kind=\"AuthorizationPolicy\"}"), 1);
 }
 
 }  // namespace
