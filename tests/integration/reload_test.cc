@@ -134,6 +134,27 @@ TEST_F(ReloadTest, ValidChangeAppliesOnSighupWithHundredConnectionsOpenAndNoneDr
   EXPECT_EQ(echoAll(fds_, "last"), 100);
 }
 
+TEST_F(ReloadTest, NewIdleTimeoutTakesNewConnectionsAndOpenOnesKeepTheirs) {
+  startNodes(kNoPoll);
+  AppServer app(kServer, kAppPort, AppServer::echo);
+  open(10);
+  ASSERT_EQ(echoAll(fds_, "before"), 10);
+  rewriteN1(std::string(kNoPoll) + "timeouts: {idle: 1s}\n");
+  sighup();
+  ASSERT_TRUE(waitFor([&] { return status().generation == 1; })) << status().error;
+  EXPECT_THAT(status().last_applied_keys, ElementsAre("timeouts.idle"));
+
+  // A connection opened after the reload is closed by the new idle timeout...
+  int fresh = connectOutbound(kOther, kServer, kAppPort);
+  ASSERT_GE(fresh, 0);
+  ASSERT_TRUE(echo(fresh, "fresh"));
+  EXPECT_TRUE(waitFor([&] { return n1_->closed(Direction::kOutbound, CloseReason::kIdleTimeout) == 1; }));
+  ::close(fresh);
+  // ...while the ten opened before it, idle for longer, keep the timeout they started with.
+  EXPECT_EQ(echoAll(fds_, "after"), 10);
+  EXPECT_EQ(n1_->closed(Direction::kOutbound, CloseReason::kIdleTimeout), 1u);
+}
+
 TEST_F(ReloadTest, InvalidFileChangesNothingAndSaysWhy) {
   startNodes("");  // the rejection is logged as an error
   AppServer app(kServer, kAppPort, AppServer::echo);
