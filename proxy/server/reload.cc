@@ -1,6 +1,7 @@
 // Live reload of the config file (docs/configuration.md, "Reloading"): the Server's
 // members that read a new version, decide key by key (config/reload.h) and apply it.
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #include <boost/asio/post.hpp>
@@ -15,8 +16,10 @@ namespace ferry::server {
 
 namespace {
 
-double epochSeconds(std::chrono::system_clock::time_point t) {
-  return std::chrono::duration<double>(t.time_since_epoch()).count();
+// Whole seconds: StrCat prints a double with six digits, which would round a Unix time to
+// hours.
+int64_t epochSeconds(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::seconds>(t.time_since_epoch()).count();
 }
 
 }  // namespace
@@ -127,7 +130,7 @@ void Server::renderReloadMetrics(std::string& out) {
       "# HELP ferry_config_last_reload_success_timestamp_seconds When a version of the config file was last "
       "applied (0: none since start)\n# TYPE ferry_config_last_reload_success_timestamp_seconds gauge\n"
       "ferry_config_last_reload_success_timestamp_seconds ",
-      status.applied == 0 ? 0.0 : epochSeconds(status.last_success), "\n",
+      status.applied == 0 ? 0 : epochSeconds(status.last_success), "\n",
       "# HELP ferry_config_generation Reloads that changed a key applied live\n"
       "# TYPE ferry_config_generation gauge\nferry_config_generation ", status.generation, "\n",
       "# HELP ferry_config_restart_required_keys Keys whose value in the config file waits for a restart\n"

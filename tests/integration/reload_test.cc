@@ -112,6 +112,8 @@ TEST_F(ReloadTest, ValidChangeAppliesOnSighupWithHundredConnectionsOpenAndNoneDr
   EXPECT_EQ(n1_->metric("ferry_config_reloads_total{result=\"applied\"}"), 1);
   EXPECT_EQ(n1_->metric("ferry_config_generation"), 1);
   EXPECT_EQ(n1_->metric("ferry_config_last_reload_success"), 1);
+  auto last_success = std::chrono::duration_cast<std::chrono::seconds>(status().last_success.time_since_epoch());
+  EXPECT_EQ(n1_->metric("ferry_config_last_reload_success_timestamp_seconds"), last_success.count());
   // Not one of the 100 was dropped: each still echoes, byte-exact.
   EXPECT_EQ(echoAll(fds_, "after"), 100);
   EXPECT_EQ(app.accepted(), 100u);
