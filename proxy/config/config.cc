@@ -766,8 +766,12 @@ absl::StatusOr<Config> loadConfigFile(const std::string& path) {
   if (!text.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("cannot read the config file: ", text.status().message()));
   }
+  return parseConfigFile(*text, path);
+}
+
+absl::StatusOr<Config> parseConfigFile(std::string_view text, const std::string& path) {
   const char* env_node = std::getenv("NODE_NAME");
-  return parseConfig(*text, path, std::filesystem::path(path).parent_path().string(),
+  return parseConfig(text, path, std::filesystem::path(path).parent_path().string(),
                      env_node != nullptr ? env_node : "");
 }
 

@@ -33,6 +33,7 @@ struct Listen {
   HostPort admin;                           // default 127.0.0.1:15000
   HostPort metrics;                         // default 0.0.0.0:15020
   HostPort readiness;                       // default 0.0.0.0:15021
+  bool operator==(const Listen&) const = default;
 };
 
 struct Timeouts {
@@ -40,6 +41,7 @@ struct Timeouts {
   Millis handshake{10'000};  // TLS handshake incl. first CONNECT answer (slowloris bound)
   Millis idle{3'600'000};    // a proxied connection with no bytes either way is closed
   Millis drain{5'000};       // on shutdown, how long live connections may finish
+  bool operator==(const Timeouts&) const = default;
 };
 
 struct Pool {
@@ -51,6 +53,7 @@ struct Pool {
   // destination pair may spread over (capped at `workers`): a busy pair uses that many
   // cores at each end; a quiet one keeps one tunnel. 1 = one tunnel per pair (ztunnel).
   uint32_t workers_per_pair = 4;
+  bool operator==(const Pool&) const = default;
 };
 
 // Limits on what one HBONE client connection (15008) may make this node do (docs/security.md,
@@ -66,6 +69,7 @@ struct Hbone {
   // half of the streams that ended, counted per window of 10x this many ended streams.
   // Envoy's premature-reset rule; nghttp2's own limit (1,000 resets, then 33/s) stays behind it.
   uint32_t max_premature_resets = 100;
+  bool operator==(const Hbone&) const = default;
 };
 
 // The tc datapath (design §2). Disabled, ferryd is a plain proxy whose listeners get
@@ -93,6 +97,7 @@ struct Datapath {
   // skb->mark that makes the proxy netns route captured packets `local` (bpf_sk_assign
   // needs it): ip rule fwmark <mark>/<mark> lookup <table>; ip route add local 0/0 dev lo.
   uint32_t mark = 0x539;  // FERRY_DEFAULT_PROXY_MARK (bpf/shared/datapath.h), Istio's TPROXY mark
+  bool operator==(const Datapath&) const = default;
 };
 
 // Admission limits of one data-plane listener (docs/configuration.md, "Limits", says how
@@ -105,6 +110,7 @@ struct ListenerLimits {
   uint32_t max_connections_per_source = 0;  // from one source IP
   uint32_t max_pending = 0;                 // not yet past the handshake
   uint32_t max_pending_per_source = 0;      // of those, from one source IP
+  bool operator==(const ListenerLimits&) const = default;
 };
 
 struct Limits {
@@ -126,6 +132,7 @@ struct Limits {
   uint32_t preallocated_sockets = 16384;
   // malloc_trim() after this many closes (and the burst is over); 0 = never.
   uint32_t trim_after_closes = 32;
+  bool operator==(const Limits&) const = default;
 };
 
 // Where workload certificates come from (design §5).
@@ -141,6 +148,7 @@ struct Identity {
   Millis leaf_lifetime{24 * 3600 * 1000};  // 24 h: ztunnel's and Istio's default
   // How often ca_cert, ca_key and cert_dir/bundle.pem are checked for changes (source: ca).
   Millis poll_interval{1'000};
+  bool operator==(const Identity&) const = default;
 };
 
 // Shorter leaves would be refreshed (half life) more often than every second, i.e. on nearly
@@ -163,6 +171,7 @@ struct Kubernetes {
   // it deleted, a stop is an uninstall and removes every program and pin. Empty: every
   // stop is a restart (pins stay for the next ferryd).
   std::string daemonset_namespace, daemonset_name;
+  bool operator==(const Kubernetes&) const = default;
 };
 
 // `cni`: ferry-cni's enrolment endpoint on the node and the chain entry ferryd keeps in the
@@ -193,6 +202,7 @@ struct Cni {
   // be able to start). kubernetes.daemonset's namespace is added to these.
   std::vector<std::string> exclude_namespaces{"kube-system"};
   Millis plugin_timeout{5'000};  // one plugin call, connect to answer
+  bool operator==(const Cni&) const = default;
 };
 
 // `policy`: where AuthorizationPolicy and PeerAuthentication objects come from
@@ -204,6 +214,7 @@ struct Policy {
   std::vector<std::string> files;
   // With workload_source kubernetes: watch both kinds in the cluster (security.istio.io).
   bool kubernetes = true;
+  bool operator==(const Policy&) const = default;
 };
 
 // `access_log` (docs/operations.md, "Access log"): one record per proxied connection at
@@ -250,6 +261,7 @@ struct Config {
   Identity identity;
   Limits limits;  // trust roots always come from cert_dir/bundle.pem
   AccessLog access_log;
+  bool operator==(const Config&) const = default;  // config/reload.h compares versions
 };
 
 // Parses and validates. `source_name` (usually the path) prefixes every error, which also
@@ -261,5 +273,7 @@ absl::StatusOr<Config> parseConfig(std::string_view yaml_text, std::string_view 
                                    std::string_view base_dir = "", std::string_view env_node_name = "");
 // Reads the file; NODE_NAME comes from the process environment.
 absl::StatusOr<Config> loadConfigFile(const std::string& path);
+// The same for the file's text already read (a reload reads it through common::WatchedFile).
+absl::StatusOr<Config> parseConfigFile(std::string_view text, const std::string& path);
 
 }  // namespace ferry::config

@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
   applyMallocTunables(argv);
   // Writes to a peer that reset must return EPIPE, not kill the process.
   std::signal(SIGPIPE, SIG_IGN);
-  ferry::server::Server server(std::move(*config));
+  ferry::server::Server server(std::move(*config), config_path);
   if (auto st = server.start(); !st.ok()) return fail(std::string(st.message()));
   server.run();
   return 0;

@@ -25,6 +25,12 @@ bool sameObject(const Object& a, const Object& b) {
   return *std::get<PeerAuthenticationPtr>(a) == *std::get<PeerAuthenticationPtr>(b);
 }
 
+// Why a PeerAuthentication with a selector in the root namespace is refused.
+std::string rootSelectorReason(const std::string& root_namespace) {
+  return absl::StrCat("spec.selector: a PeerAuthentication in the root namespace (", root_namespace,
+                      ") applies mesh-wide and cannot select workloads (Istio ignores it)");
+}
+
 std::string namespaceOf(const std::string& key) { return key.substr(0, key.find('/')); }
 
 // Said once per policy version: what L4 makes of its L7 fields.
@@ -98,10 +104,7 @@ bool Store::admit(const std::string& origin, Decoded& decoded, std::set<std::str
   }
   if (const auto* pa = std::get_if<PeerAuthenticationPtr>(&object);
       pa != nullptr && (*pa)->selector && meta.namespace_name == root_namespace_) {
-    refuse(origin, decoded,
-           named(absl::StrCat("spec.selector: a PeerAuthentication in the root namespace (", root_namespace_,
-                              ") applies mesh-wide and cannot select workloads (Istio ignores it)")),
-           it != objects_.end(), result);
+    refuse(origin, decoded, named(rootSelectorReason(root_namespace_)), it != objects_.end(), result);
     if (it != objects_.end()) seen.insert(key);
     return false;
   }
@@ -162,6 +165,26 @@ Store::Result Store::remove(const std::string& origin, Kind kind, const std::str
   ++result.changed;
   publish({namespaceOf(key)});
   return result;
+}
+
+void Store::setRootNamespace(std::string root_namespace) {
+  root_namespace_ = std::move(root_namespace);
+  std::set<std::string> changed;
+  for (auto it = objects_.begin(); it != objects_.end();) {
+    const auto* pa = std::get_if<PeerAuthenticationPtr>(&it->second.object);
+    if (pa == nullptr || !(*pa)->selector || (*pa)->meta.namespace_name != root_namespace_) {
+      ++it;
+      continue;
+    }
+    Decoded decoded{kindName(it->first.first), it->first.second, it->second.object};
+    Result ignored;
+    refuse(it->second.origin, decoded,
+           absl::StrCat(decoded.kind, " ", decoded.key, ": ", rootSelectorReason(root_namespace_)), false, ignored);
+    changed.insert(root_namespace_);
+    it = objects_.erase(it);
+  }
+  // Every snapshot names its root namespace: one is published even when no bucket changed.
+  publish(changed);
 }
 
 void Store::publish(const std::set<std::string>& changed_namespaces) {

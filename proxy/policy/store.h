@@ -58,6 +58,12 @@ class Store {
   // One object gone.
   Result remove(const std::string& origin, Kind kind, const std::string& key);
 
+  // A reload's new policy.root_namespace: published at once (the listeners are called).
+  // A PeerAuthentication with a selector in the new root namespace is refused, as it would
+  // be on arrival; one refused for the old root namespace applies when its source sends it
+  // again (policy files are re-read by the reload; the API server's at its next relist).
+  void setRootNamespace(std::string root_namespace);
+
   using Listener = std::function<void(const PolicySet& after)>;
   void subscribe(Listener listener) { listeners_.push_back(std::move(listener)); }
 

@@ -143,12 +143,19 @@ std::vector<uint16_t> ferryPorts(const config::Config& c) {
 
 }  // namespace
 
-Server::Server(config::Config config)
+Server::Server(config::Config config, std::string config_path)
     : config_(std::move(config)),
       workloads_(config_.node),
       policies_(config_.policy.root_namespace),
       sockets_(config_.transparent),
-      admission_(config_.limits) {}
+      admission_(config_.limits) {
+  if (!config_path.empty()) {
+    reload_.path = config_path;
+    config_file_.emplace(std::move(config_path));
+    // The version read at start: a reload compares with it, not with nothing.
+    config_file_->poll();
+  }
+}
 
 Server::~Server() {
   for (auto& w : workers_) w->io().stop();
@@ -186,12 +193,13 @@ absl::Status Server::start() {
   if (!cap.ok()) return cap.status();
   descriptor_limit_ = descriptor_limit;
   sockets_.setDescriptorCap(*cap);
-  shared_.reset(new session::Shared{config_, workloads_, policies_, *tls_, sockets_, stats_, ferryPorts(config_),
+  shared_.reset(new session::Shared{workloads_, policies_, *tls_, sockets_, stats_, ferryPorts(config_),
                                     /*self=*/{}, /*draining=*/{}, session::Placement(n), /*workers=*/{}, admission_, *cap});
   shared_->access_log.set(config_.access_log);  // a reload calls the same with the new file's
   shared_->policies_loaded.store(!k8s_policies_ || k8s_policies_->synced(), std::memory_order_release);
+  auto worker_config = std::make_shared<const config::Config>(config_);
   for (size_t i = 0; i < n; ++i) {
-    workers_.push_back(std::make_unique<session::Worker>(*shared_, i));
+    workers_.push_back(std::make_unique<session::Worker>(*shared_, i, worker_config));
     shared_->workers.push_back(workers_.back().get());
   }
   preallocateSocketStates(*cap);
@@ -275,7 +283,7 @@ absl::Status Server::start() {
   });
   if (ca_source_ != nullptr) scheduleIdentityPoll();
   last_trim_ = std::chrono::steady_clock::now();
-  if (config_.limits.trim_after_closes > 0) scheduleMemoryTrim();
+  scheduleMemoryTrim();  // limits.trim_after_closes may be 0 now and set by a reload
 
   for (auto& w : workers_) {
     threads_.emplace_back([w = w.get(), ns = proxy_netns_ ? &*proxy_netns_ : nullptr] {
@@ -501,6 +509,7 @@ void Server::onWorkloadsChanged(const workloads::Registry& after, const workload
 }
 
 void Server::pollOnce() {
+  reloadConfig(/*reread=*/false);
   if (source_->poll(workloads_)) stats_.workloads_reloads.fetch_add(1, std::memory_order_relaxed);
   if (policy_files_) policy_files_->poll(policies_);
   if (datapath_) {
@@ -539,6 +548,7 @@ void Server::maybeTrimMemory() {
     for (const auto& count : per_direction) closes += count.load(std::memory_order_relaxed);
   }
   const uint64_t threshold = config_.limits.trim_after_closes;
+  if (threshold == 0) return;  // never (until a reload sets it)
   uint64_t since_trim = closes - closes_at_trim_;
   uint64_t this_tick = closes - closes_at_check_;
   closes_at_check_ = closes;
@@ -666,7 +676,8 @@ void Server::armSignals() {
   signals_.async_wait([this](const boost::system::error_code& ec, int sig) {
     if (ec) return;
     if (sig == SIGHUP) {
-      FERRY_LOG(kInfo, "SIGHUP: re-reading the workloads file and the identity files");
+      FERRY_LOG(kInfo, "SIGHUP: re-reading the config file, the workloads file and the identity files");
+      reloadConfig(/*reread=*/true);
       pollOnce();
       pollIdentity();
       armSignals();
@@ -799,7 +810,9 @@ void Server::renderPolicyMetrics(std::string& out) {
                   policies_.refusals().size(), "\n",
                   "# HELP ferry_policy_refused_total Policy objects (and whole files) refused since start\n"
                   "# TYPE ferry_policy_refused_total counter\nferry_policy_refused_total ",
-                  policies_.refusedTotal() + (policy_files_ ? policy_files_->failures() : 0), "\n");
+                  policies_.refusedTotal() + policy_file_failures_before_ +
+                      (policy_files_ ? policy_files_->failures() : 0),
+                  "\n");
 }
 
 std::string Server::renderMetrics() {
@@ -823,6 +836,7 @@ std::string Server::renderMetrics() {
   if (cni_installer_) absl::StrAppend(&out, cni_installer_->renderPrometheus());
   renderIdentityMetrics(out);
   renderPolicyMetrics(out);
+  renderReloadMetrics(out);
   absl::StrAppend(&out, "# HELP ferry_ready 1 when ferryd accepts connections\n# TYPE ferry_ready gauge\nferry_ready ",
                   ready() ? 1 : 0, "\n");
   absl::StrAppend(&out, "# HELP ferry_workers Worker threads\n# TYPE ferry_workers gauge\nferry_workers ",

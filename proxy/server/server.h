@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -17,6 +18,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "absl/status/status.h"
+#include "proxy/common/file.h"
 #include "proxy/common/log.h"
 #include "proxy/config/config.h"
 #include "proxy/datapath/datapath.h"
@@ -43,20 +45,26 @@ class KubernetesSource;
 
 namespace ferry::server {
 
-// The last reloads of the config file, for /config_dump's "reload" object. The live reload
-// fills it (control thread); until it exists the counts stay 0.
+// The reloads of the config file (docs/configuration.md, "Reloading"), for /config_dump,
+// ferryctl and the metrics.
 struct ReloadStatus {
-  uint64_t applied = 0;   // reloads whose changes applied
-  uint64_t rejected = 0;  // invalid files refused: nothing changed
-  std::string last_error;  // why the last refused file was refused
-  // Keys changed in the file that apply only at the next start.
-  std::vector<std::string> needs_restart;
-  std::chrono::system_clock::time_point last_attempt{};  // the epoch: never
+  std::string path;         // the config file; empty: none (a Config built in-process)
+  uint64_t generation = 0;  // reloads that changed a live key (0: the config ferryd started with)
+  uint64_t applied = 0;     // valid versions read (a changed file or a SIGHUP), changes or not
+  uint64_t rejected = 0;    // versions refused as a whole: nothing of them applied
+  std::chrono::system_clock::time_point last_attempt{};  // the epoch: none yet
+  std::chrono::system_clock::time_point last_success{};  // the last version applied
+  std::string last_result;  // "applied", "rejected"; "" before the first attempt
+  std::string error;        // why the last attempt was rejected (names the file, line and key)
+  std::vector<std::string> last_applied_keys;      // live keys the last applied version changed
+  std::vector<std::string> restart_required_keys;  // keys whose file value waits for a restart
 };
 
 class Server {
  public:
-  explicit Server(config::Config config);
+  // `config_path`: the file `config` was read from, re-read on SIGHUP and when it changes;
+  // empty: no reloads.
+  explicit Server(config::Config config, std::string config_path = "");
   ~Server();
 
   // Loads workloads, binds every listener, starts the workers. Errors are start-up errors.
@@ -74,6 +82,8 @@ class Server {
   // The Prometheus text served on /metrics.
   std::string renderMetrics();
   session::Stats& stats() { return stats_; }
+  // Thread-safe.
+  ReloadStatus reloadStatus() const;
   // The bound address of the first listener of each kind (for tests that bind port 0).
   size_t workerCount() const { return workers_.size(); }
 
@@ -92,7 +102,13 @@ class Server {
   // replies on the control thread once all have answered.
   void serveConnections(const HttpRequest& request, HttpServer::Reply reply);
   int64_t liveConnections();
-  ReloadStatus reload_status_;
+  // Reads the config file when it changed (or, `reread`, in any case: SIGHUP) and applies
+  // its live keys; a file that does not load changes nothing (docs/configuration.md,
+  // "Reloading").
+  void reloadConfig(bool reread);
+  void rejectReload(const absl::Status& why);
+  void applyConfig(const config::Config& next, std::optional<policy::PolicyFiles> policy_files);
+  void renderReloadMetrics(std::string& out);
   void preallocateSocketStates(int descriptor_cap);
   // Gives freed heap back to the kernel after a burst of closes (docs/security.md, Memory).
   void scheduleMemoryTrim();
@@ -101,13 +117,19 @@ class Server {
   void beginDrain();
   void finishDrain();
 
+  // The config in force: the one ferryd started with, with the live keys of each reload.
+  // Control thread; workers hold copies (session::Worker::config()).
   config::Config config_;
+  std::optional<common::WatchedFile> config_file_;
+  mutable std::mutex reload_mu_;
+  ReloadStatus reload_;  // under reload_mu_
   session::Stats stats_;
   workloads::Store workloads_;
   // Authorization policies and PeerAuthentications (docs/policy.md): from policy.files and,
   // with the Kubernetes source, the API server.
   policy::Store policies_;
   std::optional<policy::PolicyFiles> policy_files_;
+  uint64_t policy_file_failures_before_ = 0;  // of the policy_files_ a reload replaced
   // policy.kubernetes with the Kubernetes source: the cluster's policy objects.
   std::unique_ptr<policy::KubernetesPolicies> k8s_policies_;
   absl::Status startPolicies();

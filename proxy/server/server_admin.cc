@@ -178,14 +178,20 @@ json::object configJson(const config::Config& c) {
 }
 
 json::object reloadJson(const ReloadStatus& r) {
-  json::object out{{"applied", r.applied},
-                   {"rejected", r.rejected},
-                   {"needs_restart", stringsJson(r.needs_restart)}};
-  if (!r.last_error.empty()) out["last_error"] = r.last_error;
-  if (r.last_attempt != std::chrono::system_clock::time_point{}) {
-    out["last_attempt"] = identity::formatTime(r.last_attempt);
-  }
-  return out;
+  auto when = [](std::chrono::system_clock::time_point t) -> json::value {
+    if (t == std::chrono::system_clock::time_point{}) return nullptr;
+    return json::value(identity::formatTime(t));
+  };
+  return json::object{{"path", r.path},
+                      {"generation", r.generation},
+                      {"applied", r.applied},
+                      {"rejected", r.rejected},
+                      {"last_attempt", when(r.last_attempt)},
+                      {"last_success", when(r.last_success)},
+                      {"last_result", r.last_result.empty() ? json::value(nullptr) : json::value(r.last_result)},
+                      {"error", r.error.empty() ? json::value(nullptr) : json::value(r.error)},
+                      {"last_applied_keys", stringsJson(r.last_applied_keys)},
+                      {"restart_required_keys", stringsJson(r.restart_required_keys)}};
 }
 
 std::string ipsText(const workloads::Workload& w, const char* separator) {
@@ -382,7 +388,7 @@ void Server::routeAdmin() {
                                  {"certificates", certsJson()},
                                  {"policies", policiesJson(policies_)},
                                  {"datapath", datapathJson()},
-                                 {"reload", reloadJson(reload_status_)},
+                                 {"reload", reloadJson(reloadStatus())},
                              });
   });
   admin_.routeAsync("/connections", [this](const HttpRequest& request, HttpServer::Reply reply) {

@@ -88,10 +88,15 @@ bool LogThrottle::allow(uint64_t& suppressed) {
   return true;
 }
 
-Admission::Admission(const config::Limits& limits) {
-  state_[static_cast<size_t>(Listener::kOutbound)].limits = limits.outbound;
-  state_[static_cast<size_t>(Listener::kHbone)].limits = limits.hbone;
-  state_[static_cast<size_t>(Listener::kPlaintext)].limits = limits.inbound_plaintext;
+Admission::Admission(const config::Limits& limits) { setLimits(limits); }
+
+void Admission::setLimits(const config::Limits& limits) {
+  for (auto [listener, l] : {std::pair{Listener::kOutbound, &limits.outbound}, std::pair{Listener::kHbone, &limits.hbone},
+                             std::pair{Listener::kPlaintext, &limits.inbound_plaintext}}) {
+    auto& s = state_[static_cast<size_t>(listener)];
+    std::lock_guard lock(s.mu);
+    s.limits = *l;
+  }
 }
 
 Admitted Admission::admit(Listener listener, const common::IpAddress& source, Refusal& why) {

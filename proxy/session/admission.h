@@ -88,6 +88,10 @@ class LogThrottle {
 class Admission {
  public:
   explicit Admission(const config::Limits& limits);
+  // A reload's new limits (docs/configuration.md, "Reloading"). Connections counted under
+  // the old ones stay counted and keep their tickets: a lowered limit refuses new
+  // connections until enough of them have closed, it never cuts one.
+  void setLimits(const config::Limits& limits);
 
   // Admits a connection from `source` on `listener`, pending until the ticket's
   // handshakeDone(); null, counted, with `why` set, when a limit refuses it.

@@ -88,10 +88,10 @@ boost::asio::awaitable<absl::StatusOr<Endpoints>> originalEndpoints(Worker& work
   auto local = socket.local_endpoint(ec);
   if (ec) co_return absl::UnavailableError("connection gone before it could be handled");
   Endpoints out{toHostPort(peer), toHostPort(local)};
-  if (worker.shared().config.original_destination != config::OriginalDestination::kProxyProtocol) {
+  if (worker.config()->original_destination != config::OriginalDestination::kProxyProtocol) {
     co_return out;
   }
-  auto header = co_await readProxyV2(socket, worker.shared().config.timeouts.handshake);
+  auto header = co_await readProxyV2(socket, worker.config()->timeouts.handshake);
   if (!header.ok()) co_return header.status();
   if (header->source.ip != out.peer.ip) {
     co_return absl::PermissionDeniedError(
@@ -291,7 +291,8 @@ boost::asio::awaitable<void> forwardTcp(Worker& worker, Tcp::socket& socket,
                                         const common::IpAddress& source,
                                         const common::HostPort& destination,
                                         ConnectionRecord& record) {
-  const auto& cfg = worker.shared().config;
+  auto settings = worker.config();
+  const auto& cfg = *settings;
   if (worker.shared().self.contains(destination)) {
     refuseSelfTarget(worker, socket, destination, record);
     co_return;

@@ -33,7 +33,8 @@ class Worker;
 class ConnectionRecord;
 
 struct Shared {
-  const config::Config& config;
+  // No config here: each worker holds the config in force (Worker::config()), which a
+  // reload replaces.
   const workloads::Store& workloads;
   // The authorization policies and PeerAuthentications in force (docs/policy.md).
   const policy::Store& policies;
@@ -73,10 +74,17 @@ struct ConnectionInfo {
 
 class Worker {
  public:
-  Worker(Shared& shared, size_t index)
-      : shared_(shared), index_(index), pool_(io_.get_executor()), access_log_(shared.access_log) {}
+  Worker(Shared& shared, size_t index, std::shared_ptr<const config::Config> config)
+      : shared_(shared), index_(index), config_(std::move(config)), pool_(io_.get_executor()),
+        access_log_(shared.access_log) {}
 
   Shared& shared() { return shared_; }
+  // The config in force, on this worker's thread (docs/configuration.md, "Reloading"). A
+  // connection takes it once, when it starts, and keeps those settings for life; a reload
+  // hands each worker the new one on its own thread (setConfig), so reading it needs no
+  // lock and never sees half a change.
+  const std::shared_ptr<const config::Config>& config() const { return config_; }
+  void setConfig(std::shared_ptr<const config::Config> config) { config_ = std::move(config); }
   size_t index() const { return index_; }
   boost::asio::io_context& io() { return io_; }
   hbone::Pool& pool() { return pool_; }
@@ -101,6 +109,7 @@ class Worker {
  private:
   Shared& shared_;
   size_t index_;
+  std::shared_ptr<const config::Config> config_;
   boost::asio::io_context io_{1};
   hbone::Pool pool_;
   Scratch scratch_;

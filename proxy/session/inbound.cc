@@ -124,7 +124,8 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
                             std::shared_ptr<const TunnelInfo> info,
                             std::shared_ptr<TunnelState> tunnel) {
   auto& shared = worker.shared();
-  const auto& cfg = shared.config;
+  auto settings = worker.config();
+  const auto& cfg = *settings;
   // A stream runs on its connection's worker; its load steers where new connections go.
   auto load = LoadUnit::add(shared.placement, worker.index());
   ConnectionRecord record(worker, Direction::kInbound);
@@ -252,7 +253,8 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
 awaitable<void> handshakeAndServe(Worker& worker, Tcp::socket socket, LoadUnit load, Admitted admitted,
                                   std::chrono::steady_clock::time_point deadline) {
   auto& shared = worker.shared();
-  const auto& cfg = shared.config;
+  auto settings = worker.config();
+  const auto& cfg = *settings;
   boost::system::error_code ec;
   auto peer_ep = socket.remote_endpoint(ec);
   auto local_ep = socket.local_endpoint(ec);
@@ -371,7 +373,8 @@ constexpr uint8_t kTlsHandshakeRecord = 0x16;
 // the start of a TLS handshake (a peer that closed, or sent something else, never gets it).
 awaitable<void> serveHbone(Worker& worker, Tcp::socket socket, LoadUnit load, Admitted admitted) {
   auto& shared = worker.shared();
-  const auto& cfg = shared.config;
+  auto settings = worker.config();
+  const auto& cfg = *settings;
   auto deadline = std::chrono::steady_clock::now() + cfg.timeouts.handshake;
   bool readable = false;
   {

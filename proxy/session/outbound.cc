@@ -71,7 +71,8 @@ absl::Status dialFailure(const boost::system::error_code& ec, const workloads::W
 awaitable<absl::StatusOr<std::shared_ptr<hbone::H2Connection>>> dialHbone(Worker& worker,
                                                                          const OutboundPlan& plan) {
   auto& shared = worker.shared();
-  const auto& cfg = shared.config;
+  auto settings = worker.config();
+  const auto& cfg = *settings;
   auto source_id = identity::SpiffeId::forWorkload(
       cfg.trust_domain, plan.source_workload->namespace_name.str(), plan.source_workload->service_account.str());
   auto ctx = shared.tls.clientContext(source_id);
@@ -171,7 +172,8 @@ awaitable<std::shared_ptr<hbone::H2Stream>> openStream(Worker& worker, Tcp::sock
                                                        const OutboundPlan& plan,
                                                        ConnectionRecord& record) {
   auto& shared = worker.shared();
-  const auto& cfg = shared.config;
+  auto settings = worker.config();
+  const auto& cfg = *settings;
   auto conn = co_await worker.pool().acquire(plan.key, [&]() { return dialHbone(worker, plan); });
   if (!conn.ok()) {
     record.detail = std::string(conn.status().message());
@@ -245,7 +247,7 @@ awaitable<void> tunnel(Worker& worker, Tcp::socket socket, OutboundPlan plan, Lo
   record.peer_identity = plan.key.destination_id;  // proven by the handshake
   // The relay may idle for an hour: keep only what it needs.
   plan = OutboundPlan{};
-  auto result = co_await relayStream(socket, *stream, worker.shared().config.timeouts.idle, worker.scratch(),
+  auto result = co_await relayStream(socket, *stream, worker.config()->timeouts.idle, worker.scratch(),
                                      record.bytes);
   record.finish(result.reason, result.sent, result.received);
 }
@@ -254,7 +256,8 @@ awaitable<void> tunnel(Worker& worker, Tcp::socket socket, OutboundPlan plan, Lo
 // placed on its worker.
 awaitable<void> classifyOutbound(Worker& worker, Tcp::socket socket, Admitted admitted) {
   auto& shared = worker.shared();
-  const auto& cfg = shared.config;
+  auto settings = worker.config();
+  const auto& cfg = *settings;
   auto ends = co_await originalEndpoints(worker, socket);
   if (!ends.ok()) {
     ConnectionRecord record(worker, Direction::kOutbound);

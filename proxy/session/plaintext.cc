@@ -15,7 +15,8 @@ namespace {
 // `load` and `admitted` are held for the connection's life.
 awaitable<void> servePlaintext(Worker& worker, Tcp::socket socket, LoadUnit load, Admitted admitted) {
   auto& shared = worker.shared();
-  const auto& cfg = shared.config;
+  auto settings = worker.config();
+  const auto& cfg = *settings;
   ConnectionRecord record(worker, Direction::kPlaintext);
   WatchedSocket watched(record, socket);
   auto ends = co_await originalEndpoints(worker, socket);

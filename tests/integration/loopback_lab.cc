@@ -172,13 +172,15 @@ std::string LabFiles::configYaml(const std::string& node, const std::string& ext
          extra;
 }
 
-Node::Node(const LabFiles& files, const std::string& node, const std::string& extra) {
-  auto cfg = config::parseConfig(files.configYaml(node, extra), node + ".yaml");
+Node::Node(const LabFiles& files, const std::string& node, const std::string& extra)
+    : config_path_(files.dir() + "/" + node + ".yaml") {
+  writeFile(config_path_, files.configYaml(node, extra));
+  auto cfg = config::loadConfigFile(config_path_);
   if (!cfg.ok()) {
     ADD_FAILURE() << cfg.status();
     return;
   }
-  server_ = std::make_unique<server::Server>(std::move(*cfg));
+  server_ = std::make_unique<server::Server>(std::move(*cfg), config_path_);
   auto st = server_->start();
   if (!st.ok()) {
     ADD_FAILURE() << "start " << node << ": " << st;

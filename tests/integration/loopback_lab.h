@@ -63,8 +63,11 @@ class LabFiles {
 
 class Node {
  public:
-  // Parses the YAML, starts the server and its control loop; fails the test on error.
+  // Writes the YAML to configPath(), starts the server from that file (it watches it, and
+  // re-reads it on SIGHUP) and its control loop; fails the test on error.
   Node(const LabFiles& files, const std::string& node, const std::string& extra = "");
+  // <lab dir>/<node>.yaml
+  const std::string& configPath() const { return config_path_; }
   ~Node();
   server::Server& server() { return *server_; }
   session::Stats& stats() { return server_->stats(); }
@@ -81,6 +84,7 @@ class Node {
   double metric(const std::string& series);
 
  private:
+  std::string config_path_;
   std::unique_ptr<server::Server> server_;
   std::thread control_;
   bool ok_ = false;

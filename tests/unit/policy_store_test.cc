@@ -224,6 +224,26 @@ TEST(PolicyStoreTest, RootNamespacePeerAuthenticationWithSelectorIsRefused) {
   EXPECT_EQ(store.current()->peerAuthenticationCount(), 0u);
 }
 
+TEST(PolicyStoreTest, NewRootNamespaceIsPublishedAndRefusesItsSelectorPeerAuthentications) {
+  Store store(kRoot);
+  std::vector<std::string> roots;
+  store.subscribe([&](const PolicySet& after) { roots.push_back(after.rootNamespace()); });
+  store.replace(kFileA, decode(pa("mesh", "sel", "{selector: {matchLabels: {app: a}}, mtls: {mode: STRICT}}") +
+                                   "---\n" + allowAll("foo", "a"),
+                               kFileA));
+  ASSERT_EQ(store.current()->peerAuthenticationCount(), 1u);
+  store.setRootNamespace("mesh");
+  // Published at once under the new name; the selector PeerAuthentication of the new root
+  // namespace is refused as it would be on arrival, the rest stays.
+  EXPECT_THAT(roots, ElementsAre(kRoot, "mesh"));
+  EXPECT_EQ(store.current()->rootNamespace(), "mesh");
+  EXPECT_EQ(store.current()->peerAuthenticationCount(), 0u);
+  EXPECT_EQ(store.current()->authorizationCount(), 1u);
+  ASSERT_EQ(store.refusals().size(), 1u);
+  EXPECT_THAT(store.refusals()[0].reason, HasSubstr("PeerAuthentication mesh/sel: spec.selector:"));
+  EXPECT_THAT(store.refusals()[0].reason, HasSubstr("root namespace (mesh)"));
+}
+
 TEST(PolicyStoreTest, ListenerIsCalledOncePerPublishWithTheNewSnapshot) {
   Store store(kRoot);
   std::vector<const PolicySet*> seen;
@@ -362,6 +382,25 @@ TEST_F(PolicyFilesTest, MissingFileKeepsWhatItApplied) {
   write(allowAll("foo", "d"));
   EXPECT_TRUE(files.poll(store));
   EXPECT_TRUE(judge(store, "foo").allowed);
+}
+
+TEST_F(PolicyFilesTest, LoadReadsEverythingBeforeApplyTouchesTheStore) {
+  Store store(kRoot);
+  write(denyAll("foo", "d"));
+  PolicyFiles files({path_});
+  ASSERT_TRUE(files.load().ok());
+  EXPECT_EQ(store.current()->authorizationCount(), 0u);  // nothing applied yet
+  files.apply(store);
+  EXPECT_THAT(contents(*store.current()), ElementsAre("AuthorizationPolicy foo/d " + origin() + " DENY"));
+  EXPECT_EQ(PolicyFiles::origin(path_), origin());
+
+  // A list with a file that does not parse: load() says which, the store is not touched.
+  write("apiVersion: [security.istio.io/v1\n");
+  PolicyFiles broken_list({path_});
+  auto st = broken_list.load();
+  EXPECT_FALSE(st.ok());
+  EXPECT_THAT(std::string(st.message()), HasSubstr(path_));
+  EXPECT_EQ(store.current()->authorizationCount(), 1u);
 }
 
 TEST_F(PolicyFilesTest, EmptyFileRemovesEverything) {

@@ -1,0 +1,143 @@
+// Live reload of the config file (docs/configuration.md, "Reloading"): the Server's
+// members that read a new version, decide key by key (config/reload.h) and apply it.
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+
+#include <boost/asio/post.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "proxy/common/log.h"
+#include "proxy/config/reload.h"
+#include "proxy/server/server.h"
+
+namespace ferry::server {
+
+namespace {
+
+// Whole seconds: StrCat prints a double with six digits, which would round a Unix time to
+// hours.
+int64_t epochSeconds(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::seconds>(t.time_since_epoch()).count();
+}
+
+}  // namespace
+
+ReloadStatus Server::reloadStatus() const {
+  std::lock_guard lock(reload_mu_);
+  return reload_;
+}
+
+void Server::reloadConfig(bool reread) {
+  if (!config_file_) {
+    if (reread) FERRY_LOG(kInfo, "config: no config file to re-read (ferryd was given its config in-process)");
+    return;
+  }
+  // SIGHUP reads the file even when its stamp and content are the ones applied last: the
+  // operator asked, and a restart key still waiting is reported again.
+  if (reread) config_file_->reset();
+  auto polled = config_file_->poll();
+  if (polled == common::WatchedFile::Result::kUnchanged) return;
+  if (polled == common::WatchedFile::Result::kFailed) return rejectReload(config_file_->error());
+  auto next = config::parseConfigFile(config_file_->content(), config_file_->path());
+  if (!next.ok()) return rejectReload(next.status());
+
+  auto change = config::diffConfig(config_, *next);
+  // A new policy list (or root namespace, under which every file is judged again) is read
+  // before anything applies: files that do not load refuse the version, as at start.
+  std::optional<policy::PolicyFiles> policy_files;
+  if (next->policy.files != config_.policy.files || next->policy.root_namespace != config_.policy.root_namespace) {
+    policy_files.emplace(next->policy.files);
+    if (auto st = policy_files->load(); !st.ok()) {
+      return rejectReload(absl::Status(st.code(), absl::StrCat(config_file_->path(), ": policy.files: ", st.message())));
+    }
+  }
+  for (const auto& key : change.restart) {
+    FERRY_LOG(kWarn, "config: %s changed in %s; it applies at the next start (until then ferryd keeps the value it "
+              "started with)", key, config_file_->path());
+  }
+  if (!change.live.empty()) {
+    FERRY_LOG(kInfo, "config: applying %s from %s", absl::StrJoin(change.live, ", "), config_file_->path());
+    applyConfig(*next, std::move(policy_files));
+  } else {
+    FERRY_LOG(kInfo, "config: %s read again: no key that applies live changed", config_file_->path());
+  }
+  std::lock_guard lock(reload_mu_);
+  reload_.last_attempt = reload_.last_success = std::chrono::system_clock::now();
+  reload_.last_result = "applied";
+  reload_.error.clear();
+  ++reload_.applied;
+  if (!change.live.empty()) {
+    ++reload_.generation;
+    reload_.last_applied_keys = std::move(change.live);
+  }
+  reload_.restart_required_keys = std::move(change.restart);
+}
+
+void Server::rejectReload(const absl::Status& why) {
+  FERRY_LOG(kError, "config: reload refused, nothing changed (ferryd keeps running the config it has): %s",
+            why.message());
+  std::lock_guard lock(reload_mu_);
+  reload_.last_attempt = std::chrono::system_clock::now();
+  reload_.last_result = "rejected";
+  reload_.error = std::string(why.message());
+  ++reload_.rejected;
+}
+
+void Server::applyConfig(const config::Config& next, std::optional<policy::PolicyFiles> policy_files) {
+  const config::Config before = config_;
+  config::applyLive(config_, next);
+  // Only when the file's value changed: a level set since through the admin API stays
+  // until the file says something new.
+  if (config_.log_level != before.log_level) common::setLogLevel(config_.log_level);
+  if (!(config_.limits == before.limits)) admission_.setLimits(config_.limits);
+  // Each worker picks the new settings up at its next record (session::AccessLogger).
+  if (!(config_.access_log == before.access_log)) shared_->access_log.set(config_.access_log);
+  if (policy_files) {
+    if (config_.policy.root_namespace != before.policy.root_namespace) {
+      policies_.setRootNamespace(config_.policy.root_namespace);
+    }
+    policy_files->apply(policies_);
+    // What files no longer listed applied goes, after the new ones are in.
+    for (const auto& path : before.policy.files) {
+      if (std::find(config_.policy.files.begin(), config_.policy.files.end(), path) == config_.policy.files.end()) {
+        policies_.replace(policy::PolicyFiles::origin(path), {});
+      }
+    }
+    if (policy_files_) policy_file_failures_before_ += policy_files_->failures();
+    policy_files_ = std::move(policy_files);
+  }
+  // Timeouts, pool and HBONE settings: each worker takes the new config on its own thread;
+  // what it starts from then on (a handshake, a connect, a relay, a pooled tunnel) uses it.
+  // workloads_poll, identity.poll_interval, timeouts.drain and limits.trim_after_closes are
+  // read from config_ by the control thread each time.
+  auto snapshot = std::make_shared<const config::Config>(config_);
+  for (auto& w : workers_) {
+    boost::asio::post(w->io(), [w = w.get(), snapshot] { w->setConfig(snapshot); });
+  }
+}
+
+void Server::renderReloadMetrics(std::string& out) {
+  ReloadStatus status = reloadStatus();
+  absl::StrAppend(
+      &out,
+      "# HELP ferry_config_reloads_total Versions of the config file read after start, by result (rejected: "
+      "nothing of it applied)\n# TYPE ferry_config_reloads_total counter\n",
+      "ferry_config_reloads_total{result=\"applied\"} ", status.applied, "\n",
+      "ferry_config_reloads_total{result=\"rejected\"} ", status.rejected, "\n",
+      "# HELP ferry_config_last_reload_success 0 when the last version of the config file read was rejected\n"
+      "# TYPE ferry_config_last_reload_success gauge\nferry_config_last_reload_success ",
+      status.last_result == "rejected" ? 0 : 1, "\n",
+      "# HELP ferry_config_last_reload_success_timestamp_seconds When a version of the config file was last "
+      "applied (0: none since start)\n# TYPE ferry_config_last_reload_success_timestamp_seconds gauge\n"
+      "ferry_config_last_reload_success_timestamp_seconds ",
+      status.applied == 0 ? 0 : epochSeconds(status.last_success), "\n",
+      "# HELP ferry_config_generation Reloads that changed a key applied live\n"
+      "# TYPE ferry_config_generation gauge\nferry_config_generation ", status.generation, "\n",
+      "# HELP ferry_config_restart_required_keys Keys whose value in the config file waits for a restart\n"
+      "# TYPE ferry_config_restart_required_keys gauge\nferry_config_restart_required_keys ",
+      status.restart_required_keys.size(), "\n");
+}
+
+}  // namespace ferry::server
