@@ -143,6 +143,12 @@ struct Identity {
   Millis poll_interval{1'000};
 };
 
+// The Istio metrics' cluster and Service names (docs/operations.md, "Istio TCP metrics").
+struct Telemetry {
+  std::string cluster_id = "Kubernetes";         // source_cluster, destination_cluster (Istio's default)
+  std::string cluster_domain = "cluster.local";  // destination_service: <name>.<namespace>.svc.<domain>
+};
+
 // Shorter leaves would be refreshed (half life) more often than every second, i.e. on nearly
 // every handshake; seconds-long lifetimes are only for tests that rotate many times.
 inline constexpr Millis kMinLeafLifetime{2'000};
@@ -231,6 +237,7 @@ struct Config {
   Datapath datapath;
   Identity identity;
   Limits limits;  // trust roots always come from cert_dir/bundle.pem
+  Telemetry telemetry;
 };
 
 // Parses and validates. `source_name` (usually the path) prefixes every error, which also

@@ -32,6 +32,7 @@
 #include "proxy/server/cni_install.h"
 #include "proxy/server/http_server.h"
 #include "proxy/session/context.h"
+#include "proxy/telemetry/metrics.h"
 #include "proxy/workloads/registry.h"
 #include "proxy/workloads/source.h"
 
@@ -58,7 +59,7 @@ class Server {
   // trust bundle is loaded). Not ready says why, for /healthz/ready.
   absl::Status readiness();
   bool ready() { return readiness().ok(); }
-  // The Prometheus text served on /metrics.
+  // The Prometheus text served on /metrics (the one registry, rendered).
   std::string renderMetrics();
   session::Stats& stats() { return stats_; }
   // The bound address of the first listener of each kind (for tests that bind port 0).
@@ -71,7 +72,8 @@ class Server {
   void scheduleIdentityPoll();
   // Drops certificates and TLS contexts of identities no local workload has any more.
   void forgetUnusedIdentities();
-  void renderIdentityMetrics(std::string& out);
+  void collectIdentityMetrics(telemetry::Exposition& out);
+  void registerMetrics();
   void armSignals();
   void preallocateSocketStates(int descriptor_cap);
   // Gives freed heap back to the kernel after a burst of closes (docs/security.md, Memory).
@@ -82,7 +84,12 @@ class Server {
   void finishDrain();
 
   config::Config config_;
+  // The one metrics registry (/metrics) and this server's parts in it (registerMetrics).
+  telemetry::Registry metrics_registry_;
+  std::vector<telemetry::Registry::Registration> metric_parts_;
   session::Stats stats_;
+  // Istio's TCP metrics, one shard per worker (made in start(): outlives the workers).
+  std::unique_ptr<session::IstioMetrics> istio_;
   workloads::Store workloads_;
   // Authorization policies and PeerAuthentications (docs/policy.md): from policy.files and,
   // with the Kubernetes source, the API server.
@@ -95,7 +102,7 @@ class Server {
   // its open inbound connections again.
   void onPoliciesChanged(const policy::PolicySet& after);
   void reauthorizeLive(const char* why);
-  void renderPolicyMetrics(std::string& out);
+  void collectPolicyMetrics(telemetry::Exposition& out);
   std::unique_ptr<workloads::Source> source_;
   workloads::KubernetesSource* k8s_source_ = nullptr;  // source_, when it is the Kubernetes one
   absl::Status makeWorkloadSource();

@@ -122,6 +122,20 @@ ConnectionRecord::~ConnectionRecord() {
   worker_.live().fetch_sub(1, std::memory_order_relaxed);
 }
 
+void ConnectionRecord::attribute(TrafficKey key) {
+  IstioMetrics* istio = worker_.shared().istio;
+  if (istio == nullptr || istio_ != nullptr || finished_) return;
+  istio_ = &istio->series(worker_.index(), std::move(key));
+  istio_->opened.fetch_add(1, std::memory_order_relaxed);
+}
+
+LiveBytes ConnectionRecord::liveBytes(bool client_side) const {
+  if (istio_ == nullptr) return {};
+  // RelayResult::sent runs from the relay's first socket: the request when that is the client.
+  if (client_side) return {&istio_->request_bytes, &istio_->response_bytes};
+  return {&istio_->response_bytes, &istio_->request_bytes};
+}
+
 void ConnectionRecord::abort(CloseReason reason) {
   if (finished_) return;
   aborted_ = reason;
@@ -222,6 +236,7 @@ void ConnectionRecord::finish(CloseReason reason, uint64_t sent, uint64_t receiv
   finished_ = true;
   if (aborted_) reason = *aborted_;
   worker_.shared().stats.recordClose(direction_, reason, sent, received);
+  if (istio_ != nullptr) istio_->closed.fetch_add(1, std::memory_order_relaxed);  // bytes went in as they flowed
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                 std::chrono::steady_clock::now() - start_).count();
   auto level = reason == CloseReason::kOk ? common::LogLevel::kInfo : common::LogLevel::kWarn;
@@ -268,7 +283,7 @@ boost::asio::awaitable<void> forwardTcp(Worker& worker, Tcp::socket& socket,
                                                       : CloseReason::kConnectFailed);
     co_return;
   }
-  auto result = co_await relayTcp(socket, upstream, cfg.timeouts.idle, worker.scratch());
+  auto result = co_await relayTcp(socket, upstream, cfg.timeouts.idle, worker.scratch(), record.liveBytes(true));
   record.finish(result.reason, result.sent, result.received);
 }
 

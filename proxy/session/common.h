@@ -56,6 +56,13 @@ class ConnectionRecord {
   // `reason` says (the relay only saw its sockets closed).
   void finish(CloseReason reason, uint64_t sent = 0, uint64_t received = 0);
 
+  // Counts the connection opened in Istio's TCP metrics under `key` (closed at finish()).
+  // Once, on the record's worker, when both ends are known.
+  void attribute(TrafficKey key);
+  // The relay's live byte counters for the Istio metrics ({} before attribute()): `client_side`
+  // is whether the relay's accepted (first) socket or stream is the client's end.
+  LiveBytes liveBytes(bool client_side) const;
+
   // What the drain deadline resets (Worker::abortLive): the connection's sockets while
   // they are in scope (WatchedSocket) and its CONNECT stream.
   void watchStream(std::shared_ptr<hbone::H2Stream> stream) { stream_ = std::move(stream); }
@@ -75,6 +82,7 @@ class ConnectionRecord {
   ConnectionRecord* prev_ = nullptr;
   ConnectionRecord* next_ = nullptr;
   std::array<Tcp::socket*, 2> sockets_{};
+  TrafficSeries* istio_ = nullptr;
   std::shared_ptr<hbone::H2Stream> stream_;
 };
 

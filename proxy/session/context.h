@@ -17,6 +17,7 @@
 #include "proxy/identity/tls_context.h"
 #include "proxy/policy/store.h"
 #include "proxy/session/admission.h"
+#include "proxy/session/istio_metrics.h"
 #include "proxy/session/placement.h"
 #include "proxy/session/relay.h"
 #include "proxy/session/self_addresses.h"
@@ -55,6 +56,8 @@ struct Shared {
   // False until every policy source has delivered its first state (the API server's lists):
   // until then inbound connections are refused, never judged against policies not yet read.
   std::atomic<bool> policies_loaded{true};
+  // Istio's TCP metrics (session/istio_metrics.h); null: not kept (tests that need none).
+  IstioMetrics* istio = nullptr;
 };
 
 class Worker {

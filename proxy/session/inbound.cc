@@ -183,6 +183,15 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
     reject(401, CloseReason::kPolicyDenied, "");  // the access line's policy= says why
     co_return;
   }
+  // Istio's metrics, as the server's node sees it. The client's workload is known here when
+  // the registry holds its IP (its identity was checked to own it); else only its identity.
+  {
+    TrafficKey key(Reporter::kDestination, true);
+    const workloads::Workload* client = registry->findByIp(info->client.ip);
+    key.from(client).to(verdict.workload);
+    if (client == nullptr) key.source_principal = info->peer_id;
+    record.attribute(std::move(key));
+  }
 
   // Connect before answering, so a refusal is a 503 and not a 200 followed by a reset.
   // A reset of the stream cancels the connect at once: the socket is closed (the workload
@@ -232,7 +241,7 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
   // snapshot (which would otherwise outlive every later workload change).
   stream->releaseHeaders();
   registry.reset();
-  auto result = co_await relayStream(upstream, *stream, cfg.timeouts.idle, worker.scratch());
+  auto result = co_await relayStream(upstream, *stream, cfg.timeouts.idle, worker.scratch(), record.liveBytes(false));
   // For the inbound record, "sent" is client -> workload, i.e. what the stream carried in.
   record.finish(result.reason, result.received, result.sent);
 }

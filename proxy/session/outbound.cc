@@ -39,6 +39,7 @@ struct OutboundPlan {
   const workloads::Workload* source_workload = nullptr;
   const workloads::Workload* destination_workload = nullptr;
   hbone::PoolKey key;
+  workloads::InternedString service;  // the Service whose ClusterIP was dialled; empty: none
 };
 
 // Why the TCP connect to the destination's HBONE port failed, naming the peer ferryd (the
@@ -147,10 +148,11 @@ awaitable<absl::StatusOr<std::shared_ptr<hbone::H2Connection>>> dialHbone(Worker
 }
 
 // `load` and `admitted` are held for the connection's life, as in tunnel().
-awaitable<void> passthrough(Worker& worker, Tcp::socket socket, Endpoints ends, LoadUnit load,
+awaitable<void> passthrough(Worker& worker, Tcp::socket socket, Endpoints ends, TrafficKey istio, LoadUnit load,
                             Admitted admitted) {
   auto& shared = worker.shared();
   ConnectionRecord record(worker, Direction::kOutbound);
+  record.attribute(std::move(istio));
   record.src = common::formatHostPort(ends.peer);
   record.dst = common::formatHostPort(ends.destination);
   shared.stats.passthrough_connections.fetch_add(1, std::memory_order_relaxed);
@@ -231,13 +233,17 @@ awaitable<void> tunnel(Worker& worker, Tcp::socket socket, OutboundPlan plan, Lo
   record.src = common::formatHostPort(plan.source);
   record.dst = common::formatHostPort(plan.destination);
   record.peer_identity = "expected:" + plan.key.destination_id;
+  record.attribute(TrafficKey(Reporter::kSource, true, plan.service)
+                       .from(plan.source_workload)
+                       .to(plan.destination_workload));
   WatchedSocket watched(record, socket);
   auto stream = co_await openStream(worker, socket, plan, record);
   if (!stream) co_return;
   record.peer_identity = plan.key.destination_id;  // proven by the handshake
   // The relay may idle for an hour: keep only what it needs.
   plan = OutboundPlan{};
-  auto result = co_await relayStream(socket, *stream, worker.shared().config.timeouts.idle, worker.scratch());
+  auto result = co_await relayStream(socket, *stream, worker.shared().config.timeouts.idle, worker.scratch(),
+                                     record.liveBytes(true));
   record.finish(result.reason, result.sent, result.received);
 }
 
@@ -269,19 +275,23 @@ awaitable<void> classifyOutbound(Worker& worker, Tcp::socket socket, Admitted ad
   // the target port the EndpointSlice resolved. From here on the connection is to that
   // pod, as if the app had dialled it: HBONE to <pod>:15008, CONNECT <pod>:<target port>.
   auto services = shared.workloads.services();
+  workloads::InternedString service;
   if (const auto* svc = services->find({common::canonicalIp(ends->destination.ip), ends->destination.port});
       svc != nullptr) {
     thread_local std::minstd_rand pick{std::random_device{}()};
     const auto& eps = svc->endpoints;
     const auto& ep = eps[std::uniform_int_distribution<size_t>(0, eps.size() - 1)(pick)];
     ends->destination = common::HostPort{ep.first, ep.second};
+    service = svc->name;
   }
   auto registry = shared.workloads.current();
   const auto* dst = registry->findByIp(ends->destination.ip);
   if (dst == nullptr || !dst->hbone) {
+    TrafficKey istio(Reporter::kSource, false, service);
+    istio.from(registry->findLocalByIp(ends->peer.ip)).to(dst);
     runPlaced(worker, std::move(socket),
-              [ends = *ends, admitted](Worker& w, Tcp::socket s, LoadUnit load) {
-                return passthrough(w, std::move(s), ends, std::move(load), admitted);
+              [ends = *ends, istio = std::move(istio), admitted](Worker& w, Tcp::socket s, LoadUnit load) {
+                return passthrough(w, std::move(s), ends, istio, std::move(load), admitted);
               },
               placeOnAnyWorker(worker));
     co_return;
@@ -291,6 +301,7 @@ awaitable<void> classifyOutbound(Worker& worker, Tcp::socket socket, Admitted ad
   plan.destination = ends->destination;
   plan.registry = registry;
   plan.destination_workload = dst;
+  plan.service = service;
   plan.source_workload = registry->findLocalByIp(ends->peer.ip);
   if (plan.source_workload == nullptr) {
     // No identity to present: fail closed, never plaintext to a mesh workload.

@@ -67,6 +67,9 @@ awaitable<void> servePlaintext(Worker& worker, Tcp::socket socket, LoadUnit load
     record.finish(CloseReason::kPolicyDenied);
     co_return;
   }
+  record.attribute(TrafficKey(Reporter::kDestination, false)
+                       .from(registry->findByIp(ends->peer.ip))
+                       .to(workload));
   co_await forwardTcp(worker, socket, ends->peer.ip, ends->destination, record);
 }
 

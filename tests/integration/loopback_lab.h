@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "proxy/server/server.h"
 
 namespace ferry::testing {
@@ -83,6 +85,26 @@ class Node {
   std::thread control_;
   bool ok_ = false;
   bool started_ = false;
+};
+
+// A test on the two nodes: startNodes() starts n1 and n2 (both must come up ready), both stop
+// when the test ends.
+class TwoNodeTest : public ::testing::Test {
+ protected:
+  void startNodes(const std::string& extra = "") {
+    n1_ = std::make_unique<Node>(files_, "n1", extra);
+    n2_ = std::make_unique<Node>(files_, "n2", extra);
+    ASSERT_TRUE(n1_->ok());
+    ASSERT_TRUE(n2_->ok());
+  }
+  void TearDown() override {
+    n1_.reset();
+    n2_.reset();
+  }
+
+  LabFiles files_;
+  std::unique_ptr<Node> n1_;
+  std::unique_ptr<Node> n2_;
 };
 
 // GET http://ip:port/path (HTTP/1.1, Connection: close). Returns the status (0 on failure)
