@@ -293,6 +293,13 @@ class ConfigParser {
     if (auto s = list("inbound_plaintext", listen.inbound_plaintext); !s.ok()) return s;
     if (auto s = list("hbone", listen.hbone); !s.ok()) return s;
     if (auto s = single("admin", listen.admin); !s.ok()) return s;
+    if (!listen.admin.ip.is_loopback()) {
+      // The admin endpoint changes ferryd (/logging, /quitquitquit) and shows its state:
+      // only this host may reach it (docs/operations.md, "Admin endpoint").
+      return reader_.error(*map->find("admin"), absl::StrCat("'", common::formatHostPort(listen.admin),
+                                                             "' is not a loopback address (127.0.0.0/8 or ::1): "
+                                                             "the admin endpoint is served to this host only"));
+    }
     if (auto s = single("metrics", listen.metrics); !s.ok()) return s;
     if (auto s = single("readiness", listen.readiness); !s.ok()) return s;
     return checkDistinctListeners();

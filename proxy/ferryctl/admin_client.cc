@@ -107,36 +107,44 @@ absl::StatusOr<common::HostPort> parseAdminAddress(absl::string_view text) {
   return hp;
 }
 
-absl::StatusOr<AdminAnswer> adminGet(const common::HostPort& admin, const std::string& target) {
-  const std::string where = absl::StrCat("ferryd's admin endpoint at ", common::formatHostPort(admin));
+absl::StatusOr<AdminAnswer> adminCall(const common::HostPort& admin, absl::string_view method,
+                                      const std::string& target) {
+  const std::string at = common::formatHostPort(admin);
+  const std::string where = absl::StrCat("ferryd's admin endpoint at ", at);
   auto failed = [&](const std::string& what, int err) {
-    return absl::UnavailableError(absl::StrCat(what, " ", where, ": ", common::errnoText(err),
+    if (err == ECONNREFUSED) {
+      return absl::UnavailableError(absl::StrCat("ferryd is not running at ", at,
+                                                 " (connection refused); if its listen.admin is elsewhere, "
+                                                 "pass --admin HOST:PORT or set FERRY_ADMIN"));
+    }
+    return absl::UnavailableError(absl::StrCat("ferryd at ", at, " is not reachable: ", what, ": ",
+                                               common::errnoText(err),
                                                " (is ferryd running on this node? is its listen.admin elsewhere? "
                                                "pass --admin HOST:PORT)"));
   };
   boost::asio::ip::tcp::endpoint endpoint(admin.ip, admin.port);
   Fd fd(::socket(endpoint.protocol().family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (fd.get() < 0) return failed("cannot open a socket to", errno);
+  if (fd.get() < 0) return failed("socket", errno);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kTimeoutMs);
   if (::connect(fd.get(), endpoint.data(), endpoint.size()) != 0) {
-    if (errno != EINPROGRESS) return failed("cannot connect to", errno);
-    if (!waitFor(fd.get(), POLLOUT, deadline)) return failed("cannot connect to", errno);
+    if (errno != EINPROGRESS) return failed("connect", errno);
+    if (!waitFor(fd.get(), POLLOUT, deadline)) return failed("connect", errno);
     int err = 0;
     socklen_t len = sizeof(err);
     ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-    if (err != 0) return failed("cannot connect to", err);
+    if (err != 0) return failed("connect", err);
   }
 
-  std::string request = absl::StrCat("GET ", target, " HTTP/1.1\r\nHost: ", common::formatHostPort(admin),
-                                     "\r\nUser-Agent: ferryctl\r\nConnection: close\r\n\r\n");
+  std::string request = absl::StrCat(method, " ", target, " HTTP/1.1\r\nHost: ", at,
+                                     "\r\nUser-Agent: ferryctl\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
   for (size_t sent = 0; sent < request.size();) {
     ssize_t n = ::send(fd.get(), request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
     if (n > 0) {
       sent += static_cast<size_t>(n);
     } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
-      return failed("cannot send to", errno);
+      return failed("send", errno);
     } else if (!waitFor(fd.get(), POLLOUT, deadline)) {
-      return failed("cannot send to", errno);
+      return failed("send", errno);
     }
   }
 
@@ -159,9 +167,9 @@ absl::StatusOr<AdminAnswer> adminGet(const common::HostPort& admin, const std::s
     } else if (n == 0) {
       break;
     } else if (errno != EAGAIN && errno != EINTR) {
-      return failed("lost the answer of", errno);
+      return failed("receive", errno);
     } else if (!waitFor(fd.get(), POLLIN, deadline)) {
-      return failed("no answer in time from", errno);
+      return failed("no answer in time", errno);
     }
   }
   if (!head) return absl::DataLossError(absl::StrCat(where, " closed the connection before a whole HTTP answer"));

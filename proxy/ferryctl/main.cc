@@ -1,5 +1,6 @@
 // ferryctl: operator tool (docs/operations.md, "ferryctl"): a small CA for labs and tests,
-// netkit pairs for the lab, and questions to ferryd's admin endpoint about its policies.
+// netkit pairs for the lab, and questions to ferryd's admin endpoint (its state, its
+// connections, its policies; its log level).
 // Usage in kUsage below.
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -8,6 +9,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -18,11 +20,14 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "proxy/common/duration.h"
+#include "proxy/common/log.h"
 #include "proxy/datapath/netlink.h"
 #include "proxy/ferryctl/admin_client.h"
+#include "proxy/ferryctl/admin_render.h"
 #include "proxy/ferryctl/policy_render.h"
 #include "proxy/identity/ca.h"
 #include "proxy/identity/dir_cert_source.h"
@@ -40,9 +45,17 @@ constexpr int kExitUsage = 2;
 // policy check: ferryd would deny the connection (0 says it would allow it), so that a
 // script can branch on the verdict without reading the output.
 constexpr int kExitDenied = 3;
+// No answer from ferryd: nothing listens at the admin address (ferryd is not running) or it
+// cannot be reached. Apart from 1 so that a script can tell "ferryd is down" from "ferryd
+// said no".
+constexpr int kExitUnreachable = 4;
 
-// ferryd's listen.admin default (docs/configuration.md).
+// ferryd's listen.admin default (docs/configuration.md); FERRY_ADMIN overrides it, --admin
+// both.
 constexpr char kDefaultAdmin[] = "127.0.0.1:15000";
+constexpr char kAdminEnv[] = "FERRY_ADMIN";
+// /connections lists this many by default (ferryd's own default).
+constexpr char kDefaultConnectionsLimit[] = "1000";
 
 // A root lives a year by default: long enough for a lab, short enough to exercise rotation.
 constexpr char kDefaultCaLifetime[] = "8760h";
@@ -56,12 +69,20 @@ constexpr char kUsage[] =
     "  ferryctl ca show  FILE\n"
     "  ferryctl ca intermediate --ca DIR --out DIR [--lifetime 720h] [--force]\n"
     "  ferryctl link netkit --name NAME --peer-name NAME [--peer-netns PATH] [--mode l2|l3]\n"
+    "  ferryctl status      [--admin HOST:PORT] [-o text|json]\n"
+    "  ferryctl workloads   [--admin HOST:PORT] [-o text|json]\n"
+    "  ferryctl certs       [--admin HOST:PORT] [-o text|json]\n"
+    "  ferryctl connections [--limit N] [--admin HOST:PORT] [-o text|json]\n"
+    "  ferryctl config      [--admin HOST:PORT] [-o text|json]\n"
+    "  ferryctl log-level   [trace|debug|info|warn|error|off] [--admin HOST:PORT] [-o text|json]\n"
     "  ferryctl policy check --from NAMESPACE/WORKLOAD|IP --to NAMESPACE/WORKLOAD:PORT [--plaintext]\n"
     "                        [--admin HOST:PORT] [-o text|json]\n"
     "  ferryctl policy list  [--admin HOST:PORT] [-o text|json]\n"
-    "policy commands ask ferryd's admin endpoint (--admin, default 127.0.0.1:15000) of the node that\n"
-    "runs the destination workload. Exit status: 0 done (policy check: allowed), 1 error (ferryd\n"
-    "unreachable, or its error), 2 usage, 3 policy check: denied.\n";
+    "Every command but ca and link asks ferryd's admin endpoint: --admin, else $FERRY_ADMIN, else\n"
+    "127.0.0.1:15000 (policy check: on the node that runs the destination workload). -o json prints\n"
+    "ferryd's JSON answer as it is. Exit status: 0 done (policy check: allowed), 1 error (ferryd's\n"
+    "error answer, or one ferryctl cannot read), 2 usage, 3 policy check: denied, 4 ferryd not\n"
+    "running or not reachable at the admin address.\n";
 
 struct Args {
   std::map<std::string, std::string> values;
@@ -323,14 +344,18 @@ int linkNetkit(const std::vector<std::string>& argv) {
   return kExitOk;
 }
 
-// What the policy commands share: --admin and -o.
+// What the admin commands share: --admin (or FERRY_ADMIN) and -o.
 struct AdminRequest {
   common::HostPort admin;
   bool json = false;
 };
 absl::StatusOr<AdminRequest> adminRequest(Args& args) {
   AdminRequest out;
-  auto admin = parseAdminAddress(args.values.count("admin") ? args.values["admin"] : kDefaultAdmin);
+  const char* env = std::getenv(kAdminEnv);
+  std::string address = args.values.count("admin")       ? args.values["admin"]
+                        : env != nullptr && *env != '\0' ? std::string(env)
+                                                         : std::string(kDefaultAdmin);
+  auto admin = parseAdminAddress(address);
   if (!admin.ok()) return admin.status();
   out.admin = *admin;
   std::string output = args.values.count("output") ? args.values["output"] : "text";
@@ -341,10 +366,11 @@ absl::StatusOr<AdminRequest> adminRequest(Args& args) {
   return out;
 }
 
-// GETs `target`; the body of a 200 answer, else an error for the operator (ferryd's own
-// message when it gave one).
-absl::StatusOr<std::string> askFerryd(const AdminRequest& request, const std::string& target) {
-  auto answer = adminGet(request.admin, target);
+// `method` `target`; the body of a 200 answer, else an error for the operator (ferryd's own
+// message when it gave one). Unavailable: no answer came (kExitUnreachable).
+absl::StatusOr<std::string> askFerryd(const AdminRequest& request, const std::string& target,
+                                      absl::string_view method = "GET") {
+  auto answer = adminCall(request.admin, method, target);
   if (!answer.ok()) return answer.status();
   if (answer->status != 200) {
     return absl::FailedPreconditionError(absl::StrCat("ferryd at ", common::formatHostPort(request.admin),
@@ -352,6 +378,62 @@ absl::StatusOr<std::string> askFerryd(const AdminRequest& request, const std::st
                                                       errorMessage(answer->status, answer->body)));
   }
   return std::move(answer->body);
+}
+
+// The exit status of a failed question: ferryd down or out of reach, or anything else.
+int failAsk(const absl::Status& status) {
+  std::fprintf(stderr, "ferryctl: %s\n", std::string(status.message()).c_str());
+  return absl::IsUnavailable(status) ? kExitUnreachable : kExitFailure;
+}
+
+using Render = absl::StatusOr<std::string> (*)(absl::string_view);
+
+// A question whose answer is printed: ferryd's JSON with -o json, else `render` of it.
+int showAnswer(const AdminRequest& request, const std::string& target, Render render, absl::string_view method = "GET") {
+  auto body = askFerryd(request, target, method);
+  if (!body.ok()) return failAsk(body.status());
+  auto text = render(*body);
+  if (!text.ok()) return fail(text.status().message());
+  std::fputs(request.json ? body->c_str() : text->c_str(), stdout);
+  return kExitOk;
+}
+
+// status, workloads, certs, config: no argument but --admin and -o.
+int simpleQuestion(const std::vector<std::string>& argv, const std::string& target, Render render) {
+  Args args;
+  std::string error;
+  if (!parseArgs(argv, {"admin", "output"}, {}, args, error)) return usage(error);
+  if (!args.positional.empty()) return usage(absl::StrCat("unexpected argument ", args.positional[0]));
+  auto request = adminRequest(args);
+  if (!request.ok()) return usage(request.status().message());
+  return showAnswer(*request, target, render);
+}
+
+int connections(const std::vector<std::string>& argv) {
+  Args args;
+  std::string error;
+  if (!parseArgs(argv, {"admin", "output", "limit"}, {}, args, error)) return usage(error);
+  if (!args.positional.empty()) return usage(absl::StrCat("unexpected argument ", args.positional[0]));
+  auto request = adminRequest(args);
+  if (!request.ok()) return usage(request.status().message());
+  std::string limit = args.values.count("limit") ? args.values["limit"] : kDefaultConnectionsLimit;
+  uint64_t n = 0;
+  if (!absl::SimpleAtoi(limit, &n) || n < 1) return usage(absl::StrCat("--limit '", limit, "' is not a positive number"));
+  return showAnswer(*request, absl::StrCat("/connections?limit=", n), &renderConnections);
+}
+
+// log-level: shows the level; log-level LEVEL sets it.
+int logLevel(const std::vector<std::string>& argv) {
+  Args args;
+  std::string error;
+  if (!parseArgs(argv, {"admin", "output"}, {}, args, error)) return usage(error);
+  if (args.positional.size() > 1) return usage(absl::StrCat("unexpected argument ", args.positional[1]));
+  auto request = adminRequest(args);
+  if (!request.ok()) return usage(request.status().message());
+  if (args.positional.empty()) return showAnswer(*request, "/logging", &renderLogLevel);
+  const std::string& level = args.positional[0];
+  if (auto parsed = common::parseLogLevel(level); !parsed.ok()) return usage(parsed.status().message());
+  return showAnswer(*request, absl::StrCat("/logging?level=", level), &renderLogLevel, "POST");
 }
 
 // How ferryd would judge one connection: exit 0 allow, 3 deny.
@@ -368,27 +450,11 @@ int policyCheck(const std::vector<std::string>& argv) {
   auto request = adminRequest(args);
   if (!request.ok()) return usage(request.status().message());
   auto body = askFerryd(*request, checkRequestTarget(args.values["from"], *target, args.switches.count("plaintext")));
-  if (!body.ok()) return fail(body.status().message());
+  if (!body.ok()) return failAsk(body.status());
   auto verdict = renderCheck(*body);
   if (!verdict.ok()) return fail(verdict.status().message());
   std::fputs(request->json ? body->c_str() : verdict->text.c_str(), stdout);
   return verdict->allowed ? kExitOk : kExitDenied;
-}
-
-// The policies in force and the refused ones.
-int policyList(const std::vector<std::string>& argv) {
-  Args args;
-  std::string error;
-  if (!parseArgs(argv, {"admin", "output"}, {}, args, error)) return usage(error);
-  if (!args.positional.empty()) return usage(absl::StrCat("unexpected argument ", args.positional[0]));
-  auto request = adminRequest(args);
-  if (!request.ok()) return usage(request.status().message());
-  auto body = askFerryd(*request, "/policies");
-  if (!body.ok()) return fail(body.status().message());
-  auto text = renderList(*body);
-  if (!text.ok()) return fail(text.status().message());
-  std::fputs(request->json ? body->c_str() : text->c_str(), stdout);
-  return kExitOk;
 }
 
 int run(int argc, char** argv) {
@@ -404,12 +470,20 @@ int run(int argc, char** argv) {
   if (args[0] == "policy") {
     std::vector<std::string> rest(args.begin() + std::min<size_t>(args.size(), 2), args.end());
     if (args.size() >= 2 && args[1] == "check") return policyCheck(rest);
-    if (args.size() >= 2 && args[1] == "list") return policyList(rest);
+    // The policies in force and the refused ones.
+    if (args.size() >= 2 && args[1] == "list") return simpleQuestion(rest, "/policies", &renderList);
     return usage("policy needs a subcommand: check or list");
   }
+  std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (args[0] == "status") return simpleQuestion(rest, "/status", &renderStatus);
+  if (args[0] == "workloads") return simpleQuestion(rest, "/workloads?format=json", &renderWorkloads);
+  if (args[0] == "certs") return simpleQuestion(rest, "/certs?format=json", &renderCerts);
+  if (args[0] == "config") return simpleQuestion(rest, "/config_dump", &renderConfig);
+  if (args[0] == "connections") return connections(rest);
+  if (args[0] == "log-level") return logLevel(rest);
   if (args[0] != "ca") return usage(absl::StrCat("unknown command '", args[0], "'"));
   if (args.size() < 2) return usage("ca needs a subcommand: init, issue, show or intermediate");
-  std::vector<std::string> rest(args.begin() + 2, args.end());
+  rest.assign(args.begin() + 2, args.end());
   if (args[1] == "init") return caInit(rest);
   if (args[1] == "issue") return caIssue(rest);
   if (args[1] == "show") return caShow(rest);

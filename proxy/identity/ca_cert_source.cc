@@ -189,6 +189,20 @@ size_t CaCertSource::cachedCount() {
   return entries_.size();
 }
 
+std::vector<std::shared_ptr<const Svid>> CaCertSource::held() {
+  std::vector<std::shared_ptr<Entry>> entries;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, entry] : entries_) entries.push_back(entry);
+  }
+  std::vector<std::shared_ptr<const Svid>> out;
+  for (const auto& entry : entries) {
+    std::unique_lock<std::mutex> lock(entry->mu, std::try_to_lock);  // never wait on an issuance
+    if (lock.owns_lock() && entry->svid) out.push_back(entry->svid);
+  }
+  return out;
+}
+
 absl::StatusOr<std::shared_ptr<const Svid>> CaCertSource::issue(const SpiffeId& id,
                                                                 const Authority& authority,
                                                                 system_clock::time_point now,

@@ -92,6 +92,9 @@ class CaCertSource : public CertSource {
   uint64_t authorityGeneration();
   // SVIDs held for identities now.
   size_t cachedCount();
+  // The SVIDs held now (for the admin endpoint's /certs): never issues. An identity whose
+  // SVID is being issued at this moment is left out.
+  std::vector<std::shared_ptr<const Svid>> held();
 
   // For metrics: every SVID issued (first ones and refreshes), those that replaced a cached
   // SVID (half life or a new CA), and failed issuances.

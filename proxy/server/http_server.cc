@@ -1,10 +1,16 @@
 #include "proxy/server/http_server.h"
 
+#include <optional>
+#include <vector>
+
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/async_result.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/read.hpp>
@@ -12,6 +18,7 @@
 #include <boost/beast/http/write.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "proxy/common/log.h"
 
 namespace ferry::server {
@@ -24,12 +31,43 @@ namespace {
 constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
 // A scrape or probe is tiny; anything slower than this is a stuck or hostile client.
 constexpr auto kRequestTimeout = std::chrono::seconds(5);
+// Requests carry their arguments in the query; a POST body is read and ignored, and one
+// larger than this is no request for these endpoints.
+constexpr size_t kMaxBody = 1024;
 
-asio::awaitable<void> serveOne(tcp::socket socket, const std::map<std::string, HttpServer::QueryHandler>* routes) {
+using Routes = std::map<std::string, HttpServer::Route>;
+
+std::optional<HttpMethod> methodOf(http::verb verb) {
+  switch (verb) {
+    case http::verb::get: return HttpMethod::kGet;
+    case http::verb::post: return HttpMethod::kPost;
+    default: return std::nullopt;
+  }
+}
+
+std::string allowed(const std::set<HttpMethod>& methods) {
+  std::vector<const char*> names;
+  for (auto m : methods) names.push_back(httpMethodName(m));
+  return absl::StrJoin(names, ", ");
+}
+
+// Runs the route's handler; its answer, which may come from another thread (a worker), is
+// posted to `ex`, which resumes the waiting coroutine there, never inline. An initiation
+// for async_initiate (a plain function, not a coroutine of its own).
+auto askRoute(const HttpServer::Route& route, const HttpRequest& request, asio::any_io_executor ex) {
+  return [&route, &request, ex](auto handler) {
+    auto shared = std::make_shared<decltype(handler)>(std::move(handler));
+    route.handler(request, [shared, ex](HttpResponse response) {
+      asio::post(ex, [shared, response = std::move(response)]() mutable { (*shared)(std::move(response)); });
+    });
+  };
+}
+
+asio::awaitable<void> serveOne(tcp::socket socket, const Routes* routes) {
   boost::beast::flat_buffer buffer(8192);
   http::request_parser<http::string_body> parser;
   parser.header_limit(8192);
-  parser.body_limit(0);
+  parser.body_limit(kMaxBody);
   asio::steady_timer timer(socket.get_executor());
   timer.expires_after(kRequestTimeout);
   auto read = co_await (http::async_read(socket, buffer, parser, kTuple) || timer.async_wait(kTuple));
@@ -45,28 +83,36 @@ asio::awaitable<void> serveOne(tcp::socket socket, const std::map<std::string, H
     target.resize(q);
   }
   auto it = routes->find(target);
-  if (req.method() != http::verb::get) {
-    res.result(http::status::method_not_allowed);
-    res.body() = "only GET is served here\n";
-  } else if (it == routes->end()) {
+  auto method = methodOf(req.method());
+  std::function<void()> after_write;
+  if (it == routes->end()) {
     res.result(http::status::not_found);
     std::string body = "not found; try:";
-    for (const auto& [path, h] : *routes) absl::StrAppend(&body, " ", path);
+    for (const auto& [path, r] : *routes) absl::StrAppend(&body, " ", path);
     res.body() = body + "\n";
+  } else if (!method || it->second.methods.count(*method) == 0) {
+    res.result(http::status::method_not_allowed);
+    res.set(http::field::allow, allowed(it->second.methods));
+    res.body() = absl::StrCat(target, " serves ", allowed(it->second.methods), ", not ",
+                              std::string(req.method_string()), "\n");
   } else {
-    HttpResponse r = it->second(query);
+    HttpRequest request{*method, std::move(query)};
+    HttpResponse r = co_await asio::async_initiate<const asio::use_awaitable_t<>, void(HttpResponse)>(
+        askRoute(it->second, request, socket.get_executor()), asio::use_awaitable);
     res.result(static_cast<unsigned>(r.status));
     res.set(http::field::content_type, r.content_type);
     res.body() = std::move(r.body);
+    after_write = std::move(r.after_write);
   }
   res.prepare_payload();
   timer.expires_after(kRequestTimeout);
   co_await (http::async_write(socket, res, kTuple) || timer.async_wait(kTuple));
   boost::system::error_code ignored;
   socket.shutdown(tcp::socket::shutdown_both, ignored);
+  if (after_write) after_write();
 }
 
-asio::awaitable<void> acceptLoop(tcp::acceptor& acceptor, const std::map<std::string, HttpServer::QueryHandler>* routes) {
+asio::awaitable<void> acceptLoop(tcp::acceptor& acceptor, const Routes* routes) {
   for (;;) {
     auto [ec, socket] = co_await acceptor.async_accept(kTuple);
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
@@ -79,6 +125,35 @@ asio::awaitable<void> acceptLoop(tcp::acceptor& acceptor, const std::map<std::st
   }
 }
 }  // namespace
+
+const char* httpMethodName(HttpMethod method) {
+  switch (method) {
+    case HttpMethod::kGet: return "GET";
+    case HttpMethod::kPost: return "POST";
+  }
+  return "?";
+}
+
+void HttpServer::route(std::string path, Handler handler) {
+  routeRequest(std::move(path), {HttpMethod::kGet},
+               [handler = std::move(handler)](const HttpRequest&) { return handler(); });
+}
+
+void HttpServer::routeWithQuery(std::string path, QueryHandler handler) {
+  routeRequest(std::move(path), {HttpMethod::kGet},
+               [handler = std::move(handler)](const HttpRequest& request) { return handler(request.query); });
+}
+
+void HttpServer::routeRequest(std::string path, std::set<HttpMethod> methods, RequestHandler handler) {
+  routes_[std::move(path)] = Route{std::move(methods), [handler = std::move(handler)](const HttpRequest& request,
+                                                                                      Reply reply) {
+                                     reply(handler(request));
+                                   }};
+}
+
+void HttpServer::routeAsync(std::string path, AsyncHandler handler) {
+  routes_[std::move(path)] = Route{{HttpMethod::kGet}, std::move(handler)};
+}
 
 absl::Status HttpServer::listen(const common::HostPort& addr) {
   tcp::endpoint ep(addr.ip, addr.port);

@@ -1,10 +1,12 @@
 #pragma once
 // A small HTTP/1.1 server (Beast) for the operator endpoints: readiness (15021), metrics
-// (15020) and admin (15000). GET only, one request per connection; it runs on the control
-// thread and never touches the data plane.
+// (15020) and admin (15000). One request per connection; each route names the methods it
+// serves (405 otherwise). It runs on the control thread and never touches the data plane:
+// a route that needs the workers asks them (routeAsync) and answers when they have.
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 
 #include <boost/asio/io_context.hpp>
@@ -15,30 +17,56 @@
 
 namespace ferry::server {
 
+enum class HttpMethod { kGet, kPost };
+const char* httpMethodName(HttpMethod method);
+
+struct HttpRequest {
+  HttpMethod method = HttpMethod::kGet;
+  std::string query;  // after '?', still %-encoded; "" when none
+};
+
 struct HttpResponse {
   int status = 200;
   std::string content_type = "text/plain; charset=utf-8";
   std::string body;
+  // Runs on the control thread once the answer is written (or could not be): what must
+  // happen after the client has its answer (/quitquitquit begins the drain).
+  std::function<void()> after_write = nullptr;
 };
 
 class HttpServer {
  public:
   using Handler = std::function<HttpResponse()>;
-  // Gets the request's query string (after '?', still %-encoded; "" when none).
   using QueryHandler = std::function<HttpResponse(const std::string& query)>;
+  using RequestHandler = std::function<HttpResponse(const HttpRequest&)>;
+  // Called once with the answer, from any thread; the answer is written on the control
+  // thread.
+  using Reply = std::function<void(HttpResponse)>;
+  using AsyncHandler = std::function<void(const HttpRequest&, Reply)>;
+
   HttpServer(boost::asio::io_context& io, std::string name) : io_(io), name_(std::move(name)) {}
 
-  void route(std::string path, Handler handler) {
-    routes_[std::move(path)] = [handler = std::move(handler)](const std::string&) { return handler(); };
-  }
-  void routeWithQuery(std::string path, QueryHandler handler) { routes_[std::move(path)] = std::move(handler); }
+  // GET only.
+  void route(std::string path, Handler handler);
+  void routeWithQuery(std::string path, QueryHandler handler);
+  // The methods listed; another gets 405 with an Allow header.
+  void routeRequest(std::string path, std::set<HttpMethod> methods, RequestHandler handler);
+  // GET only; the handler replies when it can (the request's connection waits, bounded by
+  // kRequestTimeout on the client's side only).
+  void routeAsync(std::string path, AsyncHandler handler);
+
   absl::Status listen(const common::HostPort& addr);
   void stop();
+
+  struct Route {
+    std::set<HttpMethod> methods;
+    AsyncHandler handler;
+  };
 
  private:
   boost::asio::io_context& io_;
   std::string name_;
-  std::map<std::string, QueryHandler> routes_;
+  std::map<std::string, Route> routes_;
   std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;
 };
 

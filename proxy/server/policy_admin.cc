@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "proxy/common/net.h"
 #include "proxy/common/strings.h"
+#include "proxy/server/admin_json.h"
 #include "proxy/session/context.h"
 
 namespace ferry::server {
@@ -15,25 +16,7 @@ namespace {
 
 namespace json = boost::json;
 
-HttpResponse jsonResponse(int status, const json::value& body) {
-  return HttpResponse{status, "application/json", json::serialize(body) + "\n"};
-}
-
-HttpResponse badRequest(std::string why) { return jsonResponse(400, json::object{{"error", std::move(why)}}); }
-
-// key=value&key=value with %XX and '+' decoded; the last value of a repeated key wins.
-std::map<std::string, std::string> parseQuery(const std::string& query) {
-  std::map<std::string, std::string> out;
-  std::string_view rest = query;
-  while (!rest.empty()) {
-    auto amp = rest.find('&');
-    std::string_view pair = rest.substr(0, amp);
-    rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
-    auto eq = pair.find('=');
-    out[common::percentDecode(pair.substr(0, eq))] = eq == std::string_view::npos ? "" : common::percentDecode(pair.substr(eq + 1));
-  }
-  return out;
-}
+HttpResponse badRequest(std::string why) { return jsonError(400, std::move(why)); }
 
 const workloads::Workload* findByKey(const workloads::Registry& registry, const std::string& key) {
   const workloads::Workload* found = nullptr;
@@ -82,7 +65,7 @@ json::object objectJson(const policy::Object& object) {
 
 }  // namespace
 
-HttpResponse policyDump(const policy::Store& store) {
+boost::json::object policiesJson(const policy::Store& store) {
   auto set = store.current();
   json::array objects;
   set->forEach([&](const policy::Object& o) { objects.push_back(objectJson(o)); });
@@ -94,11 +77,13 @@ HttpResponse policyDump(const policy::Store& store) {
                                    {"reason", r.reason},
                                    {"kept_previous", r.kept_previous}});
   }
-  return jsonResponse(200, json::object{{"root_namespace", set->rootNamespace()},
-                                        {"generation", set->generation()},
-                                        {"policies", std::move(objects)},
-                                        {"refused", std::move(refused)}});
+  return json::object{{"root_namespace", set->rootNamespace()},
+                      {"generation", set->generation()},
+                      {"policies", std::move(objects)},
+                      {"refused", std::move(refused)}};
 }
+
+HttpResponse policyDump(const policy::Store& store) { return jsonResponse(200, policiesJson(store)); }
 
 HttpResponse policyCheck(const std::string& query, const workloads::Registry& registry,
                          const policy::PolicySet& policies, std::string_view trust_domain) {

@@ -5,12 +5,16 @@
 #include <string>
 #include <string_view>
 
+#include <boost/json/object.hpp>
+
 #include "proxy/policy/store.h"
 #include "proxy/server/http_server.h"
 #include "proxy/workloads/registry.h"
 
 namespace ferry::server {
 
+// What /policies answers (and /config_dump's "policies").
+boost::json::object policiesJson(const policy::Store& store);
 HttpResponse policyDump(const policy::Store& store);
 // Query: from=<namespace/name | IP>, to=<namespace/name>, port=<1-65535>. A `from` workload
 // calls with its identity (mTLS); an IP no workload owns calls in plaintext, as does any

@@ -157,6 +157,11 @@ Server::~Server() {
   for (auto& t : threads_) {
     if (t.joinable()) t.join();
   }
+  // A worker's queue may still hold the answer of an admin request (/connections) whose
+  // connection belongs to the control loop: it goes while that loop still exists (members
+  // go in reverse order, control_ before workers_); the listeners before their workers.
+  acceptors_.clear();
+  workers_.clear();
   // A proxy netns of ferryd's own outlives the process while closing sockets still hold it
   // (a FIN_WAIT orphan: up to tcp_fin_timeout), and with it its veth pair: the next ferryd
   // would find the name taken. Deleting the node's side takes the pair at once.
@@ -251,87 +256,10 @@ absl::Status Server::start() {
     if (ready.ok()) return HttpResponse{200, "text/plain; charset=utf-8", "ready\n"};
     return HttpResponse{503, "text/plain; charset=utf-8", absl::StrCat(ready.message(), "\n")};
   });
-  admin_.route("/certs", [this] {
-    std::string body = absl::StrCat("source: ", ca_source_ != nullptr ? "ca" : "files", "\n");
-    absl::Status ready = readiness();
-    absl::StrAppend(&body, "ready: ", ready.ok() ? "true" : absl::StrCat("false (", ready.message(), ")"), "\n");
-    if (auto bundle = certs_->bundle(); bundle.ok()) {
-      for (const auto& root : (*bundle)->roots) {
-        absl::StrAppend(&body, "root: ", identity::nameToString(X509_get_subject_name(root.get())), " until ",
-                        identity::formatTime(identity::asn1TimeToTimePoint(X509_get0_notAfter(root.get()))), "\n");
-      }
-    }
-    if (ca_source_ != nullptr) {
-      if (auto ca = ca_source_->current()) {
-        absl::StrAppend(&body, "ca_generation: ", ca->authorityGeneration(), "\ncertificates_cached: ",
-                        ca->cachedCount(), "\n");
-      }
-    }
-    return HttpResponse{200, "text/plain; charset=utf-8", body};
-  });
   metrics_.route("/metrics", [this] {
     return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", renderMetrics()};
   });
-  admin_.route("/workloads", [this] {
-    auto reg = workloads_.current();
-    std::vector<std::string> lines;
-    lines.reserve(reg->size());
-    reg->forEach([&](const workloads::Workload& w) {
-      std::string ips;
-      for (const auto& ip : w.ips) absl::StrAppend(&ips, ips.empty() ? "" : ",", ip.to_string());
-      lines.push_back(absl::StrCat(w.displayName(), " node=", w.node.str(), " ips=", ips,
-                                   " identity=", w.spiffeId(config_.trust_domain), " hbone=", w.hbone ? "true" : "false",
-                                   reg->isLocal(w) ? " local" : "", "\n"));
-    });
-    std::sort(lines.begin(), lines.end());  // the registry keeps no order
-    return HttpResponse{200, "text/plain; charset=utf-8", absl::StrJoin(lines, "")};
-  });
-  admin_.route("/policies", [this] { return policyDump(policies_); });
-  admin_.routeWithQuery("/policy/check", [this](const std::string& query) {
-    return policyCheck(query, *workloads_.current(), *policies_.current(), config_.trust_domain);
-  });
-  admin_.route("/datapath", [this] {
-    if (!datapath_) return HttpResponse{200, "text/plain; charset=utf-8", "datapath: disabled\n"};
-    std::string body = absl::StrCat("kernel: ", datapath::describe(datapath_->features()),
-                                    "\ninjection: ", datapath::injectionName(datapath_->injection().mode),
-                                    " (", datapath_->injection().why, ")\nenrolled_pods: ",
-                                    datapath_->enrolledPods(), "\n");
-    return HttpResponse{200, "text/plain; charset=utf-8", body};
-  });
-  admin_.route("/config_dump", [this] {
-    std::string body = absl::StrCat(
-        "node: ", config_.node, "\ntrust_domain: ", config_.trust_domain,
-        "\nworkload_source: ", source_->describe(), "\ncert_dir: ", config_.cert_dir,
-        "\nworkers: ", workers_.size(), "\nlog_level: ", common::toAbsl(common::logLevelName(config_.log_level)),
-        "\ntransparent: ", config_.transparent ? "true" : "false",
-        "\noriginal_destination: ",
-        config_.original_destination == config::OriginalDestination::kSocket ? "socket" : "proxy_protocol",
-        "\nhbone_port: ", config_.hbone_port,
-        "\ntimeouts: {connect: ", common::formatDuration(config_.timeouts.connect),
-        ", handshake: ", common::formatDuration(config_.timeouts.handshake),
-        ", idle: ", common::formatDuration(config_.timeouts.idle),
-        ", drain: ", common::formatDuration(config_.timeouts.drain), "}",
-        "\npool: {max_streams: ", config_.pool.max_streams,
-        ", idle_release: ", common::formatDuration(config_.pool.idle_release),
-        ", ping_interval: ", common::formatDuration(config_.pool.ping_interval),
-        ", ping_timeout: ", common::formatDuration(config_.pool.ping_timeout),
-        ", workers_per_pair: ", config_.pool.workers_per_pair, "}",
-        "\nhbone: {max_pending_connects: ", config_.hbone.max_pending_connects,
-        ", max_premature_resets: ", config_.hbone.max_premature_resets, "}\nlimits: {");
-    auto listener = [&](const char* name, const config::ListenerLimits& l) {
-      absl::StrAppend(&body, name, ": {max_connections: ", l.max_connections,
-                      ", max_connections_per_source: ", l.max_connections_per_source,
-                      ", max_pending_handshakes: ", l.max_pending,
-                      ", max_pending_handshakes_per_source: ", l.max_pending_per_source, "}, ");
-    };
-    listener("hbone", config_.limits.hbone);
-    listener("outbound", config_.limits.outbound);
-    listener("inbound_plaintext", config_.limits.inbound_plaintext);
-    absl::StrAppend(&body, "descriptor_reserve: ", config_.limits.descriptor_reserve,
-                    ", preallocated_sockets: ", config_.limits.preallocated_sockets,
-                    ", trim_after_closes: ", config_.limits.trim_after_closes, "}\n");
-    return HttpResponse{200, "text/yaml; charset=utf-8", body};
-  });
+  routeAdmin();
 
   // After the endpoint is up: the chain makes every new pod's ADD call it.
   if (config_.cni.install) {

@@ -4,8 +4,10 @@
 // and 15008. An accepted connection is placed on the least loaded worker (moved there
 // before a byte is read) and lives on that worker for life.
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -42,6 +44,17 @@ class KubernetesSource;
 
 namespace ferry::server {
 
+// The last reloads of the config file, for /config_dump's "reload" object. The live reload
+// fills it (control thread); until it exists the counts stay 0.
+struct ReloadStatus {
+  uint64_t applied = 0;   // reloads whose changes applied
+  uint64_t rejected = 0;  // invalid files refused: nothing changed
+  std::string last_error;  // why the last refused file was refused
+  // Keys changed in the file that apply only at the next start.
+  std::vector<std::string> needs_restart;
+  std::chrono::system_clock::time_point last_attempt{};  // the epoch: never
+};
+
 class Server {
  public:
   explicit Server(config::Config config);
@@ -75,6 +88,13 @@ class Server {
   void collectIdentityMetrics(telemetry::Exposition& out);
   void registerMetrics();
   void armSignals();
+  // The admin endpoint's pages (server_admin.cc; docs/operations.md, "Admin endpoint").
+  void routeAdmin();
+  // /connections: asks every worker for its live connections (on its own thread) and
+  // replies on the control thread once all have answered.
+  void serveConnections(const HttpRequest& request, HttpServer::Reply reply);
+  int64_t liveConnections();
+  ReloadStatus reload_status_;
   void preallocateSocketStates(int descriptor_cap);
   // Gives freed heap back to the kernel after a burst of closes (docs/security.md, Memory).
   void scheduleMemoryTrim();

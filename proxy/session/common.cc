@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <functional>
 #include <vector>
 
@@ -122,18 +123,19 @@ ConnectionRecord::~ConnectionRecord() {
   worker_.live().fetch_sub(1, std::memory_order_relaxed);
 }
 
-void ConnectionRecord::attribute(TrafficKey key) {
+void ConnectionRecord::attribute(Reporter reporter, bool mutual_tls, workloads::InternedString service) {
   IstioMetrics* istio = worker_.shared().istio;
   if (istio == nullptr || istio_ != nullptr || finished_) return;
+  TrafficKey key(reporter, mutual_tls, service);
+  key.from(source_workload.get()).to(destination_workload.get());
+  if (source_workload == nullptr) key.source_principal = source_principal;
   istio_ = &istio->series(worker_.index(), std::move(key));
   istio_->opened.fetch_add(1, std::memory_order_relaxed);
-}
-
-LiveBytes ConnectionRecord::liveBytes(bool client_side) const {
-  if (istio_ == nullptr) return {};
-  // RelayResult::sent runs from the relay's first socket: the request when that is the client.
-  if (client_side) return {&istio_->request_bytes, &istio_->response_bytes};
-  return {&istio_->response_bytes, &istio_->request_bytes};
+  // The relay's accepted side is the client's, except inbound HBONE (it relays the
+  // workload's socket against the stream): request = client -> server.
+  bool client_first = direction_ != Direction::kInbound;
+  bytes.live_sent = client_first ? &istio_->request_bytes : &istio_->response_bytes;
+  bytes.live_received = client_first ? &istio_->response_bytes : &istio_->request_bytes;
 }
 
 void ConnectionRecord::abort(CloseReason reason) {
@@ -155,6 +157,27 @@ size_t Worker::abortLive() {
   }
   for (auto* r : live) r->abort(CloseReason::kShutdown);
   return live.size();
+}
+
+std::vector<ConnectionInfo> Worker::connections(size_t limit, size_t& total) const {
+  std::vector<const ConnectionRecord*> live;
+  for (const auto* r = records_; r != nullptr; r = r->next_) {
+    if (!r->finished_) live.push_back(r);
+  }
+  total = live.size();
+  // The list is newest first: the oldest are at its end.
+  std::reverse(live.begin(), live.end());
+  if (live.size() > limit) live.resize(limit);
+  auto now = std::chrono::steady_clock::now();
+  std::vector<ConnectionInfo> out;
+  out.reserve(live.size());
+  for (const auto* r : live) {
+    ConnectionInfo info{r->direction_, r->src, r->dst, r->peer_identity, now - r->start_,
+                        r->bytes_reversed ? r->bytes.received : r->bytes.sent,
+                        r->bytes_reversed ? r->bytes.sent : r->bytes.received, index_};
+    out.push_back(std::move(info));
+  }
+  return out;
 }
 
 size_t Worker::reauthorize(const policy::PolicySet& policies, const workloads::Registry& registry) {
@@ -283,7 +306,7 @@ boost::asio::awaitable<void> forwardTcp(Worker& worker, Tcp::socket& socket,
                                                       : CloseReason::kConnectFailed);
     co_return;
   }
-  auto result = co_await relayTcp(socket, upstream, cfg.timeouts.idle, worker.scratch(), record.liveBytes(true));
+  auto result = co_await relayTcp(socket, upstream, cfg.timeouts.idle, worker.scratch(), record.bytes);
   record.finish(result.reason, result.sent, result.received);
 }
 

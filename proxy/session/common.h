@@ -43,12 +43,28 @@ class ConnectionRecord {
   std::string src;
   std::string dst;
   std::string peer_identity;
+  // Who is on each side: the registry's workload when the address is a known one (null
+  // otherwise), held until the record is written; and the SPIFFE ID each side has over
+  // mTLS (empty on a leg without it: passthrough, plaintext). Outbound, the source's is
+  // the one ferryd presents for it and the destination's the one the server must prove;
+  // inbound, the client's proven one and the local workload's. Access-log fields and
+  // metric labels.
+  workloads::WorkloadPtr source_workload;
+  workloads::WorkloadPtr destination_workload;
+  std::string source_principal;
+  std::string destination_principal;
   std::string detail;  // why it failed, for the log
   // The authorization decision, for the log ("allowed by ALLOW policy shop/x rule 0").
   std::string policy;
   // What the connection was authorized on (inbound, inbound plaintext): judged again when
   // the policies or the workloads change (Worker::reauthorize).
   std::optional<policy::Request> subject;
+  // Relayed so far, live (the relay adds to them on this worker's thread; /connections
+  // reads them there). `bytes_reversed`: the relay's accepted side is the far end (an
+  // inbound HBONE stream relays the workload's socket), so its `sent` is this record's
+  // received.
+  ByteCounts bytes;
+  bool bytes_reversed = false;
   // Rate limit for this record's access line when it is a warning (the streams of one HBONE
   // connection share one); nullptr = always written. Must outlive finish().
   common::LogLimiter* warn_limiter = nullptr;
@@ -56,12 +72,11 @@ class ConnectionRecord {
   // `reason` says (the relay only saw its sockets closed).
   void finish(CloseReason reason, uint64_t sent = 0, uint64_t received = 0);
 
-  // Counts the connection opened in Istio's TCP metrics under `key` (closed at finish()).
-  // Once, on the record's worker, when both ends are known.
-  void attribute(TrafficKey key);
-  // The relay's live byte counters for the Istio metrics ({} before attribute()): `client_side`
-  // is whether the relay's accepted (first) socket or stream is the client's end.
-  LiveBytes liveBytes(bool client_side) const;
+  // Counts the connection opened in Istio's TCP metrics (closed at finish(), its bytes as
+  // the relay moves them), labelled from source_workload, destination_workload and, with no
+  // source workload, source_principal as they are now. Once, on the record's worker, when
+  // both ends are known.
+  void attribute(Reporter reporter, bool mutual_tls, workloads::InternedString service = {});
 
   // What the drain deadline resets (Worker::abortLive): the connection's sockets while
   // they are in scope (WatchedSocket) and its CONNECT stream.

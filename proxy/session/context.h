@@ -2,9 +2,11 @@
 // What a connection handler can reach: process-wide shared state (thread-safe or
 // immutable) and the worker it runs on (single-threaded, no locks).
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <boost/asio/awaitable.hpp>
@@ -60,6 +62,15 @@ struct Shared {
   IstioMetrics* istio = nullptr;
 };
 
+// One live proxied connection as /connections shows it (Worker::connections).
+struct ConnectionInfo {
+  Direction direction = Direction::kOutbound;
+  std::string src, dst, peer_identity;
+  std::chrono::steady_clock::duration age{};
+  uint64_t sent = 0, received = 0;  // src -> dst, dst -> src
+  size_t worker = 0;
+};
+
 class Worker {
  public:
   Worker(Shared& shared, size_t index)
@@ -82,6 +93,9 @@ class Worker {
   // connection whose subject the policies now deny (or plaintext to a port now STRICT) is
   // reset and recorded as `policy_revoked`. Returns how many.
   size_t reauthorize(const policy::PolicySet& policies, const workloads::Registry& registry);
+  // On this worker's thread: its live connections, the oldest first, at most `limit` of
+  // them; `total` is set to how many are live.
+  std::vector<ConnectionInfo> connections(size_t limit, size_t& total) const;
 
  private:
   Shared& shared_;

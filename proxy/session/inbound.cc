@@ -38,6 +38,11 @@ struct TunnelInfo {
   common::HostPort client;         // outer TCP source: the client pod
   common::IpAddress local_ip;      // outer TCP destination: the local pod being called
   std::string peer_id;             // client certificate's SPIFFE ID
+  std::string local_id;            // the SPIFFE ID this side presented
+  // The workloads at either end as the handshake found them (the client's may be unknown),
+  // for the streams' records.
+  workloads::WorkloadPtr client_workload;
+  workloads::WorkloadPtr local_workload;
   // Anti-spoofing (design §5): the identity must be that of the workload owning the
   // client IP. Decided once per connection, answered per stream with 401.
   std::string spoof_reason;
@@ -126,6 +131,10 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
   record.src = common::formatHostPort(info->client);
   record.peer_identity = info->peer_id;
   record.dst = stream->header(":authority");
+  record.source_workload = info->client_workload;
+  record.destination_workload = info->local_workload;
+  record.source_principal = info->peer_id;
+  record.destination_principal = info->local_id;
   record.watchStream(stream);
   record.warn_limiter = &tunnel->warnings;
 
@@ -183,15 +192,9 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
     reject(401, CloseReason::kPolicyDenied, "");  // the access line's policy= says why
     co_return;
   }
-  // Istio's metrics, as the server's node sees it. The client's workload is known here when
-  // the registry holds its IP (its identity was checked to own it); else only its identity.
-  {
-    TrafficKey key(Reporter::kDestination, true);
-    const workloads::Workload* client = registry->findByIp(info->client.ip);
-    key.from(client).to(verdict.workload);
-    if (client == nullptr) key.source_principal = info->peer_id;
-    record.attribute(std::move(key));
-  }
+  // Istio's metrics, as the server's node reports them (the client named by its workload, or
+  // by its proven identity alone when its IP is no workload known here).
+  record.attribute(Reporter::kDestination, /*mutual_tls=*/true);
 
   // Connect before answering, so a refusal is a 503 and not a 200 followed by a reset.
   // A reset of the stream cancels the connect at once: the socket is closed (the workload
@@ -241,7 +244,8 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
   // snapshot (which would otherwise outlive every later workload change).
   stream->releaseHeaders();
   registry.reset();
-  auto result = co_await relayStream(upstream, *stream, cfg.timeouts.idle, worker.scratch(), record.liveBytes(false));
+  record.bytes_reversed = true;  // the relay's socket is the workload's
+  auto result = co_await relayStream(upstream, *stream, cfg.timeouts.idle, worker.scratch(), record.bytes);
   // For the inbound record, "sent" is client -> workload, i.e. what the stream carried in.
   record.finish(result.reason, result.received, result.sent);
 }
@@ -260,7 +264,7 @@ awaitable<void> handshakeAndServe(Worker& worker, Tcp::socket socket, LoadUnit l
   auto local = toHostPort(local_ep);
 
   auto registry = shared.workloads.current();
-  const auto* workload = registry->findLocalByIp(local.ip);
+  auto workload = registry->sharedLocalByIp(local.ip);
   auto fail = [&](std::string why) {
     shared.stats.hbone_handshake_failures.fetch_add(1, std::memory_order_relaxed);
     FERRY_LOG(kWarn, "hbone: refused connection %s -> %s: %s", common::formatHostPort(client),
@@ -318,7 +322,10 @@ awaitable<void> handshakeAndServe(Worker& worker, Tcp::socket socket, LoadUnit l
   info->client = client;
   info->local_ip = local.ip;
   info->peer_id = peer_id->str();
-  const auto* source = registry->findByIp(client.ip);
+  info->local_id = local_id.str();
+  info->local_workload = workload;
+  info->client_workload = registry->sharedByIp(client.ip);
+  const auto* source = info->client_workload.get();
   if (source == nullptr) {
     info->spoof_reason = absl::StrCat("client address ", client.ip.to_string(),
                                       " is not a known workload");

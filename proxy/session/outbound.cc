@@ -35,9 +35,8 @@ constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
 struct OutboundPlan {
   common::HostPort source;        // the application's address (a local pod)
   common::HostPort destination;   // original destination (pod ip:app port)
-  std::shared_ptr<const workloads::Registry> registry;  // keeps the two pointers below alive
-  const workloads::Workload* source_workload = nullptr;
-  const workloads::Workload* destination_workload = nullptr;
+  workloads::WorkloadPtr source_workload;  // a local pod
+  workloads::WorkloadPtr destination_workload;
   hbone::PoolKey key;
   workloads::InternedString service;  // the Service whose ClusterIP was dialled; empty: none
 };
@@ -148,13 +147,18 @@ awaitable<absl::StatusOr<std::shared_ptr<hbone::H2Connection>>> dialHbone(Worker
 }
 
 // `load` and `admitted` are held for the connection's life, as in tunnel().
-awaitable<void> passthrough(Worker& worker, Tcp::socket socket, Endpoints ends, TrafficKey istio, LoadUnit load,
-                            Admitted admitted) {
+// `source` and `destination` are the workloads at either end when known (the destination
+// of a passthrough may be a workload without HBONE).
+awaitable<void> passthrough(Worker& worker, Tcp::socket socket, Endpoints ends,
+                            workloads::WorkloadPtr source, workloads::WorkloadPtr destination,
+                            workloads::InternedString service, LoadUnit load, Admitted admitted) {
   auto& shared = worker.shared();
   ConnectionRecord record(worker, Direction::kOutbound);
-  record.attribute(std::move(istio));
   record.src = common::formatHostPort(ends.peer);
   record.dst = common::formatHostPort(ends.destination);
+  record.source_workload = std::move(source);
+  record.destination_workload = std::move(destination);
+  record.attribute(Reporter::kSource, /*mutual_tls=*/false, service);
   shared.stats.passthrough_connections.fetch_add(1, std::memory_order_relaxed);
   record.peer_identity = "passthrough";
   WatchedSocket watched(record, socket);
@@ -184,7 +188,7 @@ awaitable<std::shared_ptr<hbone::H2Stream>> openStream(Worker& worker, Tcp::sock
     record.finish(reason);
     co_return nullptr;
   }
-  hbone::ConnectParams params{plan.destination, plan.source, plan.source_workload};
+  hbone::ConnectParams params{plan.destination, plan.source, plan.source_workload.get()};
   auto stream = (*conn)->openStream(hbone::buildConnectHeaders(params));
   if (!stream) {
     record.detail = "could not open a stream on the pooled HBONE connection";
@@ -233,9 +237,11 @@ awaitable<void> tunnel(Worker& worker, Tcp::socket socket, OutboundPlan plan, Lo
   record.src = common::formatHostPort(plan.source);
   record.dst = common::formatHostPort(plan.destination);
   record.peer_identity = "expected:" + plan.key.destination_id;
-  record.attribute(TrafficKey(Reporter::kSource, true, plan.service)
-                       .from(plan.source_workload)
-                       .to(plan.destination_workload));
+  record.source_workload = plan.source_workload;
+  record.destination_workload = plan.destination_workload;
+  record.source_principal = plan.key.source_id;
+  record.destination_principal = plan.key.destination_id;
+  record.attribute(Reporter::kSource, /*mutual_tls=*/true, plan.service);
   WatchedSocket watched(record, socket);
   auto stream = co_await openStream(worker, socket, plan, record);
   if (!stream) co_return;
@@ -243,7 +249,7 @@ awaitable<void> tunnel(Worker& worker, Tcp::socket socket, OutboundPlan plan, Lo
   // The relay may idle for an hour: keep only what it needs.
   plan = OutboundPlan{};
   auto result = co_await relayStream(socket, *stream, worker.shared().config.timeouts.idle, worker.scratch(),
-                                     record.liveBytes(true));
+                                     record.bytes);
   record.finish(result.reason, result.sent, result.received);
 }
 
@@ -267,6 +273,7 @@ awaitable<void> classifyOutbound(Worker& worker, Tcp::socket socket, Admitted ad
     ConnectionRecord record(worker, Direction::kOutbound);
     record.src = common::formatHostPort(ends->peer);
     record.dst = common::formatHostPort(ends->destination);
+    record.source_workload = shared.workloads.current()->sharedByIp(ends->peer.ip);
     refuseSelfTarget(worker, socket, ends->destination, record);
     co_return;
   }
@@ -285,13 +292,12 @@ awaitable<void> classifyOutbound(Worker& worker, Tcp::socket socket, Admitted ad
     service = svc->name;
   }
   auto registry = shared.workloads.current();
-  const auto* dst = registry->findByIp(ends->destination.ip);
+  auto dst = registry->sharedByIp(ends->destination.ip);
   if (dst == nullptr || !dst->hbone) {
-    TrafficKey istio(Reporter::kSource, false, service);
-    istio.from(registry->findLocalByIp(ends->peer.ip)).to(dst);
     runPlaced(worker, std::move(socket),
-              [ends = *ends, istio = std::move(istio), admitted](Worker& w, Tcp::socket s, LoadUnit load) {
-                return passthrough(w, std::move(s), ends, istio, std::move(load), admitted);
+              [ends = *ends, source = registry->sharedByIp(ends->peer.ip), dst, service, admitted](
+                  Worker& w, Tcp::socket s, LoadUnit load) {
+                return passthrough(w, std::move(s), ends, source, dst, service, std::move(load), admitted);
               },
               placeOnAnyWorker(worker));
     co_return;
@@ -299,15 +305,16 @@ awaitable<void> classifyOutbound(Worker& worker, Tcp::socket socket, Admitted ad
   OutboundPlan plan;
   plan.source = ends->peer;
   plan.destination = ends->destination;
-  plan.registry = registry;
   plan.destination_workload = dst;
   plan.service = service;
-  plan.source_workload = registry->findLocalByIp(ends->peer.ip);
+  plan.source_workload = registry->sharedLocalByIp(ends->peer.ip);
   if (plan.source_workload == nullptr) {
     // No identity to present: fail closed, never plaintext to a mesh workload.
     ConnectionRecord record(worker, Direction::kOutbound);
     record.src = common::formatHostPort(ends->peer);
     record.dst = common::formatHostPort(ends->destination);
+    record.source_workload = registry->sharedByIp(ends->peer.ip);  // a pod of another node
+    record.destination_workload = dst;
     record.detail = absl::StrCat(ends->peer.ip.to_string(),
                                  " is not a workload of node ", cfg.node,
                                  "; refusing to reach mesh workload ", dst->displayName());

@@ -30,7 +30,9 @@ awaitable<void> servePlaintext(Worker& worker, Tcp::socket socket, LoadUnit load
   record.dst = common::formatHostPort(ends->destination);
   record.peer_identity = "plaintext";
   auto registry = shared.workloads.current();
-  const auto* workload = registry->findLocalByIp(ends->destination.ip);
+  record.source_workload = registry->sharedByIp(ends->peer.ip);
+  auto workload = registry->sharedLocalByIp(ends->destination.ip);
+  record.destination_workload = workload;
   if (workload == nullptr) {
     record.detail = absl::StrCat(ends->destination.ip.to_string(), " is not a workload on node ",
                                  cfg.node);
@@ -67,9 +69,7 @@ awaitable<void> servePlaintext(Worker& worker, Tcp::socket socket, LoadUnit load
     record.finish(CloseReason::kPolicyDenied);
     co_return;
   }
-  record.attribute(TrafficKey(Reporter::kDestination, false)
-                       .from(registry->findByIp(ends->peer.ip))
-                       .to(workload));
+  record.attribute(Reporter::kDestination, /*mutual_tls=*/false);
   co_await forwardTcp(worker, socket, ends->peer.ip, ends->destination, record);
 }
 

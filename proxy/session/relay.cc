@@ -27,8 +27,8 @@ namespace {
 
 constexpr auto kTuple = asio::as_tuple(use_awaitable);
 
-// `n` more bytes went one way: into the relay's result, and into `live` when set (one relaxed
-// add per write, on a counter only this worker writes).
+// `n` more bytes went one way: into the connection's count, and into `live` when set (one
+// relaxed add per write, on a counter only this worker writes).
 void count(uint64_t& total, std::atomic<uint64_t>* live, size_t n) {
   total += n;
   if (live != nullptr) live->fetch_add(n, std::memory_order_relaxed);
@@ -266,7 +266,7 @@ void setNonBlocking(Tcp::socket& s) {
 }  // namespace
 
 awaitable<RelayResult> relayTcp(Tcp::socket& downstream, Tcp::socket& upstream,
-                                std::chrono::milliseconds idle, Scratch& scratch, LiveBytes live) {
+                                std::chrono::milliseconds idle, Scratch& scratch, ByteCounts& bytes) {
   RelayResult result;
   Activity act;
   setNonBlocking(downstream);
@@ -275,9 +275,9 @@ awaitable<RelayResult> relayTcp(Tcp::socket& downstream, Tcp::socket& upstream,
   // Each leg, when it sees a reset, resets the other side at once so that the other leg
   // (waiting for readability) wakes up; a clean EOF only half-closes.
   int clean_ends = 0;  // directions that ended with a FIN
-  auto leg = [&](Tcp::socket& from, Tcp::socket& to, uint64_t& counter, std::atomic<uint64_t>* live_counter,
+  auto leg = [&](Tcp::socket& from, Tcp::socket& to, uint64_t& counter, std::atomic<uint64_t>* live,
                  CloseReason read_reset) -> awaitable<CloseReason> {
-    Leg l = co_await copyTcp(from, to, counter, live_counter, act, scratch);
+    Leg l = co_await copyTcp(from, to, counter, live, act, scratch);
     switch (l) {
       case Leg::kEof:
         ++clean_ends;
@@ -297,11 +297,11 @@ awaitable<RelayResult> relayTcp(Tcp::socket& downstream, Tcp::socket& upstream,
   };
   // The far side -> accepted side leg is spawned, this frame runs the other.
   SpawnedDirection back_leg(downstream.get_executor(),
-                            leg(upstream, downstream, result.received, live.received, CloseReason::kUpstreamReset));
+                            leg(upstream, downstream, bytes.received, bytes.live_received, CloseReason::kUpstreamReset));
   CloseReason forth = CloseReason::kOk;
   std::exception_ptr error;
   try {
-    forth = co_await leg(downstream, upstream, result.sent, live.sent, CloseReason::kDownstreamReset);
+    forth = co_await leg(downstream, upstream, bytes.sent, bytes.live_sent, CloseReason::kDownstreamReset);
   } catch (...) {
     error = std::current_exception();
     abortSocket(downstream);
@@ -309,6 +309,8 @@ awaitable<RelayResult> relayTcp(Tcp::socket& downstream, Tcp::socket& upstream,
   }
   CloseReason back = co_await back_leg.join();
   if (error) std::rethrow_exception(error);
+  result.sent = bytes.sent;
+  result.received = bytes.received;
   if (idle_timeout.expired()) {
     result.reason = CloseReason::kIdleTimeout;  // the timer aborted both sockets
     co_return result;
@@ -327,11 +329,11 @@ awaitable<RelayResult> relayTcp(Tcp::socket& downstream, Tcp::socket& upstream,
 }
 
 awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
-                                   std::chrono::milliseconds idle, Scratch& scratch, LiveBytes live) {
+                                   std::chrono::milliseconds idle, Scratch& scratch, ByteCounts& bytes) {
   RelayResult result;
   Activity act;
   setNonBlocking(tcp);
-  DirectWriter direct(tcp, stream, act, result.received, live.received);
+  DirectWriter direct(tcp, stream, act, bytes.received, bytes.live_received);
   IdleTimeout idle_timeout(act, idle, tcp, nullptr, &stream);
 
   // Memory per connection is mostly coroutine frames: stream -> TCP is a SpawnedDirection,
@@ -434,7 +436,7 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
       }
       act.touch();
       stream.sent(n);
-      count(result.sent, live.sent, n);
+      count(bytes.sent, bytes.live_sent, n);
     }
   } catch (...) {
     up_error = std::current_exception();
@@ -443,6 +445,8 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
   }
   CloseReason down_reason = co_await down_direction.join();
   if (up_error) std::rethrow_exception(up_error);
+  result.sent = bytes.sent;
+  result.received = bytes.received;
 
   // Both directions are done (nothing is being written from the receive chain any more):
   // whatever is left in it will never reach the application, so its window goes back.

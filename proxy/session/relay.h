@@ -24,11 +24,17 @@ struct Scratch {
   std::vector<char> bytes = std::vector<char>(64 * 1024);
 };
 
-// Where a relay also adds its bytes as they flow (the Istio byte counters: a long connection
-// shows its bytes before it closes), besides its result. Null: nowhere.
-struct LiveBytes {
-  std::atomic<uint64_t>* sent = nullptr;      // as RelayResult::sent
-  std::atomic<uint64_t>* received = nullptr;  // as RelayResult::received
+// Bytes relayed so far, each way. The relay adds to them as bytes go; they belong to the
+// connection's record (ConnectionRecord::bytes), so the admin endpoint's /connections reads
+// them live, on the worker's thread, at no cost to the relay but an add.
+struct ByteCounts {
+  uint64_t sent = 0;      // accepted side -> far side
+  uint64_t received = 0;  // far side -> accepted side
+  // Where the bytes also go as they flow, when set: the Istio byte counters of the
+  // connection's series (ConnectionRecord::attribute), so a long connection shows its bytes
+  // before it closes. Bumped by this worker only.
+  std::atomic<uint64_t>* live_sent = nullptr;
+  std::atomic<uint64_t>* live_received = nullptr;
 };
 
 struct RelayResult {
@@ -38,16 +44,17 @@ struct RelayResult {
 };
 
 // `downstream` is the accepted socket; `upstream` the one ferryd opened. Both are closed
-// (or aborted, to carry a reset) when this returns.
+// (or aborted, to carry a reset) when this returns. `bytes` counts as it goes; the result
+// carries its final values.
 boost::asio::awaitable<RelayResult> relayTcp(Tcp::socket& downstream, Tcp::socket& upstream,
                                              std::chrono::milliseconds idle, Scratch& scratch,
-                                             LiveBytes live = {});
+                                             ByteCounts& bytes);
 
 // `tcp` is the application-side socket, `stream` a CONNECT stream that is established
 // (200 seen or sent). The socket is closed or aborted when this returns; the stream is
 // finished or reset.
 boost::asio::awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
                                                 std::chrono::milliseconds idle,
-                                                Scratch& scratch, LiveBytes live = {});
+                                                Scratch& scratch, ByteCounts& bytes);
 
 }  // namespace ferry::session

@@ -35,16 +35,31 @@ std::shared_ptr<const Registry> Registry::empty(std::string_view local_node) {
   return registry;
 }
 
-const Workload* Registry::findByIp(const IpAddress& ip) const {
+const WorkloadPtr* Registry::slot(const IpAddress& ip) const {
   IpAddress key = common::canonicalIp(ip);
   const Shard& shard = *shards_[shardOf(key)];
   auto it = shard.find(key);
-  return it == shard.end() ? nullptr : it->second.get();
+  return it == shard.end() ? nullptr : &it->second;
+}
+
+const Workload* Registry::findByIp(const IpAddress& ip) const {
+  const auto* w = slot(ip);
+  return w == nullptr ? nullptr : w->get();
 }
 
 const Workload* Registry::findLocalByIp(const IpAddress& ip) const {
   const Workload* w = findByIp(ip);
   return w != nullptr && isLocal(*w) ? w : nullptr;
+}
+
+WorkloadPtr Registry::sharedByIp(const IpAddress& ip) const {
+  const auto* w = slot(ip);
+  return w == nullptr ? nullptr : *w;
+}
+
+WorkloadPtr Registry::sharedLocalByIp(const IpAddress& ip) const {
+  const auto* w = slot(ip);
+  return w != nullptr && isLocal(**w) ? *w : nullptr;
 }
 
 void Registry::forEach(const std::function<void(const Workload&)>& visit) const {

@@ -42,6 +42,10 @@ class Registry {
   const Workload* findByIp(const IpAddress& ip) const;
   // Only workloads whose node is the local node.
   const Workload* findLocalByIp(const IpAddress& ip) const;
+  // The same, shared: for what outlives the snapshot (a connection's record holds the
+  // workloads on both sides until it is written). One reference-count increment.
+  WorkloadPtr sharedByIp(const IpAddress& ip) const;
+  WorkloadPtr sharedLocalByIp(const IpAddress& ip) const;
   bool isLocal(const Workload& w) const { return w.node == local_node_; }
 
   size_t size() const { return size_; }
@@ -57,6 +61,8 @@ class Registry {
   friend class ServiceTable;  // shards by the same hash
   using Shard = absl::flat_hash_map<IpAddress, WorkloadPtr>;
   static size_t shardOf(const IpAddress& canonical_ip);
+  // The index entry for `ip`, or nullptr.
+  const WorkloadPtr* slot(const IpAddress& ip) const;
 
   InternedString local_node_;
   std::array<std::shared_ptr<const Shard>, kShards> shards_;

@@ -1,13 +1,8 @@
 // `ferryctl policy check` and `ferryctl policy list` (docs/operations.md, "ferryctl"): the
 // built ferryctl binary asks n2's admin endpoint (127.0.2.1:15000) of the loopback lab, whose
 // ferryd enforces a policy file; the text it prints, the JSON it passes through, and its exit
-// status (0 allow, 3 deny, 1 ferryd unreachable or an error answer, 2 usage).
-#include <fcntl.h>
-#include <sys/wait.h>
-#include <unistd.h>
+// status (0 allow, 3 deny, 1 an error answer, 2 usage, 4 ferryd not running).
 
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
@@ -21,15 +16,7 @@ namespace {
 
 constexpr char kN2Admin[] = "127.0.2.1:15000";
 
-struct Outcome {
-  int exit = -1;
-  std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using Outcome = ProgramRun;
 
 class FerryctlPolicyTest : public ::testing::Test {
  protected:
@@ -39,32 +26,10 @@ class FerryctlPolicyTest : public ::testing::Test {
     n2_ = std::make_unique<Node>(files_, "n2", "workloads_poll: 50ms\npolicy:\n  files: [" + policyFile() + "]\n");
     ASSERT_TRUE(n2_->ok());
   }
-  // The built binary, its output in files (no pipe to drain while waiting for it).
-  Outcome ferryctl(const std::vector<std::string>& args) {
-    std::string out = files_.dir() + "/ferryctl.out", err = files_.dir() + "/ferryctl.err";
-    std::vector<std::string> words = {FERRYCTL_BINARY};
-    words.insert(words.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& w : words) argv.push_back(w.data());
-    argv.push_back(nullptr);
-    int out_fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    int err_fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      // This process runs ferryd's threads: only async-signal-safe calls until exec.
-      ::dup2(out_fd, 1);
-      ::dup2(err_fd, 2);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    ::close(out_fd);
-    ::close(err_fd);
-    Outcome run;
-    int status = 0;
-    if (pid > 0 && ::waitpid(pid, &status, 0) == pid && WIFEXITED(status)) run.exit = WEXITSTATUS(status);
-    run.out = slurp(out);
-    run.err = slurp(err);
-    return run;
+  // The built binary, run to its end.
+  Outcome ferryctl(std::vector<std::string> args) {
+    args.insert(args.begin(), FERRYCTL_BINARY);
+    return runProgram(files_.dir(), args);
   }
   Outcome check(std::vector<std::string> args) {
     args.insert(args.begin(), {"policy", "check", "--admin", kN2Admin});
@@ -155,11 +120,10 @@ TEST_F(FerryctlPolicyTest, BadTargetsAndAnUnreachableFerrydAreErrorsThatSayWhy) 
   // Nothing listens on 127.0.4.1 (node n3 runs no ferryd).
   Outcome down = ferryctl({"policy", "check", "--admin", "127.0.4.1:15000", "--from", "default/c1", "--to",
                        "default/s1:18080"});
-  EXPECT_EQ(down.exit, 1);
-  EXPECT_NE(down.err.find("cannot connect to ferryd's admin endpoint at 127.0.4.1:15000: Connection refused"),
-            std::string::npos)
+  EXPECT_EQ(down.exit, 4);
+  EXPECT_NE(down.err.find("ferryd is not running at 127.0.4.1:15000 (connection refused)"), std::string::npos)
       << down.err;
-  EXPECT_EQ(ferryctl({"policy", "list", "--admin", "127.0.4.1:15000"}).exit, 1);
+  EXPECT_EQ(ferryctl({"policy", "list", "--admin", "127.0.4.1:15000"}).exit, 4);
   EXPECT_EQ(ferryctl({"policy", "list", "--admin", "somewhere"}).exit, 2);
 }
 

@@ -57,10 +57,7 @@ double sumOf(Node& node, std::string_view metric, const std::vector<std::string>
   return sum;
 }
 
-class IstioMetricsTest : public TwoNodeTest {
- protected:
-  void SetUp() override { startNodes(); }
-};
+class IstioMetricsTest : public TwoNodeTest {};
 
 TEST_F(IstioMetricsTest, BothReportersCountExactConnectionsAndBytesPerWorkload) {
   AppServer app("127.0.2.10", kAppPort, answerAfterRequest);

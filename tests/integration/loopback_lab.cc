@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include <gtest/gtest.h>
 
@@ -58,6 +60,43 @@ sockaddr_in addr(const std::string& ip, uint16_t port) {
 }
 
 }  // namespace
+
+ProgramRun runProgram(const std::string& scratch_dir, const std::vector<std::string>& args,
+                      const std::vector<std::string>* env) {
+  std::string out = scratch_dir + "/program.out", err = scratch_dir + "/program.err";
+  std::vector<std::string> words = args, env_words = env != nullptr ? *env : std::vector<std::string>{};
+  std::vector<char*> argv, envp;
+  for (auto& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  for (auto& e : env_words) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  int out_fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int err_fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    // This process runs ferryd's threads: only async-signal-safe calls until exec.
+    ::dup2(out_fd, 1);
+    ::dup2(err_fd, 2);
+    if (env != nullptr) {
+      ::execve(argv[0], argv.data(), envp.data());
+    } else {
+      ::execv(argv[0], argv.data());
+    }
+    ::_exit(127);
+  }
+  ::close(out_fd);
+  ::close(err_fd);
+  ProgramRun run;
+  int status = 0;
+  if (pid > 0 && ::waitpid(pid, &status, 0) == pid && WIFEXITED(status)) run.exit = WEXITSTATUS(status);
+  auto slurp = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  run.out = slurp(out);
+  run.err = slurp(err);
+  return run;
+}
 
 void writeFile(const std::string& path, const std::string& text) {
   {
@@ -148,6 +187,18 @@ Node::Node(const LabFiles& files, const std::string& node, const std::string& ex
   control_ = std::thread([this] { server_->run(); });
   started_ = true;
   ok_ = server_->ready();
+}
+
+void TwoNodeTest::SetUp() {
+  n1_ = std::make_unique<Node>(files_, "n1");
+  n2_ = std::make_unique<Node>(files_, "n2");
+  ASSERT_TRUE(n1_->ok() && n2_->ok());
+}
+
+void TwoNodeTest::TearDown() {
+  n1_.reset();
+  n2_.reset();
+  common::setLogLevel(common::LogLevel::kError);
 }
 
 double Node::metric(const std::string& series) {

@@ -87,24 +87,15 @@ class Node {
   bool started_ = false;
 };
 
-// A test on the two nodes: startNodes() starts n1 and n2 (both must come up ready), both stop
-// when the test ends.
+// n1 and n2 with the standard pods, both ready. The log level is process-wide: tests that
+// change it through an admin endpoint get the lab's (error) back afterwards.
 class TwoNodeTest : public ::testing::Test {
  protected:
-  void startNodes(const std::string& extra = "") {
-    n1_ = std::make_unique<Node>(files_, "n1", extra);
-    n2_ = std::make_unique<Node>(files_, "n2", extra);
-    ASSERT_TRUE(n1_->ok());
-    ASSERT_TRUE(n2_->ok());
-  }
-  void TearDown() override {
-    n1_.reset();
-    n2_.reset();
-  }
+  void SetUp() override;
+  void TearDown() override;
 
   LabFiles files_;
-  std::unique_ptr<Node> n1_;
-  std::unique_ptr<Node> n2_;
+  std::unique_ptr<Node> n1_, n2_;
 };
 
 // GET http://ip:port/path (HTTP/1.1, Connection: close). Returns the status (0 on failure)
@@ -146,6 +137,17 @@ inline int connectOutbound(const std::string& src_ip, const std::string& dst_ip,
   std::string listener = src_ip.rfind("127.0.2.", 0) == 0 ? "127.0.2.1" : "127.0.1.1";
   return connectCaptured(src_ip, listener, 15001, dst_ip, dst_port);
 }
+
+// A program run to its end (tests of ferryctl): its exit status (-1 if it did not exit)
+// and what it wrote.
+struct ProgramRun {
+  int exit = -1;
+  std::string out, err;
+};
+// Runs `argv` (argv[0] a path) with its output in files under `scratch_dir` (no pipe to drain
+// while waiting for it); with `env`, that is its whole environment, else it inherits ours.
+ProgramRun runProgram(const std::string& scratch_dir, const std::vector<std::string>& argv,
+                      const std::vector<std::string>* env = nullptr);
 
 // Writes `text` to `path` through a rename (watchers never see half a file).
 void writeFile(const std::string& path, const std::string& text);

@@ -44,7 +44,23 @@ bool echoOnce(const std::string& src, const std::string& dst, const std::string&
   return ok;
 }
 
-class RelayTest : public TwoNodeTest {};
+class RelayTest : public ::testing::Test {
+ protected:
+  void startNodes(const std::string& extra = "") {
+    n1_ = std::make_unique<Node>(files_, "n1", extra);
+    n2_ = std::make_unique<Node>(files_, "n2", extra);
+    ASSERT_TRUE(n1_->ok());
+    ASSERT_TRUE(n2_->ok());
+  }
+  void TearDown() override {
+    n1_.reset();
+    n2_.reset();
+  }
+
+  LabFiles files_;
+  std::unique_ptr<Node> n1_;
+  std::unique_ptr<Node> n2_;
+};
 
 TEST_F(RelayTest, EchoesSixtyFourMiBByteExactAndServerSeesClientPodAddress) {
   startNodes();

@@ -265,6 +265,18 @@ class Checker:
             self.expect(required in kinds, f"no {required} rendered")
         self.expect(("PodMonitor" in kinds) == bool(self.values["monitoring"]["podMonitor"]["enabled"]),
                     "PodMonitor rendered although disabled, or missing although enabled")
+        dashboards = [d["object"] for d in docs if d["object"].get("kind") == "ConfigMap"
+                      and d["object"]["metadata"]["name"].endswith("-dashboards")]
+        self.expect(bool(dashboards) == bool(self.values["monitoring"]["grafanaDashboard"]["enabled"]),
+                    "dashboard ConfigMap rendered although disabled, or missing although enabled")
+        for cm in dashboards:
+            for name, text in cm.get("data", {}).items():
+                try:
+                    exprs = [p["expr"] for panel in json.loads(text)["panels"] for p in panel.get("targets", [])]
+                except (ValueError, KeyError, TypeError) as e:
+                    self.expect(False, f"dashboard ConfigMap: {name} is not a Grafana dashboard: {e}")
+                    continue
+                self.expect(len(exprs) > 0, f"dashboard ConfigMap: {name} has no queries")
         for d in docs:
             if d["object"].get("kind") == "DaemonSet":
                 meta = d["object"]["metadata"]
@@ -279,7 +291,7 @@ class Checker:
                 self.errors.append(f"{kind}: the chart runs ferryd as a DaemonSet only")
             elif kind in ("ClusterRole", "Role"):
                 self.rbac(obj)
-            elif kind == "ConfigMap":
+            elif kind == "ConfigMap" and not obj["metadata"]["name"].endswith("-dashboards"):
                 self.config(obj)
             elif kind == "CustomResourceDefinition":
                 self.crd(obj)

@@ -237,6 +237,16 @@ TEST(ConfigTest, RejectsListWhereSingleAddressExpected) {
               "listen.admin: expected a string, got a list");
 }
 
+TEST(ConfigTest, RejectsAnAdminAddressOtherThanLoopback) {
+  for (const char* address : {"0.0.0.0:15000", "[::]:15000", "10.0.0.1:15000"}) {
+    expectError(parse(withMinimal(absl::StrCat("listen:\n  admin: \"", address, "\"\n"))), 6,
+                absl::StrCat("listen.admin: '", address, "' is not a loopback address (127.0.0.0/8 or ::1)"));
+  }
+  for (const char* address : {"[::1]:15000", "127.0.2.1:15000"}) {
+    EXPECT_TRUE(parse(withMinimal(absl::StrCat("listen:\n  admin: \"", address, "\"\n"))).ok()) << address;
+  }
+}
+
 TEST(ConfigTest, RejectsEmptyValueForRequiredKey) {
   expectError(parse("node: n1\ntrust_domain:\nworkloads_file: w\ncert_dir: c\n"), 2,
               "trust_domain: expected a string, got an empty value");

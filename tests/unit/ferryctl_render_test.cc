@@ -8,6 +8,7 @@
 
 #include "proxy/common/strings.h"
 #include "proxy/ferryctl/admin_client.h"
+#include "proxy/ferryctl/admin_render.h"
 #include "proxy/policy/decode.h"
 #include "proxy/server/policy_admin.h"
 #include "tests/integration/policy_fixtures.h"
@@ -154,4 +155,43 @@ TEST(FerryctlPolicyArgsTest, AdminAddressIsHostAndPort) {
 }
 
 }  // namespace
+// The admin commands' tables (ferryd's JSON shapes: proxy/server/server_admin.cc).
+TEST(FerryctlAdminRenderTest, TablesAlignColumnsAndUnitsReadForPeople) {
+  EXPECT_EQ(table({{"A", "BB"}, {"ccc", "d"}}), "A    BB\nccc  d\n");
+  EXPECT_EQ(formatAge(5), "5s");
+  EXPECT_EQ(formatAge(65), "1m05s");
+  EXPECT_EQ(formatAge(3 * 3600 + 120), "3h02m");
+  EXPECT_EQ(formatAge(2 * 86400 + 3600), "2d01h");
+  EXPECT_EQ(formatBytes(512), "512 B");
+  EXPECT_EQ(formatBytes(1536), "1.5 KiB");
+  EXPECT_EQ(formatBytes(3u << 20), "3.0 MiB");
+}
+
+TEST(FerryctlAdminRenderTest, AnswersReadAsTablesAndBadAnswersAreErrors) {
+  auto status = renderStatus(R"({"ready":false,"reason":"draining","version":"0.1.0","node":"n1","uptime_seconds":61,)"
+                             R"("workers":2,"connections_active":3,"log_level":"info","datapath":"peer-egress"})");
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(*status,
+            "ferryd 0.1.0 on node n1: not ready (draining)\n"
+            "uptime:       1m01s\n"
+            "workers:      2\n"
+            "connections:  3 active\n"
+            "datapath:     peer-egress\n"
+            "log level:    info\n");
+  auto connections = renderConnections(
+      R"({"total":3,"shown":1,"omitted":2,"connections":[{"direction":"outbound","source":"10.0.0.1:4000",)"
+      R"("destination":"10.0.0.2:80","peer_identity":"","age_ms":2500,"sent_bytes":10,"received_bytes":2048}]})");
+  ASSERT_TRUE(connections.ok()) << connections.status();
+  EXPECT_EQ(*connections,
+            "DIRECTION  SOURCE         DESTINATION  PEER  AGE  SENT  RECEIVED\n"
+            "outbound   10.0.0.1:4000  10.0.0.2:80  -     2s   10 B  2.0 KiB\n"
+            "3 connections open, 2 not shown (--limit)\n");
+  EXPECT_EQ(*renderLogLevel(R"({"level":"debug","previous":"info"})"), "log level: debug (was info)\n");
+  EXPECT_FALSE(renderStatus("{}").ok());
+  EXPECT_FALSE(renderWorkloads("[]").ok());
+  EXPECT_FALSE(renderCerts("not json").ok());
+  EXPECT_FALSE(renderConfig(R"({"runtime":{}})").ok());
+  EXPECT_FALSE(renderLogLevel("{}").ok());
+}
+
 }  // namespace ferry::ferryctl

@@ -149,6 +149,23 @@ TEST(RegistryTest, FindsIpv4WorkloadByV4MappedAddress) {
   EXPECT_EQ(w->name, "p1");
 }
 
+TEST(RegistryTest, SharedLookupOutlivesTheSnapshot) {
+  WorkloadPtr local, remote;
+  {
+    auto registry = parse(kTwoNodes, "n1");
+    ASSERT_TRUE(registry.ok()) << registry.status();
+    EXPECT_EQ((*registry)->sharedByIp(ip("10.77.9.9")), nullptr);
+    EXPECT_EQ((*registry)->sharedLocalByIp(ip("10.77.2.21")), nullptr);  // n2's
+    EXPECT_EQ((*registry)->sharedByIp(ip("::ffff:10.77.1.11")).get(), (*registry)->findByIp(ip("10.77.1.11")));
+    local = (*registry)->sharedLocalByIp(ip("10.77.1.11"));
+    remote = (*registry)->sharedByIp(ip("10.77.2.21"));
+  }
+  ASSERT_NE(local, nullptr);
+  ASSERT_NE(remote, nullptr);
+  EXPECT_EQ(local->displayName(), "default/p1");
+  EXPECT_EQ(remote->name, "p2");
+}
+
 TEST(RegistryTest, FindLocalByIpIgnoresWorkloadsOfOtherNodes) {
   auto registry = parse(kTwoNodes, "n1");
   ASSERT_TRUE(registry.ok()) << registry.status();

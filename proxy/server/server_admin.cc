@@ -1,0 +1,471 @@
+// The admin endpoint's pages (docs/operations.md, "Admin endpoint"), on listen.admin, which
+// is a loopback address (proxy/config/config.cc refuses any other): an operator on the node,
+// or ferryctl. Text pages that scripts already grep keep their text, with a JSON form
+// (?format=json) beside it; the pages added for ferryctl are JSON.
+#include <openssl/bn.h>
+#include <openssl/x509.h>
+
+#include <algorithm>
+#include <iterator>
+#include <mutex>
+#include <set>
+
+#include <boost/asio/post.hpp>
+#include <boost/json.hpp>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "proxy/common/duration.h"
+#include "proxy/common/log.h"
+#include "proxy/identity/openssl_util.h"
+#include "proxy/identity/spiffe_id.h"
+#include "proxy/identity/svid.h"
+#include "proxy/server/admin_json.h"
+#include "proxy/server/policy_admin.h"
+#include "proxy/server/server.h"
+#include "proxy/session/common.h"
+
+namespace ferry::server {
+namespace asio = boost::asio;
+namespace json = boost::json;
+
+namespace {
+
+// /connections lists this many unless ?limit= says otherwise: enough for a person or a
+// script, a few hundred KB of JSON, while a busy node may carry tens of thousands (the
+// answer says how many were left out).
+constexpr size_t kDefaultConnectionsLimit = 1000;
+// The most ?limit= may ask for: every worker copies up to this many records in one pass of
+// its loop, which must stay short.
+constexpr size_t kMaxConnectionsLimit = 100000;
+
+constexpr char kText[] = "text/plain; charset=utf-8";
+
+// ?format=json or ?format=text (the default); anything else is an error.
+absl::StatusOr<bool> wantsJson(const std::string& query) {
+  auto params = parseQuery(query);
+  auto it = params.find("format");
+  if (it == params.end() || it->second == "text") return false;
+  if (it->second == "json") return true;
+  return absl::InvalidArgumentError(absl::StrCat("format: '", it->second, "' is not served (text or json)"));
+}
+
+std::string ms(std::chrono::milliseconds d) { return common::formatDuration(d); }
+
+std::string serialHex(X509* cert) {
+  BIGNUM* bn = ASN1_INTEGER_to_BN(X509_get0_serialNumber(cert), nullptr);
+  char* hex = bn != nullptr ? BN_bn2hex(bn) : nullptr;
+  std::string out = hex != nullptr ? hex : "";
+  OPENSSL_free(hex);
+  BN_free(bn);
+  return out;
+}
+
+// A certificate's public facts (never its key).
+json::object certJson(X509* cert) {
+  json::array uris;
+  for (const auto& uri : identity::uriSans(cert)) uris.emplace_back(uri);
+  return json::object{
+      {"subject", identity::nameToString(X509_get_subject_name(cert))},
+      {"issuer", identity::nameToString(X509_get_issuer_name(cert))},
+      {"serial", serialHex(cert)},
+      {"not_before", identity::formatTime(identity::asn1TimeToTimePoint(X509_get0_notBefore(cert)))},
+      {"not_after", identity::formatTime(identity::asn1TimeToTimePoint(X509_get0_notAfter(cert)))},
+      {"uri_sans", std::move(uris)},
+  };
+}
+
+json::object listenerLimitsJson(const config::ListenerLimits& l) {
+  return json::object{{"max_connections", l.max_connections},
+                      {"max_connections_per_source", l.max_connections_per_source},
+                      {"max_pending_handshakes", l.max_pending},
+                      {"max_pending_handshakes_per_source", l.max_pending_per_source}};
+}
+
+json::array stringsJson(const std::vector<std::string>& items) {
+  json::array out;
+  for (const auto& item : items) out.emplace_back(item);
+  return out;
+}
+
+// The configuration in force, keyed as the config file is (docs/configuration.md).
+json::object configJson(const config::Config& c) {
+  auto hostPorts = [](const std::vector<common::HostPort>& list) {
+    json::array out;
+    for (const auto& hp : list) out.emplace_back(common::formatHostPort(hp));
+    return out;
+  };
+  const auto& d = c.datapath;
+  return json::object{
+      {"node", c.node},
+      {"trust_domain", c.trust_domain},
+      {"workload_source", c.workload_source == config::WorkloadSourceKind::kFile ? "file" : "kubernetes"},
+      {"workloads_file", c.workloads_file},
+      {"kubernetes",
+       {{"kubeconfig", c.kubernetes.kubeconfig},
+        {"istio_ambient", c.kubernetes.istio_ambient},
+        {"max_state_age", ms(c.kubernetes.max_state_age)},
+        {"daemonset", c.kubernetes.daemonset_name.empty()
+                          ? std::string()
+                          : absl::StrCat(c.kubernetes.daemonset_namespace, "/", c.kubernetes.daemonset_name)}}},
+      {"cni",
+       {{"enabled", c.cni.enabled},
+        {"socket", c.cni.socket},
+        {"state_dir", c.cni.state_dir},
+        {"install", c.cni.install},
+        {"failure_policy", c.cni.failure_policy == config::CniFailurePolicy::kClosed ? "closed" : "open"},
+        {"exclude_namespaces", stringsJson(c.cni.exclude_namespaces)}}},
+      {"policy",
+       {{"root_namespace", c.policy.root_namespace},
+        {"files", stringsJson(c.policy.files)},
+        {"kubernetes", c.policy.kubernetes}}},
+      {"cert_dir", c.cert_dir},
+      {"listen",
+       {{"outbound", hostPorts(c.listen.outbound)},
+        {"inbound_plaintext", hostPorts(c.listen.inbound_plaintext)},
+        {"hbone", hostPorts(c.listen.hbone)},
+        {"admin", common::formatHostPort(c.listen.admin)},
+        {"metrics", common::formatHostPort(c.listen.metrics)},
+        {"readiness", common::formatHostPort(c.listen.readiness)}}},
+      {"timeouts",
+       {{"connect", ms(c.timeouts.connect)},
+        {"handshake", ms(c.timeouts.handshake)},
+        {"idle", ms(c.timeouts.idle)},
+        {"drain", ms(c.timeouts.drain)}}},
+      {"pool",
+       {{"max_streams", c.pool.max_streams},
+        {"idle_release", ms(c.pool.idle_release)},
+        {"ping_interval", ms(c.pool.ping_interval)},
+        {"ping_timeout", ms(c.pool.ping_timeout)},
+        {"workers_per_pair", c.pool.workers_per_pair}}},
+      {"hbone",
+       {{"max_pending_connects", c.hbone.max_pending_connects},
+        {"max_premature_resets", c.hbone.max_premature_resets}}},
+      {"workers", c.workers},
+      {"log_level", std::string(common::logLevelName(c.log_level))},
+      {"transparent", c.transparent},
+      {"original_destination",
+       c.original_destination == config::OriginalDestination::kSocket ? "socket" : "proxy_protocol"},
+      {"hbone_port", c.hbone_port},
+      {"workloads_poll", ms(c.workloads_poll)},
+      {"datapath",
+       {{"enabled", d.enabled},
+        {"injection", datapath::injectionName(d.injection)},
+        {"egress_flag", d.egress_flag},
+        {"proxy_netns", d.proxy_netns_auto ? std::string("auto") : d.proxy_netns},
+        {"proxy_address", d.proxy_address},
+        {"proxy_interface", d.proxy_interface},
+        {"host_proxy_interface", d.host_proxy_interface},
+        {"bpffs", d.bpffs},
+        {"capture", d.capture == config::Capture::kHbone ? "hbone" : "all"},
+        {"failure_mode", d.failure_mode == config::FailureMode::kClosed ? "closed" : "open"},
+        {"mark", d.mark}}},
+      {"identity",
+       {{"source", c.identity.source == config::CertSourceKind::kCa ? "ca" : "files"},
+        {"ca_cert", c.identity.ca_cert},
+        {"ca_key", c.identity.ca_key},  // the path: the key itself is never shown
+        {"leaf_lifetime", ms(c.identity.leaf_lifetime)},
+        {"poll_interval", ms(c.identity.poll_interval)}}},
+      {"limits",
+       {{"hbone", listenerLimitsJson(c.limits.hbone)},
+        {"outbound", listenerLimitsJson(c.limits.outbound)},
+        {"inbound_plaintext", listenerLimitsJson(c.limits.inbound_plaintext)},
+        {"descriptor_reserve", c.limits.descriptor_reserve},
+        {"preallocated_sockets", c.limits.preallocated_sockets},
+        {"trim_after_closes", c.limits.trim_after_closes}}},
+  };
+}
+
+json::object reloadJson(const ReloadStatus& r) {
+  json::object out{{"applied", r.applied},
+                   {"rejected", r.rejected},
+                   {"needs_restart", stringsJson(r.needs_restart)}};
+  if (!r.last_error.empty()) out["last_error"] = r.last_error;
+  if (r.last_attempt != std::chrono::system_clock::time_point{}) {
+    out["last_attempt"] = identity::formatTime(r.last_attempt);
+  }
+  return out;
+}
+
+std::string ipsText(const workloads::Workload& w, const char* separator) {
+  std::vector<std::string> ips;
+  for (const auto& ip : w.ips) ips.push_back(ip.to_string());
+  return absl::StrJoin(ips, separator);
+}
+
+json::object connectionJson(const session::ConnectionInfo& c) {
+  return json::object{
+      {"direction", session::directionLabel(c.direction)},
+      {"source", c.src},
+      {"destination", c.dst},
+      {"peer_identity", c.peer_identity},
+      {"age_ms", std::chrono::duration_cast<std::chrono::milliseconds>(c.age).count()},
+      {"sent_bytes", c.sent},
+      {"received_bytes", c.received},
+      {"worker", c.worker},
+  };
+}
+
+}  // namespace
+
+int64_t Server::liveConnections() {
+  int64_t live = 0;
+  for (auto& w : workers_) live += w->live().load(std::memory_order_relaxed);
+  return live;
+}
+
+void Server::routeAdmin() {
+  // Sorted by namespace/name: the registry keeps no order.
+  auto workloadsJson = [this] {
+    auto reg = workloads_.current();
+    std::vector<std::pair<std::string, json::object>> rows;
+    rows.reserve(reg->size());
+    reg->forEach([&](const workloads::Workload& w) {
+      json::array ips;
+      for (const auto& ip : w.ips) ips.emplace_back(ip.to_string());
+      rows.emplace_back(w.displayName(), json::object{{"namespace", w.namespace_name.str()},
+                                                      {"name", w.name},
+                                                      {"service_account", w.service_account.str()},
+                                                      {"node", w.node.str()},
+                                                      {"ips", std::move(ips)},
+                                                      {"identity", w.spiffeId(config_.trust_domain)},
+                                                      {"hbone", w.hbone},
+                                                      {"local", reg->isLocal(w)}});
+    });
+    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    json::array list;
+    for (auto& [key, row] : rows) list.emplace_back(std::move(row));
+    return json::object{{"count", reg->size()}, {"local", reg->localCount()}, {"workloads", std::move(list)}};
+  };
+
+  // The roots of the bundle and the SVIDs held for local workloads: public facts only.
+  auto certsJson = [this] {
+    absl::Status ready = readiness();
+    json::object out{{"source", ca_source_ != nullptr ? "ca" : "files"},
+                     {"trust_domain", config_.trust_domain},
+                     {"ready", ready.ok()}};
+    if (!ready.ok()) out["reason"] = std::string(ready.message());
+    json::array roots;
+    if (auto bundle = certs_->bundle(); bundle.ok()) {
+      for (const auto& root : (*bundle)->roots) roots.emplace_back(certJson(root.get()));
+    } else {
+      out["bundle_error"] = std::string(bundle.status().message());
+    }
+    out["roots"] = std::move(roots);
+    std::vector<std::shared_ptr<const identity::Svid>> held;
+    std::vector<std::pair<std::string, std::string>> errors;  // identity, why
+    if (ca_source_ != nullptr) {
+      if (auto ca = ca_source_->current()) {
+        held = ca->held();
+        out["ca_generation"] = ca->authorityGeneration();
+      }
+    } else {
+      // Files: each local workload's identity, as the data plane would load it.
+      std::set<std::string> seen;
+      for (const auto& w : workloads_.current()->local()) {
+        auto id = identity::SpiffeId::forWorkload(config_.trust_domain, w->namespace_name.str(),
+                                                  w->service_account.str());
+        if (!seen.insert(id.str()).second) continue;
+        auto svid = certs_->svid(id);
+        if (svid.ok()) {
+          held.push_back(*svid);
+        } else {
+          errors.emplace_back(id.str(), std::string(svid.status().message()));
+        }
+      }
+    }
+    std::sort(held.begin(), held.end(), [](const auto& a, const auto& b) { return a->id.str() < b->id.str(); });
+    json::array certs;
+    for (const auto& svid : held) {
+      json::object c = certJson(svid->leaf.get());
+      c["identity"] = svid->id.str();
+      c["chain"] = svid->intermediates.size();
+      certs.emplace_back(std::move(c));
+    }
+    for (auto& [id, why] : errors) certs.emplace_back(json::object{{"identity", id}, {"error", why}});
+    out["certificates"] = std::move(certs);
+    return out;
+  };
+
+  auto datapathJson = [this] {
+    if (!datapath_) return json::object{{"enabled", false}};
+    const auto& f = datapath_->features();
+    return json::object{{"enabled", true},
+                        {"injection", datapath::injectionName(datapath_->injection().mode)},
+                        {"injection_reason", datapath_->injection().why},
+                        {"kernel", datapath::describe(f)},
+                        {"features",
+                         {{"tcx", f.tcx},
+                          {"redirect_peer", f.redirect_peer},
+                          {"egress_flag", f.egress_flag},
+                          {"netkit", f.netkit},
+                          {"ktls", f.ktls}}},
+                        {"probe_errors", f.errors},
+                        {"enrolled_pods", datapath_->enrolledPods()}};
+  };
+
+  admin_.routeWithQuery("/certs", [this, certsJson](const std::string& query) {
+    auto json_form = wantsJson(query);
+    if (!json_form.ok()) return jsonError(400, std::string(json_form.status().message()));
+    if (*json_form) return jsonResponse(200, certsJson());
+    std::string body = absl::StrCat("source: ", ca_source_ != nullptr ? "ca" : "files", "\n");
+    absl::Status ready = readiness();
+    absl::StrAppend(&body, "ready: ", ready.ok() ? "true" : absl::StrCat("false (", ready.message(), ")"), "\n");
+    if (auto bundle = certs_->bundle(); bundle.ok()) {
+      for (const auto& root : (*bundle)->roots) {
+        absl::StrAppend(&body, "root: ", identity::nameToString(X509_get_subject_name(root.get())), " until ",
+                        identity::formatTime(identity::asn1TimeToTimePoint(X509_get0_notAfter(root.get()))), "\n");
+      }
+    }
+    if (ca_source_ != nullptr) {
+      if (auto ca = ca_source_->current()) {
+        absl::StrAppend(&body, "ca_generation: ", ca->authorityGeneration(), "\ncertificates_cached: ",
+                        ca->cachedCount(), "\n");
+      }
+    }
+    return HttpResponse{200, kText, body};
+  });
+  admin_.routeWithQuery("/workloads", [this, workloadsJson](const std::string& query) {
+    auto json_form = wantsJson(query);
+    if (!json_form.ok()) return jsonError(400, std::string(json_form.status().message()));
+    if (*json_form) return jsonResponse(200, workloadsJson());
+    auto reg = workloads_.current();
+    std::vector<std::string> lines;
+    lines.reserve(reg->size());
+    reg->forEach([&](const workloads::Workload& w) {
+      lines.push_back(absl::StrCat(w.displayName(), " node=", w.node.str(), " ips=", ipsText(w, ","),
+                                   " identity=", w.spiffeId(config_.trust_domain), " hbone=", w.hbone ? "true" : "false",
+                                   reg->isLocal(w) ? " local" : "", "\n"));
+    });
+    std::sort(lines.begin(), lines.end());  // the registry keeps no order
+    return HttpResponse{200, kText, absl::StrJoin(lines, "")};
+  });
+  admin_.route("/policies", [this] { return policyDump(policies_); });
+  admin_.routeWithQuery("/policy/check", [this](const std::string& query) {
+    return policyCheck(query, *workloads_.current(), *policies_.current(), config_.trust_domain);
+  });
+  admin_.routeWithQuery("/datapath", [this, datapathJson](const std::string& query) {
+    auto json_form = wantsJson(query);
+    if (!json_form.ok()) return jsonError(400, std::string(json_form.status().message()));
+    if (*json_form) return jsonResponse(200, datapathJson());
+    if (!datapath_) return HttpResponse{200, kText, "datapath: disabled\n"};
+    std::string body = absl::StrCat("kernel: ", datapath::describe(datapath_->features()),
+                                    "\ninjection: ", datapath::injectionName(datapath_->injection().mode),
+                                    " (", datapath_->injection().why, ")\nenrolled_pods: ",
+                                    datapath_->enrolledPods(), "\n");
+    return HttpResponse{200, kText, body};
+  });
+  admin_.route("/status", [this] {
+    absl::Status ready = readiness();
+    auto up = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_at_);
+    json::object out{{"ready", ready.ok()},
+                     {"draining", stopping_.load()},
+                     {"version", FERRY_VERSION},
+                     {"node", config_.node},
+                     {"uptime_seconds", up.count()},
+                     {"workers", workers_.size()},
+                     {"connections_active", liveConnections()},
+                     {"log_level", std::string(common::logLevelName(common::logLevel()))},
+                     {"datapath", datapath_ ? datapath::injectionName(datapath_->injection().mode) : "disabled"}};
+    if (!ready.ok()) out["reason"] = std::string(ready.message());
+    return jsonResponse(200, out);
+  });
+  admin_.route("/config_dump", [this, workloadsJson, certsJson, datapathJson] {
+    return jsonResponse(200, json::object{
+                                 {"config", configJson(config_)},
+                                 {"runtime",
+                                  {{"workers", workers_.size()},
+                                   {"log_level", std::string(common::logLevelName(common::logLevel()))},
+                                   {"workload_source", source_->describe()}}},
+                                 {"workloads", workloadsJson()},
+                                 {"certificates", certsJson()},
+                                 {"policies", policiesJson(policies_)},
+                                 {"datapath", datapathJson()},
+                                 {"reload", reloadJson(reload_status_)},
+                             });
+  });
+  admin_.routeAsync("/connections", [this](const HttpRequest& request, HttpServer::Reply reply) {
+    serveConnections(request, std::move(reply));
+  });
+  admin_.routeRequest("/logging", {HttpMethod::kGet, HttpMethod::kPost}, [](const HttpRequest& request) {
+    std::string now(common::logLevelName(common::logLevel()));
+    if (request.method == HttpMethod::kGet) return jsonResponse(200, json::object{{"level", now}});
+    auto params = parseQuery(request.query);
+    auto it = params.find("level");
+    if (it == params.end() || it->second.empty()) {
+      return jsonError(400, "POST /logging needs ?level=trace|debug|info|warn|error|off");
+    }
+    auto level = common::parseLogLevel(it->second);
+    if (!level.ok()) return jsonError(400, absl::StrCat("level: ", level.status().message()));
+    common::setLogLevel(*level);
+    // Whatever the new level: an operator's change is always in the log.
+    common::logLine(common::LogLevel::kInfo,
+                    absl::StrCat("admin: log level ", it->second, " (was ", now, "), set through POST /logging"));
+    return jsonResponse(200, json::object{{"level", it->second}, {"previous", now}});
+  });
+  admin_.routeRequest("/quitquitquit", {HttpMethod::kPost}, [this](const HttpRequest&) {
+    int64_t live = liveConnections();
+    HttpResponse r = jsonResponse(200, json::object{{"draining", true},
+                                                    {"connections_active", live},
+                                                    {"drain_timeout", ms(config_.timeouts.drain)}});
+    // Once the caller has its answer: the drain may stop the control loop at once.
+    r.after_write = [this] {
+      FERRY_LOG(kInfo, "admin: /quitquitquit: draining");
+      beginDrain();
+    };
+    return r;
+  });
+}
+
+void Server::serveConnections(const HttpRequest& request, HttpServer::Reply reply) {
+  auto params = parseQuery(request.query);
+  size_t limit = kDefaultConnectionsLimit;
+  if (auto it = params.find("limit"); it != params.end()) {
+    if (!absl::SimpleAtoi(it->second, &limit) || limit < 1 || limit > kMaxConnectionsLimit) {
+      reply(jsonError(400, absl::StrCat("limit: '", it->second, "' is not a number from 1 to ", kMaxConnectionsLimit)));
+      return;
+    }
+  }
+  // Each worker copies its own records on its own thread; the last to answer hands the
+  // whole to the control thread.
+  struct Gather {
+    std::mutex mu;
+    std::vector<session::ConnectionInfo> found;
+    size_t total = 0;
+    size_t waiting = 0;
+  };
+  auto gather = std::make_shared<Gather>();
+  gather->waiting = workers_.size();
+  auto render = [gather, limit, reply = std::move(reply)] {
+    auto& found = gather->found;
+    std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.age > b.age; });
+    if (found.size() > limit) found.resize(limit);
+    json::array list;
+    for (const auto& c : found) list.emplace_back(connectionJson(c));
+    reply(jsonResponse(200, json::object{{"total", gather->total},
+                                         {"shown", found.size()},
+                                         {"omitted", gather->total - found.size()},
+                                         {"connections", std::move(list)}}));
+  };
+  if (workers_.empty()) {
+    render();
+    return;
+  }
+  for (auto& w : workers_) {
+    asio::post(w->io(), [this, w = w.get(), gather, limit, render] {
+      size_t total = 0;
+      auto mine = w->connections(limit, total);
+      bool last = false;
+      {
+        std::lock_guard<std::mutex> lock(gather->mu);
+        gather->total += total;
+        std::move(mine.begin(), mine.end(), std::back_inserter(gather->found));
+        last = --gather->waiting == 0;
+      }
+      if (last) asio::post(control_, render);
+    });
+  }
+}
+
+}  // namespace ferry::server
