@@ -1,7 +1,6 @@
 #include "proxy/common/histogram.h"
 
-#include "absl/strings/str_cat.h"
-#include "proxy/common/strings.h"
+#include <algorithm>
 
 namespace ferry::common {
 
@@ -20,18 +19,19 @@ void DurationHistogram::observe(std::chrono::nanoseconds d) {
   count_.fetch_add(1, std::memory_order_relaxed);
 }
 
-void DurationHistogram::render(std::string& out, std::string_view name_std, std::string_view labels_std) const {
-  absl::string_view name = toAbsl(name_std), labels = toAbsl(labels_std);
-  absl::string_view sep = labels.empty() ? "" : ",";
+DurationHistogram::Snapshot DurationHistogram::snapshot() const {
+  Snapshot out;
+  out.bounds = bounds_;
   uint64_t cumulative = 0;
-  for (size_t i = 0; i <= bounds_.size(); ++i) {
+  for (size_t i = 0; i < bounds_.size(); ++i) {
     cumulative += buckets_[i].load(std::memory_order_relaxed);
-    std::string le = i < bounds_.size() ? absl::StrCat(bounds_[i]) : "+Inf";
-    absl::StrAppend(&out, name, "_bucket{", labels, sep, "le=\"", le, "\"} ", cumulative, "\n");
+    out.cumulative.push_back(cumulative);
   }
-  std::string braces = labels.empty() ? "" : absl::StrCat("{", labels, "}");
-  absl::StrAppend(&out, name, "_sum", braces, " ", static_cast<double>(sum_ns_.load(std::memory_order_relaxed)) / 1e9,
-                  "\n", name, "_count", braces, " ", count_.load(std::memory_order_relaxed), "\n");
+  // The +Inf bucket is the count; read last so that no bucket exceeds it.
+  out.count = std::max(count_.load(std::memory_order_relaxed),
+                       cumulative + buckets_[bounds_.size()].load(std::memory_order_relaxed));
+  out.sum_seconds = static_cast<double>(sum_ns_.load(std::memory_order_relaxed)) / 1e9;
+  return out;
 }
 
 }  // namespace ferry::common

@@ -7,8 +7,6 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <string>
-#include <string_view>
 #include <vector>
 
 namespace ferry::common {
@@ -20,9 +18,14 @@ class DurationHistogram {
 
   void observe(std::chrono::nanoseconds d);
 
-  // Appends `<name>_bucket{<labels>,le="..."}` (cumulative), `<name>_sum` and `<name>_count`
-  // lines; `labels` is `key="value",...` or empty. The HELP/TYPE lines are the caller's.
-  void render(std::string& out, std::string_view name, std::string_view labels) const;
+  // What a scrape states (proxy/telemetry serializes it): cumulative counts per bound.
+  struct Snapshot {
+    std::vector<double> bounds;
+    std::vector<uint64_t> cumulative;  // one per bound
+    uint64_t count = 0;
+    double sum_seconds = 0;
+  };
+  Snapshot snapshot() const;
 
   uint64_t count() const { return count_.load(std::memory_order_relaxed); }
 

@@ -57,7 +57,7 @@ class ConfigParser {
                                    "kubernetes", "cni", "policy", "cert_dir", "listen",
                                    "timeouts", "pool", "hbone", "workers", "log_level", "transparent",
                                    "original_destination", "hbone_port", "workloads_poll", "datapath",
-                                   "identity", "limits", "access_log"});
+                                   "identity", "limits", "access_log", "telemetry"});
     if (!top.ok()) return top.status();
     if (auto s = parseTop(*top); !s.ok()) return s;
     return std::move(config_);
@@ -180,6 +180,7 @@ class ConfigParser {
     if (auto s = parseCni(top.find("cni")); !s.ok()) return s;
     if (auto s = parsePolicy(top.find("policy")); !s.ok()) return s;
     if (auto s = parseAccessLog(top.find("access_log")); !s.ok()) return s;
+    if (auto s = parseTelemetry(top.find("telemetry")); !s.ok()) return s;
 
     if (auto field = top.find("workers")) {
       auto workers = reader_.integer(*field, 0, kMaxWorkers);
@@ -563,6 +564,14 @@ class ConfigParser {
     if (text->empty()) return reader_.error(*field, "must not be empty");
     out = *text;
     return absl::OkStatus();
+  }
+
+  absl::Status parseTelemetry(const std::optional<YamlField>& field) {
+    if (!field) return absl::OkStatus();
+    auto map = reader_.map(*field, {"cluster_id", "cluster_domain"});
+    if (!map.ok()) return map.status();
+    if (auto s = optionalString(*map, "cluster_id", config_.telemetry.cluster_id); !s.ok()) return s;
+    return optionalString(*map, "cluster_domain", config_.telemetry.cluster_domain);
   }
 
   absl::Status parseIdentity(const std::optional<YamlField>& field) {

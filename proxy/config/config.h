@@ -151,6 +151,13 @@ struct Identity {
   bool operator==(const Identity&) const = default;
 };
 
+// The Istio metrics' cluster and Service names (docs/operations.md, "Istio TCP metrics").
+struct Telemetry {
+  std::string cluster_id = "Kubernetes";         // source_cluster, destination_cluster (Istio's default)
+  std::string cluster_domain = "cluster.local";  // destination_service: <name>.<namespace>.svc.<domain>
+  friend bool operator==(const Telemetry&, const Telemetry&) = default;
+};
+
 // Shorter leaves would be refreshed (half life) more often than every second, i.e. on nearly
 // every handshake; seconds-long lifetimes are only for tests that rotate many times.
 inline constexpr Millis kMinLeafLifetime{2'000};
@@ -261,6 +268,7 @@ struct Config {
   Identity identity;
   Limits limits;  // trust roots always come from cert_dir/bundle.pem
   AccessLog access_log;
+  Telemetry telemetry;
   bool operator==(const Config&) const = default;  // config/reload.h compares versions
 };
 

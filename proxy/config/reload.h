@@ -50,6 +50,8 @@ enum class Reload {
   X("workers", kRestart, workers)                                              \
   X("log_level", kLive, log_level)                                             \
   X("access_log", kLive, access_log)                                           \
+  X("telemetry.cluster_id", kRestart, telemetry.cluster_id)                    \
+  X("telemetry.cluster_domain", kRestart, telemetry.cluster_domain)            \
   X("transparent", kRestart, transparent)                                      \
   X("original_destination", kRestart, original_destination)                    \
   X("hbone_port", kRestart, hbone_port)                                        \

@@ -114,7 +114,7 @@ class WorkloadsParser {
   absl::StatusOr<WorkloadEntry> parseEntry(const YamlField& entry, std::vector<YamlField>& ip_fields,
                                            int& name_line) {
     auto map = reader_.map(entry, {"name", "namespace", "service_account", "node", "ips", "hbone",
-                                   "host_interface", "tls_mode", "labels"});
+                                   "host_interface", "tls_mode", "labels", "workload_name"});
     if (!map.ok()) return map.status();
     WorkloadEntry w;
     auto name = requiredName(*map, "name", &name_line);
@@ -168,6 +168,11 @@ class WorkloadsParser {
       } else {
         return reader_.error(*field, absl::StrCat("unknown tls_mode '", *text, "' (expected permissive or strict)"));
       }
+    }
+    if (map->find("workload_name")) {
+      auto workload_name = requiredName(*map, "workload_name", nullptr);
+      if (!workload_name.ok()) return workload_name.status();
+      w.workload_name = *std::move(workload_name);
     }
     if (auto field = map->find("labels")) {
       auto labels = reader_.anyMap(*field);

@@ -26,8 +26,12 @@ struct WorkloadEntry {
   bool hbone = false;                  // accepts HBONE on <ip>:15008
   std::string host_interface;          // host-side device of a local pod (datapath attach point)
   TlsMode tls_mode = TlsMode::kPermissive;
-  // The pod's labels (what AuthorizationPolicy and PeerAuthentication selectors match).
+  // The pod's labels (what AuthorizationPolicy and PeerAuthentication selectors match; the
+  // Istio metrics' app and version: docs/operations.md).
   std::vector<std::pair<std::string, std::string>> labels;
+  // The workload the pod belongs to (its Deployment, say), for the Istio metrics; empty: the
+  // pod's name.
+  std::string workload_name;
 };
 
 enum class FileFormat { kYaml, kJson };

@@ -22,6 +22,7 @@
 #include "ferry_datapath.skel.h"
 #include "proxy/common/log.h"
 #include "proxy/datapath/netlink.h"
+#include "proxy/telemetry/metrics.h"
 
 namespace ferry::datapath {
 namespace {
@@ -537,56 +538,40 @@ DatapathCounters Datapath::counters() const {
   return out;
 }
 
-std::string Datapath::renderPrometheus() const {
+void Datapath::collect(telemetry::Exposition& out) const {
   static const char* const kProgs[] = {"pod_egress", "pod_ingress", "to_proxy", "from_proxy"};
   static const char* const kVerdicts[] = {"pass", "redirect", "drop"};
   auto c = counters();
-  std::string out =
-      "# HELP ferry_datapath_packets_total Packets seen by ferry's tc programs, by verdict\n"
-      "# TYPE ferry_datapath_packets_total counter\n";
+  auto packets = out.counter("ferry_datapath_packets_total", "Packets seen by ferry's tc programs, by verdict");
   for (int p = 0; p < 4; ++p) {
     for (int v = 0; v < 3; ++v) {
-      absl::StrAppend(&out, "ferry_datapath_packets_total{program=\"", kProgs[p], "\",verdict=\"",
-                      kVerdicts[v], "\"} ", c.packets[p][v], "\n");
+      packets.add(static_cast<double>(c.packets[p][v]), {{"program", kProgs[p]}, {"verdict", kVerdicts[v]}});
     }
   }
-  absl::StrAppend(&out,
-                  "# HELP ferry_datapath_reason_packets_total Packets by the reason of their verdict\n"
-                  "# TYPE ferry_datapath_reason_packets_total counter\n");
-  for (const auto& [reason, n] : c.by_reason) {
-    absl::StrAppend(&out, "ferry_datapath_reason_packets_total{reason=\"", reason, "\"} ", n, "\n");
-  }
-  absl::StrAppend(&out,
-                  "# HELP ferry_datapath_injection_mode The injection mode in use (1 for the active one)\n"
-                  "# TYPE ferry_datapath_injection_mode gauge\n");
+  auto by_reason = out.counter("ferry_datapath_reason_packets_total", "Packets by the reason of their verdict");
+  for (const auto& [reason, n] : c.by_reason) by_reason.add(static_cast<double>(n), {{"reason", reason}});
+  auto modes = out.gauge("ferry_datapath_injection_mode", "The injection mode in use (1 for the active one)");
   for (auto mode : {config::Injection::kPeerEgress, config::Injection::kIngressRedirect, config::Injection::kNone}) {
-    absl::StrAppend(&out, "ferry_datapath_injection_mode{mode=\"", injectionName(mode), "\"} ",
-                    injection_.mode == mode ? 1 : 0, "\n");
+    modes.add(injection_.mode == mode ? 1 : 0, {{"mode", injectionName(mode)}});
   }
-  absl::StrAppend(&out, "# HELP ferry_datapath_enrolled_pods Local pods whose devices carry ferry's programs\n",
-                  "# TYPE ferry_datapath_enrolled_pods gauge\nferry_datapath_enrolled_pods ", pods_.size(), "\n",
-                  "# HELP ferry_datapath_pods_waiting Local pods not enrolled yet (their device not found yet, or "
-                  "attaching failed): retried every workloads_poll\n# TYPE ferry_datapath_pods_waiting gauge\n"
-                  "ferry_datapath_pods_waiting ", sync_.failed(), "\n");
-  absl::StrAppend(&out,
-                  "# HELP ferry_datapath_reattached_total Programs or link pins put back after something removed "
-                  "them underneath ferryd\n# TYPE ferry_datapath_reattached_total counter\nferry_datapath_reattached_total ",
-                  reattached_.load(std::memory_order_relaxed),
-                  "\n# HELP ferry_datapath_reattach_failures_total Checks that found a program detached and could not "
-                  "re-attach it\n# TYPE ferry_datapath_reattach_failures_total counter\n"
-                  "ferry_datapath_reattach_failures_total ",
-                  reattach_failures_.load(std::memory_order_relaxed), "\n");
-  auto feature = [&](const char* name, bool v) {
-    absl::StrAppend(&out, "ferry_datapath_kernel_feature{feature=\"", name, "\"} ", v ? 1 : 0, "\n");
-  };
-  absl::StrAppend(&out, "# HELP ferry_datapath_kernel_feature Kernel features found by the start-up probe\n",
-                  "# TYPE ferry_datapath_kernel_feature gauge\n");
-  feature("tcx", features_.tcx);
-  feature("redirect_peer", features_.redirect_peer);
-  feature("egress_flag", features_.egress_flag);
-  feature("netkit", features_.netkit);
-  feature("ktls", features_.ktls);
-  return out;
+  out.gauge("ferry_datapath_enrolled_pods", "Local pods whose devices carry ferry's programs",
+            static_cast<double>(pods_.size()));
+  out.gauge("ferry_datapath_pods_waiting",
+            "Local pods not enrolled yet (their device not found yet, or attaching failed): retried every "
+            "workloads_poll",
+            static_cast<double>(sync_.failed()));
+  out.counter("ferry_datapath_reattached_total",
+              "Programs or link pins put back after something removed them underneath ferryd",
+              static_cast<double>(reattached_.load(std::memory_order_relaxed)));
+  out.counter("ferry_datapath_reattach_failures_total",
+              "Checks that found a program detached and could not re-attach it",
+              static_cast<double>(reattach_failures_.load(std::memory_order_relaxed)));
+  out.gauge("ferry_datapath_kernel_feature", "Kernel features found by the start-up probe")
+      .add(features_.tcx ? 1 : 0, {{"feature", "tcx"}})
+      .add(features_.redirect_peer ? 1 : 0, {{"feature", "redirect_peer"}})
+      .add(features_.egress_flag ? 1 : 0, {{"feature", "egress_flag"}})
+      .add(features_.netkit ? 1 : 0, {{"feature", "netkit"}})
+      .add(features_.ktls ? 1 : 0, {{"feature", "ktls"}});
 }
 
 }  // namespace ferry::datapath

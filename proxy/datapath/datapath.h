@@ -20,6 +20,10 @@
 
 struct ferry_datapath;
 
+namespace ferry::telemetry {
+class Exposition;
+}  // namespace ferry::telemetry
+
 namespace ferry::datapath {
 
 struct DatapathCounters {
@@ -86,8 +90,8 @@ class Datapath : private PodSteering {
   const InjectionChoice& injection() const { return injection_; }
   size_t enrolledPods() const { return pods_.size(); }
   DatapathCounters counters() const;
-  // Prometheus text: ferry_datapath_* metrics.
-  std::string renderPrometheus() const;
+  // ferry_datapath_* metrics, stated at scrape time.
+  void collect(telemetry::Exposition& out) const;
 
  private:
   Datapath() = default;

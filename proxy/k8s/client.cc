@@ -26,6 +26,7 @@
 #include "proxy/common/strings.h"
 #include "proxy/k8s/decode.h"
 #include "proxy/k8s/http_stream.h"
+#include "proxy/telemetry/metrics.h"
 
 namespace ferry::k8s {
 namespace asio = boost::asio;
@@ -806,7 +807,7 @@ std::vector<const Informer*> ApiClient::unsynced() const {
   return out;
 }
 
-std::string ApiClient::renderPrometheus() const {
+void ApiClient::collect(telemetry::Exposition& out) const {
   struct Counter {
     const char* name;
     const char* help;
@@ -826,35 +827,28 @@ std::string ApiClient::renderPrometheus() const {
       {"ferry_k8s_token_reloads_total", "Service-account token re-reads (rotation, 401)",
        &ResourceMetrics::token_reloads},
   };
-  std::string out;
   for (const Counter& c : kCounters) {
-    absl::StrAppend(&out, "# HELP ", c.name, " ", c.help, "\n# TYPE ", c.name, " counter\n");
+    auto family = out.counter(c.name, c.help);
     for (const auto& i : impl_->informers) {
-      absl::StrAppend(&out, c.name, "{resource=\"", common::toAbsl(i->resource()), "\"} ", (i->metrics().*c.field).load(), "\n");
+      family.add(static_cast<double>((i->metrics().*c.field).load()), {{"resource", i->resource()}});
     }
   }
-  absl::StrAppend(&out, "# HELP ferry_k8s_errors_total Failed requests and streams, by reason\n",
-                  "# TYPE ferry_k8s_errors_total counter\n");
+  auto errors = out.counter("ferry_k8s_errors_total", "Failed requests and streams, by reason");
   for (const auto& i : impl_->informers) {
     for (int r = 0; r < static_cast<int>(ErrorReason::kCount); ++r) {
-      absl::StrAppend(&out, "ferry_k8s_errors_total{resource=\"", common::toAbsl(i->resource()), "\",reason=\"",
-                      common::toAbsl(errorReasonName(static_cast<ErrorReason>(r))), "\"} ", i->metrics().errors[r].load(), "\n");
+      errors.add(static_cast<double>(i->metrics().errors[r].load()),
+                 {{"resource", i->resource()}, {"reason", errorReasonName(static_cast<ErrorReason>(r))}});
     }
   }
-  absl::StrAppend(&out, "# HELP ferry_k8s_event_apply_seconds Watch events, from the read that completed one to "
-                  "its handler's return (registry and datapath maps updated)\n",
-                  "# TYPE ferry_k8s_event_apply_seconds histogram\n");
+  auto apply = out.histogram("ferry_k8s_event_apply_seconds",
+                             "Watch events, from the read that completed one to its handler's return (registry and "
+                             "datapath maps updated)");
+  for (const auto& i : impl_->informers) apply.add(i->metrics().event_apply, {{"resource", i->resource()}});
+  auto age = out.gauge("ferry_k8s_state_age_seconds",
+                       "Seconds since the state was last known current (-1 before the first LIST)");
   for (const auto& i : impl_->informers) {
-    i->metrics().event_apply.render(out, "ferry_k8s_event_apply_seconds",
-                                    absl::StrCat("resource=\"", common::toAbsl(i->resource()), "\""));
+    age.add(i->synced() ? std::chrono::duration<double>(i->stateAge()).count() : -1, {{"resource", i->resource()}});
   }
-  absl::StrAppend(&out, "# HELP ferry_k8s_state_age_seconds Seconds since the state was last known current ",
-                  "(-1 before the first LIST)\n# TYPE ferry_k8s_state_age_seconds gauge\n");
-  for (const auto& i : impl_->informers) {
-    double age = i->synced() ? std::chrono::duration<double>(i->stateAge()).count() : -1;
-    absl::StrAppend(&out, "ferry_k8s_state_age_seconds{resource=\"", common::toAbsl(i->resource()), "\"} ", age, "\n");
-  }
-  return out;
 }
 
 absl::StatusOr<ClusterAccess> inClusterAccess(const std::function<const char*(const char*)>& getenv,

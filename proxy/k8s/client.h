@@ -20,6 +20,10 @@ namespace boost::asio {
 class io_context;
 }
 
+namespace ferry::telemetry {
+class Exposition;
+}  // namespace ferry::telemetry
+
 namespace ferry::k8s {
 
 using Millis = std::chrono::milliseconds;
@@ -190,8 +194,8 @@ class ApiClient {
   Millis stateAge() const;
   // The informers stateAge() waits for that have not synced yet (their lastError() says why).
   std::vector<const Informer*> unsynced() const;
-  // Prometheus text for every informer (docs/operations.md).
-  std::string renderPrometheus() const;
+  // ferry_k8s_* metrics of every informer (docs/operations.md), stated at scrape time.
+  void collect(telemetry::Exposition& out) const;
 
   struct Impl;
 

@@ -138,6 +138,12 @@ absl::StatusOr<Pod> decodePod(const json::value& v) {
   pod.name = h->name;
   pod.uid = r.string(h->metadata, "uid");
   pod.labels = r.labels(h->metadata);
+  pod.generated_name = !r.string(h->metadata, "generateName").empty();
+  r.objects(h->metadata, "ownerReferences", [&](const json::object& ref) {
+    if (!pod.controller_kind.empty() || !r.boolean(&ref, "controller")) return;
+    pod.controller_kind = r.string(&ref, "kind");
+    pod.controller_name = r.string(&ref, "name");
+  });
   pod.deleting = !r.string(h->metadata, "deletionTimestamp").empty();
   const json::object* spec = r.object(h->root, "spec");
   pod.node_name = r.string(spec, "nodeName");

@@ -18,6 +18,9 @@ struct Pod {
   std::string namespace_name;
   std::string name;
   std::string uid;
+  bool generated_name = false;       // metadata.generateName is set (a controller made it)
+  // metadata.ownerReferences[] with controller: true (the workload name: docs/operations.md).
+  std::string controller_kind, controller_name;
   std::string node_name;             // spec.nodeName; empty until scheduled
   std::string service_account;       // spec.serviceAccountName ("default" when absent)
   std::vector<std::string> pod_ips;  // status.podIPs[].ip, else status.podIP; may be empty

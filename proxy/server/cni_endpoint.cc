@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "proxy/common/file.h"
+#include "proxy/telemetry/metrics.h"
 
 namespace ferry::server {
 namespace asio = boost::asio;
@@ -246,33 +247,25 @@ void CniEndpoint::logAnswer(const cni::Request& request, const cni::Answer& a, s
                                          std::chrono::duration<double, std::milli>(took).count()));
 }
 
-void CniEndpoint::renderPrometheus(std::string& out) const {
-  absl::StrAppend(&out,
-                  "# HELP ferry_cni_requests_total ferry-cni requests answered, by verb and verdict.\n"
-                  "# TYPE ferry_cni_requests_total counter\n");
+void CniEndpoint::collect(telemetry::Exposition& out) const {
+  auto requests = out.counter("ferry_cni_requests_total", "ferry-cni requests answered, by verb and verdict.");
   for (int v = 0; v < 3; ++v) {
     for (int d = 0; d < 5; ++d) {
-      absl::StrAppend(&out, "ferry_cni_requests_total{verb=\"", cni::verbName(static_cast<cni::Verb>(v)),
-                      "\",verdict=\"", cni::verdictName(static_cast<cni::Verdict>(d)), "\"} ",
-                      requests_[v][d].load(std::memory_order_relaxed), "\n");
+      requests.add(static_cast<double>(requests_[v][d].load(std::memory_order_relaxed)),
+                   {{"verb", cni::verbName(static_cast<cni::Verb>(v))},
+                    {"verdict", cni::verdictName(static_cast<cni::Verdict>(d))}});
     }
   }
-  absl::StrAppend(&out,
-                  "# HELP ferry_cni_bad_requests_total Requests refused as malformed (bad length, JSON, version, id).\n"
-                  "# TYPE ferry_cni_bad_requests_total counter\nferry_cni_bad_requests_total ",
-                  bad_requests_.load(std::memory_order_relaxed),
-                  "\n# HELP ferry_cni_refused_peers_total Connections refused because the peer was not root.\n"
-                  "# TYPE ferry_cni_refused_peers_total counter\nferry_cni_refused_peers_total ",
-                  refused_peers_.load(std::memory_order_relaxed),
-                  "\n# HELP ferry_cni_restored_sandboxes_total Sandbox records re-enrolled at start-up.\n"
-                  "# TYPE ferry_cni_restored_sandboxes_total counter\nferry_cni_restored_sandboxes_total ",
-                  restored_.load(std::memory_order_relaxed),
-                  "\n# HELP ferry_cni_dropped_records_total Sandbox records dropped at start-up (sandbox gone, unreadable).\n"
-                  "# TYPE ferry_cni_dropped_records_total counter\nferry_cni_dropped_records_total ",
-                  records_dropped_.load(std::memory_order_relaxed),
-                  "\n# HELP ferry_cni_add_seconds Time from a ferry-cni ADD's connection to ferryd's answer.\n"
-                  "# TYPE ferry_cni_add_seconds histogram\n");
-  add_seconds_.render(out, "ferry_cni_add_seconds", "");
+  out.counter("ferry_cni_bad_requests_total", "Requests refused as malformed (bad length, JSON, version, id).",
+              static_cast<double>(bad_requests_.load(std::memory_order_relaxed)));
+  out.counter("ferry_cni_refused_peers_total", "Connections refused because the peer was not root.",
+              static_cast<double>(refused_peers_.load(std::memory_order_relaxed)));
+  out.counter("ferry_cni_restored_sandboxes_total", "Sandbox records re-enrolled at start-up.",
+              static_cast<double>(restored_.load(std::memory_order_relaxed)));
+  out.counter("ferry_cni_dropped_records_total", "Sandbox records dropped at start-up (sandbox gone, unreadable).",
+              static_cast<double>(records_dropped_.load(std::memory_order_relaxed)));
+  out.histogram("ferry_cni_add_seconds", "Time from a ferry-cni ADD's connection to ferryd's answer.")
+      .add(add_seconds_);
 }
 
 }  // namespace ferry::server

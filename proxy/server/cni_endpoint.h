@@ -24,6 +24,10 @@
 #include "proxy/common/log.h"
 #include "proxy/config/config.h"
 
+namespace ferry::telemetry {
+class Exposition;
+}  // namespace ferry::telemetry
+
 namespace ferry::server {
 
 // What the endpoint asks of ferryd (the Server; tests use a fake).
@@ -50,7 +54,7 @@ class CniEndpoint {
   void stop();
 
   // ferry_cni_* metrics.
-  void renderPrometheus(std::string& out) const;
+  void collect(telemetry::Exposition& out) const;
 
  private:
   boost::asio::awaitable<void> acceptLoop();

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/status/statusor.h"
 #include "proxy/common/log.h"
+#include "proxy/telemetry/metrics.h"
 
 namespace ferry::server {
 namespace {
@@ -238,18 +239,16 @@ void CniInstaller::uninstall() {
   }
 }
 
-std::string CniInstaller::renderPrometheus() const {
-  return absl::StrCat(
-      "# HELP ferry_cni_chain_installed 1 when ferry-cni's entry is last in the CNI configuration the runtime uses\n"
-      "# TYPE ferry_cni_chain_installed gauge\nferry_cni_chain_installed ",
-      chained() ? 1 : 0,
-      "\n# HELP ferry_cni_rechained_total Times ferry-cni was chained again after the file was rewritten or another "
-      "file became the first\n# TYPE ferry_cni_rechained_total counter\nferry_cni_rechained_total ",
-      rechains(),
-      "\n# HELP ferry_cni_chain_errors_total Failed attempts to chain ferry-cni (a file that cannot be read, parsed or "
-      "written; the plugin that cannot be copied)\n# TYPE ferry_cni_chain_errors_total counter\n"
-      "ferry_cni_chain_errors_total ",
-      errors(), "\n");
+void CniInstaller::collect(telemetry::Exposition& out) const {
+  out.gauge("ferry_cni_chain_installed",
+            "1 when ferry-cni's entry is last in the CNI configuration the runtime uses", chained() ? 1 : 0);
+  out.counter("ferry_cni_rechained_total",
+              "Times ferry-cni was chained again after the file was rewritten or another file became the first",
+              static_cast<double>(rechains()));
+  out.counter("ferry_cni_chain_errors_total",
+              "Failed attempts to chain ferry-cni (a file that cannot be read, parsed or written; the plugin that "
+              "cannot be copied)",
+              static_cast<double>(errors()));
 }
 
 }  // namespace ferry::server

@@ -14,6 +14,10 @@
 #include "proxy/common/file.h"
 #include "proxy/config/config.h"
 
+namespace ferry::telemetry {
+class Exposition;
+}  // namespace ferry::telemetry
+
 namespace ferry::server {
 
 class CniInstaller {
@@ -37,7 +41,7 @@ class CniInstaller {
   void uninstall();
 
   // ferry_cni_chain_installed, ferry_cni_rechained_total, ferry_cni_chain_errors_total.
-  std::string renderPrometheus() const;
+  void collect(telemetry::Exposition& out) const;
   bool chained() const { return chained_.load(std::memory_order_relaxed); }
   uint64_t rechains() const { return rechains_.load(std::memory_order_relaxed); }
   uint64_t errors() const { return errors_.load(std::memory_order_relaxed); }

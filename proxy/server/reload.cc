@@ -118,26 +118,20 @@ void Server::applyConfig(const config::Config& next, std::optional<policy::Polic
   }
 }
 
-void Server::renderReloadMetrics(std::string& out) {
+void Server::collectReloadMetrics(telemetry::Exposition& out) {
   ReloadStatus status = reloadStatus();
-  absl::StrAppend(
-      &out,
-      "# HELP ferry_config_reloads_total Versions of the config file read after start, by result (rejected: "
-      "nothing of it applied)\n# TYPE ferry_config_reloads_total counter\n",
-      "ferry_config_reloads_total{result=\"applied\"} ", status.applied, "\n",
-      "ferry_config_reloads_total{result=\"rejected\"} ", status.rejected, "\n",
-      "# HELP ferry_config_last_reload_success 0 when the last version of the config file read was rejected\n"
-      "# TYPE ferry_config_last_reload_success gauge\nferry_config_last_reload_success ",
-      status.last_result == "rejected" ? 0 : 1, "\n",
-      "# HELP ferry_config_last_reload_success_timestamp_seconds When a version of the config file was last "
-      "applied (0: none since start)\n# TYPE ferry_config_last_reload_success_timestamp_seconds gauge\n"
-      "ferry_config_last_reload_success_timestamp_seconds ",
-      status.applied == 0 ? 0 : epochSeconds(status.last_success), "\n",
-      "# HELP ferry_config_generation Reloads that changed a key applied live\n"
-      "# TYPE ferry_config_generation gauge\nferry_config_generation ", status.generation, "\n",
-      "# HELP ferry_config_restart_required_keys Keys whose value in the config file waits for a restart\n"
-      "# TYPE ferry_config_restart_required_keys gauge\nferry_config_restart_required_keys ",
-      status.restart_required_keys.size(), "\n");
+  out.counter("ferry_config_reloads_total",
+              "Versions of the config file read after start, by result (rejected: nothing of it applied)")
+      .add(static_cast<double>(status.applied), {{"result", "applied"}})
+      .add(static_cast<double>(status.rejected), {{"result", "rejected"}});
+  out.gauge("ferry_config_last_reload_success", "0 when the last version of the config file read was rejected",
+            status.last_result == "rejected" ? 0 : 1);
+  out.gauge("ferry_config_last_reload_success_timestamp_seconds",
+            "When a version of the config file was last applied (0: none since start)",
+            status.applied == 0 ? 0 : static_cast<double>(epochSeconds(status.last_success)));
+  out.gauge("ferry_config_generation", "Reloads that changed a key applied live", static_cast<double>(status.generation));
+  out.gauge("ferry_config_restart_required_keys", "Keys whose value in the config file waits for a restart",
+            static_cast<double>(status.restart_required_keys.size()));
 }
 
 }  // namespace ferry::server

@@ -155,6 +155,7 @@ Server::Server(config::Config config, std::string config_path)
     // The version read at start: a reload compares with it, not with nothing.
     config_file_->poll();
   }
+  registerMetrics();
 }
 
 Server::~Server() {
@@ -197,6 +198,8 @@ absl::Status Server::start() {
                                     /*self=*/{}, /*draining=*/{}, session::Placement(n), /*workers=*/{}, admission_, *cap});
   shared_->access_log.set(config_.access_log);  // a reload calls the same with the new file's
   shared_->policies_loaded.store(!k8s_policies_ || k8s_policies_->synced(), std::memory_order_release);
+  istio_ = std::make_unique<session::IstioMetrics>(n, config_);
+  shared_->istio = istio_.get();
   auto worker_config = std::make_shared<const config::Config>(config_);
   for (size_t i = 0; i < n; ++i) {
     workers_.push_back(std::make_unique<session::Worker>(*shared_, i, worker_config));
@@ -767,89 +770,97 @@ void Server::finishDrain() {
   control_.stop();
 }
 
-void Server::renderIdentityMetrics(std::string& out) {
-  auto gauge = [&](const char* name, const char* help, uint64_t value) {
-    absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " gauge\n", name, " ", value, "\n");
-  };
-  auto counter = [&](const char* name, const char* help, uint64_t value) {
-    absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " counter\n", name, " ", value, "\n");
-  };
+void Server::collectIdentityMetrics(telemetry::Exposition& out) {
   bool identity_ready = ca_source_ != nullptr ? ca_source_->status().ok() : dir_source_->bundle().ok();
-  gauge("ferry_identity_ready", "1 when certificates can be had (CA material or trust bundle loaded)",
-        identity_ready ? 1 : 0);
+  out.gauge("ferry_identity_ready", "1 when certificates can be had (CA material or trust bundle loaded)",
+            identity_ready ? 1 : 0);
   auto bundle = certs_->bundle();
-  gauge("ferry_trust_bundle_roots", "Roots in the trust bundle in use (2 while a root rotates)",
-        bundle.ok() ? (*bundle)->roots.size() : 0);
+  out.gauge("ferry_trust_bundle_roots", "Roots in the trust bundle in use (2 while a root rotates)",
+            bundle.ok() ? static_cast<double>((*bundle)->roots.size()) : 0);
   if (ca_source_ == nullptr) return;
   auto ca = ca_source_->current();
-  counter("ferry_identity_reloads_total", "CA and trust bundle file changes applied (the first load included)",
-          ca_source_->reloads());
-  counter("ferry_identity_reload_failures_total",
-          "CA and trust bundle file changes refused (previous material kept, or still not ready)",
-          ca_source_->reloadFailures());
-  gauge("ferry_identity_ca_generation", "Issuing CAs replaced since start (0: the first one)",
-        ca ? ca->authorityGeneration() : 0);
-  counter("ferry_certificates_issued_total", "Workload SVIDs issued by the built-in CA", ca ? ca->issued() : 0);
-  counter("ferry_certificates_refreshed_total", "SVIDs re-issued at half life (or after a CA change)",
-          ca ? ca->refreshes() : 0);
-  counter("ferry_certificate_issue_failures_total", "Failed issuance attempts", ca ? ca->failures() : 0);
-  counter("ferry_certificates_forgotten_total", "SVIDs dropped because no local workload uses the identity",
-          ca ? ca->forgotten() : 0);
-  gauge("ferry_certificates_cached", "Identities with an SVID held now", ca ? ca->cachedCount() : 0);
+  auto value = [](auto v) { return static_cast<double>(v); };
+  out.counter("ferry_identity_reloads_total", "CA and trust bundle file changes applied (the first load included)",
+              value(ca_source_->reloads()));
+  out.counter("ferry_identity_reload_failures_total",
+              "CA and trust bundle file changes refused (previous material kept, or still not ready)",
+              value(ca_source_->reloadFailures()));
+  out.gauge("ferry_identity_ca_generation", "Issuing CAs replaced since start (0: the first one)",
+            ca ? value(ca->authorityGeneration()) : 0);
+  out.counter("ferry_certificates_issued_total", "Workload SVIDs issued by the built-in CA", ca ? value(ca->issued()) : 0);
+  out.counter("ferry_certificates_refreshed_total", "SVIDs re-issued at half life (or after a CA change)",
+              ca ? value(ca->refreshes()) : 0);
+  out.counter("ferry_certificate_issue_failures_total", "Failed issuance attempts", ca ? value(ca->failures()) : 0);
+  out.counter("ferry_certificates_forgotten_total", "SVIDs dropped because no local workload uses the identity",
+              ca ? value(ca->forgotten()) : 0);
+  out.gauge("ferry_certificates_cached", "Identities with an SVID held now", ca ? value(ca->cachedCount()) : 0);
 }
 
-void Server::renderPolicyMetrics(std::string& out) {
+void Server::collectPolicyMetrics(telemetry::Exposition& out) {
   auto set = policies_.current();
-  absl::StrAppend(&out, "# HELP ferry_policies Policy objects in force, by kind\n# TYPE ferry_policies gauge\n",
-                  "ferry_policies{kind=\"AuthorizationPolicy\"} ", set->authorizationCount(), "\n",
-                  "ferry_policies{kind=\"PeerAuthentication\"} ", set->peerAuthenticationCount(), "\n",
-                  "# HELP ferry_policy_generation Policy snapshots published since start\n"
-                  "# TYPE ferry_policy_generation gauge\nferry_policy_generation ", set->generation(), "\n",
-                  "# HELP ferry_policy_refused_objects Policy objects refused now (bad field, duplicate name; "
-                  "see /policies)\n# TYPE ferry_policy_refused_objects gauge\nferry_policy_refused_objects ",
-                  policies_.refusals().size(), "\n",
-                  "# HELP ferry_policy_refused_total Policy objects (and whole files) refused since start\n"
-                  "# TYPE ferry_policy_refused_total counter\nferry_policy_refused_total ",
-                  policies_.refusedTotal() + policy_file_failures_before_ +
-                      (policy_files_ ? policy_files_->failures() : 0),
-                  "\n");
+  out.gauge("ferry_policies", "Policy objects in force, by kind")
+      .add(static_cast<double>(set->authorizationCount()), {{"kind", "AuthorizationPolicy"}})
+      .add(static_cast<double>(set->peerAuthenticationCount()), {{"kind", "PeerAuthentication"}});
+  out.gauge("ferry_policy_generation", "Policy snapshots published since start", static_cast<double>(set->generation()));
+  out.gauge("ferry_policy_refused_objects", "Policy objects refused now (bad field, duplicate name; see /policies)",
+            static_cast<double>(policies_.refusals().size()));
+  out.counter("ferry_policy_refused_total", "Policy objects (and whole files) refused since start",
+              static_cast<double>(policies_.refusedTotal() + policy_file_failures_before_ +
+                                   (policy_files_ ? policy_files_->failures() : 0)));
 }
 
-std::string Server::renderMetrics() {
-  std::string out = stats_.renderPrometheus();
-  absl::StrAppend(&out, admission_.renderPrometheus());
-  absl::StrAppend(&out, "# HELP ferry_descriptor_limit RLIMIT_NOFILE in force\n# TYPE ferry_descriptor_limit gauge\n",
-                  "ferry_descriptor_limit ", descriptor_limit_, "\n",
-                  "# HELP ferry_data_plane_descriptor_cap Descriptors the data plane may use (the limit minus "
-                  "limits.descriptor_reserve)\n# TYPE ferry_data_plane_descriptor_cap gauge\n",
-                  "ferry_data_plane_descriptor_cap ", shared_ ? shared_->descriptor_cap : 0, "\n",
-                  "# HELP ferry_memory_trims_total Heap trims (malloc_trim) after bursts of closes\n"
-                  "# TYPE ferry_memory_trims_total counter\nferry_memory_trims_total ",
-                  memory_trims_.load(std::memory_order_relaxed), "\n");
-  if (k8s_source_ != nullptr) absl::StrAppend(&out, k8s_source_->renderPrometheus());
-  auto reg = workloads_.current();
-  absl::StrAppend(&out, "# HELP ferry_workloads Workloads known, and those on this node\n",
-                  "# TYPE ferry_workloads gauge\nferry_workloads{scope=\"all\"} ", reg->size(),
-                  "\nferry_workloads{scope=\"local\"} ", reg->localCount(), "\n");
-  if (datapath_) absl::StrAppend(&out, datapath_->renderPrometheus());
-  if (cni_endpoint_) cni_endpoint_->renderPrometheus(out);
-  if (cni_installer_) absl::StrAppend(&out, cni_installer_->renderPrometheus());
-  renderIdentityMetrics(out);
-  renderPolicyMetrics(out);
-  renderReloadMetrics(out);
-  absl::StrAppend(&out, "# HELP ferry_ready 1 when ferryd accepts connections\n# TYPE ferry_ready gauge\nferry_ready ",
-                  ready() ? 1 : 0, "\n");
-  absl::StrAppend(&out, "# HELP ferry_workers Worker threads\n# TYPE ferry_workers gauge\nferry_workers ",
-                  workers_.size(), "\n");
-  absl::StrAppend(&out, "# HELP ferry_worker_load Connections and inbound streams running on each worker "
-                        "(where new connections are placed)\n# TYPE ferry_worker_load gauge\n");
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    absl::StrAppend(&out, "ferry_worker_load{worker=\"", i, "\"} ", shared_->placement.load(i), "\n");
-  }
-  auto up = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_at_);
-  absl::StrAppend(&out, "# HELP ferry_uptime_seconds Seconds since start\n# TYPE ferry_uptime_seconds gauge\nferry_uptime_seconds ",
-                  up.count(), "\n");
-  return out;
+// Every part's metrics, in the order /metrics has always listed them. The parts created in
+// start() are read through their pointers at scrape time (absent ones state nothing).
+void Server::registerMetrics() {
+  auto add = [this](telemetry::Registry::Collector collect) {
+    metric_parts_.push_back(metrics_registry_.add(std::move(collect)));
+  };
+  add([this](telemetry::Exposition& out) { stats_.collect(out); });
+  add([this](telemetry::Exposition& out) {
+    if (istio_) istio_->collect(out);
+  });
+  add([this](telemetry::Exposition& out) { admission_.collect(out); });
+  add([this](telemetry::Exposition& out) {
+    out.gauge("ferry_descriptor_limit", "RLIMIT_NOFILE in force", static_cast<double>(descriptor_limit_));
+    out.gauge("ferry_data_plane_descriptor_cap",
+              "Descriptors the data plane may use (the limit minus limits.descriptor_reserve)",
+              shared_ ? shared_->descriptor_cap : 0);
+    out.counter("ferry_memory_trims_total", "Heap trims (malloc_trim) after bursts of closes",
+                static_cast<double>(memory_trims_.load(std::memory_order_relaxed)));
+  });
+  add([this](telemetry::Exposition& out) {
+    if (k8s_source_ != nullptr) k8s_source_->collect(out);
+  });
+  add([this](telemetry::Exposition& out) {
+    auto reg = workloads_.current();
+    out.gauge("ferry_workloads", "Workloads known, and those on this node")
+        .add(static_cast<double>(reg->size()), {{"scope", "all"}})
+        .add(static_cast<double>(reg->localCount()), {{"scope", "local"}});
+  });
+  add([this](telemetry::Exposition& out) {
+    if (datapath_) datapath_->collect(out);
+    if (cni_endpoint_) cni_endpoint_->collect(out);
+    if (cni_installer_) cni_installer_->collect(out);
+  });
+  add([this](telemetry::Exposition& out) {
+    if (certs_) collectIdentityMetrics(out);
+  });
+  add([this](telemetry::Exposition& out) { collectPolicyMetrics(out); });
+  add([this](telemetry::Exposition& out) { collectReloadMetrics(out); });
+  add([this](telemetry::Exposition& out) {
+    out.gauge("ferry_ready", "1 when ferryd accepts connections", ready() ? 1 : 0);
+    out.gauge("ferry_workers", "Worker threads", static_cast<double>(workers_.size()));
+    auto load = out.gauge("ferry_worker_load",
+                          "Connections and inbound streams running on each worker (where new connections are placed)");
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      std::string worker = std::to_string(i);
+      load.add(static_cast<double>(shared_->placement.load(i)), {{"worker", worker}});
+    }
+    auto up = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_at_);
+    out.gauge("ferry_uptime_seconds", "Seconds since start", static_cast<double>(up.count()));
+  });
 }
+
+std::string Server::renderMetrics() { return metrics_registry_.render(); }
 
 }  // namespace ferry::server

@@ -36,6 +36,7 @@
 #include "proxy/server/cni_install.h"
 #include "proxy/server/http_server.h"
 #include "proxy/session/context.h"
+#include "proxy/telemetry/metrics.h"
 #include "proxy/workloads/registry.h"
 #include "proxy/workloads/source.h"
 
@@ -79,7 +80,7 @@ class Server {
   // trust bundle is loaded). Not ready says why, for /healthz/ready.
   absl::Status readiness();
   bool ready() { return readiness().ok(); }
-  // The Prometheus text served on /metrics.
+  // The Prometheus text served on /metrics (the one registry, rendered).
   std::string renderMetrics();
   session::Stats& stats() { return stats_; }
   // Thread-safe.
@@ -94,7 +95,8 @@ class Server {
   void scheduleIdentityPoll();
   // Drops certificates and TLS contexts of identities no local workload has any more.
   void forgetUnusedIdentities();
-  void renderIdentityMetrics(std::string& out);
+  void collectIdentityMetrics(telemetry::Exposition& out);
+  void registerMetrics();
   void armSignals();
   // The admin endpoint's pages (server_admin.cc; docs/operations.md, "Admin endpoint").
   void routeAdmin();
@@ -108,7 +110,7 @@ class Server {
   void reloadConfig(bool reread);
   void rejectReload(const absl::Status& why);
   void applyConfig(const config::Config& next, std::optional<policy::PolicyFiles> policy_files);
-  void renderReloadMetrics(std::string& out);
+  void collectReloadMetrics(telemetry::Exposition& out);
   void preallocateSocketStates(int descriptor_cap);
   // Gives freed heap back to the kernel after a burst of closes (docs/security.md, Memory).
   void scheduleMemoryTrim();
@@ -123,7 +125,12 @@ class Server {
   std::optional<common::WatchedFile> config_file_;
   mutable std::mutex reload_mu_;
   ReloadStatus reload_;  // under reload_mu_
+  // The one metrics registry (/metrics) and this server's parts in it (registerMetrics).
+  telemetry::Registry metrics_registry_;
+  std::vector<telemetry::Registry::Registration> metric_parts_;
   session::Stats stats_;
+  // Istio's TCP metrics, one shard per worker (made in start(): outlives the workers).
+  std::unique_ptr<session::IstioMetrics> istio_;
   workloads::Store workloads_;
   // Authorization policies and PeerAuthentications (docs/policy.md): from policy.files and,
   // with the Kubernetes source, the API server.
@@ -137,7 +144,7 @@ class Server {
   // its open inbound connections again.
   void onPoliciesChanged(const policy::PolicySet& after);
   void reauthorizeLive(const char* why);
-  void renderPolicyMetrics(std::string& out);
+  void collectPolicyMetrics(telemetry::Exposition& out);
   std::unique_ptr<workloads::Source> source_;
   workloads::KubernetesSource* k8s_source_ = nullptr;  // source_, when it is the Kubernetes one
   absl::Status makeWorkloadSource();

@@ -174,6 +174,7 @@ json::object configJson(const config::Config& c) {
         {"descriptor_reserve", c.limits.descriptor_reserve},
         {"preallocated_sockets", c.limits.preallocated_sockets},
         {"trim_after_closes", c.limits.trim_after_closes}}},
+      {"telemetry", {{"cluster_id", c.telemetry.cluster_id}, {"cluster_domain", c.telemetry.cluster_domain}}},
   };
 }
 
@@ -238,6 +239,11 @@ void Server::routeAdmin() {
                                                       {"identity", w.spiffeId(config_.trust_domain)},
                                                       {"hbone", w.hbone},
                                                       {"local", reg->isLocal(w)}});
+      if (w.telemetry) {  // the Istio metrics' names for it (docs/operations.md)
+        rows.back().second["workload"] = w.telemetry->workload;
+        rows.back().second["app"] = w.telemetry->canonical_service;
+        rows.back().second["version"] = w.telemetry->canonical_revision;
+      }
     });
     std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     json::array list;

@@ -5,6 +5,7 @@
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
+#include "proxy/telemetry/metrics.h"
 
 namespace ferry::session {
 
@@ -184,40 +185,37 @@ int64_t Admission::pending(Listener listener) const {
   return state_[static_cast<size_t>(listener)].pending_gauge.load(std::memory_order_relaxed);
 }
 
-std::string Admission::renderPrometheus() const {
-  std::string out;
-  auto per_listener = [&](const char* metric, const char* help, auto value) {
-    absl::StrAppend(&out, "# HELP ", metric, " ", help, "\n# TYPE ", metric, " gauge\n");
+void Admission::collect(telemetry::Exposition& out) const {
+  auto per_listener = [&](telemetry::Family family, auto value) {
     for (size_t l = 0; l < static_cast<size_t>(Listener::kCount); ++l) {
-      absl::StrAppend(&out, metric, "{listener=\"", listenerLabel(static_cast<Listener>(l)), "\"} ",
-                      value(static_cast<Listener>(l)), "\n");
+      family.add(static_cast<double>(value(static_cast<Listener>(l))),
+                 {{"listener", listenerLabel(static_cast<Listener>(l))}});
     }
   };
-  per_listener("ferry_admitted_connections", "Connections admitted on each data-plane listener and open now",
+  per_listener(out.gauge("ferry_admitted_connections", "Connections admitted on each data-plane listener and open now"),
                [&](Listener l) { return connections(l); });
-  per_listener("ferry_pending_handshakes", "Admitted connections whose handshake (TLS, PROXY header) is not done",
+  per_listener(out.gauge("ferry_pending_handshakes",
+                         "Admitted connections whose handshake (TLS, PROXY header) is not done"),
                [&](Listener l) { return pending(l); });
-  absl::StrAppend(&out,
-                  "# HELP ferry_admission_refused_total Connections refused at accept (closed with a reset), "
-                  "by listener and the limit that refused them\n# TYPE ferry_admission_refused_total counter\n");
+  auto refusals = out.counter("ferry_admission_refused_total",
+                              "Connections refused at accept (closed with a reset), by listener and the limit that "
+                              "refused them");
   for (size_t l = 0; l < static_cast<size_t>(Listener::kCount); ++l) {
     for (size_t r = 0; r < static_cast<size_t>(Refusal::kCount); ++r) {
-      absl::StrAppend(&out, "ferry_admission_refused_total{listener=\"", listenerLabel(static_cast<Listener>(l)),
-                      "\",reason=\"", refusalLabel(static_cast<Refusal>(r)), "\"} ",
-                      refused(static_cast<Listener>(l), static_cast<Refusal>(r)), "\n");
+      refusals.add(static_cast<double>(refused(static_cast<Listener>(l), static_cast<Refusal>(r))),
+                   {{"listener", listenerLabel(static_cast<Listener>(l))},
+                    {"reason", refusalLabel(static_cast<Refusal>(r))}});
     }
   }
-  absl::StrAppend(&out,
-                  "# HELP ferry_accept_errors_total accept() failures (each followed by a short back-off), "
-                  "by listener and kind\n# TYPE ferry_accept_errors_total counter\n");
+  auto errors = out.counter("ferry_accept_errors_total",
+                            "accept() failures (each followed by a short back-off), by listener and kind");
   for (size_t l = 0; l < static_cast<size_t>(Listener::kCount); ++l) {
     for (size_t e = 0; e < static_cast<size_t>(AcceptError::kCount); ++e) {
-      absl::StrAppend(&out, "ferry_accept_errors_total{listener=\"", listenerLabel(static_cast<Listener>(l)),
-                      "\",error=\"", acceptErrorLabel(static_cast<AcceptError>(e)), "\"} ",
-                      acceptErrors(static_cast<Listener>(l), static_cast<AcceptError>(e)), "\n");
+      errors.add(static_cast<double>(acceptErrors(static_cast<Listener>(l), static_cast<AcceptError>(e))),
+                 {{"listener", listenerLabel(static_cast<Listener>(l))},
+                  {"error", acceptErrorLabel(static_cast<AcceptError>(e))}});
     }
   }
-  return out;
 }
 
 absl::StatusOr<int> dataPlaneDescriptorCap(uint32_t reserve) {

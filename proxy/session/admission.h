@@ -20,6 +20,10 @@
 #include "proxy/common/net.h"
 #include "proxy/config/config.h"
 
+namespace ferry::telemetry {
+class Exposition;
+}  // namespace ferry::telemetry
+
 namespace ferry::session {
 
 // The data-plane listener kinds, named as their config keys (listen.*).
@@ -106,7 +110,7 @@ class Admission {
   int64_t pending(Listener listener) const;
   // Tickets given back since start (the memory-trim rule counts closes).
   uint64_t released() const { return released_.load(std::memory_order_relaxed); }
-  std::string renderPrometheus() const;
+  void collect(telemetry::Exposition& out) const;
 
  private:
   friend class AdmissionTicket;

@@ -123,6 +123,21 @@ ConnectionRecord::~ConnectionRecord() {
   worker_.live().fetch_sub(1, std::memory_order_relaxed);
 }
 
+void ConnectionRecord::attribute(Reporter reporter, bool mutual_tls, workloads::InternedString service) {
+  IstioMetrics* istio = worker_.shared().istio;
+  if (istio == nullptr || istio_ != nullptr || finished_) return;
+  TrafficKey key(reporter, mutual_tls, service);
+  key.from(source_workload.get()).to(destination_workload.get());
+  if (source_workload == nullptr) key.source_principal = source_principal;
+  istio_ = &istio->series(worker_.index(), std::move(key));
+  istio_->opened.fetch_add(1, std::memory_order_relaxed);
+  // The relay's accepted side is the client's, except inbound HBONE (it relays the
+  // workload's socket against the stream): request = client -> server.
+  bool client_first = direction_ != Direction::kInbound;
+  bytes.live_sent = client_first ? &istio_->request_bytes : &istio_->response_bytes;
+  bytes.live_received = client_first ? &istio_->response_bytes : &istio_->request_bytes;
+}
+
 void ConnectionRecord::abort(CloseReason reason) {
   if (finished_) return;
   aborted_ = reason;
@@ -247,6 +262,7 @@ void ConnectionRecord::finish(CloseReason reason, uint64_t sent, uint64_t receiv
   if (aborted_) reason = *aborted_;
   auto& stats = worker_.shared().stats;
   stats.recordClose(direction_, reason, sent, received);
+  if (istio_ != nullptr) istio_->closed.fetch_add(1, std::memory_order_relaxed);  // bytes went in as they flowed
   bool success = reason == CloseReason::kOk;
   auto level = success ? common::LogLevel::kInfo : common::LogLevel::kWarn;
   if (!common::logEnabled(level)) return;

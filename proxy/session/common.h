@@ -75,6 +75,12 @@ class ConnectionRecord {
   // `reason` says (the relay only saw its sockets closed).
   void finish(CloseReason reason, uint64_t sent = 0, uint64_t received = 0);
 
+  // Counts the connection opened in Istio's TCP metrics (closed at finish(), its bytes as
+  // the relay moves them), labelled from source_workload, destination_workload and, with no
+  // source workload, source_principal as they are now. Once, on the record's worker, when
+  // both ends are known.
+  void attribute(Reporter reporter, bool mutual_tls, workloads::InternedString service = {});
+
   // What the drain deadline resets (Worker::abortLive): the connection's sockets while
   // they are in scope (WatchedSocket) and its CONNECT stream.
   void watchStream(std::shared_ptr<hbone::H2Stream> stream) { stream_ = std::move(stream); }
@@ -94,6 +100,7 @@ class ConnectionRecord {
   ConnectionRecord* prev_ = nullptr;
   ConnectionRecord* next_ = nullptr;
   std::array<Tcp::socket*, 2> sockets_{};
+  TrafficSeries* istio_ = nullptr;
   std::shared_ptr<hbone::H2Stream> stream_;
 };
 

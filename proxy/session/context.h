@@ -20,6 +20,7 @@
 #include "proxy/policy/store.h"
 #include "proxy/session/access_log.h"
 #include "proxy/session/admission.h"
+#include "proxy/session/istio_metrics.h"
 #include "proxy/session/placement.h"
 #include "proxy/session/relay.h"
 #include "proxy/session/self_addresses.h"
@@ -61,6 +62,8 @@ struct Shared {
   std::atomic<bool> policies_loaded{true};
   // Read per record by every worker; set() applies new settings live (config reload).
   AccessLogSettings access_log;
+  // Istio's TCP metrics (session/istio_metrics.h); null: not kept (tests that need none).
+  IstioMetrics* istio = nullptr;
 };
 
 // One live proxied connection as /connections shows it (Worker::connections).

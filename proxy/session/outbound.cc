@@ -38,6 +38,7 @@ struct OutboundPlan {
   workloads::WorkloadPtr source_workload;  // a local pod
   workloads::WorkloadPtr destination_workload;
   hbone::PoolKey key;
+  workloads::InternedString service;  // the Service whose ClusterIP was dialled; empty: none
 };
 
 // Why the TCP connect to the destination's HBONE port failed, naming the peer ferryd (the
@@ -151,13 +152,14 @@ awaitable<absl::StatusOr<std::shared_ptr<hbone::H2Connection>>> dialHbone(Worker
 // of a passthrough may be a workload without HBONE).
 awaitable<void> passthrough(Worker& worker, Tcp::socket socket, Endpoints ends,
                             workloads::WorkloadPtr source, workloads::WorkloadPtr destination,
-                            LoadUnit load, Admitted admitted) {
+                            workloads::InternedString service, LoadUnit load, Admitted admitted) {
   auto& shared = worker.shared();
   ConnectionRecord record(worker, Direction::kOutbound);
   record.src = common::formatHostPort(ends.peer);
   record.dst = common::formatHostPort(ends.destination);
   record.source_workload = std::move(source);
   record.destination_workload = std::move(destination);
+  record.attribute(Reporter::kSource, /*mutual_tls=*/false, service);
   shared.stats.passthrough_connections.fetch_add(1, std::memory_order_relaxed);
   record.peer_identity = "passthrough";
   WatchedSocket watched(record, socket);
@@ -241,6 +243,7 @@ awaitable<void> tunnel(Worker& worker, Tcp::socket socket, OutboundPlan plan, Lo
   record.destination_workload = plan.destination_workload;
   record.source_principal = plan.key.source_id;
   record.destination_principal = plan.key.destination_id;
+  record.attribute(Reporter::kSource, /*mutual_tls=*/true, plan.service);
   WatchedSocket watched(record, socket);
   auto stream = co_await openStream(worker, socket, plan, record);
   if (!stream) co_return;
@@ -282,20 +285,22 @@ awaitable<void> classifyOutbound(Worker& worker, Tcp::socket socket, Admitted ad
   // the target port the EndpointSlice resolved. From here on the connection is to that
   // pod, as if the app had dialled it: HBONE to <pod>:15008, CONNECT <pod>:<target port>.
   auto services = shared.workloads.services();
+  workloads::InternedString service;
   if (const auto* svc = services->find({common::canonicalIp(ends->destination.ip), ends->destination.port});
       svc != nullptr) {
     thread_local std::minstd_rand pick{std::random_device{}()};
     const auto& eps = svc->endpoints;
     const auto& ep = eps[std::uniform_int_distribution<size_t>(0, eps.size() - 1)(pick)];
     ends->destination = common::HostPort{ep.first, ep.second};
+    service = svc->name;
   }
   auto registry = shared.workloads.current();
   auto dst = registry->sharedByIp(ends->destination.ip);
   if (dst == nullptr || !dst->hbone) {
     runPlaced(worker, std::move(socket),
-              [ends = *ends, source = registry->sharedByIp(ends->peer.ip), dst, admitted](
+              [ends = *ends, source = registry->sharedByIp(ends->peer.ip), dst, service, admitted](
                   Worker& w, Tcp::socket s, LoadUnit load) {
-                return passthrough(w, std::move(s), ends, source, dst, std::move(load), admitted);
+                return passthrough(w, std::move(s), ends, source, dst, service, std::move(load), admitted);
               },
               placeOnAnyWorker(worker));
     co_return;
@@ -304,6 +309,7 @@ awaitable<void> classifyOutbound(Worker& worker, Tcp::socket socket, Admitted ad
   plan.source = ends->peer;
   plan.destination = ends->destination;
   plan.destination_workload = dst;
+  plan.service = service;
   plan.source_workload = registry->sharedLocalByIp(ends->peer.ip);
   if (plan.source_workload == nullptr) {
     // No identity to present: fail closed, never plaintext to a mesh workload.

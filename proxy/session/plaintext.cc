@@ -70,6 +70,7 @@ awaitable<void> servePlaintext(Worker& worker, Tcp::socket socket, LoadUnit load
     record.finish(CloseReason::kPolicyDenied);
     co_return;
   }
+  record.attribute(Reporter::kDestination, /*mutual_tls=*/false);
   co_await forwardTcp(worker, socket, ends->peer.ip, ends->destination, record);
 }
 

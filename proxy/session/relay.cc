@@ -27,6 +27,13 @@ namespace {
 
 constexpr auto kTuple = asio::as_tuple(use_awaitable);
 
+// `n` more bytes went one way: into the connection's count, and into `live` when set (one
+// relaxed add per write, on a counter only this worker writes).
+void count(uint64_t& total, std::atomic<uint64_t>* live, size_t n) {
+  total += n;
+  if (live != nullptr) live->fetch_add(n, std::memory_order_relaxed);
+}
+
 // How one direction of a relay ended.
 enum class Leg { kEof, kReadReset, kWriteFailed, kPeerReset, kAborted };
 
@@ -110,8 +117,8 @@ awaitable<boost::system::error_code> writeQueued(Tcp::socket& to, const hbone::B
   co_return wec;
 }
 
-awaitable<Leg> copyTcp(Tcp::socket& from, Tcp::socket& to, uint64_t& counter, Activity& act,
-                       Scratch& scratch) {
+awaitable<Leg> copyTcp(Tcp::socket& from, Tcp::socket& to, uint64_t& counter, std::atomic<uint64_t>* live,
+                       Activity& act, Scratch& scratch) {
   hbone::Drained drained = hbone::Drained::kNo;  // what the last read left (hbone::readAvailable)
   for (;;) {
     auto [ec, n] = co_await readSome(from, scratch, scratch.bytes.size(), drained);
@@ -124,7 +131,7 @@ awaitable<Leg> copyTcp(Tcp::socket& from, Tcp::socket& to, uint64_t& counter, Ac
     act.touch();
     auto wec = co_await writeAll(to, scratch.bytes.data(), n);
     if (wec) co_return Leg::kWriteFailed;
-    counter += n;
+    count(counter, live, n);
   }
 }
 
@@ -134,8 +141,9 @@ awaitable<Leg> copyTcp(Tcp::socket& from, Tcp::socket& to, uint64_t& counter, Ac
 // error, is left to the loop.
 class DirectWriter final : public hbone::ReceiveSink {
  public:
-  DirectWriter(Tcp::socket& tcp, hbone::H2Stream& stream, Activity& act, uint64_t& received)
-      : tcp_(tcp), stream_(stream), act_(act), received_(received) {
+  DirectWriter(Tcp::socket& tcp, hbone::H2Stream& stream, Activity& act, uint64_t& received,
+               std::atomic<uint64_t>* live)
+      : tcp_(tcp), stream_(stream), act_(act), received_(received), live_(live) {
     stream_.setReceiveSink(this);
   }
   ~DirectWriter() { stream_.setReceiveSink(nullptr); }
@@ -159,7 +167,7 @@ class DirectWriter final : public hbone::ReceiveSink {
   // its window back (last: may send a WINDOW_UPDATE, and a failed send ends the stream).
   void written(size_t n) {
     stream_.received().consume(n);
-    received_ += n;
+    count(received_, live_, n);
     stream_.consumed(n);
   }
 
@@ -168,6 +176,7 @@ class DirectWriter final : public hbone::ReceiveSink {
   hbone::H2Stream& stream_;
   Activity& act_;
   uint64_t& received_;
+  std::atomic<uint64_t>* live_;
 };
 
 // The idle timeout of a relay: a timer with a plain completion handler, a few hundred
@@ -266,9 +275,9 @@ awaitable<RelayResult> relayTcp(Tcp::socket& downstream, Tcp::socket& upstream,
   // Each leg, when it sees a reset, resets the other side at once so that the other leg
   // (waiting for readability) wakes up; a clean EOF only half-closes.
   int clean_ends = 0;  // directions that ended with a FIN
-  auto leg = [&](Tcp::socket& from, Tcp::socket& to, uint64_t& counter,
+  auto leg = [&](Tcp::socket& from, Tcp::socket& to, uint64_t& counter, std::atomic<uint64_t>* live,
                  CloseReason read_reset) -> awaitable<CloseReason> {
-    Leg l = co_await copyTcp(from, to, counter, act, scratch);
+    Leg l = co_await copyTcp(from, to, counter, live, act, scratch);
     switch (l) {
       case Leg::kEof:
         ++clean_ends;
@@ -288,11 +297,11 @@ awaitable<RelayResult> relayTcp(Tcp::socket& downstream, Tcp::socket& upstream,
   };
   // The far side -> accepted side leg is spawned, this frame runs the other.
   SpawnedDirection back_leg(downstream.get_executor(),
-                            leg(upstream, downstream, bytes.received, CloseReason::kUpstreamReset));
+                            leg(upstream, downstream, bytes.received, bytes.live_received, CloseReason::kUpstreamReset));
   CloseReason forth = CloseReason::kOk;
   std::exception_ptr error;
   try {
-    forth = co_await leg(downstream, upstream, bytes.sent, CloseReason::kDownstreamReset);
+    forth = co_await leg(downstream, upstream, bytes.sent, bytes.live_sent, CloseReason::kDownstreamReset);
   } catch (...) {
     error = std::current_exception();
     abortSocket(downstream);
@@ -324,7 +333,7 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
   RelayResult result;
   Activity act;
   setNonBlocking(tcp);
-  DirectWriter direct(tcp, stream, act, bytes.received);
+  DirectWriter direct(tcp, stream, act, bytes.received, bytes.live_received);
   IdleTimeout idle_timeout(act, idle, tcp, nullptr, &stream);
 
   // Memory per connection is mostly coroutine frames: stream -> TCP is a SpawnedDirection,
@@ -427,7 +436,7 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
       }
       act.touch();
       stream.sent(n);
-      bytes.sent += n;
+      count(bytes.sent, bytes.live_sent, n);
     }
   } catch (...) {
     up_error = std::current_exception();

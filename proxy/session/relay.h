@@ -3,6 +3,7 @@
 // Both keep half-close (FIN <-> END_STREAM / shutdown(SHUT_WR)), carry resets across
 // (TCP RST <-> RST_STREAM / SO_LINGER 0), stop reading a side whose destination is slow
 // (bounded buffers), and end the connection after `idle` without bytes.
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <vector>
@@ -29,6 +30,11 @@ struct Scratch {
 struct ByteCounts {
   uint64_t sent = 0;      // accepted side -> far side
   uint64_t received = 0;  // far side -> accepted side
+  // Where the bytes also go as they flow, when set: the Istio byte counters of the
+  // connection's series (ConnectionRecord::attribute), so a long connection shows its bytes
+  // before it closes. Bumped by this worker only.
+  std::atomic<uint64_t>* live_sent = nullptr;
+  std::atomic<uint64_t>* live_received = nullptr;
 };
 
 struct RelayResult {

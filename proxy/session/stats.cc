@@ -1,7 +1,7 @@
 #include "proxy/session/stats.h"
 
-#include "absl/strings/str_cat.h"
 #include "proxy/hbone/h2_errors.h"
+#include "proxy/telemetry/metrics.h"
 
 namespace ferry::session {
 
@@ -53,72 +53,59 @@ void Stats::recordGoaway(uint32_t error_code) {
   if (error_code < kH2ErrorCodes) hbone_goaway_sent[error_code].fetch_add(1, std::memory_order_relaxed);
 }
 
-std::string Stats::renderPrometheus() const {
-  std::string out;
-#define FERRY_X(name, help)                                                          \
-  absl::StrAppend(&out, "# HELP ferry_" #name "_total " help "\n# TYPE ferry_" #name \
-                  "_total counter\nferry_" #name "_total ",                          \
-                  name.load(std::memory_order_relaxed), "\n");
+void Stats::collect(telemetry::Exposition& out) const {
+#define FERRY_X(name, help) out.counter("ferry_" #name "_total", help, name.load(std::memory_order_relaxed));
   FERRY_COUNTERS(FERRY_X)
 #undef FERRY_X
-  auto per_direction = [&](const char* metric, const char* type, const char* help,
-                           auto& arr) {
-    absl::StrAppend(&out, "# HELP ", metric, " ", help, "\n# TYPE ", metric, " ", type, "\n");
+  auto per_direction = [&](telemetry::Family family, auto& arr) {
     for (size_t d = 0; d < static_cast<size_t>(Direction::kCount); ++d) {
-      absl::StrAppend(&out, metric, "{direction=\"", directionLabel(static_cast<Direction>(d)),
-                      "\"} ", arr[d].load(std::memory_order_relaxed), "\n");
+      family.add(static_cast<double>(arr[d].load(std::memory_order_relaxed)),
+                 {{"direction", directionLabel(static_cast<Direction>(d))}});
     }
   };
-  per_direction("ferry_connections_opened_total", "counter", "Proxied connections accepted",
-                opened);
-  per_direction("ferry_connections_active", "gauge", "Proxied connections open now", active);
-  per_direction("ferry_bytes_sent_total", "counter",
-                "Bytes from the accepting side towards the far side", bytes_sent);
-  per_direction("ferry_bytes_received_total", "counter",
-                "Bytes from the far side back to the accepting side", bytes_received);
-  absl::StrAppend(&out,
-                  "# HELP ferry_hbone_goaway_sent_total HBONE server connections ended by a GOAWAY "
-                  "with an error, by its code\n# TYPE ferry_hbone_goaway_sent_total counter\n");
+  per_direction(out.counter("ferry_connections_opened_total", "Proxied connections accepted"), opened);
+  per_direction(out.gauge("ferry_connections_active", "Proxied connections open now"), active);
+  per_direction(out.counter("ferry_bytes_sent_total", "Bytes from the accepting side towards the far side"),
+                bytes_sent);
+  per_direction(out.counter("ferry_bytes_received_total", "Bytes from the far side back to the accepting side"),
+                bytes_received);
+  auto goaway = out.counter("ferry_hbone_goaway_sent_total",
+                            "HBONE server connections ended by a GOAWAY with an error, by its code");
   for (size_t code = 1; code < kH2ErrorCodes; ++code) {
-    absl::StrAppend(&out, "ferry_hbone_goaway_sent_total{code=\"", hbone::h2ErrorName(code), "\"} ",
-                    hbone_goaway_sent[code].load(std::memory_order_relaxed), "\n");
+    goaway.add(static_cast<double>(hbone_goaway_sent[code].load(std::memory_order_relaxed)),
+               {{"code", hbone::h2ErrorName(code)}});
   }
-  absl::StrAppend(&out,
-                  "# HELP ferry_connections_closed_total Proxied connections closed, by reason\n"
-                  "# TYPE ferry_connections_closed_total counter\n");
+  auto closes = out.counter("ferry_connections_closed_total", "Proxied connections closed, by reason");
   for (size_t d = 0; d < static_cast<size_t>(Direction::kCount); ++d) {
     for (size_t r = 0; r < static_cast<size_t>(CloseReason::kCount); ++r) {
-      auto v = closed[d][r].load(std::memory_order_relaxed);
-      absl::StrAppend(&out, "ferry_connections_closed_total{direction=\"",
-                      directionLabel(static_cast<Direction>(d)), "\",reason=\"",
-                      closeReasonLabel(static_cast<CloseReason>(r)), "\"} ", v, "\n");
+      closes.add(static_cast<double>(closed[d][r].load(std::memory_order_relaxed)),
+                 {{"direction", directionLabel(static_cast<Direction>(d))},
+                  {"reason", closeReasonLabel(static_cast<CloseReason>(r))}});
     }
   }
-  absl::StrAppend(&out,
-                  "# HELP ferry_policy_decisions_total Connections judged by authorization policies, by the "
-                  "action of the policy that decided (none: no policy matched) and the result\n"
-                  "# TYPE ferry_policy_decisions_total counter\n");
+  auto decisions = out.counter("ferry_policy_decisions_total",
+                               "Connections judged by authorization policies, by the action of the policy that "
+                               "decided (none: no policy matched) and the result");
   for (Direction d : {Direction::kInbound, Direction::kPlaintext}) {
     for (size_t a = 0; a < static_cast<size_t>(PolicyAction::kCount); ++a) {
       for (size_t result = 0; result < 2; ++result) {
         static const char* kActions[] = {"ALLOW", "DENY", "none"};
-        absl::StrAppend(&out, "ferry_policy_decisions_total{direction=\"", directionLabel(d), "\",action=\"",
-                        kActions[a], "\",result=\"", result == 0 ? "allow" : "deny", "\"} ",
-                        policy_decisions[static_cast<size_t>(d)][a][result].load(std::memory_order_relaxed), "\n");
+        decisions.add(static_cast<double>(
+                          policy_decisions[static_cast<size_t>(d)][a][result].load(std::memory_order_relaxed)),
+                      {{"direction", directionLabel(d)},
+                       {"action", kActions[a]},
+                       {"result", result == 0 ? "allow" : "deny"}});
       }
     }
   }
-  absl::StrAppend(&out,
-                  "# HELP ferry_svid_rejections_total Peer certificates refused, by the rule that failed\n"
-                  "# TYPE ferry_svid_rejections_total counter\n");
+  auto rejected = out.counter("ferry_svid_rejections_total", "Peer certificates refused, by the rule that failed");
   for (Direction d : {Direction::kOutbound, Direction::kInbound}) {
     for (size_t r = 0; r < static_cast<size_t>(identity::SvidRejection::kCount); ++r) {
-      absl::StrAppend(&out, "ferry_svid_rejections_total{direction=\"", directionLabel(d), "\",reason=\"",
-                      identity::svidRejectionLabel(static_cast<identity::SvidRejection>(r)), "\"} ",
-                      rejections(d, static_cast<identity::SvidRejection>(r)), "\n");
+      rejected.add(static_cast<double>(rejections(d, static_cast<identity::SvidRejection>(r))),
+                   {{"direction", directionLabel(d)},
+                    {"reason", identity::svidRejectionLabel(static_cast<identity::SvidRejection>(r))}});
     }
   }
-  return out;
 }
 
 }  // namespace ferry::session

@@ -1,6 +1,6 @@
 #pragma once
-// Every counter ferryd exports, declared once (X-macros), rendered as Prometheus text by
-// the telemetry server. Counters are process-wide atomics: workers bump them, the control
+// Every counter ferryd exports, declared once (X-macros), stated into the metrics registry
+// (proxy/telemetry) at scrape time. Counters are process-wide atomics: workers bump them, the control
 // thread reads them.
 #include <array>
 #include <atomic>
@@ -9,6 +9,10 @@
 #include <string_view>
 
 #include "proxy/identity/svid.h"
+
+namespace ferry::telemetry {
+class Exposition;
+}  // namespace ferry::telemetry
 
 namespace ferry::session {
 
@@ -105,8 +109,8 @@ struct Stats {
   void recordGoaway(uint32_t error_code);
   void recordRejection(Direction d, identity::SvidRejection r);
   uint64_t rejections(Direction d, identity::SvidRejection r) const;
-  // Prometheus text exposition of everything above.
-  std::string renderPrometheus() const;
+  // Everything above, stated into the metrics registry at scrape time.
+  void collect(telemetry::Exposition& out) const;
 };
 
 }  // namespace ferry::session

@@ -7,6 +7,7 @@
 #include "proxy/common/log.h"
 #include "proxy/common/net.h"
 #include "proxy/common/strings.h"
+#include "proxy/telemetry/metrics.h"
 
 namespace ferry::workloads {
 namespace {
@@ -50,6 +51,14 @@ absl::Status podUnfit(const k8s::Pod& pod) {
   return absl::OkStatus();
 }
 
+TelemetryMetaPtr podTelemetry(const k8s::Pod& pod) {
+  OwnerRef controller{pod.controller_kind, pod.controller_name};
+  return internTelemetry(telemetryOf(
+      ownerWorkloadName(pod.name, pod.generated_name, pod.controller_kind.empty() ? nullptr : &controller,
+                        k8s::findLabel(pod.labels, "pod-template-hash")),
+      pod.labels));
+}
+
 absl::StatusOr<Workload> podWorkload(const k8s::Pod& pod) {
   if (auto st = podUnfit(pod); !st.ok()) return st;
   if (pod.pod_ips.empty()) return absl::FailedPreconditionError("no IP yet");
@@ -64,6 +73,7 @@ absl::StatusOr<Workload> podWorkload(const k8s::Pod& pod) {
     w.ips.push_back(common::canonicalIp(*ip));
   }
   w.hbone = true;  // its node's ferryd takes HBONE on <ip>:15008 for it
+  w.telemetry = podTelemetry(pod);
   return w;
 }
 
@@ -146,11 +156,13 @@ KubernetesSource::PodState KubernetesSource::stateOf(const k8s::Pod& pod) const 
   auto w = podWorkload(pod);
   if (!w.ok()) {
     s.not_workload = w.status();
+    if (s.awaiting_ip) s.telemetry = podTelemetry(pod);  // ferry-cni may supply the IP
     return s;
   }
   s.service_account = w->service_account;
   s.node = w->node;
   s.ips = std::move(w->ips);
+  s.telemetry = std::move(w->telemetry);
   return s;
 }
 
@@ -164,6 +176,7 @@ Workload KubernetesSource::workloadOf(const std::string& key, const PodState& po
   w.ips = pod.ips;
   w.hbone = true;
   w.labels = pod.labels;
+  w.telemetry = pod.telemetry;
   return w;
 }
 
@@ -504,7 +517,7 @@ void KubernetesSource::recomputeService(const std::string& key, const Registry& 
     after.endpoint_ips.erase(std::unique(after.endpoint_ips.begin(), after.endpoint_ips.end()), after.endpoint_ips.end());
     for (const auto& port : service->second.ports) {
       if (!port.protocol.empty() && port.protocol != "TCP") continue;
-      ServiceBackends backends{key, {}};
+      ServiceBackends backends{intern(key), {}};
       for (const auto& [slice, mesh] : ready) {
         // The slice's port of the same name carries the resolved target port (a named
         // targetPort may be a different number on each pod).
@@ -574,20 +587,16 @@ void KubernetesSource::seen(const k8s::DaemonSet& mine) {
   setUninstalling(mine.deleting, mine.deleting ? "is being deleted" : "is back");
 }
 
-std::string KubernetesSource::renderPrometheus() const {
-  return absl::StrCat(
-      client_ ? client_->renderPrometheus() : "",
-      "# HELP ferry_kubernetes_workload_updates_total Workloads added, changed or removed from API events\n"
-      "# TYPE ferry_kubernetes_workload_updates_total counter\nferry_kubernetes_workload_updates_total ",
-      updates_.load(),
-      "\n# HELP ferry_kubernetes_workload_refusals_total Pod updates refused: an IP another workload holds "
-      "(retried once something leaves)\n# TYPE ferry_kubernetes_workload_refusals_total counter\n"
-      "ferry_kubernetes_workload_refusals_total ",
-      refusals_.load(),
-      "\n# HELP ferry_kubernetes_pods_not_workloads_total Pod events of pods that cannot be workloads yet "
-      "(no IP, host network, terminating, finished)\n# TYPE ferry_kubernetes_pods_not_workloads_total counter\n"
-      "ferry_kubernetes_pods_not_workloads_total ",
-      not_workloads_.load(), "\n");
+void KubernetesSource::collect(telemetry::Exposition& out) const {
+  if (client_) client_->collect(out);
+  out.counter("ferry_kubernetes_workload_updates_total", "Workloads added, changed or removed from API events",
+              static_cast<double>(updates_.load()));
+  out.counter("ferry_kubernetes_workload_refusals_total",
+              "Pod updates refused: an IP another workload holds (retried once something leaves)",
+              static_cast<double>(refusals_.load()));
+  out.counter("ferry_kubernetes_pods_not_workloads_total",
+              "Pod events of pods that cannot be workloads yet (no IP, host network, terminating, finished)",
+              static_cast<double>(not_workloads_.load()));
 }
 
 }  // namespace ferry::workloads

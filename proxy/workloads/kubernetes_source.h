@@ -27,6 +27,10 @@
 #include "proxy/k8s/client.h"
 #include "proxy/workloads/source.h"
 
+namespace ferry::telemetry {
+class Exposition;
+}  // namespace ferry::telemetry
+
 namespace ferry::workloads {
 
 struct KubernetesSourceOptions {
@@ -77,8 +81,8 @@ class KubernetesSource : public Source,
   absl::Status health() const override;
   std::string describe() const override { return describe_; }
 
-  // Prometheus text: the client's informer metrics and this source's own.
-  std::string renderPrometheus() const;
+  // The client's informer metrics and this source's own, stated at scrape time.
+  void collect(telemetry::Exposition& out) const;
   void stop();
 
   void replace(std::vector<k8s::Pod> pods) override;
@@ -133,6 +137,7 @@ class KubernetesSource : public Source,
     std::string uid;
     bool awaiting_ip = false;
     LabelSet labels;
+    TelemetryMetaPtr telemetry;  // every pod that can be a workload
   };
   static Workload workloadOf(const std::string& key, const PodState& pod);
   struct NamespaceState {

@@ -92,7 +92,7 @@ struct Update {
 // (named target ports already resolved through the EndpointSlices). A Service without such
 // endpoints is absent: kube-proxy routes it as before.
 struct ServiceBackends {
-  std::string name;  // "<namespace>/<name>", for logs
+  InternedString name;  // "<namespace>/<name>", for logs and the Istio metrics' destination_service
   std::vector<std::pair<IpAddress, uint16_t>> endpoints;
   friend bool operator==(const ServiceBackends&, const ServiceBackends&) = default;
 };

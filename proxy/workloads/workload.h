@@ -55,6 +55,37 @@ class LabelSet {
   std::shared_ptr<const Labels> labels_;
 };
 
+// What Istio's metrics say about a workload (docs/operations.md, "Istio metrics"). One object
+// per distinct value, shared by every pod that has it (a Deployment's 500 replicas hold one
+// pointer each), kept for remote workloads too: the destination reporter labels the source.
+struct TelemetryMeta {
+  std::string workload;            // the owning controller's name (ownerWorkloadName)
+  std::string canonical_service;   // also the `app` label value, as ztunnel reports it
+  std::string canonical_revision;  // also the `version` label value
+  friend bool operator==(const TelemetryMeta&, const TelemetryMeta&) = default;
+};
+using TelemetryMetaPtr = std::shared_ptr<const TelemetryMeta>;
+// The one shared object equal to `meta` (thread-safe; an object no workload holds any more
+// is freed).
+TelemetryMetaPtr internTelemetry(TelemetryMeta meta);
+
+// A Kubernetes owner reference that is the pod's controller.
+struct OwnerRef {
+  std::string kind;
+  std::string name;
+};
+// Istio's workload name of a pod (istio/istio pkg/kube GetDeployMetaFromPod): for a pod
+// with a generated name and a controller, a ReplicaSet `<deployment>-<pod-template-hash>`
+// names its Deployment, a Job `<cronjob>-<8 to 10 digits>` its CronJob, any other controller
+// (StatefulSet, DaemonSet, Job, ReplicaSet without the hash) itself; else the pod's name.
+std::string ownerWorkloadName(std::string_view pod_name, bool generated_name, const OwnerRef* controller,
+                              const std::string* pod_template_hash);
+// Istio's canonical service and revision (pkg/model CanonicalService): the label
+// service.istio.io/canonical-name, else app.kubernetes.io/name, else app, else the workload
+// name; service.istio.io/canonical-revision, else app.kubernetes.io/version, else version,
+// else "latest". `labels` sorted by key.
+TelemetryMeta telemetryOf(std::string workload, const std::vector<std::pair<std::string, std::string>>& labels);
+
 // Most pods have one IP, dual-stack ones two.
 using IpList = absl::InlinedVector<IpAddress, 1>;
 
@@ -71,6 +102,8 @@ struct Workload {
   TlsMode tls_mode = TlsMode::kPermissive;
   // Kept for this node's workloads only: their policies are enforced here (docs/policy.md).
   LabelSet labels;
+  // Every workload's (interned): the Istio metrics' workload, app and version labels.
+  TelemetryMetaPtr telemetry;
 
   static Workload fromEntry(config::WorkloadEntry&& entry);
 

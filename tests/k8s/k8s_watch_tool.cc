@@ -12,6 +12,7 @@
 
 #include "proxy/config/kubeconfig.h"
 #include "proxy/k8s/client.h"
+#include "proxy/telemetry/metrics.h"
 
 namespace {
 using namespace ferry;
@@ -103,7 +104,7 @@ int main(int argc, char** argv) {
                           &(*client)->endpointSlices(slices)};
   (*client)->start();
   io.run_for(std::chrono::seconds(seconds));
-  std::printf("%s", (*client)->renderPrometheus().c_str());
+  std::printf("%s", telemetry::textOf(*(*client)).c_str());
   bool synced = true;
   for (auto* i : all) synced = synced && i->synced();
   std::printf("state age: %lld ms; all synced: %s\n", static_cast<long long>((*client)->stateAge().count()),

@@ -21,6 +21,7 @@
 #include <boost/asio/post.hpp>
 
 #include "proxy/common/file.h"
+#include "proxy/telemetry/metrics.h"
 
 namespace ferry::server {
 namespace {
@@ -203,8 +204,7 @@ TEST_F(CniEndpointTest, RestoreAddsTheRecordsWhoseSandboxStillExistsAndDropsTheR
   EXPECT_TRUE(recorded("alive"));
   EXPECT_FALSE(recorded("gone"));
   EXPECT_FALSE(recorded("broken"));
-  std::string metrics;
-  endpoint.renderPrometheus(metrics);
+  std::string metrics = telemetry::textOf(endpoint);
   EXPECT_NE(metrics.find("ferry_cni_restored_sandboxes_total 1\n"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("ferry_cni_dropped_records_total 2\n"), std::string::npos) << metrics;
 }

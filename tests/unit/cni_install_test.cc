@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "proxy/common/file.h"
+#include "proxy/telemetry/metrics.h"
 
 namespace ferry::server {
 namespace {
@@ -104,7 +105,7 @@ TEST_F(CniInstallTest, CopiesThePluginAndChainsTheFirstConfigurationList) {
       << "only the first file is the runtime's network";
   EXPECT_TRUE(installer.chained());
   EXPECT_EQ(installer.chainedFile(), conf("10-flannel.conflist").string());
-  EXPECT_NE(installer.renderPrometheus().find("ferry_cni_chain_installed 1\n"), std::string::npos);
+  EXPECT_NE(telemetry::textOf(installer).find("ferry_cni_chain_installed 1\n"), std::string::npos);
   EXPECT_EQ(fs::status(conf("10-flannel.conflist")).permissions() & fs::perms::all, static_cast<fs::perms>(0644));
 }
 
@@ -143,7 +144,7 @@ TEST_F(CniInstallTest, ReChainsWhenThePrimaryCniRewritesItsFile) {
   EXPECT_EQ(installer.rechains(), 1u);
   EXPECT_FALSE(installer.check()) << "its own write is not a rewrite to answer";
   EXPECT_EQ(installer.rechains(), 1u);
-  EXPECT_NE(installer.renderPrometheus().find("ferry_cni_rechained_total 1\n"), std::string::npos);
+  EXPECT_NE(telemetry::textOf(installer).find("ferry_cni_rechained_total 1\n"), std::string::npos);
 }
 
 TEST_F(CniInstallTest, FollowsTheFileThatBecomesFirst) {
@@ -167,7 +168,7 @@ TEST_F(CniInstallTest, WaitsForThePrimaryCniToWriteItsFile) {
   EXPECT_FALSE(installer.chained());
   EXPECT_TRUE(fs::exists(installed())) << "the plugin is there before any chain names it";
   EXPECT_FALSE(installer.check());
-  EXPECT_NE(installer.renderPrometheus().find("ferry_cni_chain_installed 0\n"), std::string::npos);
+  EXPECT_NE(telemetry::textOf(installer).find("ferry_cni_chain_installed 0\n"), std::string::npos);
 
   write(conf("10-calico.conflist"), kCalico);
   EXPECT_TRUE(installer.check());
@@ -205,7 +206,7 @@ TEST_F(CniInstallTest, ABrokenFileIsCountedOnceAndChainedWhenFixed) {
   EXPECT_EQ(installer.errors(), 1u);
   EXPECT_FALSE(installer.check());
   EXPECT_EQ(installer.errors(), 1u) << "an unchanged broken file is not an error per poll";
-  EXPECT_NE(installer.renderPrometheus().find("ferry_cni_chain_errors_total 1\n"), std::string::npos);
+  EXPECT_NE(telemetry::textOf(installer).find("ferry_cni_chain_errors_total 1\n"), std::string::npos);
 
   write(conf("10-flannel.conflist"), kFlannel);
   EXPECT_TRUE(installer.check());

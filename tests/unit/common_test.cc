@@ -90,24 +90,13 @@ TEST(DurationHistogram, CountsEachObservationInItsBucketCumulatively) {
   h.observe(std::chrono::milliseconds(1));  // on a bound: that bucket (le is "<=")
   h.observe(std::chrono::milliseconds(5));
   h.observe(std::chrono::seconds(2));
-  std::string out;
-  h.render(out, "fy_apply_seconds", "resource=\"pods\"");
-  EXPECT_EQ(out,
-            "fy_apply_seconds_bucket{resource=\"pods\",le=\"0.001\"} 2\n"
-            "fy_apply_seconds_bucket{resource=\"pods\",le=\"0.01\"} 3\n"
-            "fy_apply_seconds_bucket{resource=\"pods\",le=\"+Inf\"} 4\n"
-            "fy_apply_seconds_sum{resource=\"pods\"} 2.0063\n"
-            "fy_apply_seconds_count{resource=\"pods\"} 4\n");
-  EXPECT_EQ(h.count(), 4u);
-}
-
-TEST(DurationHistogram, RendersWithoutLabels) {
-  DurationHistogram h({0.5});
   h.observe(std::chrono::nanoseconds(-1));  // a clock step backwards counts as zero
-  std::string out;
-  h.render(out, "fy_x_seconds", "");
-  EXPECT_EQ(out, "fy_x_seconds_bucket{le=\"0.5\"} 1\nfy_x_seconds_bucket{le=\"+Inf\"} 1\nfy_x_seconds_sum 0\n"
-                 "fy_x_seconds_count 1\n");
+  auto snap = h.snapshot();
+  EXPECT_EQ(snap.bounds, (std::vector<double>{0.001, 0.01}));
+  EXPECT_EQ(snap.cumulative, (std::vector<uint64_t>{3, 4}));
+  EXPECT_EQ(snap.count, 5u);
+  EXPECT_DOUBLE_EQ(snap.sum_seconds, 2.0063);
+  EXPECT_EQ(h.count(), 5u);
 }
 
 TEST(HostPort, ParsesIpv4AndBracketedIpv6) {

@@ -34,6 +34,21 @@ TEST(K8sDecode, PodKeepsOnlyTheFieldsFerryUses) {
   EXPECT_EQ(findLabel(pod->labels, "missing"), nullptr);
 }
 
+TEST(K8sDecode, PodKeepsItsControllerForTheWorkloadName) {
+  auto pod = decodePod(J(R"({"metadata":{"name":"web-7d4b9c8f6-x2x9k","namespace":"ns","generateName":"web-7d4b9c8f6-",
+    "ownerReferences":[{"kind":"Node","name":"n1"},
+                       {"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-7d4b9c8f6","controller":true}]},
+    "spec":{},"status":{}})"));
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  EXPECT_TRUE(pod->generated_name);
+  EXPECT_EQ(pod->controller_kind, "ReplicaSet");
+  EXPECT_EQ(pod->controller_name, "web-7d4b9c8f6");
+  auto plain = decodePod(J(R"({"metadata":{"name":"solo","namespace":"ns"},"spec":{},"status":{}})"));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->generated_name);
+  EXPECT_TRUE(plain->controller_kind.empty());
+}
+
 TEST(K8sDecode, DaemonSetSaysWhetherItIsBeingDeleted) {
   auto live = decodeDaemonSet(J(R"({"kind":"DaemonSet","metadata":{"name":"ferry","namespace":"ferry-system"},
       "spec":{"template":{}},"status":{"numberReady":3}})"));

@@ -2,6 +2,7 @@
 // registry updates by the enrolment labels. Driven here without a server: the client's
 // decoding and list/watch semantics have their own replay tier (tests/k8s/replay).
 #include "proxy/workloads/kubernetes_source.h"
+#include "proxy/telemetry/metrics.h"
 
 #include <gtest/gtest.h>
 
@@ -119,10 +120,13 @@ TEST_F(KubernetesSourceTest, APodEventThatChangesNothingFerryReadsPublishesNoDel
   source_.replace(std::vector<k8s::Pod>{pod("shop", "web-0", "10.244.0.5", {}, "node-2")});
   ASSERT_EQ(workloads(), (std::vector<std::string>{"shop/web-0@10.244.0.5"}));
   size_t published = deltas_.size();
-  source_.apply(EventType::kModified, pod("shop", "web-0", "10.244.0.5", {{"app", "web"}}, "node-2"));
+  source_.apply(EventType::kModified, pod("shop", "web-0", "10.244.0.5", {{"tier", "front"}}, "node-2"));
   EXPECT_EQ(deltas_.size(), published) << "another node's pod: its labels are not kept";
-  source_.apply(EventType::kModified, pod("shop", "web-0", "10.244.0.9", {{"app", "web"}}, "node-2"));
+  source_.apply(EventType::kModified, pod("shop", "web-0", "10.244.0.9", {{"tier", "front"}}, "node-2"));
   EXPECT_EQ(deltas_.size(), published + 1);
+  // Its app label names it in the Istio metrics (TelemetryMeta), on every node.
+  source_.apply(EventType::kModified, pod("shop", "web-0", "10.244.0.9", {{"app", "web"}, {"tier", "front"}}, "node-2"));
+  EXPECT_EQ(deltas_.size(), published + 2);
   EXPECT_EQ(workloads(), (std::vector<std::string>{"shop/web-0@10.244.0.9"}));
 }
 
@@ -166,7 +170,7 @@ TEST_F(KubernetesSourceTest, TwoPodsClaimingOneIpKeepTheFirstAndTheSecondGetsItW
   source_.apply(EventType::kAdded, pod("a", "new", "10.244.1.1"));
   EXPECT_EQ(workloads(), (std::vector<std::string>{"a/old@10.244.1.1"}));
   EXPECT_EQ(source_.failures(), 1u);
-  EXPECT_NE(source_.renderPrometheus().find("ferry_kubernetes_workload_refusals_total 1"), std::string::npos);
+  EXPECT_NE(telemetry::textOf(source_).find("ferry_kubernetes_workload_refusals_total 1"), std::string::npos);
   // The IP is reused after the old pod is deleted: the refused pod is applied then.
   source_.apply(EventType::kDeleted, pod("a", "old", "10.244.1.1"));
   EXPECT_EQ(workloads(), (std::vector<std::string>{"a/new@10.244.1.1"}));

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "proxy/k8s/client.h"
+#include "proxy/telemetry/metrics.h"
 #include "tests/k8s/replay/replay_server.h"
 
 namespace ferry::k8s {
@@ -271,7 +272,7 @@ TEST_F(ReplayTest, ListsEveryPageThenFollowsTheWatchFromTheListsVersion) {
   EXPECT_EQ(inf.metrics().bad_objects, 0u);
   // Every applied event is timed once (ferry_k8s_event_apply_seconds).
   EXPECT_EQ(inf.metrics().event_apply.count(), inf.metrics().events.load());
-  EXPECT_NE(client_->renderPrometheus().find(absl::StrCat("ferry_k8s_event_apply_seconds_count{resource=\"pods\"} ",
+  EXPECT_NE(telemetry::textOf(*client_).find(absl::StrCat("ferry_k8s_event_apply_seconds_count{resource=\"pods\"} ",
                                                           facts.changes, "\n")),
             std::string::npos);
 
@@ -728,7 +729,7 @@ TEST_F(ReplayTest, StateKeepsServingWhileItsAgeGrows) {
     EXPECT_GE(clock_->sleeps[i], base / 2) << i;
     EXPECT_LE(clock_->sleeps[i], base) << i;
   }
-  std::string text = client_->renderPrometheus();
+  std::string text = telemetry::textOf(*client_);
   EXPECT_NE(text.find("ferry_k8s_errors_total{resource=\"pods\",reason=\"server_error\"} 5"), std::string::npos);
   EXPECT_NE(text.find("ferry_k8s_lists_total{resource=\"pods\"} 1"), std::string::npos);
 }
@@ -856,7 +857,7 @@ TEST_F(ReplayTest, OptionalResourceWithoutItsCrdIsAnEmptyCurrentStateAndIsLooked
   EXPECT_NE(policies.find("fy-replay/fy-deny-range"), nullptr);
   EXPECT_EQ(policies.find("fy-replay/fy-bad-cidr"), nullptr) << "deleted during the watch";
   EXPECT_EQ(policies.find("fy-replay/fy-added"), nullptr) << "added and deleted during the watch";
-  std::string text = client_->renderPrometheus();
+  std::string text = telemetry::textOf(*client_);
   EXPECT_NE(text.find("ferry_k8s_lists_total{resource=\"authorizationpolicies\"} 1\n"), std::string::npos);
   EXPECT_NE(text.find(absl::StrCat("ferry_k8s_events_total{resource=\"authorizationpolicies\"} ", facts.changes, "\n")),
             std::string::npos);

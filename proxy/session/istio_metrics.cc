@@ -1,0 +1,158 @@
+#include "proxy/session/istio_metrics.h"
+
+#include <array>
+
+#include "absl/strings/str_cat.h"
+#include "proxy/telemetry/metrics.h"
+
+namespace ferry::session {
+namespace {
+
+constexpr std::string_view kUnknown = "unknown";
+
+std::string_view orUnknown(const std::string& s) { return s.empty() ? kUnknown : std::string_view(s); }
+
+// Empty when the party has no service account (unknown).
+std::string principalOf(const std::string& trust_domain, const TrafficKey::Party& p) {
+  if (p.account.empty()) return {};
+  return absl::StrCat("spiffe://", trust_domain, "/ns/", p.ns.str(), "/sa/", p.account.str());
+}
+
+// The eight labels that name one end of a connection, for the source or the destination.
+struct SideLabels {
+  std::string_view workload, canonical_service, canonical_revision, workload_namespace, principal, app, version,
+      cluster;
+};
+constexpr SideLabels kSourceLabels{"source_workload", "source_canonical_service", "source_canonical_revision",
+                                   "source_workload_namespace", "source_principal", "source_app",
+                                   "source_version", "source_cluster"};
+constexpr SideLabels kDestinationLabels{"destination_workload", "destination_canonical_service",
+                                        "destination_canonical_revision", "destination_workload_namespace",
+                                        "destination_principal", "destination_app", "destination_version",
+                                        "destination_cluster"};
+
+// Appends one end's labels: app and version repeat the canonical service and revision, as
+// ztunnel reports them; the cluster is known with the workload.
+void addSide(std::vector<telemetry::Label>& out, const SideLabels& names, const TrafficKey::Party& party,
+             const std::string& principal, const std::string& cluster_id) {
+  const workloads::TelemetryMeta* meta = party.meta.get();
+  std::string_view service = meta ? orUnknown(meta->canonical_service) : kUnknown;
+  std::string_view revision = meta ? orUnknown(meta->canonical_revision) : kUnknown;
+  out.insert(out.end(), {{names.workload, meta ? orUnknown(meta->workload) : kUnknown},
+                         {names.canonical_service, service},
+                         {names.canonical_revision, revision},
+                         {names.workload_namespace, orUnknown(party.ns.str())},
+                         {names.principal, orUnknown(principal)},
+                         {names.app, service},
+                         {names.version, revision},
+                         {names.cluster, meta ? std::string_view(cluster_id) : kUnknown}});
+}
+
+struct Sums {
+  uint64_t opened = 0, closed = 0, request_bytes = 0, response_bytes = 0;
+};
+
+struct KeyPtrHash {
+  size_t operator()(const TrafficKey* k) const { return absl::HashOf(*k); }
+};
+struct KeyPtrEq {
+  bool operator()(const TrafficKey* a, const TrafficKey* b) const { return *a == *b; }
+};
+
+}  // namespace
+
+namespace {
+TrafficKey::Party partyOf(const workloads::Workload* w) {
+  if (w == nullptr) return {};
+  return {w->telemetry, w->namespace_name, w->service_account};
+}
+}  // namespace
+
+TrafficKey& TrafficKey::from(const workloads::Workload* w) {
+  source = partyOf(w);
+  return *this;
+}
+
+TrafficKey& TrafficKey::to(const workloads::Workload* w) {
+  destination = partyOf(w);
+  return *this;
+}
+
+IstioMetrics::IstioMetrics(size_t workers, const config::Config& config)
+    : trust_domain_(config.trust_domain), telemetry_(config.telemetry) {
+  for (size_t i = 0; i < workers; ++i) shards_.push_back(std::make_unique<Shard>());
+}
+
+TrafficSeries& IstioMetrics::series(size_t worker, TrafficKey key) {
+  Shard& shard = *shards_[worker];
+  auto it = shard.by_key.find(key);
+  if (it != shard.by_key.end()) return *it->second;
+  TrafficSeries* made;
+  {
+    std::lock_guard lock(shard.mu);
+    made = &shard.entries.emplace_back(key).series;
+  }
+  shard.by_key.emplace(std::move(key), made);
+  return *made;
+}
+
+size_t IstioMetrics::size() const {
+  size_t n = 0;
+  for (const auto& shard : shards_) {
+    std::lock_guard lock(shard->mu);
+    n += shard->entries.size();
+  }
+  return n;
+}
+
+void IstioMetrics::collect(telemetry::Exposition& out) const {
+  // Sum each key over the workers. Entries are never removed, so the key pointers stay valid
+  // after each shard's lock is let go; the counters are atomics.
+  absl::flat_hash_map<const TrafficKey*, Sums, KeyPtrHash, KeyPtrEq> sums;
+  for (const auto& shard : shards_) {
+    std::lock_guard lock(shard->mu);
+    for (const Entry& e : shard->entries) {
+      Sums& s = sums[&e.key];
+      s.opened += e.series.opened.load(std::memory_order_relaxed);
+      s.closed += e.series.closed.load(std::memory_order_relaxed);
+      s.request_bytes += e.series.request_bytes.load(std::memory_order_relaxed);
+      s.response_bytes += e.series.response_bytes.load(std::memory_order_relaxed);
+    }
+  }
+  auto opened = out.counter("istio_tcp_connections_opened_total", "The total number of TCP connections opened");
+  auto closed = out.counter("istio_tcp_connections_closed_total", "The total number of TCP connections closed");
+  auto sent = out.counter("istio_tcp_sent_bytes_total",
+                          "The size of total bytes sent during response in case of a TCP connection");
+  auto received = out.counter("istio_tcp_received_bytes_total",
+                              "The size of total bytes received during request in case of a TCP connection");
+  std::vector<telemetry::Label> labels;
+  for (const auto& [key, s] : sums) {
+    std::string src_principal = principalOf(trust_domain_, key->source);
+    if (src_principal.empty()) src_principal = key->source_principal;
+    std::string dst_principal = principalOf(trust_domain_, key->destination);
+    std::string_view service_key = key->service.str();  // "<namespace>/<name>"
+    size_t slash = service_key.find('/');
+    std::string service_host, service_ns, service_name;
+    if (slash != std::string_view::npos) {
+      service_ns = service_key.substr(0, slash);
+      service_name = service_key.substr(slash + 1);
+      service_host = absl::StrCat(service_name, ".", service_ns, ".svc.", telemetry_.cluster_domain);
+    }
+    labels.clear();
+    labels.push_back({"reporter", key->reporter == Reporter::kSource ? "source" : "destination"});
+    addSide(labels, kSourceLabels, key->source, src_principal, telemetry_.cluster_id);
+    labels.insert(labels.end(), {{"destination_service", orUnknown(service_host)},
+                                 {"destination_service_namespace", orUnknown(service_ns)},
+                                 {"destination_service_name", orUnknown(service_name)}});
+    addSide(labels, kDestinationLabels, key->destination, dst_principal, telemetry_.cluster_id);
+    labels.insert(labels.end(), {{"request_protocol", "tcp"},
+                                 {"response_flags", "-"},
+                                 {"connection_security_policy", key->mutual_tls ? "mutual_tls" : "none"}});
+    opened.add(static_cast<double>(s.opened), labels);
+    closed.add(static_cast<double>(s.closed), labels);
+    sent.add(static_cast<double>(s.response_bytes), labels);
+    received.add(static_cast<double>(s.request_bytes), labels);
+  }
+}
+
+}  // namespace ferry::session

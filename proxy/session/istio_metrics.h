@@ -1,0 +1,108 @@
+#pragma once
+// Istio's standard TCP metrics (docs/operations.md, "Istio TCP metrics"), as ztunnel reports
+// them: istio_tcp_connections_opened_total, _closed_total, istio_tcp_sent_bytes_total and
+// istio_tcp_received_bytes_total, one series per (reporter, source workload, destination
+// workload, Service called, security policy). Never per pod, IP or port: the label values
+// come from the workloads' shared TelemetryMeta.
+//
+// Hot path: a connection finds its series once (TrafficKey -> TrafficSeries in its worker's
+// own map, no lock) and then bumps relaxed atomics. Only the first connection of a key on a
+// worker takes that worker's shard lock, to publish the new series to scrapes. Series stay
+// until ferryd restarts (their counters are final once a workload is gone); the bound is the
+// pairs of workloads that actually talked through this node.
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/hash/hash.h"
+#include "proxy/config/config.h"
+#include "proxy/workloads/workload.h"
+
+namespace ferry::telemetry {
+class Exposition;
+}  // namespace ferry::telemetry
+
+namespace ferry::session {
+
+// Which ferryd reports: the client's node (outbound) or the server's (inbound HBONE,
+// inbound plaintext).
+enum class Reporter : uint8_t { kSource, kDestination };
+
+// The labels of one series, by reference: building one copies no string and takes no lock
+// (InternedString and TelemetryMeta are shared), except a source principal no workload
+// explains (a peer whose IP is no workload known here).
+struct TrafficKey {
+  TrafficKey(Reporter r, bool mtls, workloads::InternedString called = {})
+      : reporter(r), mutual_tls(mtls), service(called) {}
+
+  // One end: its workload's shared metadata (null: unknown), namespace and service account.
+  struct Party {
+    workloads::TelemetryMetaPtr meta;
+    workloads::InternedString ns, account;
+    friend bool operator==(const Party&, const Party&) = default;
+  };
+
+  Reporter reporter = Reporter::kSource;
+  bool mutual_tls = false;
+  Party source, destination;
+  std::string source_principal;        // only when no source workload is known
+  workloads::InternedString service;   // "<namespace>/<name>" of the Service called; empty: none
+
+  // The workload at either end (null: unknown; the labels say "unknown").
+  TrafficKey& from(const workloads::Workload* w);
+  TrafficKey& to(const workloads::Workload* w);
+
+  friend bool operator==(const TrafficKey&, const TrafficKey&) = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const TrafficKey& k) {
+    auto party = [](const Party& p) { return std::tuple(p.meta.get(), &p.ns.str(), &p.account.str()); };
+    return H::combine(std::move(h), k.reporter, k.mutual_tls, party(k.source), party(k.destination), k.source_principal,
+                      &k.service.str());
+  }
+};
+
+struct TrafficSeries {
+  std::atomic<uint64_t> opened{0};
+  std::atomic<uint64_t> closed{0};
+  std::atomic<uint64_t> request_bytes{0};   // client -> server: istio_tcp_received_bytes_total
+  std::atomic<uint64_t> response_bytes{0};  // server -> client: istio_tcp_sent_bytes_total
+};
+
+class IstioMetrics {
+ public:
+  IstioMetrics(size_t workers, const config::Config& config);
+  IstioMetrics(const IstioMetrics&) = delete;
+  IstioMetrics& operator=(const IstioMetrics&) = delete;
+
+  // On worker `worker`'s thread only: the series of `key` there, made on first sight. It
+  // lives as long as this object.
+  TrafficSeries& series(size_t worker, TrafficKey key);
+
+  // Any thread (a scrape): the four families, each key once (summed over workers).
+  void collect(telemetry::Exposition& out) const;
+  // Series held, over all workers (a key on two workers counts twice).
+  size_t size() const;
+
+ private:
+  struct Entry {
+    explicit Entry(TrafficKey k) : key(std::move(k)) {}
+    TrafficKey key;
+    TrafficSeries series;
+  };
+  struct Shard {
+    absl::flat_hash_map<TrafficKey, TrafficSeries*> by_key;  // the worker's own: no lock
+    mutable std::mutex mu;                                   // entries: the worker appends, scrapes read
+    std::deque<Entry> entries;                               // stable addresses
+  };
+  std::vector<std::unique_ptr<Shard>> shards_;
+  std::string trust_domain_;
+  config::Telemetry telemetry_;
+};
+
+}  // namespace ferry::session

@@ -1,0 +1,124 @@
+#include "proxy/telemetry/metrics.h"
+
+#include <limits>
+#include <sstream>
+
+#include "prometheus/metric_family.h"
+#include "prometheus/text_serializer.h"
+
+namespace ferry::telemetry {
+namespace {
+
+prometheus::ClientMetric& sample(std::vector<prometheus::MetricFamily>& families, size_t index,
+                                 auto&& labels) {
+  auto& metric = families[index].metric.emplace_back();
+  metric.label.reserve(labels.size());
+  for (const Label& l : labels) metric.label.push_back({std::string(l.name), std::string(l.value)});
+  return metric;
+}
+
+void setValue(prometheus::MetricFamily& family, prometheus::ClientMetric& metric, double value) {
+  if (family.type == prometheus::MetricType::Counter) {
+    metric.counter.value = value;
+  } else {
+    metric.gauge.value = value;
+  }
+}
+
+}  // namespace
+
+Family& Family::add(double value, std::initializer_list<Label> labels) {
+  setValue(out_.families_[index_], sample(out_.families_, index_, labels), value);
+  return *this;
+}
+
+Family& Family::add(double value, const std::vector<Label>& labels) {
+  setValue(out_.families_[index_], sample(out_.families_, index_, labels), value);
+  return *this;
+}
+
+Family& Family::add(const common::DurationHistogram& histogram, std::initializer_list<Label> labels) {
+  auto& metric = sample(out_.families_, index_, labels);
+  auto snap = histogram.snapshot();
+  metric.histogram.sample_count = snap.count;
+  metric.histogram.sample_sum = snap.sum_seconds;
+  for (size_t i = 0; i < snap.bounds.size(); ++i) {
+    metric.histogram.bucket.push_back({snap.cumulative[i], snap.bounds[i]});
+  }
+  metric.histogram.bucket.push_back({snap.count, std::numeric_limits<double>::infinity()});
+  return *this;
+}
+
+Family Exposition::begin(std::string_view name, std::string_view help, int type) {
+  auto& f = families_.emplace_back();
+  f.name = name;
+  f.help = help;
+  f.type = static_cast<prometheus::MetricType>(type);
+  return Family(*this, families_.size() - 1);
+}
+
+Family Exposition::counter(std::string_view name, std::string_view help) {
+  return begin(name, help, static_cast<int>(prometheus::MetricType::Counter));
+}
+
+Family Exposition::gauge(std::string_view name, std::string_view help) {
+  return begin(name, help, static_cast<int>(prometheus::MetricType::Gauge));
+}
+
+Family Exposition::histogram(std::string_view name, std::string_view help) {
+  return begin(name, help, static_cast<int>(prometheus::MetricType::Histogram));
+}
+
+Registry::Registration::Registration(Registration&& other) noexcept
+    : registry_(std::exchange(other.registry_, nullptr)), it_(other.it_) {}
+
+Registry::Registration& Registry::Registration::operator=(Registration&& other) noexcept {
+  if (this != &other) {
+    reset();
+    registry_ = std::exchange(other.registry_, nullptr);
+    it_ = other.it_;
+  }
+  return *this;
+}
+
+Registry::Registration::~Registration() { reset(); }
+
+void Registry::Registration::reset() {
+  if (registry_ == nullptr) return;
+  std::lock_guard lock(registry_->mu_);
+  registry_->collectors_.erase(it_);
+  registry_ = nullptr;
+}
+
+Registry::Registration Registry::add(Collector collector) {
+  std::lock_guard lock(mu_);
+  collectors_.push_back(std::move(collector));
+  return Registration(this, std::prev(collectors_.end()));
+}
+
+namespace {
+std::string serialize(const std::vector<prometheus::MetricFamily>& families) {
+  std::ostringstream out;
+  prometheus::TextSerializer().Serialize(out, families);
+  return std::move(out).str();
+}
+}  // namespace
+
+std::string Registry::render() const {
+  std::vector<prometheus::MetricFamily> families;
+  Exposition out(families);
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& collect : collectors_) collect(out);
+  }
+  return serialize(families);
+}
+
+std::string renderText(const Registry::Collector& collector) {
+  std::vector<prometheus::MetricFamily> families;
+  Exposition out(families);
+  collector(out);
+  return serialize(families);
+}
+
+}  // namespace ferry::telemetry

@@ -1,0 +1,107 @@
+#pragma once
+// The one metrics registry of ferryd (docs/operations.md, "Metrics"). Each part of the daemon
+// registers a collector: a function that, at scrape time, reads the part's own counters
+// (relaxed atomics the workers bump without a lock) and states them as metric families. The
+// registry serializes them with prometheus-cpp's TextSerializer; nothing else writes the
+// exposition format. prometheus-cpp's headers stay in metrics.cc.
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "proxy/common/histogram.h"
+
+namespace prometheus {
+struct MetricFamily;
+}
+
+namespace ferry::telemetry {
+
+struct Label {
+  std::string_view name;
+  std::string_view value;
+};
+
+class Exposition;
+
+// One metric family being stated: add a sample per label set.
+class Family {
+ public:
+  Family& add(double value, std::initializer_list<Label> labels = {});
+  Family& add(double value, const std::vector<Label>& labels);
+  Family& add(const common::DurationHistogram& histogram, std::initializer_list<Label> labels = {});
+
+ private:
+  friend class Exposition;
+  Family(Exposition& out, size_t index) : out_(out), index_(index) {}
+  Exposition& out_;
+  size_t index_;
+};
+
+// What a collector writes into during one scrape.
+class Exposition {
+ public:
+  explicit Exposition(std::vector<prometheus::MetricFamily>& families) : families_(families) {}
+  Family counter(std::string_view name, std::string_view help);
+  Family gauge(std::string_view name, std::string_view help);
+  Family histogram(std::string_view name, std::string_view help);
+  // A family of one sample without labels.
+  void counter(std::string_view name, std::string_view help, double value) { counter(name, help).add(value); }
+  void gauge(std::string_view name, std::string_view help, double value) { gauge(name, help).add(value); }
+
+ private:
+  friend class Family;
+  Family begin(std::string_view name, std::string_view help, int type);  // type: prometheus::MetricType
+  std::vector<prometheus::MetricFamily>& families_;
+};
+
+class Registry {
+ public:
+  using Collector = std::function<void(Exposition&)>;
+
+  // Unregisters its collector when destroyed (a part that goes away takes its metrics along).
+  class Registration {
+   public:
+    Registration() = default;
+    Registration(Registration&& other) noexcept;
+    Registration& operator=(Registration&& other) noexcept;
+    ~Registration();
+
+   private:
+    friend class Registry;
+    Registration(Registry* registry, std::list<Collector>::iterator it) : registry_(registry), it_(it) {}
+    void reset();
+    Registry* registry_ = nullptr;
+    std::list<Collector>::iterator it_;
+  };
+
+  Registry() = default;
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
+
+  // Any thread. The collector runs on the thread that renders, once per scrape.
+  [[nodiscard]] Registration add(Collector collector);
+
+  // The text exposition (version 0.0.4) of every collector, in registration order.
+  std::string render() const;
+
+ private:
+  mutable std::mutex mu_;  // collectors_ only: held while rendering, never by a worker
+  std::list<Collector> collectors_;
+};
+
+// The text of one collector alone (tests, tools).
+std::string renderText(const Registry::Collector& collector);
+// The text of one part's `collect(Exposition&)` alone.
+template <typename Part>
+std::string textOf(const Part& part) {
+  return renderText([&](Exposition& out) { part.collect(out); });
+}
+
+}  // namespace ferry::telemetry
