@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LAB=scripts/ferry-lab
+FERRYCTL=${FERRY_BUILD_DIR:-build/default}/proxy/ferryctl/ferryctl
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 if [ "$(id -u)" != 0 ]; then
   echo "make demo builds network namespaces and loads BPF programs: run it as root" >&2
@@ -80,8 +81,14 @@ echo "n2's access log:"
 grep 'reason=policy_denied' /run/ferry-lab/n2/ferryd.log | tail -1 | sed 's/^/    /'
 echo "# ferry lab policies (none)" >"$POLICIES"
 
-say "Counters on node n1"
-$LAB exec n1/proxy -- curl -s http://127.0.0.1:15020/metrics |
-  grep -E '^ferry_(certificates_issued|hbone_connections_opened|hbone_streams_opened|bytes_(sent|received)_total\{direction="outbound"|connections_closed_total\{direction="outbound",reason="ok"|datapath_packets_total\{.*redirect|datapath_injection_mode.*1$)'
+say "Istio's standard TCP metrics, as node n2's ferryd reports the calls it received (reporter=destination)"
+$LAB exec n2/proxy -- curl -s http://127.0.0.1:15020/metrics |
+  grep -E '^istio_tcp_(connections_opened|sent_bytes|received_bytes)_total\{reporter="destination"' |
+  sed -E 's/\{reporter="destination",source_workload="([^"]*)",.*destination_workload="([^"]*)",.*connection_security_policy="([^"]*)".*\} /{\1 -> \2, \3} /' |
+  sed 's/^/    /'
+echo "(every series also names namespaces, principals, app, version, canonical service and cluster: docs/operations.md)"
+
+say "ferryctl status on node n1 (the admin API, docs/operations.md)"
+$LAB exec n1/proxy -- "$FERRYCTL" status | sed 's/^/    /'
 
 say "The lab stays up. Try: scripts/ferry-lab exec n1/p2 -- curl http://10.77.2.11:8080/   Remove it: scripts/ferry-lab down"
