@@ -852,7 +852,7 @@ expo_sum() {
 }
 # The traffic: a server on n2/p1:9416 that reads a request to its end and answers three times
 # its size; a client that makes COUNT such connections of BYTES each, checking every answer.
-SINK_PY='
+TRIPLE_SERVER_PY='
 import socket, threading
 srv = socket.create_server(("10.77.2.11", 9416))
 def serve(c):
@@ -891,7 +891,7 @@ case_istio_metrics() {
     assert "promtool check metrics passes on $n's exposition" bash -c "promtool check metrics <'$TMP/metrics-$n.txt'"
   done
   if ! listening n2/p1 9416; then
-    bg n2/p1 "$TMP/sink.log" python3 -c "$SINK_PY"
+    bg n2/p1 "$TMP/triple-server.log" python3 -c "$TRIPLE_SERVER_PY"
     wait_for 10 "the server on n2/p1:9416" listening n2/p1 9416
   fi
   src=$(lab_env FERRY_LAB_NAME_PREFIX)n1-p1; dst=$(lab_env FERRY_LAB_NAME_PREFIX)n2-p1
