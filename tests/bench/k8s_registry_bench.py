@@ -860,7 +860,10 @@ def main():
 
     def on_signal(signum, _):
         raise KeyboardInterrupt("signal %d" % signum)
-    signal.signal(signal.SIGTERM, on_signal)
+    # SIGHUP too: a session or terminal that ends sends it, and its default would skip the
+    # cleanup below (processes, netns).
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
     try:
         enter_netns()
         res.netns = True

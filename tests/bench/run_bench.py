@@ -915,8 +915,10 @@ def main():
     lock = take_lock()
     TMP = tempfile.mkdtemp(prefix="fy-bench.")
     atexit.register(cleanup)
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    # SIGHUP too: a session or terminal that ends sends it, and its default would skip the
+    # atexit cleanup that takes the lab down.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
     t0 = time.time()
     meta = machine_info(a)
     results = run_all(a)

@@ -480,7 +480,10 @@ def main():
     if a.mode == "client":
         asyncio.run(client_main(a))
         return 0
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    # SIGHUP too: a session or terminal that ends sends it, and its default would skip the
+    # `finally` that takes the lab down.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda signum, _: sys.exit(128 + signum))
     return driver(a)
 
 
