@@ -76,8 +76,8 @@ std::string formatAccessText(const ConnectionRecord& r, const AccessEntry& e) {
   const std::string& peer = r.peer_identity.empty() ? std::string("-") : r.peer_identity;
   std::string line = absl::StrFormat(
       "access direction=%s src=%s dst=%s peer=%s reason=%s sent=%u received=%u duration_ms=%d",
-      directionLabel(e.direction), r.src, r.dst, peer, closeReasonLabel(e.reason), e.sent, e.received,
-      e.duration.count());
+      directionLabel(r.direction()), r.src, r.dst, peer, closeReasonLabel(e.reason), r.requestBytes(),
+      r.responseBytes(), e.duration.count());
   if (!r.policy.empty()) absl::StrAppend(&line, " policy=\"", r.policy, "\"");
   if (!r.detail.empty()) absl::StrAppend(&line, " detail=\"", r.detail, "\"");
   // After everything the line had before (what scripts match stays where it was).
@@ -116,7 +116,7 @@ std::string formatAccessJson(const ConnectionRecord& r, const AccessEntry& e) {
   };
   const char* verdict = policyVerdictLabel(r.policy_verdict);
   text("timestamp", common::formatTimestamp(e.time));
-  text("direction", directionLabel(e.direction));
+  text("direction", directionLabel(r.direction()));
   text("source_address", r.src);
   text("destination_address", r.dst);
   text("source_workload", workloadName(r.source_workload));
@@ -124,8 +124,8 @@ std::string formatAccessJson(const ConnectionRecord& r, const AccessEntry& e) {
   text("destination_workload", workloadName(r.destination_workload));
   text("destination_principal", r.destination_principal);
   text("peer", r.peer_identity);
-  number("bytes_sent", e.sent);
-  number("bytes_received", e.received);
+  number("bytes_sent", r.requestBytes());
+  number("bytes_received", r.responseBytes());
   number("duration_ms", static_cast<uint64_t>(e.duration.count()));
   text("reason", closeReasonLabel(e.reason));
   text("policy_verdict", verdict == nullptr ? "" : verdict);

@@ -75,12 +75,10 @@ class AccessLogger {
   common::LogLimiter failures_;
 };
 
-// What a record says besides the ConnectionRecord's own fields.
+// What a record says besides the ConnectionRecord's own fields (its direction, addresses,
+// parties and bytes).
 struct AccessEntry {
-  Direction direction;
   CloseReason reason;
-  uint64_t sent = 0;      // from the accepting side to the other
-  uint64_t received = 0;  // back to the accepting side
   std::chrono::milliseconds duration{0};
   std::chrono::system_clock::time_point time;  // of the close
 };

@@ -131,11 +131,9 @@ void ConnectionRecord::attribute(Reporter reporter, bool mutual_tls, workloads::
   if (source_workload == nullptr) key.source_principal = source_principal;
   istio_ = &istio->series(worker_.index(), std::move(key));
   istio_->opened.fetch_add(1, std::memory_order_relaxed);
-  // The relay's accepted side is the client's, except inbound HBONE (it relays the
-  // workload's socket against the stream): request = client -> server.
-  bool client_first = direction_ != Direction::kInbound;
-  bytes.live_sent = client_first ? &istio_->request_bytes : &istio_->response_bytes;
-  bytes.live_received = client_first ? &istio_->response_bytes : &istio_->request_bytes;
+  // In the relay's orientation, as requestBytes() / responseBytes() read them.
+  bytes.live_sent = relaysServerSide() ? &istio_->response_bytes : &istio_->request_bytes;
+  bytes.live_received = relaysServerSide() ? &istio_->request_bytes : &istio_->response_bytes;
 }
 
 void ConnectionRecord::abort(CloseReason reason) {
@@ -173,8 +171,7 @@ std::vector<ConnectionInfo> Worker::connections(size_t limit, size_t& total) con
   out.reserve(live.size());
   for (const auto* r : live) {
     ConnectionInfo info{r->direction_, r->src, r->dst, r->peer_identity, now - r->start_,
-                        r->bytes_reversed ? r->bytes.received : r->bytes.sent,
-                        r->bytes_reversed ? r->bytes.sent : r->bytes.received, index_};
+                        r->requestBytes(), r->responseBytes(), index_};
     out.push_back(std::move(info));
   }
   return out;
@@ -256,12 +253,12 @@ WatchedSocket::~WatchedSocket() {
   }
 }
 
-void ConnectionRecord::finish(CloseReason reason, uint64_t sent, uint64_t received) {
+void ConnectionRecord::finish(CloseReason reason) {
   if (finished_) return;
   finished_ = true;
   if (aborted_) reason = *aborted_;
   auto& stats = worker_.shared().stats;
-  stats.recordClose(direction_, reason, sent, received);
+  stats.recordClose(direction_, reason, requestBytes(), responseBytes());
   if (istio_ != nullptr) istio_->closed.fetch_add(1, std::memory_order_relaxed);  // bytes went in as they flowed
   bool success = reason == CloseReason::kOk;
   auto level = success ? common::LogLevel::kInfo : common::LogLevel::kWarn;
@@ -284,8 +281,7 @@ void ConnectionRecord::finish(CloseReason reason, uint64_t sent, uint64_t receiv
       stats.access_log_failures_suppressed.fetch_add(1, std::memory_order_relaxed);
       return;
   }
-  AccessEntry entry{direction_, reason, sent, received,
-                    std::chrono::duration_cast<std::chrono::milliseconds>(now - start_),
+  AccessEntry entry{reason, std::chrono::duration_cast<std::chrono::milliseconds>(now - start_),
                     std::chrono::system_clock::now()};
   if (access_log.settings().format == config::AccessLogFormat::kJson) {
     common::writeRawLine(formatAccessJson(*this, entry));
@@ -324,7 +320,7 @@ boost::asio::awaitable<void> forwardTcp(Worker& worker, Tcp::socket& socket,
     co_return;
   }
   auto result = co_await relayTcp(socket, upstream, cfg.timeouts.idle, worker.scratch(), record.bytes);
-  record.finish(result.reason, result.sent, result.received);
+  record.finish(result.reason);
 }
 
 }  // namespace ferry::session

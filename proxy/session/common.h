@@ -63,17 +63,22 @@ class ConnectionRecord {
   // the policies or the workloads change (Worker::reauthorize).
   std::optional<policy::Request> subject;
   // Relayed so far, live (the relay adds to them on this worker's thread; /connections
-  // reads them there). `bytes_reversed`: the relay's accepted side is the far end (an
-  // inbound HBONE stream relays the workload's socket), so its `sent` is this record's
-  // received.
+  // reads them there; finish() records them). In the relay's orientation: see
+  // requestBytes() / responseBytes().
   ByteCounts bytes;
-  bool bytes_reversed = false;
   // Rate limit for this record's access line when it is a warning (the streams of one HBONE
   // connection share one); nullptr = always written. Must outlive finish().
   common::LogLimiter* warn_limiter = nullptr;
-  // After the drain deadline reset the connection, the reason is `shutdown` whatever
-  // `reason` says (the relay only saw its sockets closed).
-  void finish(CloseReason reason, uint64_t sent = 0, uint64_t received = 0);
+  // Records the close with the bytes relayed so far (`bytes`). After the drain deadline
+  // reset the connection, the reason is `shutdown` whatever `reason` says (the relay only
+  // saw its sockets closed).
+  void finish(CloseReason reason);
+  // Client -> server and server -> client so far. The relay's accepted side is the
+  // client's, except on inbound HBONE, which relays the workload's socket against the
+  // stream.
+  Direction direction() const { return direction_; }
+  uint64_t requestBytes() const { return relaysServerSide() ? bytes.received : bytes.sent; }
+  uint64_t responseBytes() const { return relaysServerSide() ? bytes.sent : bytes.received; }
 
   // Counts the connection opened in Istio's TCP metrics (closed at finish(), its bytes as
   // the relay moves them), labelled from source_workload, destination_workload and, with no
@@ -91,6 +96,7 @@ class ConnectionRecord {
  private:
   friend class WatchedSocket;
   friend class Worker;
+  bool relaysServerSide() const { return direction_ == Direction::kInbound; }
   Worker& worker_;
   Direction direction_;
   std::chrono::steady_clock::time_point start_;

@@ -245,10 +245,9 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
   // snapshot (which would otherwise outlive every later workload change).
   stream->releaseHeaders();
   registry.reset();
-  record.bytes_reversed = true;  // the relay's socket is the workload's
+  // The relay's socket is the workload's: the record reads its bytes so (requestBytes()).
   auto result = co_await relayStream(upstream, *stream, cfg.timeouts.idle, worker.scratch(), record.bytes);
-  // For the inbound record, "sent" is client -> workload, i.e. what the stream carried in.
-  record.finish(result.reason, result.received, result.sent);
+  record.finish(result.reason);
 }
 
 // `load` counts the handshake on this worker, then the tunnel for its life; so does

@@ -15,7 +15,7 @@ std::string_view orUnknown(const std::string& s) { return s.empty() ? kUnknown :
 // Empty when the party has no service account (unknown).
 std::string principalOf(const std::string& trust_domain, const TrafficKey::Party& p) {
   if (p.account.empty()) return {};
-  return absl::StrCat("spiffe://", trust_domain, "/ns/", p.ns.str(), "/sa/", p.account.str());
+  return workloads::spiffeIdOf(trust_domain, p.ns.str(), p.account.str());
 }
 
 // The eight labels that name one end of a connection, for the source or the destination.
@@ -59,9 +59,6 @@ struct KeyPtrEq {
   bool operator()(const TrafficKey* a, const TrafficKey* b) const { return *a == *b; }
 };
 
-}  // namespace
-
-namespace {
 TrafficKey::Party partyOf(const workloads::Workload* w) {
   if (w == nullptr) return {};
   return {w->telemetry, w->namespace_name, w->service_account};

@@ -252,7 +252,7 @@ awaitable<void> tunnel(Worker& worker, Tcp::socket socket, OutboundPlan plan, Lo
   plan = OutboundPlan{};
   auto result = co_await relayStream(socket, *stream, worker.config()->timeouts.idle, worker.scratch(),
                                      record.bytes);
-  record.finish(result.reason, result.sent, result.received);
+  record.finish(result.reason);
 }
 
 // On the accepting worker: the original destination, then passthrough or tunnel, each
@@ -296,9 +296,10 @@ awaitable<void> classifyOutbound(Worker& worker, Tcp::socket socket, Admitted ad
   }
   auto registry = shared.workloads.current();
   auto dst = registry->sharedByIp(ends->destination.ip);
+  auto src = registry->sharedByIp(ends->peer.ip);  // a local pod, or (refused below) another node's
   if (dst == nullptr || !dst->hbone) {
     runPlaced(worker, std::move(socket),
-              [ends = *ends, source = registry->sharedByIp(ends->peer.ip), dst, service, admitted](
+              [ends = *ends, source = src, dst, service, admitted](
                   Worker& w, Tcp::socket s, LoadUnit load) {
                 return passthrough(w, std::move(s), ends, source, dst, service, std::move(load), admitted);
               },
@@ -310,13 +311,13 @@ awaitable<void> classifyOutbound(Worker& worker, Tcp::socket socket, Admitted ad
   plan.destination = ends->destination;
   plan.destination_workload = dst;
   plan.service = service;
-  plan.source_workload = registry->sharedLocalByIp(ends->peer.ip);
+  if (src != nullptr && registry->isLocal(*src)) plan.source_workload = src;
   if (plan.source_workload == nullptr) {
     // No identity to present: fail closed, never plaintext to a mesh workload.
     ConnectionRecord record(worker, Direction::kOutbound);
     record.src = common::formatHostPort(ends->peer);
     record.dst = common::formatHostPort(ends->destination);
-    record.source_workload = registry->sharedByIp(ends->peer.ip);  // a pod of another node
+    record.source_workload = src;
     record.destination_workload = dst;
     record.detail = absl::StrCat(ends->peer.ip.to_string(),
                                  " is not a workload of node ", cfg.node,

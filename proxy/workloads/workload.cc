@@ -166,9 +166,14 @@ const std::string* LabelSet::find(std::string_view key) const {
   return it != labels.end() && it->first == key ? &it->second : nullptr;
 }
 
+std::string spiffeIdOf(std::string_view trust_domain, std::string_view namespace_name,
+                       std::string_view service_account) {
+  return absl::StrCat("spiffe://", common::toAbsl(trust_domain), "/ns/", common::toAbsl(namespace_name), "/sa/",
+                      common::toAbsl(service_account));
+}
+
 std::string Workload::spiffeId(std::string_view trust_domain) const {
-  return absl::StrCat("spiffe://", common::toAbsl(trust_domain), "/ns/", namespace_name.str(), "/sa/",
-                      service_account.str());
+  return spiffeIdOf(trust_domain, namespace_name.str(), service_account.str());
 }
 
 std::string Workload::displayName() const { return absl::StrCat(namespace_name.str(), "/", name); }

@@ -89,6 +89,11 @@ TelemetryMeta telemetryOf(std::string workload, const std::vector<std::pair<std:
 // Most pods have one IP, dual-stack ones two.
 using IpList = absl::InlinedVector<IpAddress, 1>;
 
+// spiffe://<trust_domain>/ns/<namespace>/sa/<service_account>: the identity of a workload
+// of that namespace and service account.
+std::string spiffeIdOf(std::string_view trust_domain, std::string_view namespace_name,
+                       std::string_view service_account);
+
 struct Workload {
   std::string name;
   InternedString namespace_name;
