@@ -771,11 +771,15 @@ absl::StatusOr<Config> parseConfig(std::string_view yaml_text, std::string_view 
 }
 
 absl::StatusOr<Config> loadConfigFile(const std::string& path) {
-  auto text = common::readFile(path);
-  if (!text.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot read the config file: ", text.status().message()));
+  common::WatchedFile file(path);
+  return loadConfigFile(file);
+}
+
+absl::StatusOr<Config> loadConfigFile(common::WatchedFile& file) {
+  if (file.poll() == common::WatchedFile::Result::kFailed) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot read the config file: ", file.error().message()));
   }
-  return parseConfigFile(*text, path);
+  return parseConfigFile(file.content(), file.path());
 }
 
 absl::StatusOr<Config> parseConfigFile(std::string_view text, const std::string& path) {

@@ -11,6 +11,10 @@
 #include "proxy/common/log.h"
 #include "proxy/common/net.h"
 
+namespace ferry::common {
+class WatchedFile;
+}  // namespace ferry::common
+
 namespace ferry::config {
 
 using common::HostPort;
@@ -281,6 +285,9 @@ absl::StatusOr<Config> parseConfig(std::string_view yaml_text, std::string_view 
                                    std::string_view base_dir = "", std::string_view env_node_name = "");
 // Reads the file; NODE_NAME comes from the process environment.
 absl::StatusOr<Config> loadConfigFile(const std::string& path);
+// The same through `file`, whose first poll it is: the text read stays the file's baseline,
+// so that a later poll reports a change against exactly the version parsed (a reload).
+absl::StatusOr<Config> loadConfigFile(common::WatchedFile& file);
 // The same for the file's text already read (a reload reads it through common::WatchedFile).
 absl::StatusOr<Config> parseConfigFile(std::string_view text, const std::string& path);
 

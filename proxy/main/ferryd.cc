@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include "proxy/common/file.h"
 #include "proxy/common/log.h"
 #include "absl/strings/str_cat.h"
 #include "proxy/config/config.h"
@@ -75,7 +76,9 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, stderr);
     return 2;
   }
-  auto config = ferry::config::loadConfigFile(config_path);
+  // Read once: the text parsed here is the baseline the running ferryd's reloads compare with.
+  ferry::common::WatchedFile config_file(config_path);
+  auto config = ferry::config::loadConfigFile(config_file);
   if (!config.ok()) return fail(std::string(config.status().message()));
   if (check_only) {
     if (config->workload_source == ferry::config::WorkloadSourceKind::kKubernetes) {
@@ -118,7 +121,7 @@ int main(int argc, char** argv) {
   applyMallocTunables(argv);
   // Writes to a peer that reset must return EPIPE, not kill the process.
   std::signal(SIGPIPE, SIG_IGN);
-  ferry::server::Server server(std::move(*config), config_path);
+  ferry::server::Server server(std::move(*config), std::move(config_file));
   if (auto st = server.start(); !st.ok()) return fail(std::string(st.message()));
   server.run();
   return 0;

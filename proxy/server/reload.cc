@@ -46,10 +46,10 @@ void Server::reloadConfig(bool reread) {
   auto change = config::diffConfig(config_, *next);
   // A new policy list (or root namespace, under which every file is judged again) is read
   // before anything applies: files that do not load refuse the version, as at start.
-  std::optional<policy::PolicyFiles> policy_files;
-  if (next->policy.files != config_.policy.files || next->policy.root_namespace != config_.policy.root_namespace) {
-    policy_files.emplace(next->policy.files);
-    if (auto st = policy_files->load(); !st.ok()) {
+  bool new_policy_files =
+      next->policy.files != config_.policy.files || next->policy.root_namespace != config_.policy.root_namespace;
+  if (new_policy_files) {
+    if (auto st = policy_files_.load(next->policy.files); !st.ok()) {
       return rejectReload(absl::Status(st.code(), absl::StrCat(config_file_->path(), ": policy.files: ", st.message())));
     }
   }
@@ -59,7 +59,7 @@ void Server::reloadConfig(bool reread) {
   }
   if (!change.live.empty()) {
     FERRY_LOG(kInfo, "config: applying %s from %s", absl::StrJoin(change.live, ", "), config_file_->path());
-    applyConfig(*next, std::move(policy_files));
+    applyConfig(*next, new_policy_files);
   } else {
     FERRY_LOG(kInfo, "config: %s read again: no key that applies live changed", config_file_->path());
   }
@@ -85,7 +85,7 @@ void Server::rejectReload(const absl::Status& why) {
   ++reload_.rejected;
 }
 
-void Server::applyConfig(const config::Config& next, std::optional<policy::PolicyFiles> policy_files) {
+void Server::applyConfig(const config::Config& next, bool new_policy_files) {
   const config::Config before = config_;
   config::applyLive(config_, next);
   // Only when the file's value changed: a level set since through the admin API stays
@@ -94,19 +94,11 @@ void Server::applyConfig(const config::Config& next, std::optional<policy::Polic
   if (!(config_.limits == before.limits)) admission_.setLimits(config_.limits);
   // Each worker picks the new settings up at its next record (session::AccessLogger).
   if (!(config_.access_log == before.access_log)) shared_->access_log.set(config_.access_log);
-  if (policy_files) {
+  if (new_policy_files) {  // loaded by reloadConfig
     if (config_.policy.root_namespace != before.policy.root_namespace) {
       policies_.setRootNamespace(config_.policy.root_namespace);
     }
-    policy_files->apply(policies_);
-    // What files no longer listed applied goes, after the new ones are in.
-    for (const auto& path : before.policy.files) {
-      if (std::find(config_.policy.files.begin(), config_.policy.files.end(), path) == config_.policy.files.end()) {
-        policies_.replace(policy::PolicyFiles::origin(path), {});
-      }
-    }
-    if (policy_files_) policy_file_failures_before_ += policy_files_->failures();
-    policy_files_ = std::move(policy_files);
+    policy_files_.apply(policies_);
   }
   // Timeouts, pool and HBONE settings: each worker takes the new config on its own thread;
   // what it starts from then on (a handshake, a connect, a relay, a pooled tunnel) uses it.

@@ -143,18 +143,14 @@ std::vector<uint16_t> ferryPorts(const config::Config& c) {
 
 }  // namespace
 
-Server::Server(config::Config config, std::string config_path)
+Server::Server(config::Config config, std::optional<common::WatchedFile> config_file)
     : config_(std::move(config)),
+      config_file_(std::move(config_file)),
       workloads_(config_.node),
       policies_(config_.policy.root_namespace),
       sockets_(config_.transparent),
       admission_(config_.limits) {
-  if (!config_path.empty()) {
-    reload_.path = config_path;
-    config_file_.emplace(std::move(config_path));
-    // The version read at start: a reload compares with it, not with nothing.
-    config_file_->poll();
-  }
+  if (config_file_) reload_.path = config_file_->path();
   registerMetrics();
 }
 
@@ -194,12 +190,12 @@ absl::Status Server::start() {
   if (!cap.ok()) return cap.status();
   descriptor_limit_ = descriptor_limit;
   sockets_.setDescriptorCap(*cap);
-  shared_.reset(new session::Shared{workloads_, policies_, *tls_, sockets_, stats_, ferryPorts(config_),
-                                    /*self=*/{}, /*draining=*/{}, session::Placement(n), /*workers=*/{}, admission_, *cap});
-  shared_->access_log.set(config_.access_log);  // a reload calls the same with the new file's
-  shared_->policies_loaded.store(!k8s_policies_ || k8s_policies_->synced(), std::memory_order_release);
   istio_ = std::make_unique<session::IstioMetrics>(n, config_);
-  shared_->istio = istio_.get();
+  // access_log: a reload sets the new file's (applyConfig).
+  shared_.reset(new session::Shared{workloads_, policies_, *tls_, sockets_, stats_, ferryPorts(config_),
+                                    /*self=*/{}, /*draining=*/{}, session::Placement(n), /*workers=*/{}, admission_, *cap,
+                                    /*policies_loaded=*/{!k8s_policies_ || k8s_policies_->synced()},
+                                    session::AccessLogSettings(config_.access_log), istio_.get()});
   auto worker_config = std::make_shared<const config::Config>(config_);
   for (size_t i = 0; i < n; ++i) {
     workers_.push_back(std::make_unique<session::Worker>(*shared_, i, worker_config));
@@ -442,11 +438,9 @@ absl::Status Server::startCniEndpoint() {
 }
 
 absl::Status Server::startPolicies() {
-  if (!config_.policy.files.empty()) {
-    policy_files_.emplace(config_.policy.files);
-    if (auto st = policy_files_->start(policies_); !st.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat("policy.files: ", st.message()));
-    }
+  policy_files_ = policy::PolicyFiles(config_.policy.files);
+  if (auto st = policy_files_.start(policies_); !st.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("policy.files: ", st.message()));
   }
   auto set = policies_.current();
   FERRY_LOG(kInfo, "policy: %u AuthorizationPolicies and %u PeerAuthentications in force (root namespace %s)",
@@ -511,10 +505,10 @@ void Server::onWorkloadsChanged(const workloads::Registry& after, const workload
   }
 }
 
-void Server::pollOnce() {
-  reloadConfig(/*reread=*/false);
+void Server::pollOnce(bool reread_config) {
+  reloadConfig(reread_config);
   if (source_->poll(workloads_)) stats_.workloads_reloads.fetch_add(1, std::memory_order_relaxed);
-  if (policy_files_) policy_files_->poll(policies_);
+  policy_files_.poll(policies_);
   if (datapath_) {
     datapath_->retryFailed(*workloads_.current());
     datapath_->checkAttachments();
@@ -680,8 +674,7 @@ void Server::armSignals() {
     if (ec) return;
     if (sig == SIGHUP) {
       FERRY_LOG(kInfo, "SIGHUP: re-reading the config file, the workloads file and the identity files");
-      reloadConfig(/*reread=*/true);
-      pollOnce();
+      pollOnce(/*reread_config=*/true);
       pollIdentity();
       armSignals();
       return;
@@ -805,8 +798,7 @@ void Server::collectPolicyMetrics(telemetry::Exposition& out) {
   out.gauge("ferry_policy_refused_objects", "Policy objects refused now (bad field, duplicate name; see /policies)",
             static_cast<double>(policies_.refusals().size()));
   out.counter("ferry_policy_refused_total", "Policy objects (and whole files) refused since start",
-              static_cast<double>(policies_.refusedTotal() + policy_file_failures_before_ +
-                                   (policy_files_ ? policy_files_->failures() : 0)));
+              static_cast<double>(policies_.refusedTotal() + policy_files_.failures()));
 }
 
 // Every part's metrics, in the order /metrics has always listed them. The parts created in

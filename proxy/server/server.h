@@ -65,7 +65,9 @@ class Server {
  public:
   // `config_path`: the file `config` was read from, re-read on SIGHUP and when it changes;
   // empty: no reloads.
-  explicit Server(config::Config config, std::string config_path = "");
+  // `config_file`: the file `config` was read from (config::loadConfigFile), holding that
+  // read as the baseline later reloads compare with; none: a config built in-process.
+  explicit Server(config::Config config, std::optional<common::WatchedFile> config_file = std::nullopt);
   ~Server();
 
   // Loads workloads, binds every listener, starts the workers. Errors are start-up errors.
@@ -90,7 +92,8 @@ class Server {
 
  private:
   void pollWorkloads();
-  void pollOnce();
+  // `reread_config`: SIGHUP, the config file is read even if it looks unchanged.
+  void pollOnce(bool reread_config = false);
   void pollIdentity();
   void scheduleIdentityPoll();
   // Drops certificates and TLS contexts of identities no local workload has any more.
@@ -109,7 +112,8 @@ class Server {
   // "Reloading").
   void reloadConfig(bool reread);
   void rejectReload(const absl::Status& why);
-  void applyConfig(const config::Config& next, std::optional<policy::PolicyFiles> policy_files);
+  // `new_policy_files`: policy_files_ has loaded a new list (or the root namespace changed).
+  void applyConfig(const config::Config& next, bool new_policy_files);
   void collectReloadMetrics(telemetry::Exposition& out);
   void preallocateSocketStates(int descriptor_cap);
   // Gives freed heap back to the kernel after a burst of closes (docs/security.md, Memory).
@@ -135,8 +139,8 @@ class Server {
   // Authorization policies and PeerAuthentications (docs/policy.md): from policy.files and,
   // with the Kubernetes source, the API server.
   policy::Store policies_;
-  std::optional<policy::PolicyFiles> policy_files_;
-  uint64_t policy_file_failures_before_ = 0;  // of the policy_files_ a reload replaced
+  // policy.files (none: an empty list); a reload hands it a new list (PolicyFiles::load).
+  policy::PolicyFiles policy_files_;
   // policy.kubernetes with the Kubernetes source: the cluster's policy objects.
   std::unique_ptr<policy::KubernetesPolicies> k8s_policies_;
   absl::Status startPolicies();

@@ -17,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include "proxy/common/file.h"
 #include "proxy/config/config.h"
 #include "proxy/identity/ca.h"
 #include "proxy/identity/openssl_util.h"
@@ -175,12 +176,13 @@ std::string LabFiles::configYaml(const std::string& node, const std::string& ext
 Node::Node(const LabFiles& files, const std::string& node, const std::string& extra)
     : config_path_(files.dir() + "/" + node + ".yaml") {
   writeFile(config_path_, files.configYaml(node, extra));
-  auto cfg = config::loadConfigFile(config_path_);
+  common::WatchedFile file(config_path_);
+  auto cfg = config::loadConfigFile(file);
   if (!cfg.ok()) {
     ADD_FAILURE() << cfg.status();
     return;
   }
-  server_ = std::make_unique<server::Server>(std::move(*cfg), config_path_);
+  server_ = std::make_unique<server::Server>(std::move(*cfg), std::move(file));
   auto st = server_->start();
   if (!st.ok()) {
     ADD_FAILURE() << "start " << node << ": " << st;

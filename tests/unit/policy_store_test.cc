@@ -387,8 +387,8 @@ TEST_F(PolicyFilesTest, MissingFileKeepsWhatItApplied) {
 TEST_F(PolicyFilesTest, LoadReadsEverythingBeforeApplyTouchesTheStore) {
   Store store(kRoot);
   write(denyAll("foo", "d"));
-  PolicyFiles files({path_});
-  ASSERT_TRUE(files.load().ok());
+  PolicyFiles files;
+  ASSERT_TRUE(files.load({path_}).ok());
   EXPECT_EQ(store.current()->authorizationCount(), 0u);  // nothing applied yet
   files.apply(store);
   EXPECT_THAT(contents(*store.current()), ElementsAre("AuthorizationPolicy foo/d " + origin() + " DENY"));
@@ -396,11 +396,19 @@ TEST_F(PolicyFilesTest, LoadReadsEverythingBeforeApplyTouchesTheStore) {
 
   // A list with a file that does not parse: load() says which, the store is not touched.
   write("apiVersion: [security.istio.io/v1\n");
-  PolicyFiles broken_list({path_});
-  auto st = broken_list.load();
+  PolicyFiles broken_list;
+  auto st = broken_list.load({path_});
   EXPECT_FALSE(st.ok());
   EXPECT_THAT(std::string(st.message()), HasSubstr(path_));
   EXPECT_EQ(store.current()->authorizationCount(), 1u);
+
+  // A new list without the file: once applied, what the file applied is withdrawn.
+  std::string other = (dir_ / "other.yaml").string();
+  { std::ofstream(other) << allowAll("bar", "a"); }
+  ASSERT_TRUE(files.load({other}).ok());
+  EXPECT_EQ(store.current()->authorizationCount(), 1u);  // nothing applied yet
+  files.apply(store);
+  EXPECT_THAT(contents(*store.current()), ElementsAre("AuthorizationPolicy bar/a file " + other + " ALLOW"));
 }
 
 TEST_F(PolicyFilesTest, EmptyFileRemovesEverything) {
