@@ -11,9 +11,9 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/buffer_body.hpp>
-#include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
 
@@ -95,8 +95,7 @@ HttpStream::HttpStream(asio::io_context& io, asio::ssl::context& tls, const Serv
 
 HttpStream::~HttpStream() = default;
 
-asio::awaitable<error_code> HttpStream::open(const std::string& target, const std::string& bearer,
-                                             const std::string& user_agent, std::chrono::milliseconds timeout) {
+asio::awaitable<error_code> HttpStream::open(const Request& request, std::chrono::milliseconds timeout) {
   Impl& s = *impl_;
   auto& tcp_layer = beast::get_lowest_layer(s.stream);
   tcp_layer.expires_after(timeout);
@@ -106,8 +105,12 @@ asio::awaitable<error_code> HttpStream::open(const std::string& target, const st
   if (cerr) co_return cerr;
   SSL* ssl = s.stream.native_handle();
   // The server's certificate must carry the host we dialled: its DNS name (and SNI), or the
-  // IP literal as an IP SAN (the in-cluster address is the kubernetes Service's ClusterIP).
-  if (s.server.host_is_ip) {
+  // IP literal as an IP SAN (the in-cluster address is the kubernetes Service's ClusterIP),
+  // or the name we were told it carries.
+  if (!s.server.verify_name.empty()) {
+    SSL_set_tlsext_host_name(ssl, s.server.verify_name.c_str());
+    SSL_set1_host(ssl, s.server.verify_name.c_str());
+  } else if (s.server.host_is_ip) {
     X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), s.server.host.c_str());
   } else {
     SSL_set_tlsext_host_name(ssl, s.server.host.c_str());
@@ -115,13 +118,19 @@ asio::awaitable<error_code> HttpStream::open(const std::string& target, const st
   }
   auto [herr] = co_await s.stream.async_handshake(asio::ssl::stream_base::client, kTuple);
   if (herr) co_return herr;
-  http::request<http::empty_body> req{http::verb::get, target, 11};
+  http::request<http::string_body> req{request.method == "POST" ? http::verb::post : http::verb::get,
+                                       request.target, 11};
   req.set(http::field::host, s.server.host_is_ip && s.server.host.find(':') != std::string::npos
                                  ? absl::StrCat("[", s.server.host, "]:", s.server.port)
                                  : absl::StrCat(s.server.host, ":", s.server.port));
-  req.set(http::field::user_agent, user_agent);
+  req.set(http::field::user_agent, request.user_agent);
   req.set(http::field::accept, "application/json");
-  if (!bearer.empty()) req.set(http::field::authorization, absl::StrCat("Bearer ", bearer));
+  if (!request.bearer.empty()) req.set(http::field::authorization, absl::StrCat("Bearer ", request.bearer));
+  if (req.method() == http::verb::post) {
+    req.set(http::field::content_type, request.content_type);
+    req.body() = request.body;
+    req.prepare_payload();
+  }
   auto [werr, wn] = co_await http::async_write(s.stream, req, kTuple);
   if (werr) co_return werr;
   auto [hderr, hn] = co_await http::async_read_header(s.stream, s.buffer, s.parser, kTuple);

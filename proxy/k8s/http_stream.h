@@ -1,7 +1,8 @@
 #pragma once
-// Internal to proxy/k8s (and its tests): one HTTP/1.1 request over its own TLS connection,
-// with the response body read piece by piece, as a watch needs. Beast undoes the chunked
-// framing; what comes out of readSome() is body bytes cut wherever the network cut them.
+// One HTTP/1.1 request over its own TLS connection, with the response body read piece by
+// piece, as a watch needs. Beast undoes the chunked framing; what comes out of readSome() is
+// body bytes cut wherever the network cut them. Used by proxy/k8s (the API server) and
+// proxy/ca (ferry-ca, whose clients dial an address that is not the name they verify).
 #include <chrono>
 #include <memory>
 #include <string>
@@ -21,6 +22,9 @@ struct ServerAddress {
   std::string host;  // without brackets
   std::string port;
   bool host_is_ip = false;
+  // The DNS name the server's certificate must carry (and the SNI) when it differs from
+  // `host`: a Service dialled by its ClusterIP where there is no cluster DNS. Empty: `host`.
+  std::string verify_name;
 };
 // "https://host[:port]" (default port 443), "https://[v6]:port". Paths are refused: ferry
 // does not support API servers behind a path prefix.
@@ -34,11 +38,17 @@ class HttpStream {
   HttpStream(boost::asio::io_context& io, boost::asio::ssl::context& tls, const ServerAddress& server);
   ~HttpStream();
 
-  // Connects, verifies the server's certificate against the CA and the host (name or IP),
-  // sends GET `target` and reads the response header, all within `timeout`.
-  boost::asio::awaitable<boost::system::error_code> open(const std::string& target, const std::string& bearer,
-                                                         const std::string& user_agent,
-                                                         std::chrono::milliseconds timeout);
+  struct Request {
+    std::string method = "GET";  // GET or POST
+    std::string target;
+    std::string bearer;          // Authorization: Bearer, when not empty
+    std::string user_agent;
+    std::string body;            // sent with POST as `content_type`
+    std::string content_type = "application/json";
+  };
+  // Connects, verifies the server's certificate against the CA and the host (name or IP, or
+  // verify_name), sends the request and reads the response header, all within `timeout`.
+  boost::asio::awaitable<boost::system::error_code> open(const Request& request, std::chrono::milliseconds timeout);
   int status() const;
   // Retry-After in seconds (the only form the API server sends), or -1.
   int retryAfterSeconds() const;
