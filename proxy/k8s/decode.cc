@@ -145,6 +145,8 @@ absl::StatusOr<Pod> decodePod(const json::value& v) {
     pod.controller_name = r.string(&ref, "name");
   });
   pod.deleting = !r.string(h->metadata, "deletionTimestamp").empty();
+  const json::object* annotations = r.object(h->metadata, "annotations");
+  pod.mirror = annotations != nullptr && annotations->contains("kubernetes.io/config.mirror");
   const json::object* spec = r.object(h->root, "spec");
   pod.node_name = r.string(spec, "nodeName");
   pod.service_account = r.string(spec, "serviceAccountName");

@@ -28,6 +28,9 @@ struct Pod {
   std::string phase;                 // status.phase: Pending, Running, Succeeded, Failed, Unknown
   bool host_network = false;         // spec.hostNetwork
   bool deleting = false;             // metadata.deletionTimestamp is set
+  // The annotation kubernetes.io/config.mirror is set: the API's copy of a static pod, which
+  // a kubelet may create for its own node (ferry-ca never signs for one: docs/security.md).
+  bool mirror = false;
 };
 
 struct Namespace {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds ferryd's container image from the project's own binaries, without a registry and
 # without a base image: ferryd, ferryctl and the static ferry-cni under /usr/local/bin plus
-# exactly the shared libraries ldd says ferryd and ferryctl load (and the dynamic loader).
+# ferry-ca (the cluster CA's Deployment runs the same image: docs/ferry-ca.md) plus exactly the
+# shared libraries ldd says they load (and the dynamic loader).
 #   ferryd-image.sh BUILD_DIR [OUT.tar]
 # Tag: ferry/ferryd:dev (docker.io/ferry/ferryd:dev in containerd). Writes BUILD_DIR/ferryd-image.tar
 # by default and, when the lab cluster is up, imports it into the cluster's containerd.
@@ -13,7 +14,7 @@ readonly IMAGE=docker.io/ferry/ferryd:dev
 [[ $# -ge 1 ]] || { echo "usage: $0 BUILD_DIR [OUT.tar]" >&2; exit 2; }
 build=$(cd "$1" && pwd)
 out=${2:-$build/ferryd-image.tar}
-bins=("$build/proxy/main/ferryd" "$build/proxy/ferryctl/ferryctl")
+bins=("$build/proxy/main/ferryd" "$build/proxy/ferryctl/ferryctl" "$build/proxy/main/ferry-ca")
 for b in "${bins[@]}"; do
   [[ -x $b ]] || { echo "ferryd-image: $b missing: build ferry first (make build)" >&2; exit 1; }
 done

@@ -49,6 +49,18 @@ TEST(K8sDecode, PodKeepsItsControllerForTheWorkloadName) {
   EXPECT_TRUE(plain->controller_kind.empty());
 }
 
+TEST(K8sDecode, PodSaysWhetherItIsTheMirrorOfAStaticPod) {
+  // What a kubelet writes for a static pod: the config.mirror annotation, no service account.
+  auto mirror = decodePod(J(R"({"metadata":{"name":"web-fy-node","namespace":"ns","annotations":{
+      "kubernetes.io/config.hash":"5d1c","kubernetes.io/config.mirror":"5d1c","kubernetes.io/config.source":"file"}},
+      "spec":{"nodeName":"fy-node"},"status":{"phase":"Running"}})"));
+  ASSERT_TRUE(mirror.ok()) << mirror.status();
+  EXPECT_TRUE(mirror->mirror);
+  auto plain = decodePod(J(R"({"metadata":{"name":"a","namespace":"ns","annotations":{"x":"y"}},"spec":{}})"));
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->mirror);
+}
+
 TEST(K8sDecode, DaemonSetSaysWhetherItIsBeingDeleted) {
   auto live = decodeDaemonSet(J(R"({"kind":"DaemonSet","metadata":{"name":"ferry","namespace":"ferry-system"},
       "spec":{"template":{}},"status":{"numberReady":3}})"));

@@ -42,9 +42,15 @@ const k8s::Labels kDisabled = {{"ferry.io/dataplane", "disabled"}};
 class KubernetesSourceTest : public testing::Test {
  protected:
   explicit KubernetesSourceTest(bool istio_ambient = false)
-      : source_(nullptr, KubernetesSourceOptions{istio_ambient, std::chrono::minutes(5)}, "test") {
+      : source_(nullptr, options(istio_ambient), "test") {
     store_.subscribe([this](const Registry&, const Delta& d) { deltas_.push_back(d.changes.size()); });
     EXPECT_TRUE(source_.start(store_).ok());
+  }
+  static KubernetesSourceOptions options(bool istio_ambient) {
+    KubernetesSourceOptions o;
+    o.istio_ambient = istio_ambient;
+    o.max_state_age = std::chrono::minutes(5);
+    return o;
   }
   // "<ns>/<name>@<ip>" of every workload, sorted.
   std::vector<std::string> workloads() const {
