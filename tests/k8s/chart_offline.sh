@@ -51,7 +51,7 @@ render() {
 
 lint() {
   local chart="$1" set vf
-  for set in default minimal production; do
+  for set in default minimal production cluster-ca cluster-ca-custom; do
     vf="$(values_file "$set")"
     "$helm" lint --strict "$chart" --kube-version "$kube_version" ${vf:+--values "$vf"}
   done
@@ -100,6 +100,20 @@ security_expect() {
     crd-storage-v1beta1) echo "CustomResourceDefinition/authorizationpolicies.security.istio.io: v1 must be the storage version" ;;
     crd-pruning-spec) echo "v1 spec must keep unknown fields" ;;
     crd-short-name) echo "names.shortNames must be ['ap'] (Istio's), is ['authz']" ;;
+    ca-secret-on-ferryd) echo "DaemonSet/fy-ferry: mounts Secret ferry-ca although identity.source is cluster-ca" ;;
+    ca-rbac-extra) echo "ClusterRole/fy-ferry-ca: grants ['get'] on core/secrets; ferry-ca may only create tokenreviews and get/list/watch pods" ;;
+    ca-rbac-write-pods) echo "ClusterRole/fy-ferry-ca: grants ['delete'] on core/pods" ;;
+    ca-role-to-ferryd) echo "ClusterRoleBinding/fy-ferry-ca: binds ferry-ca's ClusterRole to ServiceAccount ferry-system/fy-ferry too" ;;
+    ca-capability) echo "Deployment/fy-ferry-ca container ferry-ca: capabilities.add must be empty, is ['NET_BIND_SERVICE']" ;;
+    ca-root) echo "Deployment/fy-ferry-ca: the pod must not run as root" ;;
+    ca-privilege-escalation) echo "container ferry-ca: allowPrivilegeEscalation must be false" ;;
+    ca-host-network) echo "Deployment/fy-ferry-ca: hostNetwork must not be set" ;;
+    ca-key-world-readable) echo "the Secret's defaultMode 0444 lets others than its owner and group read the CA key" ;;
+    ca-key-item) echo "the Secret's items must map certKey, keyKey, bundleKey to ca.pem, ca.key, bundle.pem" ;;
+    ca-probe-port) echo "container ferry-ca: readinessProbe must use port 15014, uses 15012" ;;
+    ca-token-audience) echo "the ca-token volume must project one service-account token with audience 'ferry-ca'" ;;
+    ca-token-file-not-mounted) echo "ConfigMap: identity.cluster_ca.token_file is '/var/run/secrets/kubernetes.io/serviceaccount/token', must be '/var/run/secrets/ferry/ca-token/token'" ;;
+    ca-other-deployment) echo "Deployment/helper: the chart runs ferryd as a DaemonSet only" ;;
     cni-socket-not-on-node) echo "cni.socket /run/ferry-private/cni.sock is not the same path on the node" ;;
     cni-conf-dir-not-mounted) echo "cni.conf_dir /host/cni/net.d is the node's None, not cni.confDir /etc/cni/net.d" ;;
     *) return 1 ;;
@@ -160,10 +174,13 @@ case "${1:-}" in
     ;;
   security-negative)
     expected="$(security_expect "${2:?case}")" || { echo "unknown case $2"; exit 2; }
-    render "$chart" default >/dev/null
-    python3 "$here/chart_checks.py" mutate "$work/default.json" "$2" "$work/broken.json"
+    # ca-*: ferry-ca's promises, on the chart rendered with identity.source cluster-ca.
+    case "$2" in ca-*) set=cluster-ca ;; *) set=default ;; esac
+    render "$chart" "$set" >/dev/null
+    python3 "$here/chart_checks.py" mutate "$work/$set.json" "$2" "$work/broken.json"
+    vf="$(values_file "$set")"
     expect_failure "an object with $2" "$expected" \
-      python3 "$here/chart_checks.py" recheck "$work/broken.json" "$chart" -
+      python3 "$here/chart_checks.py" recheck "$work/broken.json" "$chart" "${vf:--}"
     ;;
   broken-chart)
     copy="$work/chart/ferry"
