@@ -2,9 +2,10 @@
 # The chart offline (issue 13): charts/ferry checked without a cluster. ctest runs one case
 # per call (tests/k8s/CMakeLists.txt, label `chart`):
 #   chart_offline.sh lint                     helm lint --strict, with each value set
-#   chart_offline.sh render SET               helm template --include-crds with
+#   chart_offline.sh render SET [VERSION]     helm template --include-crds with
 #                                             tests/k8s/values/SET.yaml (default: the
-#                                             chart's own values), then
+#                                             chart's own values) for Kubernetes VERSION
+#                                             (default: the lab's), then
 #                                             yamllint, the security promises
 #                                             (chart_checks.py) and the Kubernetes schemas,
 #                                             unknown fields included (chart_validate.mjs)
@@ -37,12 +38,12 @@ values_file() {
   if [ "$1" = default ]; then echo ""; else echo "$here/values/$1.yaml"; fi
 }
 
-# render CHART SET: every check of a value set; prints why it failed.
+# render CHART SET [VERSION]: every check of a value set; prints why it failed.
 render() {
-  local chart="$1" set="$2" vf
+  local chart="$1" set="$2" version="${3:-$kube_version}" vf
   vf="$(values_file "$set")"
   # crds/ too: Helm installs it, so it is checked like the rest.
-  "$helm" template fy "$chart" --namespace ferry-system --kube-version "$kube_version" --include-crds \
+  "$helm" template fy "$chart" --namespace ferry-system --kube-version "$version" --include-crds \
     ${vf:+--values "$vf"} >"$work/$set.yaml"
   yamllint --strict --config-file "$here/yamllint.yaml" "$work/$set.yaml"
   python3 "$here/chart_checks.py" check "$work/$set.yaml" "$chart" $vf --json "$work/$set.json"
@@ -157,7 +158,7 @@ case "${1:-}" in
     lint "$chart"
     ;;
   render)
-    render "$chart" "${2:?value set}"
+    render "$chart" "${2:?value set}" "${3:-}"
     ;;
   schema-negative)
     f="$here/values/bad/${2:?case}.yaml"
