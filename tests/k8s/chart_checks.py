@@ -297,8 +297,8 @@ class Checker:
         """ferry.yaml's identity.cluster_ca names what the chart runs and mounts."""
         ca = self.values["identity"]["clusterCa"]
         ident = cfg.get("identity", {})
-        self.expect(set(ident) == {"source", "cluster_ca"}, f"ConfigMap: identity has {sorted(ident)}; "
-                    "with cluster-ca only source and cluster_ca")
+        self.expect(set(ident) == {"source", "poll_interval", "cluster_ca"}, f"ConfigMap: identity has {sorted(ident)}; "
+                    "with cluster-ca only source, poll_interval and cluster_ca (no CA key on the node)")
         client = ident.get("cluster_ca", {})
         service = f"{self.ca_name}.{self.own_ds[0]}.svc"
         want = {"address": ca["address"] or f"{service}:{CA_PORTS['https']}", "server_name": ca["serverName"] or service,

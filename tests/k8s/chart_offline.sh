@@ -149,6 +149,10 @@ break_chart() {
     lint-no-version)
       sed -i '/^version:/d' "$copy/Chart.yaml"
       echo "version is required" ;;
+    ca-secret-on-ferryd)  # ferryd's bundle from ferry-ca's Secret: every kubelet could read the key
+      perl -0pi -e 's/configMap:\n(\s+)name: \{\{ \.Values\.identity\.clusterCa\.bundleConfigMap \}\}/secret:\n$1secretName: {{ .Values.identity.clusterCa.secretName }}/' "$ds"
+      grep -q 'secretName: {{ .Values.identity.clusterCa.secretName }}' "$ds" || return 1
+      echo "mounts Secret ferry-ca although identity.source is cluster-ca" ;;
     *) return 1 ;;
   esac
 }
@@ -188,9 +192,10 @@ case "${1:-}" in
     mkdir -p "$work/chart"
     cp -r "$chart" "$copy"
     expected="$(break_chart "$copy" "${2:?case}")" || { echo "unknown case $2"; exit 2; }
-    # The same script on the broken copy: lint, then every check of the default values.
+    # The same script on the broken copy: lint, then every check of the default values and
+    # of cluster-ca's.
     expect_failure "the chart with $2" "$expected" \
-      env FERRY_CHART_DIR="$copy" bash -c 'bash "$0" lint && bash "$0" render default' "$0"
+      env FERRY_CHART_DIR="$copy" bash -c 'bash "$0" lint && bash "$0" render default && bash "$0" render cluster-ca' "$0"
     ;;
   *)
     sed -n '2,16p' "$0" >&2
