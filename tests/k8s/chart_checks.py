@@ -17,6 +17,14 @@ its socket is at the same path on the node (where the plugin dials it) as in the
 Its CustomResourceDefinitions (crds/, rendered with --include-crds) are Istio's two policy
 kinds exactly as Istio names and serves them, keeping every field, and the ClusterRole reads
 them when policy.kubernetes says ferryd watches them (and only then).
+
+With identity.source cluster-ca (docs/ferry-ca.md) the chart adds ferry-ca, checked by its own
+rules: one Deployment, <fullname>-ca, not root, no privilege, no capability at all, no host
+namespace or path, probes on 15014; the only pod that mounts the CA Secret (items mapped to
+the names its flags give, not world-readable, read-only). Its ClusterRole, bound to its own
+ServiceAccount only, may create TokenReviews and read pods, nothing else. ferryd then mounts
+no Secret at all (a node's kubelet may read every Secret its pods mount): its trust bundle
+comes from a ConfigMap and its token for ferry-ca is projected with ferry-ca's audience.
 """
 import copy
 import json
@@ -42,6 +50,12 @@ POLICY_CRDS = {
 POLICY_RESOURCES = {(POLICY_GROUP, r) for r in POLICY_CRDS}
 # Read by name only, in the release namespace (a Role with resourceNames): ferryd's own.
 OWN_RESOURCES = {("apps", "daemonsets")}
+# ferry-ca's grants, exactly: (apiGroup, resource) -> verbs (docs/ferry-ca.md, Node authorization).
+CA_GRANTS = {("authentication.k8s.io", "tokenreviews"): {"create"}, ("", "pods"): {"get", "list", "watch"}}
+CA_BINARY = "/usr/local/bin/ferry-ca"
+CA_MOUNT = "/etc/ferry-ca"
+# ferry-ca's HTTPS and its monitoring (/metrics, /healthz/ready) ports.
+CA_PORTS = {"https": 15012, "monitoring": 15014}
 # Keys ferryd's configuration may have (docs/configuration.md); the chart renders these.
 CONFIG_KEYS = {"trust_domain", "log_level", "workers", "workload_source", "kubernetes", "policy",
                "cert_dir", "identity", "timeouts", "datapath", "cni", "pool", "hbone", "limits",
@@ -87,6 +101,20 @@ class Checker:
         self.errors = []
         self.own_ds = ("", "")  # namespace, name of the rendered DaemonSet (run() sets it)
         self.pod = {}  # its pod spec
+        self.cluster_ca = values["identity"]["source"] == "cluster-ca"
+        self.ca_name = ""  # <fullname>-ca (run() sets it)
+        self.ca_pod_labels = {}  # ferry-ca's pod labels (run() sets them)
+        self.daemonset_obj = None
+        self.bindings = []
+
+    def ferryd_sa(self):
+        return self.pod.get("serviceAccountName") or "default"
+
+    def ferryd_volume(self, name):
+        """ferryd's volume `name` and where its container mounts it (None, None: absent)."""
+        vol = next((v for v in self.pod.get("volumes", []) if v["name"] == name), None)
+        mount = next((m for m in self.pod.get("containers", [{}])[0].get("volumeMounts", []) if m["name"] == name), None)
+        return vol, mount
 
     def expect(self, ok, message):
         if not ok:
@@ -113,13 +141,30 @@ class Checker:
         for c in spec.get("containers", []) + spec.get("initContainers", []):
             self.container(name, c)
 
-    def container(self, owner, c):
-        name = f"{owner} container {c['name']}"
+    def confined(self, name, c, probe_port):
+        """What every container of the chart promises: no privilege, a read-only root, every
+        capability dropped, no shell, probes on its own monitoring port."""
         sc = c.get("securityContext", {})
         self.expect(sc.get("privileged") is False, f"{name}: privileged must be false")
         self.expect(sc.get("readOnlyRootFilesystem") is True, f"{name}: readOnlyRootFilesystem must be true")
         caps = sc.get("capabilities", {})
         self.expect(caps.get("drop") == ["ALL"], f"{name}: capabilities.drop must be [ALL], is {caps.get('drop')}")
+        self.expect(sc.get("seccompProfile", {}).get("type") == "RuntimeDefault", f"{name}: seccompProfile must be RuntimeDefault")
+        for field in ("command", "args"):
+            argv = c.get(field) or []
+            self.expect(not any(SHELLS.search(str(a)) for a in argv[:1]) and "-c" not in argv,
+                        f"{name}: {field} runs a shell ({argv})")
+        for probe in ("readinessProbe", "livenessProbe"):
+            p = c.get(probe, {})
+            port = (p.get("httpGet") or p.get("tcpSocket") or {}).get("port")
+            self.expect(port == probe_port, f"{name}: {probe} must use port {probe_port}, uses {port}")
+        self.expect(c.get("readinessProbe", {}).get("httpGet", {}).get("path") == "/healthz/ready",
+                    f"{name}: readinessProbe must GET /healthz/ready")
+        return sc, caps
+
+    def container(self, owner, c):
+        name = f"{owner} container {c['name']}"
+        sc, caps = self.confined(name, c, 15021)
         added = set(caps.get("add", []))
         self.expect(added == EXPECTED_CAPS,
                     f"{name}: capabilities.add must be exactly {sorted(EXPECTED_CAPS)}, is {sorted(added)}")
@@ -128,16 +173,6 @@ class Checker:
         for cap in sorted(added):
             self.expect(re.search(rf"^\s*# {cap}:\s*$\n(\s*# .*\n)+\s*- {cap}\s*$", template, flags=re.M),
                         f"{name}: capability {cap} has no justification comment above it in templates/daemonset.yaml")
-        for field in ("command", "args"):
-            argv = c.get(field) or []
-            self.expect(not any(SHELLS.search(str(a)) for a in argv[:1]) and "-c" not in argv,
-                        f"{name}: {field} runs a shell ({argv})")
-        for probe in ("readinessProbe", "livenessProbe"):
-            p = c.get(probe, {})
-            port = (p.get("httpGet") or p.get("tcpSocket") or {}).get("port")
-            self.expect(port == 15021, f"{name}: {probe} must use port 15021, uses {port}")
-        self.expect(c.get("readinessProbe", {}).get("httpGet", {}).get("path") == "/healthz/ready",
-                    f"{name}: readinessProbe must GET /healthz/ready")
         env = {e["name"]: e for e in c.get("env", [])}
         self.expect(env.get("NODE_NAME", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "spec.nodeName",
                     f"{name}: NODE_NAME must come from spec.nodeName")
@@ -155,6 +190,32 @@ class Checker:
                     f"{name}: priorityClassName is not the values'")
         self.expect(spec.get("tolerations") == (self.values["tolerations"] or None), f"{name}: tolerations are not the values'")
         self.pod_spec(obj)
+        if self.cluster_ca:
+            self.ferryd_cluster_ca(name, spec)
+
+    def ferryd_cluster_ca(self, name, spec):
+        """ferryd with identity.source cluster-ca: no Secret; bundle from a ConfigMap; a token for ferry-ca."""
+        ca = self.values["identity"]["clusterCa"]
+        for vol in spec.get("volumes", []):
+            secrets = [vol["secret"].get("secretName")] if "secret" in vol else []
+            secrets += [src["secret"].get("name") for src in vol.get("projected", {}).get("sources", []) if "secret" in src]
+            for secret in secrets:
+                self.errors.append(f"{name}: mounts Secret {secret} although identity.source is cluster-ca: "
+                                   "a node's kubelet may read every Secret its pods mount (the CA key stays in ferry-ca)")
+        vol, mount = self.ferryd_volume("identity")
+        self.expect(vol is not None and vol.get("configMap", {}).get("name") == ca["bundleConfigMap"]
+                    and vol["configMap"].get("items") == [{"key": ca["bundleConfigMapKey"], "path": "bundle.pem"}],
+                    f"{name}: the identity volume must be ConfigMap {ca['bundleConfigMap']} "
+                    f"({ca['bundleConfigMapKey']} as bundle.pem), is {vol}")
+        vol, mount = self.ferryd_volume("ca-token")
+        sources = (vol or {}).get("projected", {}).get("sources", [])
+        token = sources[0].get("serviceAccountToken", {}) if len(sources) == 1 else {}
+        self.expect(token.get("audience") == ca["tokenAudience"] and token.get("expirationSeconds") == ca["tokenExpirationSeconds"],
+                    f"{name}: the ca-token volume must project one service-account token with audience "
+                    f"{ca['tokenAudience']!r} and expirationSeconds {ca['tokenExpirationSeconds']}, is {sources}")
+        self.expect(mount is not None and mount.get("readOnly") is True, f"{name}: the ca-token volume must be mounted read-only")
+        self.expect(spec.get("dnsPolicy") == "ClusterFirstWithHostNet",
+                    f"{name}: dnsPolicy must be ClusterFirstWithHostNet (ferryd resolves ferry-ca's Service name)")
 
     def rbac(self, obj):
         name = f"{obj['kind']}/{obj['metadata']['name']}"
@@ -229,6 +290,30 @@ class Checker:
         self.expect(pol == {"kubernetes": v["policy"]["kubernetes"], "root_namespace": v["policy"]["rootNamespace"]},
                     f"ConfigMap: policy {pol} is not the values' policy.kubernetes and policy.rootNamespace")
         self.cni_config(cfg.get("cni", {}))
+        if self.cluster_ca:
+            self.cluster_ca_config(cfg)
+
+    def cluster_ca_config(self, cfg):
+        """ferry.yaml's identity.cluster_ca names what the chart runs and mounts."""
+        ca = self.values["identity"]["clusterCa"]
+        ident = cfg.get("identity", {})
+        self.expect(set(ident) == {"source", "poll_interval", "cluster_ca"}, f"ConfigMap: identity has {sorted(ident)}; "
+                    "with cluster-ca only source, poll_interval and cluster_ca (no CA key on the node)")
+        client = ident.get("cluster_ca", {})
+        service = f"{self.ca_name}.{self.own_ds[0]}.svc"
+        want = {"address": ca["address"] or f"{service}:{CA_PORTS['https']}", "server_name": ca["serverName"] or service,
+                "request_timeout": ca["requestTimeout"]}
+        vol, mount = self.ferryd_volume("ca-token")
+        paths = [s.get("serviceAccountToken", {}).get("path") for s in (vol or {}).get("projected", {}).get("sources", [])]
+        if mount and paths:
+            want["token_file"] = f"{mount['mountPath'].rstrip('/')}/{paths[0]}"
+        for key, value in want.items():
+            self.expect(client.get(key) == value, f"ConfigMap: identity.cluster_ca.{key} is {client.get(key)!r}, must be {value!r}")
+        self.expect(set(client) == {"address", "server_name", "token_file", "request_timeout"},
+                    f"ConfigMap: identity.cluster_ca has {sorted(client)}")
+        vol, mount = self.ferryd_volume("identity")
+        self.expect(mount is not None and cfg.get("cert_dir") == mount["mountPath"],
+                    f"ConfigMap: cert_dir {cfg.get('cert_dir')} is not where the bundle ConfigMap is mounted")
 
     def mounted_host_path(self, container_path):
         """The node path ferryd's container sees at `container_path` (None: not a host path)."""
@@ -286,15 +371,31 @@ class Checker:
                 meta = d["object"]["metadata"]
                 self.own_ds = (meta.get("namespace", ""), meta["name"])
                 self.pod = d["object"]["spec"]["template"]["spec"]
+                self.daemonset_obj = d["object"]
+                # templates/_helpers.tpl ferry.caName: printf "%s-ca" | trunc 63 | trimSuffix "-"
+                self.ca_name = (meta["name"] + "-ca")[:63]
+                self.ca_name = self.ca_name[:-1] if self.ca_name.endswith("-") else self.ca_name
+        self.ca_objects(docs)
         for d in docs:
             obj = d["object"]
             kind = obj.get("kind")
             if kind == "DaemonSet":
                 self.daemonset(obj)
+            elif kind == "Deployment" and self.cluster_ca and obj["metadata"]["name"] == self.ca_name:
+                self.ca_deployment(obj)
             elif kind in ("Deployment", "StatefulSet", "Job", "Pod"):
-                self.errors.append(f"{kind}: the chart runs ferryd as a DaemonSet only")
+                self.errors.append(f"{kind}/{obj['metadata']['name']}: the chart runs ferryd as a DaemonSet only "
+                                   "(and ferry-ca as the Deployment <fullname>-ca with identity.source cluster-ca)")
+            elif kind in ("ClusterRole", "Role") and self.bound_to_ca(obj):
+                self.ca_rbac(obj)
             elif kind in ("ClusterRole", "Role"):
                 self.rbac(obj)
+            elif kind in ("ClusterRoleBinding", "RoleBinding"):
+                self.binding(obj)
+            elif kind == "Service":
+                self.ca_service(obj)
+            elif kind == "PodDisruptionBudget":
+                self.ca_pdb(obj)
             elif kind == "ConfigMap" and not obj["metadata"]["name"].endswith("-dashboards"):
                 self.config(obj)
             elif kind == "CustomResourceDefinition":
@@ -302,6 +403,162 @@ class Checker:
             elif kind == "Secret":
                 self.errors.append("Secret: the chart never renders key material")
         return self.errors
+
+    # ferry-ca (identity.source: cluster-ca).
+
+    def ca_subject(self):
+        return {"kind": "ServiceAccount", "name": self.ca_name, "namespace": self.own_ds[0]}
+
+    def ca_objects(self, docs):
+        """ferry-ca's objects are rendered with cluster-ca, and only then."""
+        self.bindings = [d["object"] for d in docs if d["object"].get("kind") in ("ClusterRoleBinding", "RoleBinding")]
+        named = {(d["object"].get("kind"), d["object"]["metadata"]["name"]): d["object"] for d in docs}
+        replicas = self.values["identity"]["clusterCa"]["replicas"]
+        for kind in ("Deployment", "Service", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "PodDisruptionBudget"):
+            want = self.cluster_ca and (kind != "PodDisruptionBudget" or replicas > 1)
+            self.expect(((kind, self.ca_name) in named) == want,
+                        f"{kind}/{self.ca_name} rendered although identity.source is not cluster-ca (or replicas is 1), "
+                        "or missing although it is")
+        dep = named.get(("Deployment", self.ca_name))
+        if dep:
+            self.ca_pod_labels = dep["spec"]["template"]["metadata"].get("labels", {})
+
+    def bound_to_ca(self, role):
+        return any(b["roleRef"]["kind"] == role["kind"] and b["roleRef"]["name"] == role["metadata"]["name"]
+                   and self.ca_subject() in b.get("subjects", []) for b in self.bindings)
+
+    def binding(self, obj):
+        name = f"{obj['kind']}/{obj['metadata']['name']}"
+        subjects = obj.get("subjects", [])
+        if self.ca_subject() in subjects:
+            self.expect(obj["kind"] == "ClusterRoleBinding" and obj["roleRef"]["name"] == self.ca_name,
+                        f"{name}: ferry-ca's ServiceAccount is bound to {obj['roleRef']['name']}, not to its own ClusterRole")
+            for sub in subjects:
+                self.expect(sub == self.ca_subject(),
+                            f"{name}: binds ferry-ca's ClusterRole to {sub.get('kind')} {sub.get('namespace')}/{sub.get('name')} too")
+
+    def ca_rbac(self, obj):
+        name = f"{obj['kind']}/{obj['metadata']['name']}"
+        self.expect(obj["kind"] == "ClusterRole", f"{name}: ferry-ca's grants are one ClusterRole")
+        granted = {}
+        for rule in obj.get("rules", []):
+            self.expect(not rule.get("nonResourceURLs"), f"{name}: grants non-resource URLs")
+            verbs = set(rule.get("verbs", []))
+            for group in rule.get("apiGroups", []):
+                for res in rule.get("resources", []):
+                    extra = verbs - CA_GRANTS.get((group, res), set())
+                    self.expect(not extra, f"{name}: grants {sorted(extra)} on {group or 'core'}/{res}; "
+                                "ferry-ca may only create tokenreviews and get/list/watch pods")
+                    granted.setdefault((group, res), set()).update(verbs)
+        for (group, res), verbs in sorted(CA_GRANTS.items()):
+            missing = verbs - granted.get((group, res), set())
+            self.expect(not missing, f"{name}: grants no {sorted(missing)} on {group or 'core'}/{res}, which ferry-ca needs")
+
+    def ca_deployment(self, obj):
+        name = f"Deployment/{obj['metadata']['name']}"
+        ca = self.values["identity"]["clusterCa"]
+        self.expect(obj["spec"].get("replicas") == ca["replicas"], f"{name}: replicas is not the values' clusterCa.replicas")
+        spec = obj["spec"]["template"]["spec"]
+        selector = self.pod_selector()
+        self.expect(not selector or not selector.items() <= self.ca_pod_labels.items(),
+                    f"{name}: its pods carry the DaemonSet's selector labels {selector}")
+        for field in ("hostNetwork", "hostPID", "hostIPC"):
+            self.expect(not spec.get(field), f"{name}: {field} must not be set")
+        self.expect(not spec.get("initContainers"), f"{name}: no init containers")
+        self.expect(len(spec.get("containers", [])) == 1, f"{name}: exactly one container (ferry-ca)")
+        self.expect(spec.get("serviceAccountName") == self.ca_name and self.ca_name != self.ferryd_sa(),
+                    f"{name}: must run as its own ServiceAccount {self.ca_name}, not {spec.get('serviceAccountName')}")
+        self.expect(spec.get("automountServiceAccountToken") is not False, f"{name}: needs its API token (TokenReviews, pods)")
+        psc = spec.get("securityContext", {})
+        self.expect(psc.get("runAsNonRoot") is True and psc.get("runAsUser", 0) != 0,
+                    f"{name}: the pod must not run as root (runAsNonRoot, runAsUser {psc.get('runAsUser')})")
+        self.expect(psc.get("seccompProfile", {}).get("type") == "RuntimeDefault", f"{name}: seccompProfile must be RuntimeDefault")
+        volumes = spec.get("volumes", [])
+        for vol in volumes:
+            self.expect("hostPath" not in vol, f"{name}: hostPath {vol.get('hostPath', {}).get('path')} (ferry-ca needs none)")
+        secret_vols = [v for v in volumes if "secret" in v or any("secret" in s for s in v.get("projected", {}).get("sources", []))]
+        self.expect(len(secret_vols) == 1 and secret_vols[0].get("secret", {}).get("secretName") == ca["secretName"],
+                    f"{name}: must mount exactly the Secret {ca['secretName']}, mounts {secret_vols}")
+        if secret_vols and "secret" in secret_vols[0]:
+            sec = secret_vols[0]["secret"]
+            want = sorted([{"key": ca["certKey"], "path": "ca.pem"}, {"key": ca["keyKey"], "path": "ca.key"},
+                           {"key": ca["bundleKey"], "path": "bundle.pem"}], key=lambda i: i["path"])
+            got = sorted(sec.get("items", []), key=lambda i: i.get("path", ""))
+            self.expect(got == want, f"{name}: the Secret's items must map certKey, keyKey, bundleKey to "
+                        f"ca.pem, ca.key, bundle.pem, are {got}")
+            mode = sec.get("defaultMode", 0o644)
+            self.expect(mode & 0o227 == 0, f"{name}: the Secret's defaultMode {mode:04o} lets others than its owner "
+                        "and group read the CA key, or anyone write it")
+            for item in sec.get("items", []):
+                self.expect("mode" not in item, f"{name}: the Secret's item {item.get('key')} overrides defaultMode")
+        for c in spec.get("containers", []):
+            self.ca_container(name, c, secret_vols[0]["name"] if secret_vols else None)
+
+    def ca_container(self, owner, c, secret_volume):
+        name = f"{owner} container {c['name']}"
+        ca = self.values["identity"]["clusterCa"]
+        sc, caps = self.confined(name, c, CA_PORTS["monitoring"])
+        self.expect(sc.get("allowPrivilegeEscalation") is False, f"{name}: allowPrivilegeEscalation must be false")
+        self.expect(sc.get("runAsNonRoot") is True and sc.get("runAsUser", 0) != 0,
+                    f"{name}: must not run as root (runAsNonRoot, runAsUser {sc.get('runAsUser')})")
+        self.expect(not caps.get("add"), f"{name}: capabilities.add must be empty, is {sorted(caps.get('add') or [])}")
+        ferryd = self.pod.get("containers", [{}])[0]
+        self.expect(c.get("image") == ferryd.get("image") and c.get("imagePullPolicy") == ferryd.get("imagePullPolicy"),
+                    f"{name}: image {c.get('image')} is not ferryd's {ferryd.get('image')} (ferry-ca ships beside ferryd)")
+        self.expect(c.get("command") == [CA_BINARY], f"{name}: command must be [{CA_BINARY}], is {c.get('command')}")
+        args = c.get("args") or []
+        flags = dict(zip(args[::2], args[1::2])) if len(args) % 2 == 0 else {}
+        self.expect(flags, f"{name}: args must be --flag value pairs, are {args}")
+        vol, _ = self.ferryd_volume("ca-token")
+        audiences = [s.get("serviceAccountToken", {}).get("audience") for s in (vol or {}).get("projected", {}).get("sources", [])]
+        want = {
+            "--trust-domain": self.values["trustDomain"],
+            "--agent-namespace": self.own_ds[0],
+            "--agent-service-account": self.ferryd_sa(),
+            "--service-name": self.ca_name,
+            "--audience": ca["tokenAudience"],
+            "--ca-cert": f"{CA_MOUNT}/ca.pem",
+            "--ca-key": f"{CA_MOUNT}/ca.key",
+            "--bundle": f"{CA_MOUNT}/bundle.pem",
+            "--max-validity": ca["maxValidity"],
+            "--default-validity": self.values["identity"]["leafLifetime"],
+        }
+        for flag, value in want.items():
+            self.expect(flags.get(flag) == value, f"{name}: {flag} is {flags.get(flag)!r}, must be {value!r}")
+        self.expect(audiences == [flags.get("--audience")],
+                    f"{name}: ferryd's token audience {audiences} is not ferry-ca's --audience {flags.get('--audience')!r}")
+        mounts = [m for m in c.get("volumeMounts", []) if m["name"] == secret_volume]
+        self.expect(len(mounts) == 1 and mounts[0]["mountPath"] == CA_MOUNT and mounts[0].get("readOnly") is True,
+                    f"{name}: the CA Secret must be mounted read-only at {CA_MOUNT}, is {mounts}")
+        ports = {p.get("name"): p.get("containerPort") for p in c.get("ports", [])}
+        self.expect(ports == CA_PORTS, f"{name}: ports must be {CA_PORTS}, are {ports}")
+        env = {e["name"]: e for e in c.get("env", [])}
+        self.expect(env.get("POD_NAMESPACE", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.namespace",
+                    f"{name}: POD_NAMESPACE must come from metadata.namespace")
+
+    def pod_selector(self):
+        ds = self.daemonset_obj or {}
+        return ds.get("spec", {}).get("selector", {}).get("matchLabels", {})
+
+    def ca_service(self, obj):
+        name = f"Service/{obj['metadata']['name']}"
+        self.expect(self.cluster_ca and obj["metadata"]["name"] == self.ca_name, f"{name}: the chart's only Service is ferry-ca's")
+        spec = obj.get("spec", {})
+        selector = spec.get("selector", {})
+        self.expect(selector and selector.items() <= self.ca_pod_labels.items(),
+                    f"{name}: selector {selector} does not select ferry-ca's pods")
+        ports = {p.get("name"): (p.get("port"), p.get("targetPort")) for p in spec.get("ports", [])}
+        self.expect(ports == {n: (port, n) for n, port in CA_PORTS.items()}, f"{name}: ports must be {CA_PORTS}, are {ports}")
+        if self.cluster_ca:
+            self.expect(spec.get("clusterIP") == (self.values["identity"]["clusterCa"]["clusterIP"] or None),
+                        f"{name}: clusterIP is not the values' clusterCa.clusterIP")
+
+    def ca_pdb(self, obj):
+        name = f"PodDisruptionBudget/{obj['metadata']['name']}"
+        spec = obj.get("spec", {})
+        self.expect(spec.get("minAvailable") == 1 and "maxUnavailable" not in spec, f"{name}: minAvailable must be 1")
+        labels = spec.get("selector", {}).get("matchLabels", {})
+        self.expect(labels and labels.items() <= self.ca_pod_labels.items(), f"{name}: selector does not select ferry-ca's pods")
 
 
 def mutate(docs, case):
@@ -360,9 +617,58 @@ def mutate(docs, case):
         del crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["x-kubernetes-preserve-unknown-fields"]
     elif case == "crd-short-name":
         first("CustomResourceDefinition")["spec"]["names"]["shortNames"] = ["authz"]
+    elif case.startswith("ca-"):         # rendered with identity.source cluster-ca
+        mutate_ca(docs, case, first, pod, c)
     else:
         raise SystemExit(f"unknown case {case}")
     return docs
+
+
+def mutate_ca(docs, case, first, ferryd_pod, ferryd):
+    """The cluster-ca cases: ferry-ca's objects, or ferryd's side of them, broken on purpose."""
+    dep = first("Deployment")
+    ca_pod = dep["spec"]["template"]["spec"]
+    ca = ca_pod["containers"][0]
+    role = next(d["object"] for d in docs if d["object"].get("kind") == "ClusterRole"
+                and d["object"]["metadata"]["name"] == dep["metadata"]["name"])
+    binding = next(d["object"] for d in docs if d["object"].get("kind") == "ClusterRoleBinding"
+                   and d["object"]["metadata"]["name"] == dep["metadata"]["name"])
+    if case == "ca-secret-on-ferryd":    # the kubelet of every node could read the CA key
+        ferryd_pod["volumes"].append({"name": "ca-key", "secret": {"secretName": "ferry-ca"}})
+        ferryd["volumeMounts"].append({"name": "ca-key", "mountPath": "/etc/ferry/ca", "readOnly": True})
+    elif case == "ca-rbac-extra":
+        role["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]})
+    elif case == "ca-rbac-write-pods":
+        role["rules"][1]["verbs"].append("delete")
+    elif case == "ca-role-to-ferryd":    # ferryd's ServiceAccount must not get ferry-ca's grants
+        binding["subjects"].append({"kind": "ServiceAccount", "name": ferryd_pod["serviceAccountName"],
+                                    "namespace": binding["subjects"][0]["namespace"]})
+    elif case == "ca-capability":
+        ca["securityContext"]["capabilities"]["add"] = ["NET_BIND_SERVICE"]
+    elif case == "ca-root":
+        ca_pod["securityContext"]["runAsUser"] = 0
+    elif case == "ca-privilege-escalation":
+        ca["securityContext"]["allowPrivilegeEscalation"] = True
+    elif case == "ca-host-network":
+        ca_pod["hostNetwork"] = True
+    elif case == "ca-key-world-readable":
+        next(v for v in ca_pod["volumes"] if "secret" in v)["secret"]["defaultMode"] = 0o444
+    elif case == "ca-key-item":          # the key under another name than --ca-key reads
+        next(v for v in ca_pod["volumes"] if "secret" in v)["secret"]["items"][1]["path"] = "tls.key"
+    elif case == "ca-probe-port":
+        ca["readinessProbe"]["httpGet"]["port"] = 15012
+    elif case == "ca-token-audience":    # ferryd's token would be refused as wrong_audience
+        vol = next(v for v in ferryd_pod["volumes"] if v["name"] == "ca-token")
+        vol["projected"]["sources"][0]["serviceAccountToken"]["audience"] = "kubernetes"
+    elif case == "ca-token-file-not-mounted":  # the API token instead: ferry-ca would hold a credential for the API
+        cm = next(d["object"] for d in docs if d["object"].get("kind") == "ConfigMap")
+        cfg = yaml.safe_load(cm["data"]["ferry.yaml"])
+        cfg["identity"]["cluster_ca"]["token_file"] = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+        cm["data"]["ferry.yaml"] = yaml.safe_dump(cfg)
+    elif case == "ca-other-deployment":  # ferry-ca is the one Deployment, by name
+        docs.append({"source": "injected", "object": dict(copy.deepcopy(dep), metadata={"name": "helper"})})
+    else:
+        raise SystemExit(f"unknown case {case}")
 
 
 def main(argv):

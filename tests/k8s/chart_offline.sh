@@ -2,9 +2,10 @@
 # The chart offline (issue 13): charts/ferry checked without a cluster. ctest runs one case
 # per call (tests/k8s/CMakeLists.txt, label `chart`):
 #   chart_offline.sh lint                     helm lint --strict, with each value set
-#   chart_offline.sh render SET               helm template --include-crds with
+#   chart_offline.sh render SET [VERSION]     helm template --include-crds with
 #                                             tests/k8s/values/SET.yaml (default: the
-#                                             chart's own values), then
+#                                             chart's own values) for Kubernetes VERSION
+#                                             (default: the lab's), then
 #                                             yamllint, the security promises
 #                                             (chart_checks.py) and the Kubernetes schemas,
 #                                             unknown fields included (chart_validate.mjs)
@@ -37,12 +38,12 @@ values_file() {
   if [ "$1" = default ]; then echo ""; else echo "$here/values/$1.yaml"; fi
 }
 
-# render CHART SET: every check of a value set; prints why it failed.
+# render CHART SET [VERSION]: every check of a value set; prints why it failed.
 render() {
-  local chart="$1" set="$2" vf
+  local chart="$1" set="$2" version="${3:-$kube_version}" vf
   vf="$(values_file "$set")"
   # crds/ too: Helm installs it, so it is checked like the rest.
-  "$helm" template fy "$chart" --namespace ferry-system --kube-version "$kube_version" --include-crds \
+  "$helm" template fy "$chart" --namespace ferry-system --kube-version "$version" --include-crds \
     ${vf:+--values "$vf"} >"$work/$set.yaml"
   yamllint --strict --config-file "$here/yamllint.yaml" "$work/$set.yaml"
   python3 "$here/chart_checks.py" check "$work/$set.yaml" "$chart" $vf --json "$work/$set.json"
@@ -51,7 +52,7 @@ render() {
 
 lint() {
   local chart="$1" set vf
-  for set in default minimal production; do
+  for set in default minimal production cluster-ca cluster-ca-custom; do
     vf="$(values_file "$set")"
     "$helm" lint --strict "$chart" --kube-version "$kube_version" ${vf:+--values "$vf"}
   done
@@ -100,6 +101,20 @@ security_expect() {
     crd-storage-v1beta1) echo "CustomResourceDefinition/authorizationpolicies.security.istio.io: v1 must be the storage version" ;;
     crd-pruning-spec) echo "v1 spec must keep unknown fields" ;;
     crd-short-name) echo "names.shortNames must be ['ap'] (Istio's), is ['authz']" ;;
+    ca-secret-on-ferryd) echo "DaemonSet/fy-ferry: mounts Secret ferry-ca although identity.source is cluster-ca" ;;
+    ca-rbac-extra) echo "ClusterRole/fy-ferry-ca: grants ['get'] on core/secrets; ferry-ca may only create tokenreviews and get/list/watch pods" ;;
+    ca-rbac-write-pods) echo "ClusterRole/fy-ferry-ca: grants ['delete'] on core/pods" ;;
+    ca-role-to-ferryd) echo "ClusterRoleBinding/fy-ferry-ca: binds ferry-ca's ClusterRole to ServiceAccount ferry-system/fy-ferry too" ;;
+    ca-capability) echo "Deployment/fy-ferry-ca container ferry-ca: capabilities.add must be empty, is ['NET_BIND_SERVICE']" ;;
+    ca-root) echo "Deployment/fy-ferry-ca: the pod must not run as root" ;;
+    ca-privilege-escalation) echo "container ferry-ca: allowPrivilegeEscalation must be false" ;;
+    ca-host-network) echo "Deployment/fy-ferry-ca: hostNetwork must not be set" ;;
+    ca-key-world-readable) echo "the Secret's defaultMode 0444 lets others than its owner and group read the CA key" ;;
+    ca-key-item) echo "the Secret's items must map certKey, keyKey, bundleKey to ca.pem, ca.key, bundle.pem" ;;
+    ca-probe-port) echo "container ferry-ca: readinessProbe must use port 15014, uses 15012" ;;
+    ca-token-audience) echo "the ca-token volume must project one service-account token with audience 'ferry-ca'" ;;
+    ca-token-file-not-mounted) echo "ConfigMap: identity.cluster_ca.token_file is '/var/run/secrets/kubernetes.io/serviceaccount/token', must be '/var/run/secrets/ferry/ca-token/token'" ;;
+    ca-other-deployment) echo "Deployment/helper: the chart runs ferryd as a DaemonSet only" ;;
     cni-socket-not-on-node) echo "cni.socket /run/ferry-private/cni.sock is not the same path on the node" ;;
     cni-conf-dir-not-mounted) echo "cni.conf_dir /host/cni/net.d is the node's None, not cni.confDir /etc/cni/net.d" ;;
     *) return 1 ;;
@@ -134,6 +149,10 @@ break_chart() {
     lint-no-version)
       sed -i '/^version:/d' "$copy/Chart.yaml"
       echo "version is required" ;;
+    ca-secret-on-ferryd)  # ferryd's bundle from ferry-ca's Secret: every kubelet could read the key
+      perl -0pi -e 's/configMap:\n(\s+)name: \{\{ \.Values\.identity\.clusterCa\.bundleConfigMap \}\}/secret:\n$1secretName: {{ .Values.identity.clusterCa.secretName }}/' "$ds"
+      grep -q 'secretName: {{ .Values.identity.clusterCa.secretName }}' "$ds" || return 1
+      echo "mounts Secret ferry-ca although identity.source is cluster-ca" ;;
     *) return 1 ;;
   esac
 }
@@ -143,7 +162,7 @@ case "${1:-}" in
     lint "$chart"
     ;;
   render)
-    render "$chart" "${2:?value set}"
+    render "$chart" "${2:?value set}" "${3:-}"
     ;;
   schema-negative)
     f="$here/values/bad/${2:?case}.yaml"
@@ -160,19 +179,23 @@ case "${1:-}" in
     ;;
   security-negative)
     expected="$(security_expect "${2:?case}")" || { echo "unknown case $2"; exit 2; }
-    render "$chart" default >/dev/null
-    python3 "$here/chart_checks.py" mutate "$work/default.json" "$2" "$work/broken.json"
+    # ca-*: ferry-ca's promises, on the chart rendered with identity.source cluster-ca.
+    case "$2" in ca-*) set=cluster-ca ;; *) set=default ;; esac
+    render "$chart" "$set" >/dev/null
+    python3 "$here/chart_checks.py" mutate "$work/$set.json" "$2" "$work/broken.json"
+    vf="$(values_file "$set")"
     expect_failure "an object with $2" "$expected" \
-      python3 "$here/chart_checks.py" recheck "$work/broken.json" "$chart" -
+      python3 "$here/chart_checks.py" recheck "$work/broken.json" "$chart" "${vf:--}"
     ;;
   broken-chart)
     copy="$work/chart/ferry"
     mkdir -p "$work/chart"
     cp -r "$chart" "$copy"
     expected="$(break_chart "$copy" "${2:?case}")" || { echo "unknown case $2"; exit 2; }
-    # The same script on the broken copy: lint, then every check of the default values.
+    # The same script on the broken copy: lint, then every check of the default values and
+    # of cluster-ca's.
     expect_failure "the chart with $2" "$expected" \
-      env FERRY_CHART_DIR="$copy" bash -c 'bash "$0" lint && bash "$0" render default' "$0"
+      env FERRY_CHART_DIR="$copy" bash -c 'bash "$0" lint && bash "$0" render default && bash "$0" render cluster-ca' "$0"
     ;;
   *)
     sed -n '2,16p' "$0" >&2

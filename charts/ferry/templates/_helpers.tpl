@@ -45,7 +45,40 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/* Where ferryd finds its identity material inside the container. */}}
 {{- define "ferry.certDir" -}}
-{{- if eq .Values.identity.source "ca" }}/etc/ferry/identity{{ else }}/var/lib/ferry/certs{{ end }}
+{{- if eq .Values.identity.source "files" }}/var/lib/ferry/certs{{ else }}/etc/ferry/identity{{ end }}
+{{- end }}
+
+{{/*
+The cluster CA (identity.source: cluster-ca, docs/ferry-ca.md). Its pods carry their own
+app.kubernetes.io/name: the DaemonSet's selector (name + instance, immutable) must not match
+them, nor the PodMonitor's.
+*/}}
+{{- define "ferry.caName" -}}
+{{- printf "%s-ca" (include "ferry.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "ferry.caSelectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-ca" (include "ferry.name" .) | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "ferry.caLabels" -}}
+helm.sh/chart: {{ include "ferry.chart" . }}
+{{ include "ferry.caSelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: cluster-ca
+app.kubernetes.io/part-of: ferry
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* The name ferry-ca's serving certificate carries and ferryd verifies. */}}
+{{- define "ferry.caServerName" -}}
+{{- default (printf "%s.%s.svc" (include "ferry.caName" .) .Release.Namespace) .Values.identity.clusterCa.serverName }}
+{{- end }}
+
+{{/* host:port ferryd dials. */}}
+{{- define "ferry.caAddress" -}}
+{{- default (printf "%s.%s.svc:15012" (include "ferry.caName" .) .Release.Namespace) .Values.identity.clusterCa.address }}
 {{- end }}
 
 {{/*
@@ -56,5 +89,8 @@ install` and `helm template` with the message.
 {{- $root := trimSuffix "/" .Values.hostPaths.bpffs }}
 {{- if not (hasPrefix (printf "%s/" $root) .Values.datapath.bpffs) }}
 {{- fail (printf "datapath.bpffs (%s) must be below hostPaths.bpffs (%s): only that bpffs is mounted into the pod" .Values.datapath.bpffs .Values.hostPaths.bpffs) }}
+{{- end }}
+{{- if and (eq .Values.identity.source "cluster-ca") (eq (include "ferry.serviceAccountName" .) (include "ferry.caName" .)) }}
+{{- fail (printf "serviceAccount.name (%s) is ferry-ca's ServiceAccount: ferryd must not hold ferry-ca's grants, nor ferry-ca be taken for a node agent" (include "ferry.serviceAccountName" .)) }}
 {{- end }}
 {{- end }}
