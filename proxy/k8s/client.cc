@@ -348,9 +348,10 @@ asio::awaitable<InformerCore::Reply> InformerCore::request(const std::string& ta
     std::string bearer = client_.token.current(rotated);
     if (rotated) metrics_.token_reloads.fetch_add(1, std::memory_order_relaxed);
     current_ = reply.stream.get();
-    error_code ec = co_await reply.stream->open(
-        {.method = "GET", .target = target, .bearer = bearer, .user_agent = o.user_agent, .body = {}, .content_type = {}},
-        o.request_timeout);
+    // A named local: GCC 12 destroys a braced temporary inside a co_await expression twice.
+    HttpStream::Request get{.method = "GET", .target = target, .bearer = bearer, .user_agent = o.user_agent,
+                            .body = {}, .content_type = {}};
+    error_code ec = co_await reply.stream->open(get, o.request_timeout);
     current_ = nullptr;
     if (stopped_) co_return Reply{nullptr, just(Outcome::kStopped)};
     if (ec) {
