@@ -6,7 +6,10 @@
 #include <filesystem>
 #include <system_error>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "proxy/common/status_macros.h"
 #include "proxy/identity/string_compat.h"
 #include "proxy/identity/dir_cert_source.h"
 #include "proxy/identity/svid.h"
@@ -74,22 +77,24 @@ absl::Status addKeyUsage(X509* x, const std::vector<int>& bits) {
   return addExt(x, NID_key_usage, ku.get(), true, "keyUsage");
 }
 
-absl::Status addUriSans(X509* x, const std::vector<std::string>& uris, bool critical) {
+// One subjectAltName extension of URI names (`type` GEN_URI) or DNS names (GEN_DNS); both
+// are IA5Strings.
+absl::Status addSans(X509* x, int type, const std::vector<std::string>& values, bool critical) {
   GeneralNamesPtr names(sk_GENERAL_NAME_new_null());
   if (!names) return openSslError("cannot allocate subjectAltName");
-  for (const std::string& uri : uris) {
+  for (const std::string& value : values) {
     GENERAL_NAME* name = GENERAL_NAME_new();
     ASN1_IA5STRING* text = ASN1_IA5STRING_new();
     if (name == nullptr || text == nullptr ||
-        ASN1_STRING_set(text, uri.data(), static_cast<int>(uri.size())) != 1) {
+        ASN1_STRING_set(text, value.data(), static_cast<int>(value.size())) != 1) {
       GENERAL_NAME_free(name);
       ASN1_IA5STRING_free(text);
-      return openSslError("cannot build URI SAN");
+      return openSslError("cannot build subjectAltName");
     }
-    GENERAL_NAME_set0_value(name, GEN_URI, text);
+    GENERAL_NAME_set0_value(name, type, text);
     if (sk_GENERAL_NAME_push(names.get(), name) <= 0) {
       GENERAL_NAME_free(name);
-      return openSslError("cannot build URI SAN");
+      return openSslError("cannot build subjectAltName");
     }
   }
   return addExt(x, NID_subject_alt_name, names.get(), critical, "subjectAltName");
@@ -149,17 +154,17 @@ absl::StatusOr<X509Ptr> newCertificate(EVP_PKEY* subject_key, std::chrono::secon
   return x;
 }
 
+bool addSubjectEntry(X509* x, const char* field, std::string_view value) {
+  return X509_NAME_add_entry_by_txt(X509_get_subject_name(x), field, MBSTRING_UTF8,
+                                    reinterpret_cast<const unsigned char*>(value.data()),
+                                    static_cast<int>(value.size()), -1, 0) == 1;
+}
+
 absl::Status setCaSubject(X509* x, std::string_view common_name, std::string_view trust_domain) {
-  X509_NAME* name = X509_get_subject_name(x);
-  auto add = [&](const char* field, std::string_view value) {
-    return X509_NAME_add_entry_by_txt(name, field, MBSTRING_UTF8,
-                                      reinterpret_cast<const unsigned char*>(value.data()),
-                                      static_cast<int>(value.size()), -1, 0) == 1;
-  };
-  if (trust_domain.size() <= kMaxOrganizationChars && !add("O", trust_domain)) {
+  if (trust_domain.size() <= kMaxOrganizationChars && !addSubjectEntry(x, "O", trust_domain)) {
     return openSslError("cannot set subject O");
   }
-  if (!add("CN", common_name)) return openSslError("cannot set subject CN");
+  if (!addSubjectEntry(x, "CN", common_name)) return openSslError("cannot set subject CN");
   return absl::OkStatus();
 }
 
@@ -175,6 +180,26 @@ absl::StatusOr<X509Ptr> signAndFinish(X509Ptr x, EVP_PKEY* issuer_key) {
   OPENSSL_free(der);
   if (!out) return openSslError("cannot decode certificate");
   return out;
+}
+
+// A DNS name a serving certificate may carry: RFC 1123 labels of letters, digits and '-'
+// (not first or last), 1..63 bytes each, 253 bytes in all; no wildcard.
+absl::Status validateDnsName(std::string_view name) {
+  constexpr size_t kMaxName = 253, kMaxLabel = 63;
+  auto bad = [&](std::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("DNS name \"", toAbsl(name.substr(0, kMaxName)), "\" ", toAbsl(why)));
+  };
+  if (name.empty() || name.size() > kMaxName) return bad("must be 1 to 253 bytes");
+  for (absl::string_view label : absl::StrSplit(toAbsl(name), '.')) {
+    if (label.empty() || label.size() > kMaxLabel) return bad("has a label that is empty or over 63 bytes");
+    if (label.front() == '-' || label.back() == '-') return bad("has a label that starts or ends with '-'");
+    for (char c : label) {
+      if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-') {
+        return bad("may hold only letters, digits, '-' and '.'");
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 // The trust domain of a CA certificate: its single spiffe://<td> URI SAN.
@@ -209,7 +234,7 @@ absl::StatusOr<X509Ptr> makeCaCertificate(EVP_PKEY* key, std::string_view common
   if (X509_set_issuer_name(cert, X509_get_subject_name(signer)) != 1) return openSslError("cannot set issuer");
   if (absl::Status s = addBasicConstraints(cert, true, path_len); !s.ok()) return s;
   if (absl::Status s = addKeyUsage(cert, {kKuKeyCertSign, kKuCrlSign}); !s.ok()) return s;
-  if (absl::Status s = addUriSans(cert, {absl::StrCat("spiffe://", toAbsl(trust_domain))}, false); !s.ok()) {
+  if (absl::Status s = addSans(cert, GEN_URI, {absl::StrCat("spiffe://", toAbsl(trust_domain))}, false); !s.ok()) {
     return s;
   }
   auto skid = addSubjectKeyId(cert);
@@ -257,45 +282,74 @@ absl::StatusOr<CertificateAuthority> CertificateAuthority::load(const std::strin
 
 absl::StatusOr<IssuedCert> CertificateAuthority::issueLeaf(const SpiffeId& id,
                                                           std::chrono::seconds lifetime) const {
+  ERR_clear_error();
+  FERRY_ASSIGN_OR_RETURN(EvpPkeyPtr key, generateP256());
+  FERRY_ASSIGN_OR_RETURN(X509Ptr cert, issueLeafForKey(id, key.get(), lifetime));
+  return IssuedCert{std::move(cert), std::move(key)};
+}
+
+absl::StatusOr<X509Ptr> CertificateAuthority::issueLeafForKey(const SpiffeId& id, EVP_PKEY* public_key,
+                                                             std::chrono::seconds lifetime) const {
   if (auto parsed = SpiffeId::parse(id.str()); !parsed.ok()) return parsed.status();
   if (id.path().empty()) return absl::InvalidArgumentError("a leaf SVID needs an ID with a path");
   if (lifetime.count() <= 0) return absl::InvalidArgumentError("certificate lifetime must be positive");
+  if (public_key == nullptr) return absl::InvalidArgumentError("a leaf SVID needs a public key");
   LeafOptions opts;
   opts.uri_sans = {id.str()};
   opts.lifetime = lifetime;
-  return issueLeafWith(opts);
+  return makeLeaf(opts, {}, public_key);
+}
+
+absl::StatusOr<X509Ptr> CertificateAuthority::issueServing(const std::vector<std::string>& dns_names,
+                                                          EVP_PKEY* public_key,
+                                                          std::chrono::seconds lifetime) const {
+  if (dns_names.empty()) return absl::InvalidArgumentError("a serving certificate needs at least one DNS name");
+  for (const std::string& name : dns_names) {
+    if (absl::Status s = validateDnsName(name); !s.ok()) return s;
+  }
+  if (lifetime.count() <= 0) return absl::InvalidArgumentError("certificate lifetime must be positive");
+  if (public_key == nullptr) return absl::InvalidArgumentError("a serving certificate needs a public key");
+  LeafOptions opts;
+  opts.eku_client = false;  // it serves HTTPS; it never authenticates as a client
+  opts.lifetime = lifetime;
+  return makeLeaf(opts, dns_names, public_key);
 }
 
 absl::StatusOr<IssuedCert> CertificateAuthority::issueLeafWith(const LeafOptions& opts) const {
   ERR_clear_error();
-  auto key = generateP256();
-  if (!key.ok()) return key.status();
-  auto x = newCertificate(key->get(), opts.not_before_offset, opts.lifetime);
-  if (!x.ok()) return x.status();
-  X509* cert = x->get();
-  // Empty subject, like Istio's workload certificates; RFC 5280 then requires a critical SAN.
+  FERRY_ASSIGN_OR_RETURN(EvpPkeyPtr key, generateP256());
+  FERRY_ASSIGN_OR_RETURN(X509Ptr cert, makeLeaf(opts, {}, key.get()));
+  return IssuedCert{std::move(cert), std::move(key)};
+}
+
+absl::StatusOr<X509Ptr> CertificateAuthority::makeLeaf(const LeafOptions& opts,
+                                                       const std::vector<std::string>& dns_names,
+                                                       EVP_PKEY* subject_key) const {
+  FERRY_ASSIGN_OR_RETURN(X509Ptr x, newCertificate(subject_key, opts.not_before_offset, opts.lifetime));
+  X509* cert = x.get();
+  // An SVID has an empty subject, like Istio's workload certificates; RFC 5280 then requires
+  // a critical SAN. A serving certificate names its first DNS name as CN too, for people
+  // reading it (TLS clients check the SANs only).
+  if (!dns_names.empty() && !addSubjectEntry(cert, "CN", dns_names.front())) {
+    return openSslError("cannot set subject CN");
+  }
   if (X509_set_issuer_name(cert, X509_get_subject_name(cert_.get())) != 1) {
     return openSslError("cannot set issuer");
   }
-  if (absl::Status s = addBasicConstraints(cert, opts.is_ca, -1); !s.ok()) return s;
+  FERRY_RETURN_IF_ERROR(addBasicConstraints(cert, opts.is_ca, -1));
   std::vector<int> ku_bits;
   if (opts.digital_signature) ku_bits.push_back(kKuDigitalSignature);
   if (opts.key_cert_sign) ku_bits.push_back(kKuKeyCertSign);
   // RFC 5280 forbids an empty keyUsage (OpenSSL flags it as malformed): a leaf without
   // digitalSignature is then an RSA-style keyEncipherment-only certificate.
   if (ku_bits.empty()) ku_bits.push_back(kKuKeyEncipherment);
-  if (absl::Status s = addKeyUsage(cert, ku_bits); !s.ok()) return s;
-  if (opts.eku) {
-    if (absl::Status s = addExtendedKeyUsage(cert, opts.eku_server, opts.eku_client); !s.ok()) return s;
-  }
-  if (!opts.uri_sans.empty()) {
-    if (absl::Status s = addUriSans(cert, opts.uri_sans, true); !s.ok()) return s;
-  }
+  FERRY_RETURN_IF_ERROR(addKeyUsage(cert, ku_bits));
+  if (opts.eku) FERRY_RETURN_IF_ERROR(addExtendedKeyUsage(cert, opts.eku_server, opts.eku_client));
+  if (!opts.uri_sans.empty()) FERRY_RETURN_IF_ERROR(addSans(cert, GEN_URI, opts.uri_sans, true));
+  if (!dns_names.empty()) FERRY_RETURN_IF_ERROR(addSans(cert, GEN_DNS, dns_names, false));
   if (auto skid = addSubjectKeyId(cert); !skid.ok()) return skid.status();
-  if (absl::Status s = addAuthorityKeyId(cert, X509_get0_subject_key_id(cert_.get())); !s.ok()) return s;
-  auto signed_cert = signAndFinish(*std::move(x), key_.get());
-  if (!signed_cert.ok()) return signed_cert.status();
-  return IssuedCert{*std::move(signed_cert), *std::move(key)};
+  FERRY_RETURN_IF_ERROR(addAuthorityKeyId(cert, X509_get0_subject_key_id(cert_.get())));
+  return signAndFinish(std::move(x), key_.get());
 }
 
 absl::StatusOr<CertificateAuthority> CertificateAuthority::issueIntermediate(

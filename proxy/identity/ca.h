@@ -32,6 +32,15 @@ class CertificateAuthority {
   // subject), cA=false (basicConstraints critical), keyUsage critical digitalSignature, EKU
   // serverAuth+clientAuth, notBefore = now-60s, notAfter = now+lifetime.
   absl::StatusOr<IssuedCert> issueLeaf(const SpiffeId& id, std::chrono::seconds lifetime) const;
+  // The same X.509-SVID for a key made elsewhere (ferry-ca signs the key of a node's CSR):
+  // only `public_key` is used from it.
+  absl::StatusOr<X509Ptr> issueLeafForKey(const SpiffeId& id, EVP_PKEY* public_key,
+                                          std::chrono::seconds lifetime) const;
+  // A TLS server certificate (ferry-ca's own HTTPS): DNS SANs `dns_names` (at least one; the
+  // first is also the subject CN), cA=false, keyUsage digitalSignature, EKU serverAuth only,
+  // notBefore = now-60s, notAfter = now+lifetime.
+  absl::StatusOr<X509Ptr> issueServing(const std::vector<std::string>& dns_names, EVP_PKEY* public_key,
+                                       std::chrono::seconds lifetime) const;
 
   // For tests of bad certificates: the same with overrides. notBefore = now+not_before_offset,
   // notAfter = now+lifetime (a negative lifetime gives an expired certificate). Without
@@ -62,6 +71,10 @@ class CertificateAuthority {
  private:
   CertificateAuthority(X509Ptr cert, EvpPkeyPtr key, std::string trust_domain)
       : cert_(std::move(cert)), key_(std::move(key)), trust_domain_(std::move(trust_domain)) {}
+  // Every leaf this CA makes (SVIDs, broken test ones, serving certificates): `opts` for
+  // `subject_key`, plus DNS SANs when `dns_names` is not empty.
+  absl::StatusOr<X509Ptr> makeLeaf(const LeafOptions& opts, const std::vector<std::string>& dns_names,
+                                   EVP_PKEY* subject_key) const;
 
   X509Ptr cert_;
   EvpPkeyPtr key_;

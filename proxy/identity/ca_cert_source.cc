@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "proxy/common/log.h"
+#include "proxy/common/status_macros.h"
+#include "proxy/identity/string_compat.h"
 
 namespace ferry::identity {
 namespace {
@@ -16,6 +18,34 @@ using std::chrono::system_clock;
 bool isSelfSigned(X509* cert) { return (X509_get_extension_flags(cert) & EXFLAG_SS) != 0; }
 
 std::string describe(X509* cert) { return nameToString(X509_get_subject_name(cert)); }
+
+std::vector<X509Ptr> upRefAll(const std::vector<X509Ptr>& certs) {
+  std::vector<X509Ptr> out;
+  for (const X509Ptr& cert : certs) out.push_back(upRef(cert.get()));
+  return out;
+}
+
+// The lifetime `what`, issued at `now` by `ca` whose chain expires at `not_after`, may have:
+// `wanted`, cut so that it does not outlive its issuer (it would then fail verification on
+// every peer).
+absl::StatusOr<std::chrono::seconds> cutLifetime(X509* ca, system_clock::time_point not_after,
+                                                 system_clock::time_point now, std::chrono::seconds wanted,
+                                                 std::string_view what) {
+  if (now >= not_after) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the issuing CA ", describe(ca), " (or its chain) expired at ", formatTime(not_after)));
+  }
+  std::chrono::seconds lifetime = std::min(wanted, std::chrono::floor<std::chrono::seconds>(not_after - now));
+  if (lifetime.count() <= 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the issuing CA ", describe(ca), " expires at ", formatTime(not_after)));
+  }
+  if (lifetime < wanted) {
+    FERRY_LOG(kWarn, "the issuing CA %s expires at %s; %s is cut to %ds: renew the CA", describe(ca),
+              formatTime(not_after), toAbsl(what), lifetime.count());
+  }
+  return lifetime;
+}
 
 }  // namespace
 
@@ -207,21 +237,8 @@ absl::StatusOr<std::shared_ptr<const Svid>> CaCertSource::issue(const SpiffeId& 
                                                                 const Authority& authority,
                                                                 system_clock::time_point now,
                                                                 std::chrono::seconds* lifetime) const {
-  if (now >= authority.not_after) {
-    return absl::FailedPreconditionError(absl::StrCat("the issuing CA ", describe(authority.ca.cert()),
-                                                      " (or its chain) expired at ",
-                                                      formatTime(authority.not_after)));
-  }
-  *lifetime = std::min(leaf_lifetime_, std::chrono::floor<std::chrono::seconds>(authority.not_after - now));
-  if (lifetime->count() <= 0) {
-    return absl::FailedPreconditionError(absl::StrCat("the issuing CA ", describe(authority.ca.cert()),
-                                                      " expires at ", formatTime(authority.not_after)));
-  }
-  if (*lifetime < leaf_lifetime_) {
-    // A leaf that outlived its issuer would fail verification on every peer.
-    FERRY_LOG(kWarn, "the issuing CA %s expires at %s; the certificate for %s is cut to %ds: renew the CA",
-              describe(authority.ca.cert()), formatTime(authority.not_after), id.str(), lifetime->count());
-  }
+  FERRY_ASSIGN_OR_RETURN(*lifetime, cutLifetime(authority.ca.cert(), authority.not_after, now, leaf_lifetime_,
+                                                absl::StrCat("the certificate for ", id.str())));
   auto leaf = authority.ca.issueLeaf(id, *lifetime);
   if (!leaf.ok()) return leaf.status();
   auto svid = std::make_shared<Svid>();
@@ -230,11 +247,45 @@ absl::StatusOr<std::shared_ptr<const Svid>> CaCertSource::issue(const SpiffeId& 
   svid->not_after = asn1TimeToTimePoint(X509_get0_notAfter(leaf->cert.get()));
   svid->leaf = std::move(leaf->cert);
   svid->key = std::move(leaf->key);
-  for (const X509Ptr& cert : authority.intermediates) svid->intermediates.push_back(upRef(cert.get()));
+  svid->intermediates = upRefAll(authority.intermediates);
   return std::shared_ptr<const Svid>(std::move(svid));
 }
 
-absl::StatusOr<std::shared_ptr<const Svid>> CaCertSource::svid(const SpiffeId& id) {
+absl::StatusOr<CaCertSource::Signed> CaCertSource::signWith(std::string_view what, std::chrono::seconds lifetime,
+                                                            const SignWith& sign) {
+  std::shared_ptr<const Authority> authority;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    authority = authority_;
+  }
+  FERRY_ASSIGN_OR_RETURN(std::chrono::seconds cut,
+                         cutLifetime(authority->ca.cert(), authority->not_after, clock_.now(), lifetime, what));
+  FERRY_ASSIGN_OR_RETURN(X509Ptr leaf, sign(authority->ca, cut));
+  Signed out;
+  out.not_after = asn1TimeToTimePoint(X509_get0_notAfter(leaf.get()));
+  out.leaf = std::move(leaf);
+  out.intermediates = upRefAll(authority->intermediates);
+  out.generation = authority->generation;
+  return out;
+}
+
+absl::StatusOr<CaCertSource::Signed> CaCertSource::signFor(const SpiffeId& id, EVP_PKEY* public_key,
+                                                           std::chrono::seconds lifetime) {
+  FERRY_RETURN_IF_ERROR(checkWorkloadId(id));
+  return signWith(absl::StrCat("the certificate for ", id.str()), lifetime,
+                  [&](const CertificateAuthority& ca, std::chrono::seconds cut) {
+                    return ca.issueLeafForKey(id, public_key, cut);
+                  });
+}
+
+absl::StatusOr<CaCertSource::Signed> CaCertSource::signServing(const std::vector<std::string>& dns_names,
+                                                               EVP_PKEY* public_key, std::chrono::seconds lifetime) {
+  return signWith("the serving certificate", lifetime, [&](const CertificateAuthority& ca, std::chrono::seconds cut) {
+    return ca.issueServing(dns_names, public_key, cut);
+  });
+}
+
+absl::Status CaCertSource::checkWorkloadId(const SpiffeId& id) const {
   if (id.trustDomain() != trust_domain_) {
     return absl::InvalidArgumentError(absl::StrCat("identity ", id.str(), " is not in trust domain ",
                                                    trust_domain_, " of the built-in CA"));
@@ -243,6 +294,11 @@ absl::StatusOr<std::shared_ptr<const Svid>> CaCertSource::svid(const SpiffeId& i
   if (id.path().empty()) {
     return absl::InvalidArgumentError(absl::StrCat("identity ", id.str(), " has no path; a workload SVID needs one"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const Svid>> CaCertSource::svid(const SpiffeId& id) {
+  FERRY_RETURN_IF_ERROR(checkWorkloadId(id));
 
   std::shared_ptr<const Authority> authority;
   std::shared_ptr<Entry> entry;

@@ -9,9 +9,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -81,6 +83,23 @@ class CaCertSource : public CertSource {
   absl::Status setAuthorityAndBundle(CertificateAuthority ca, std::vector<X509Ptr> chain,
                                      std::vector<X509Ptr> roots);
 
+  // A certificate this source's CA signed for a key made elsewhere, with what goes after it.
+  struct Signed {
+    X509Ptr leaf;
+    std::vector<X509Ptr> intermediates;  // the leaf's issuer first, no root (as in Svid)
+    std::chrono::system_clock::time_point not_after;  // the leaf's
+    uint64_t generation = 0;  // authorityGeneration() of the CA that signed it
+  };
+  // Thread-safe. ferry-ca signing a node's CSR: an X.509-SVID for `id` (this trust domain,
+  // with a path) with `public_key`, the same profile as svid()'s. The lifetime is cut to the
+  // CA's (and its chain's) remaining life, as svid()'s is; nothing is cached or counted.
+  absl::StatusOr<Signed> signFor(const SpiffeId& id, EVP_PKEY* public_key, std::chrono::seconds lifetime);
+  // Thread-safe. ferry-ca's own HTTPS certificate from the current CA (issueServing), cut
+  // the same way. Make a new one when authorityGeneration() moves past `generation` (the CA
+  // was replaced, and peers may trust only the new one's root) or at half its life.
+  absl::StatusOr<Signed> signServing(const std::vector<std::string>& dns_names, EVP_PKEY* public_key,
+                                     std::chrono::seconds lifetime);
+
   // Drops the cached SVID of `id` (its last local workload left); the next svid(id) issues
   // anew. Holders of the old one keep it.
   void forget(const SpiffeId& id);
@@ -133,6 +152,13 @@ class CaCertSource : public CertSource {
   // Whether `bundle` trusts `authority`'s certificate through its chain; the error says why not.
   static absl::Status checkTrusted(const Authority& authority, const TrustBundle& bundle,
                                    std::chrono::system_clock::time_point at);
+
+  // signFor and signServing: `sign` makes the certificate with the current CA and the cut
+  // lifetime; `what` names it in errors ("the certificate for <id>").
+  using SignWith = std::function<absl::StatusOr<X509Ptr>(const CertificateAuthority&, std::chrono::seconds)>;
+  // This trust domain, parsed, with a path.
+  absl::Status checkWorkloadId(const SpiffeId& id) const;
+  absl::StatusOr<Signed> signWith(std::string_view what, std::chrono::seconds lifetime, const SignWith& sign);
 
   absl::StatusOr<std::shared_ptr<const Svid>> issue(const SpiffeId& id, const Authority& authority,
                                                     std::chrono::system_clock::time_point now,

@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "proxy/common/log.h"
 
 namespace ferry::identity {
@@ -17,12 +16,9 @@ namespace {
 absl::StatusOr<std::string> svidDirectory(const std::string& dir, const SpiffeId& id) {
   // forWorkload() does not validate: re-parse so that nothing odd reaches a file path.
   if (auto parsed = SpiffeId::parse(id.str()); !parsed.ok()) return parsed.status();
-  std::vector<std::string> parts = absl::StrSplit(id.path(), '/');
-  if (parts.size() != 5 || !parts[0].empty() || parts[1] != "ns" || parts[3] != "sa") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "identity ", id.str(), " is not of the form spiffe://<td>/ns/<namespace>/sa/<service-account>"));
-  }
-  return absl::StrCat(dir, "/", parts[2], "/", parts[4]);
+  auto workload = workloadName(id);
+  if (!workload.ok()) return workload.status();
+  return absl::StrCat(dir, "/", workload->namespace_name, "/", workload->service_account);
 }
 
 DirCertSource::DirCertSource(std::string dir, std::string trust_domain,

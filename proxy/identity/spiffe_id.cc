@@ -1,8 +1,11 @@
 #include "proxy/identity/spiffe_id.h"
 
+#include <vector>
+
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "proxy/identity/string_compat.h"
 
 namespace ferry::identity {
@@ -115,6 +118,17 @@ absl::StatusOr<SpiffeId> SpiffeId::parse(std::string_view uri) {
 SpiffeId SpiffeId::forWorkload(std::string_view trust_domain, std::string_view ns,
                                std::string_view sa) {
   return SpiffeId(std::string(trust_domain), absl::StrCat("/ns/", toAbsl(ns), "/sa/", toAbsl(sa)));
+}
+
+absl::StatusOr<WorkloadName> workloadName(const SpiffeId& id) {
+  // "/ns/<namespace>/sa/<service account>": five parts split at '/', the first one empty.
+  std::vector<std::string> parts = absl::StrSplit(toAbsl(id.path()), '/');
+  if (parts.size() != 5 || !parts[0].empty() || parts[1] != "ns" || parts[3] != "sa" || parts[2].empty() ||
+      parts[4].empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "identity ", id.str(), " is not of the form spiffe://<td>/ns/<namespace>/sa/<service-account>"));
+  }
+  return WorkloadName{std::move(parts[2]), std::move(parts[4])};
 }
 
 }  // namespace ferry::identity

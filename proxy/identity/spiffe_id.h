@@ -50,6 +50,15 @@ class SpiffeId {
   std::string path_;
 };
 
+// The namespace and service account of an Istio-form workload ID
+// (spiffe://<td>/ns/<namespace>/sa/<service account>, nothing more); the error says the ID is
+// not of that form.
+struct WorkloadName {
+  std::string namespace_name;
+  std::string service_account;
+};
+absl::StatusOr<WorkloadName> workloadName(const SpiffeId& id);
+
 // The trust-domain rules of SPIFFE-ID.md §2.1 (lowercase [a-z0-9.-_], 1..255 bytes).
 absl::Status validateTrustDomain(std::string_view td);
 
