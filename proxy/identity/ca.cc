@@ -74,25 +74,11 @@ absl::Status addKeyUsage(X509* x, const std::vector<int>& bits) {
   return addExt(x, NID_key_usage, ku.get(), true, "keyUsage");
 }
 
-absl::Status addUriSans(X509* x, const std::vector<std::string>& uris, bool critical) {
-  GeneralNamesPtr names(sk_GENERAL_NAME_new_null());
-  if (!names) return openSslError("cannot allocate subjectAltName");
-  for (const std::string& uri : uris) {
-    GENERAL_NAME* name = GENERAL_NAME_new();
-    ASN1_IA5STRING* text = ASN1_IA5STRING_new();
-    if (name == nullptr || text == nullptr ||
-        ASN1_STRING_set(text, uri.data(), static_cast<int>(uri.size())) != 1) {
-      GENERAL_NAME_free(name);
-      ASN1_IA5STRING_free(text);
-      return openSslError("cannot build URI SAN");
-    }
-    GENERAL_NAME_set0_value(name, GEN_URI, text);
-    if (sk_GENERAL_NAME_push(names.get(), name) <= 0) {
-      GENERAL_NAME_free(name);
-      return openSslError("cannot build URI SAN");
-    }
-  }
-  return addExt(x, NID_subject_alt_name, names.get(), critical, "subjectAltName");
+absl::Status addSans(X509* x, const std::vector<std::string>& uris, const std::vector<std::string>& dns,
+                    bool critical) {
+  auto names = subjectAltNames(uris, dns);
+  if (!names.ok()) return names.status();
+  return addExt(x, NID_subject_alt_name, names->get(), critical, "subjectAltName");
 }
 
 absl::Status addExtendedKeyUsage(X509* x, bool server, bool client) {
@@ -209,7 +195,7 @@ absl::StatusOr<X509Ptr> makeCaCertificate(EVP_PKEY* key, std::string_view common
   if (X509_set_issuer_name(cert, X509_get_subject_name(signer)) != 1) return openSslError("cannot set issuer");
   if (absl::Status s = addBasicConstraints(cert, true, path_len); !s.ok()) return s;
   if (absl::Status s = addKeyUsage(cert, {kKuKeyCertSign, kKuCrlSign}); !s.ok()) return s;
-  if (absl::Status s = addUriSans(cert, {absl::StrCat("spiffe://", toAbsl(trust_domain))}, false); !s.ok()) {
+  if (absl::Status s = addSans(cert, {absl::StrCat("spiffe://", toAbsl(trust_domain))}, {}, false); !s.ok()) {
     return s;
   }
   auto skid = addSubjectKeyId(cert);
@@ -220,6 +206,35 @@ absl::StatusOr<X509Ptr> makeCaCertificate(EVP_PKEY* key, std::string_view common
 }
 
 }  // namespace
+
+absl::StatusOr<GeneralNamesPtr> subjectAltNames(const std::vector<std::string>& uris,
+                                                const std::vector<std::string>& dns_names) {
+  GeneralNamesPtr names(sk_GENERAL_NAME_new_null());
+  if (!names) return openSslError("cannot allocate subjectAltName");
+  auto add = [&](const std::string& text_value, int type) -> absl::Status {
+    GENERAL_NAME* name = GENERAL_NAME_new();
+    ASN1_IA5STRING* text = ASN1_IA5STRING_new();
+    if (name == nullptr || text == nullptr ||
+        ASN1_STRING_set(text, text_value.data(), static_cast<int>(text_value.size())) != 1) {
+      GENERAL_NAME_free(name);
+      ASN1_IA5STRING_free(text);
+      return openSslError("cannot build subjectAltName");
+    }
+    GENERAL_NAME_set0_value(name, type, text);
+    if (sk_GENERAL_NAME_push(names.get(), name) <= 0) {
+      GENERAL_NAME_free(name);
+      return openSslError("cannot build subjectAltName");
+    }
+    return absl::OkStatus();
+  };
+  for (const std::string& uri : uris) {
+    if (absl::Status s = add(uri, GEN_URI); !s.ok()) return s;
+  }
+  for (const std::string& name : dns_names) {
+    if (absl::Status s = add(name, GEN_DNS); !s.ok()) return s;
+  }
+  return names;
+}
 
 absl::StatusOr<CertificateAuthority> CertificateAuthority::createRoot(std::string_view trust_domain,
                                                                       std::chrono::seconds lifetime) {
@@ -268,7 +283,7 @@ absl::StatusOr<IssuedCert> CertificateAuthority::issueLeaf(const SpiffeId& id,
 
 absl::StatusOr<IssuedCert> CertificateAuthority::issueLeafWith(const LeafOptions& opts) const {
   ERR_clear_error();
-  auto key = generateP256();
+  absl::StatusOr<EvpPkeyPtr> key = opts.subject_key != nullptr ? upRef(opts.subject_key) : generateP256();
   if (!key.ok()) return key.status();
   auto x = newCertificate(key->get(), opts.not_before_offset, opts.lifetime);
   if (!x.ok()) return x.status();
@@ -288,8 +303,8 @@ absl::StatusOr<IssuedCert> CertificateAuthority::issueLeafWith(const LeafOptions
   if (opts.eku) {
     if (absl::Status s = addExtendedKeyUsage(cert, opts.eku_server, opts.eku_client); !s.ok()) return s;
   }
-  if (!opts.uri_sans.empty()) {
-    if (absl::Status s = addUriSans(cert, opts.uri_sans, true); !s.ok()) return s;
+  if (!opts.uri_sans.empty() || !opts.dns_sans.empty()) {
+    if (absl::Status s = addSans(cert, opts.uri_sans, opts.dns_sans, true); !s.ok()) return s;
   }
   if (auto skid = addSubjectKeyId(cert); !skid.ok()) return skid.status();
   if (absl::Status s = addAuthorityKeyId(cert, X509_get0_subject_key_id(cert_.get())); !s.ok()) return s;
