@@ -576,11 +576,14 @@ class ConfigParser {
 
   absl::Status parseIdentity(const std::optional<YamlField>& field) {
     if (!field) return absl::OkStatus();
-    auto map = reader_.map(*field, {"source", "ca_cert", "ca_key", "leaf_lifetime", "poll_interval"});
+    auto map = reader_.map(*field, {"source", "ca_cert", "ca_key", "leaf_lifetime", "poll_interval", "cluster_ca"});
     if (!map.ok()) return map.status();
     Identity& id = config_.identity;
-    if (auto s = optionalEnum<CertSourceKind>(
-            *map, "source", {{"files", CertSourceKind::kFiles}, {"ca", CertSourceKind::kCa}}, id.source);
+    if (auto s = optionalEnum<CertSourceKind>(*map, "source",
+                                              {{"files", CertSourceKind::kFiles},
+                                               {"ca", CertSourceKind::kCa},
+                                               {"cluster-ca", CertSourceKind::kClusterCa}},
+                                              id.source);
         !s.ok()) {
       return s;
     }
@@ -604,7 +607,62 @@ class ConfigParser {
       id.ca_cert = resolvePath(base_dir_, id.ca_cert);
       id.ca_key = resolvePath(base_dir_, id.ca_key);
     }
+    return parseClusterCa(*field, *map);
+  }
+
+  absl::Status parseClusterCa(const YamlField& identity, const YamlMap& parent) {
+    ClusterCa& c = config_.identity.cluster_ca;
+    auto field = parent.find("cluster_ca");
+    if (field) {
+      auto map = reader_.map(*field, {"address", "server_name", "token_file", "request_timeout"});
+      if (!map.ok()) return map.status();
+      if (auto address = map->find("address")) {
+        auto text = reader_.string(*address);
+        if (!text.ok()) return text.status();
+        auto host = hostOfAddress(*text);
+        if (!host.ok()) return reader_.error(*address, host.status().message());
+        c.address = *text;
+        c.server_name = *host;
+      }
+      if (auto s = optionalString(*map, "server_name", c.server_name); !s.ok()) return s;
+      if (auto s = optionalString(*map, "token_file", c.token_file); !s.ok()) return s;
+      if (auto s = optionalDuration(*map, "request_timeout", c.request_timeout); !s.ok()) return s;
+    }
+    if (config_.identity.source != CertSourceKind::kClusterCa) return absl::OkStatus();
+    const YamlField& where = field ? *field : identity;
+    if (c.address.empty()) return reader_.error(where, "identity.cluster_ca.address is required with source: cluster-ca");
+    if (c.token_file.empty()) {
+      return reader_.error(where, "identity.cluster_ca.token_file is required with source: cluster-ca");
+    }
+    c.token_file = resolvePath(base_dir_, c.token_file);
     return absl::OkStatus();
+  }
+
+  // The host of "host:port" or "[v6]:port", the form ferry-ca is dialled by.
+  static absl::StatusOr<std::string> hostOfAddress(std::string_view text) {
+    const std::string whole(text);
+    std::string_view host, port;
+    if (!text.empty() && text[0] == '[') {
+      size_t close = text.find("]:");
+      if (close == std::string_view::npos) return absl::InvalidArgumentError(absl::StrCat("'", whole, "' is not [ipv6]:port"));
+      host = text.substr(1, close - 1);
+      port = text.substr(close + 2);
+    } else {
+      size_t colon = text.rfind(':');
+      if (colon == std::string_view::npos || text.find(':') != colon) {
+        return absl::InvalidArgumentError(absl::StrCat("'", whole, "' is not host:port (e.g. ferry-ca.ferry-system.svc:15012)"));
+      }
+      host = text.substr(0, colon);
+      port = text.substr(colon + 1);
+    }
+    int number = 0;
+    if (!absl::SimpleAtoi(common::toAbsl(port), &number) || number < 1 || number > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat("'", whole, "': the port must be 1 to 65535"));
+    }
+    if (host.empty() || host.find_first_of(" /?#@") != std::string_view::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("'", whole, "': the host is empty or not a name or address"));
+    }
+    return std::string(host);
   }
 
   absl::Status parseListenerLimits(const YamlMap& limits, std::string_view key, ListenerLimits& out) {

@@ -143,6 +143,26 @@ struct Limits {
 enum class CertSourceKind {
   kFiles,  // cert_dir/<ns>/<sa>/{cert,key}.pem written by an agent (cert-manager, SPIRE helper)
   kCa,     // issued in-process by ferryd from a CA (the lab: a per-node intermediate)
+  kClusterCa,  // signed by ferry-ca for CSRs ferryd makes (docs/ferry-ca.md): no CA key on the node
+};
+
+// The config file's spelling of a source ("files", "ca", "cluster-ca").
+inline const char* identitySourceName(CertSourceKind kind) {
+  switch (kind) {
+    case CertSourceKind::kCa: return "ca";
+    case CertSourceKind::kClusterCa: return "cluster-ca";
+    case CertSourceKind::kFiles: break;
+  }
+  return "files";
+}
+
+// identity.source: cluster-ca (docs/ferry-ca.md, "ferryd as the client").
+struct ClusterCa {
+  std::string address;      // host:port of ferry-ca's signing port; required with cluster-ca
+  std::string server_name;  // the name its certificate must carry; defaulted to address's host
+  std::string token_file;   // projected token (audience ferry-ca); required with cluster-ca
+  Millis request_timeout{10'000};
+  bool operator==(const ClusterCa&) const = default;
 };
 
 struct Identity {
@@ -152,6 +172,7 @@ struct Identity {
   Millis leaf_lifetime{24 * 3600 * 1000};  // 24 h: ztunnel's and Istio's default
   // How often ca_cert, ca_key and cert_dir/bundle.pem are checked for changes (source: ca).
   Millis poll_interval{1'000};
+  ClusterCa cluster_ca;
   bool operator==(const Identity&) const = default;
 };
 

@@ -61,6 +61,10 @@ enum class Reload {
   X("identity.ca_key", kRestart, identity.ca_key)                              \
   X("identity.leaf_lifetime", kRestart, identity.leaf_lifetime)                \
   X("identity.poll_interval", kLive, identity.poll_interval)                   \
+  X("identity.cluster_ca.address", kRestart, identity.cluster_ca.address)      \
+  X("identity.cluster_ca.server_name", kRestart, identity.cluster_ca.server_name) \
+  X("identity.cluster_ca.token_file", kRestart, identity.cluster_ca.token_file) \
+  X("identity.cluster_ca.request_timeout", kRestart, identity.cluster_ca.request_timeout) \
   X("datapath.enabled", kRestart, datapath.enabled)                            \
   X("datapath.injection", kRestart, datapath.injection)                        \
   X("datapath.egress_flag", kRestart, datapath.egress_flag)                    \

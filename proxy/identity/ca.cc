@@ -77,27 +77,11 @@ absl::Status addKeyUsage(X509* x, const std::vector<int>& bits) {
   return addExt(x, NID_key_usage, ku.get(), true, "keyUsage");
 }
 
-// One subjectAltName extension of URI names (`type` GEN_URI) or DNS names (GEN_DNS); both
-// are IA5Strings.
-absl::Status addSans(X509* x, int type, const std::vector<std::string>& values, bool critical) {
-  GeneralNamesPtr names(sk_GENERAL_NAME_new_null());
-  if (!names) return openSslError("cannot allocate subjectAltName");
-  for (const std::string& value : values) {
-    GENERAL_NAME* name = GENERAL_NAME_new();
-    ASN1_IA5STRING* text = ASN1_IA5STRING_new();
-    if (name == nullptr || text == nullptr ||
-        ASN1_STRING_set(text, value.data(), static_cast<int>(value.size())) != 1) {
-      GENERAL_NAME_free(name);
-      ASN1_IA5STRING_free(text);
-      return openSslError("cannot build subjectAltName");
-    }
-    GENERAL_NAME_set0_value(name, type, text);
-    if (sk_GENERAL_NAME_push(names.get(), name) <= 0) {
-      GENERAL_NAME_free(name);
-      return openSslError("cannot build subjectAltName");
-    }
-  }
-  return addExt(x, NID_subject_alt_name, names.get(), critical, "subjectAltName");
+absl::Status addSans(X509* x, const std::vector<std::string>& uris, const std::vector<std::string>& dns,
+                    bool critical) {
+  auto names = subjectAltNames(uris, dns);
+  if (!names.ok()) return names.status();
+  return addExt(x, NID_subject_alt_name, names->get(), critical, "subjectAltName");
 }
 
 absl::Status addExtendedKeyUsage(X509* x, bool server, bool client) {
@@ -234,7 +218,7 @@ absl::StatusOr<X509Ptr> makeCaCertificate(EVP_PKEY* key, std::string_view common
   if (X509_set_issuer_name(cert, X509_get_subject_name(signer)) != 1) return openSslError("cannot set issuer");
   if (absl::Status s = addBasicConstraints(cert, true, path_len); !s.ok()) return s;
   if (absl::Status s = addKeyUsage(cert, {kKuKeyCertSign, kKuCrlSign}); !s.ok()) return s;
-  if (absl::Status s = addSans(cert, GEN_URI, {absl::StrCat("spiffe://", toAbsl(trust_domain))}, false); !s.ok()) {
+  if (absl::Status s = addSans(cert, {absl::StrCat("spiffe://", toAbsl(trust_domain))}, {}, false); !s.ok()) {
     return s;
   }
   auto skid = addSubjectKeyId(cert);
@@ -245,6 +229,35 @@ absl::StatusOr<X509Ptr> makeCaCertificate(EVP_PKEY* key, std::string_view common
 }
 
 }  // namespace
+
+absl::StatusOr<GeneralNamesPtr> subjectAltNames(const std::vector<std::string>& uris,
+                                                const std::vector<std::string>& dns_names) {
+  GeneralNamesPtr names(sk_GENERAL_NAME_new_null());
+  if (!names) return openSslError("cannot allocate subjectAltName");
+  auto add = [&](const std::string& text_value, int type) -> absl::Status {
+    GENERAL_NAME* name = GENERAL_NAME_new();
+    ASN1_IA5STRING* text = ASN1_IA5STRING_new();
+    if (name == nullptr || text == nullptr ||
+        ASN1_STRING_set(text, text_value.data(), static_cast<int>(text_value.size())) != 1) {
+      GENERAL_NAME_free(name);
+      ASN1_IA5STRING_free(text);
+      return openSslError("cannot build subjectAltName");
+    }
+    GENERAL_NAME_set0_value(name, type, text);
+    if (sk_GENERAL_NAME_push(names.get(), name) <= 0) {
+      GENERAL_NAME_free(name);
+      return openSslError("cannot build subjectAltName");
+    }
+    return absl::OkStatus();
+  };
+  for (const std::string& uri : uris) {
+    if (absl::Status s = add(uri, GEN_URI); !s.ok()) return s;
+  }
+  for (const std::string& name : dns_names) {
+    if (absl::Status s = add(name, GEN_DNS); !s.ok()) return s;
+  }
+  return names;
+}
 
 absl::StatusOr<CertificateAuthority> CertificateAuthority::createRoot(std::string_view trust_domain,
                                                                       std::chrono::seconds lifetime) {
@@ -317,9 +330,10 @@ absl::StatusOr<X509Ptr> CertificateAuthority::issueServing(const std::vector<std
 
 absl::StatusOr<IssuedCert> CertificateAuthority::issueLeafWith(const LeafOptions& opts) const {
   ERR_clear_error();
-  FERRY_ASSIGN_OR_RETURN(EvpPkeyPtr key, generateP256());
-  FERRY_ASSIGN_OR_RETURN(X509Ptr cert, makeLeaf(opts, {}, key.get()));
-  return IssuedCert{std::move(cert), std::move(key)};
+  absl::StatusOr<EvpPkeyPtr> key = opts.subject_key != nullptr ? upRef(opts.subject_key) : generateP256();
+  if (!key.ok()) return key.status();
+  FERRY_ASSIGN_OR_RETURN(X509Ptr cert, makeLeaf(opts, {}, key->get()));
+  return IssuedCert{std::move(cert), *std::move(key)};
 }
 
 absl::StatusOr<X509Ptr> CertificateAuthority::makeLeaf(const LeafOptions& opts,
@@ -327,10 +341,12 @@ absl::StatusOr<X509Ptr> CertificateAuthority::makeLeaf(const LeafOptions& opts,
                                                        EVP_PKEY* subject_key) const {
   FERRY_ASSIGN_OR_RETURN(X509Ptr x, newCertificate(subject_key, opts.not_before_offset, opts.lifetime));
   X509* cert = x.get();
+  std::vector<std::string> dns = opts.dns_sans;
+  dns.insert(dns.end(), dns_names.begin(), dns_names.end());
   // An SVID has an empty subject, like Istio's workload certificates; RFC 5280 then requires
   // a critical SAN. A serving certificate names its first DNS name as CN too, for people
   // reading it (TLS clients check the SANs only).
-  if (!dns_names.empty() && !addSubjectEntry(cert, "CN", dns_names.front())) {
+  if (!dns.empty() && !addSubjectEntry(cert, "CN", dns.front())) {
     return openSslError("cannot set subject CN");
   }
   if (X509_set_issuer_name(cert, X509_get_subject_name(cert_.get())) != 1) {
@@ -345,8 +361,9 @@ absl::StatusOr<X509Ptr> CertificateAuthority::makeLeaf(const LeafOptions& opts,
   if (ku_bits.empty()) ku_bits.push_back(kKuKeyEncipherment);
   FERRY_RETURN_IF_ERROR(addKeyUsage(cert, ku_bits));
   if (opts.eku) FERRY_RETURN_IF_ERROR(addExtendedKeyUsage(cert, opts.eku_server, opts.eku_client));
-  if (!opts.uri_sans.empty()) FERRY_RETURN_IF_ERROR(addSans(cert, GEN_URI, opts.uri_sans, true));
-  if (!dns_names.empty()) FERRY_RETURN_IF_ERROR(addSans(cert, GEN_DNS, dns_names, false));
+  if (!opts.uri_sans.empty() || !dns.empty()) {
+    FERRY_RETURN_IF_ERROR(addSans(cert, opts.uri_sans, dns, /*critical=*/dns.empty()));
+  }
   if (auto skid = addSubjectKeyId(cert); !skid.ok()) return skid.status();
   FERRY_RETURN_IF_ERROR(addAuthorityKeyId(cert, X509_get0_subject_key_id(cert_.get())));
   return signAndFinish(std::move(x), key_.get());

@@ -47,6 +47,10 @@ class CertificateAuthority {
   // digitalSignature and keyCertSign the keyUsage is keyEncipherment (it may not be empty).
   struct LeafOptions {
     std::vector<std::string> uri_sans;
+    std::vector<std::string> dns_sans;  // a server's names (ferry-ca's serving certificate)
+    // The key to certify (only its public half is used, e.g. from a CSR); null: a new P-256
+    // key, returned in IssuedCert::key. Given, IssuedCert::key holds another reference to it.
+    EVP_PKEY* subject_key = nullptr;
     bool is_ca = false;
     bool digital_signature = true;
     bool key_cert_sign = false;
@@ -80,6 +84,10 @@ class CertificateAuthority {
   EvpPkeyPtr key_;
   std::string trust_domain_;
 };
+
+// A subjectAltName value: the URIs, then the DNS names (certificates and CSRs).
+absl::StatusOr<GeneralNamesPtr> subjectAltNames(const std::vector<std::string>& uris,
+                                                const std::vector<std::string>& dns_names = {});
 
 // Writes an issued leaf (plus chain) into the DirCertSource layout:
 // <dir>/<ns>/<sa>/{cert.pem,key.pem}, each atomically (write temp + rename); key.pem is 0600.

@@ -164,6 +164,8 @@ Server::~Server() {
   // go in reverse order, control_ before workers_); the listeners before their workers.
   acceptors_.clear();
   workers_.clear();
+  // ferry-ca's client has a timer on control_, which goes before it (members go in reverse order).
+  if (cluster_ca_ != nullptr) cluster_ca_->stop();
   // A proxy netns of ferryd's own outlives the process while closing sockets still hold it
   // (a FIN_WAIT orphan: up to tcp_fin_timeout), and with it its veth pair: the next ferryd
   // would find the name taken. Deleting the node's side takes the pair at once.
@@ -280,7 +282,7 @@ absl::Status Server::start() {
   poll_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (!ec) pollWorkloads();
   });
-  if (ca_source_ != nullptr) scheduleIdentityPoll();
+  if (ca_source_ != nullptr || cluster_ca_ != nullptr) scheduleIdentityPoll();
   last_trim_ = std::chrono::steady_clock::now();
   scheduleMemoryTrim();  // limits.trim_after_closes may be 0 now and set by a reload
 
@@ -318,6 +320,19 @@ absl::Status Server::makeCertSource() {
     auto dir = std::make_unique<identity::DirCertSource>(config_.cert_dir, config_.trust_domain);
     dir_source_ = dir.get();
     certs_ = std::move(dir);
+  } else if (config_.identity.source == config::CertSourceKind::kClusterCa) {
+    // ferry-ca not answering is not a start-up error either: ferryd starts not ready and
+    // asks again with back-off (docs/ferry-ca.md).
+    const auto& c = config_.identity.cluster_ca;
+    auto source = ca::ClusterCaSource::create(
+        control_, ca::ClusterCaOptions{c.address, c.server_name, c.token_file, config_.cert_dir + "/bundle.pem",
+                                       config_.trust_domain, c.request_timeout});
+    if (!source.ok()) return source.status();
+    cluster_ca_ = source->get();
+    certs_ = *std::move(source);
+    cluster_ca_->poll();
+    FERRY_LOG(kInfo, "identity: certificates from ferry-ca at %s (name %s), bundle checked every %s", c.address,
+              c.server_name, common::formatDuration(config_.identity.poll_interval));
   } else {
     // Missing or broken CA material is not a start-up error: ferryd starts not ready, resets
     // connections that need a certificate, and recovers when the files are fixed (the CA
@@ -344,6 +359,8 @@ absl::Status Server::readiness() {
   }
   if (ca_source_ != nullptr) {
     if (absl::Status s = ca_source_->status(); !s.ok()) return absl::Status(s.code(), absl::StrCat("not ready: ", s.message()));
+  } else if (cluster_ca_ != nullptr) {
+    if (absl::Status s = cluster_ca_->status(); !s.ok()) return absl::Status(s.code(), absl::StrCat("not ready: ", s.message()));
   } else if (dir_source_ != nullptr) {
     if (auto bundle = dir_source_->bundle(); !bundle.ok()) {
       return absl::Status(bundle.status().code(), absl::StrCat("not ready: identity: ", bundle.status().message()));
@@ -357,6 +374,7 @@ void Server::pollIdentity() {
     // A CA that just became usable may find workloads that left while it was missing.
     forgetUnusedIdentities();
   }
+  if (cluster_ca_ != nullptr) cluster_ca_->poll();
 }
 
 void Server::scheduleIdentityPoll() {
@@ -374,7 +392,8 @@ void Server::forgetUnusedIdentities() {
   for (const auto& w : workloads_.current()->local()) {
     keep.insert(identity::SpiffeId::forWorkload(config_.trust_domain, w->namespace_name.str(), w->service_account.str()));
   }
-  size_t certs = ca_source_ != nullptr ? ca_source_->retain(keep) : 0;
+  // With ferry-ca this is also how the source learns a new local identity: it asks for it now.
+  size_t certs = ca_source_ != nullptr ? ca_source_->retain(keep) : cluster_ca_ != nullptr ? cluster_ca_->retain(keep) : 0;
   size_t contexts = tls_->retain(keep);
   if (certs + contexts > 0) {
     FERRY_LOG(kInfo, "identity: forgot %d certificates and the TLS contexts of %d identities no local workload uses",
@@ -764,12 +783,15 @@ void Server::finishDrain() {
 }
 
 void Server::collectIdentityMetrics(telemetry::Exposition& out) {
-  bool identity_ready = ca_source_ != nullptr ? ca_source_->status().ok() : dir_source_->bundle().ok();
+  bool identity_ready = ca_source_ != nullptr    ? ca_source_->status().ok()
+                        : cluster_ca_ != nullptr ? cluster_ca_->status().ok()
+                                                 : dir_source_->bundle().ok();
   out.gauge("ferry_identity_ready", "1 when certificates can be had (CA material or trust bundle loaded)",
             identity_ready ? 1 : 0);
   auto bundle = certs_->bundle();
   out.gauge("ferry_trust_bundle_roots", "Roots in the trust bundle in use (2 while a root rotates)",
             bundle.ok() ? static_cast<double>((*bundle)->roots.size()) : 0);
+  if (cluster_ca_ != nullptr) cluster_ca_->collect(out);
   if (ca_source_ == nullptr) return;
   auto ca = ca_source_->current();
   auto value = [](auto v) { return static_cast<double>(v); };

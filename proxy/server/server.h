@@ -24,6 +24,7 @@
 #include "proxy/datapath/datapath.h"
 #include "proxy/datapath/netns.h"
 #include "proxy/datapath/proxy_netns.h"
+#include "proxy/ca/cluster_ca_source.h"
 #include "proxy/identity/ca_cert_source.h"
 #include "proxy/identity/dir_cert_source.h"
 #include "proxy/identity/tls_context.h"
@@ -157,6 +158,7 @@ class Server {
   std::unique_ptr<identity::CertSource> certs_;
   identity::WatchedCaSource* ca_source_ = nullptr;  // certs_, when it is the built-in CA
   identity::DirCertSource* dir_source_ = nullptr;   // certs_, when it is files
+  ca::ClusterCaSource* cluster_ca_ = nullptr;        // certs_, when it is ferry-ca
   std::unique_ptr<identity::TlsContextCache> tls_;
   absl::Status makeCertSource();
   session::KernelSocketFactory sockets_;

@@ -162,11 +162,16 @@ json::object configJson(const config::Config& c) {
         {"failure_mode", d.failure_mode == config::FailureMode::kClosed ? "closed" : "open"},
         {"mark", d.mark}}},
       {"identity",
-       {{"source", c.identity.source == config::CertSourceKind::kCa ? "ca" : "files"},
+       {{"source", config::identitySourceName(c.identity.source)},
         {"ca_cert", c.identity.ca_cert},
         {"ca_key", c.identity.ca_key},  // the path: the key itself is never shown
         {"leaf_lifetime", ms(c.identity.leaf_lifetime)},
-        {"poll_interval", ms(c.identity.poll_interval)}}},
+        {"poll_interval", ms(c.identity.poll_interval)},
+        {"cluster_ca",
+         {{"address", c.identity.cluster_ca.address},
+          {"server_name", c.identity.cluster_ca.server_name},
+          {"token_file", c.identity.cluster_ca.token_file},  // the path: the token itself is never shown
+          {"request_timeout", ms(c.identity.cluster_ca.request_timeout)}}}}},
       {"limits",
        {{"hbone", listenerLimitsJson(c.limits.hbone)},
         {"outbound", listenerLimitsJson(c.limits.outbound)},
@@ -254,7 +259,7 @@ void Server::routeAdmin() {
   // The roots of the bundle and the SVIDs held for local workloads: public facts only.
   auto certsJson = [this] {
     absl::Status ready = readiness();
-    json::object out{{"source", ca_source_ != nullptr ? "ca" : "files"},
+    json::object out{{"source", config::identitySourceName(config_.identity.source)},
                      {"trust_domain", config_.trust_domain},
                      {"ready", ready.ok()}};
     if (!ready.ok()) out["reason"] = std::string(ready.message());
@@ -272,6 +277,11 @@ void Server::routeAdmin() {
         held = ca->held();
         out["ca_generation"] = ca->authorityGeneration();
       }
+    } else if (cluster_ca_ != nullptr) {
+      // ferry-ca: what it signed, and why each identity still waiting has nothing yet.
+      held = cluster_ca_->held();
+      errors = cluster_ca_->pending();
+      std::sort(errors.begin(), errors.end());
     } else {
       // Files: each local workload's identity, as the data plane would load it.
       std::set<std::string> seen;
@@ -321,7 +331,7 @@ void Server::routeAdmin() {
     auto json_form = wantsJson(query);
     if (!json_form.ok()) return jsonError(400, std::string(json_form.status().message()));
     if (*json_form) return jsonResponse(200, certsJson());
-    std::string body = absl::StrCat("source: ", ca_source_ != nullptr ? "ca" : "files", "\n");
+    std::string body = absl::StrCat("source: ", config::identitySourceName(config_.identity.source), "\n");
     absl::Status ready = readiness();
     absl::StrAppend(&body, "ready: ", ready.ok() ? "true" : absl::StrCat("false (", ready.message(), ")"), "\n");
     if (auto bundle = certs_->bundle(); bundle.ok()) {
@@ -335,6 +345,10 @@ void Server::routeAdmin() {
         absl::StrAppend(&body, "ca_generation: ", ca->authorityGeneration(), "\ncertificates_cached: ",
                         ca->cachedCount(), "\n");
       }
+    }
+    if (cluster_ca_ != nullptr) {
+      absl::StrAppend(&body, "ferry_ca: ", cluster_ca_->options().address, "\ncertificates_cached: ",
+                      cluster_ca_->held().size(), "\n");
     }
     return HttpResponse{200, kText, body};
   });

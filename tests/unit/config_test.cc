@@ -633,6 +633,56 @@ TEST(IdentityConfigTest, DefaultsToFilesAndParsesTheBuiltInCa) {
   }
 }
 
+TEST(IdentityConfigTest, ClusterCaTakesAddressServerNameTokenAndTimeout) {
+  constexpr char kBase[] = "node: n1\ntrust_domain: cluster.local\nworkloads_file: w.yaml\ncert_dir: certs\n";
+  auto c = parseConfig(std::string(kBase) +
+                           "identity:\n  source: cluster-ca\n  cluster_ca:\n"
+                           "    address: ferry-ca.ferry-system.svc:15012\n    token_file: token\n",
+                       "f.yaml", "/etc/ferry");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->identity.source, CertSourceKind::kClusterCa);
+  EXPECT_EQ(c->identity.cluster_ca.address, "ferry-ca.ferry-system.svc:15012");
+  EXPECT_EQ(c->identity.cluster_ca.server_name, "ferry-ca.ferry-system.svc") << "the address's host by default";
+  EXPECT_EQ(c->identity.cluster_ca.token_file, "/etc/ferry/token");
+  EXPECT_EQ(c->identity.cluster_ca.request_timeout, std::chrono::seconds(10));
+  EXPECT_STREQ(identitySourceName(c->identity.source), "cluster-ca");
+
+  auto by_ip = parseConfig(std::string(kBase) +
+                               "identity: {source: cluster-ca, cluster_ca: {address: \"[fd00::1]:15012\", "
+                               "server_name: ferry-ca.ferry-system.svc, token_file: /t, request_timeout: 3s}}\n",
+                           "f.yaml");
+  ASSERT_TRUE(by_ip.ok()) << by_ip.status();
+  EXPECT_EQ(by_ip->identity.cluster_ca.address, "[fd00::1]:15012");
+  EXPECT_EQ(by_ip->identity.cluster_ca.server_name, "ferry-ca.ferry-system.svc");
+  EXPECT_EQ(by_ip->identity.cluster_ca.request_timeout, std::chrono::seconds(3));
+
+  struct Bad {
+    const char* yaml;
+    const char* expect;
+  };
+  for (const Bad& bad : {
+           Bad{"identity: {source: cluster-ca}\n", "f.yaml:5: identity: identity.cluster_ca.address is required"},
+           Bad{"identity: {source: cluster-ca, cluster_ca: {address: \"a:1\"}}\n",
+               "f.yaml:5: identity.cluster_ca: identity.cluster_ca.token_file is required"},
+           Bad{"identity: {source: cluster-ca, cluster_ca: {address: ferry-ca, token_file: /t}}\n",
+               "f.yaml:5: identity.cluster_ca.address: 'ferry-ca' is not host:port"},
+           Bad{"identity: {source: cluster-ca, cluster_ca: {address: \"ferry-ca:0\", token_file: /t}}\n",
+               "f.yaml:5: identity.cluster_ca.address: 'ferry-ca:0': the port must be 1 to 65535"},
+           Bad{"identity: {source: cluster-ca, cluster_ca: {address: \"fd00::1:15012\", token_file: /t}}\n",
+               "is not host:port"},
+           Bad{"identity: {source: cluster-ca, cluster_ca: {address: \"a:1\", token_file: /t, request_timeout: 0s}}\n",
+               "f.yaml:5: identity.cluster_ca.request_timeout"},
+           Bad{"identity: {source: cluster-ca, cluster_ca: {address: \"a:1\", token_file: /t, server_name: \"\"}}\n",
+               "f.yaml:5: identity.cluster_ca.server_name: must not be empty"},
+           Bad{"identity: {source: cluster-ca, cluster_ca: {adress: \"a:1\"}}\n", "f.yaml:5: identity.cluster_ca"},
+       }) {
+    auto r = parseConfig(std::string(kBase) + bad.yaml, "f.yaml");
+    ASSERT_FALSE(r.ok()) << bad.yaml;
+    EXPECT_NE(std::string(r.status().message()).find(bad.expect), std::string::npos)
+        << bad.yaml << " -> " << r.status().message();
+  }
+}
+
 TEST(IdentityConfigTest, LeafLifetimeHasAMinimumAndWholeSecondsAndPollIntervalParses) {
   constexpr char kBase[] = "node: n1\ntrust_domain: cluster.local\nworkloads_file: w.yaml\ncert_dir: certs\n";
   auto shortest = parseConfig(std::string(kBase) + "identity: {leaf_lifetime: 2s, poll_interval: 50ms}\n", "f.yaml");
