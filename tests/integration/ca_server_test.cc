@@ -10,6 +10,7 @@
 
 #include "gtest/gtest.h"
 #include "proxy/k8s/http_stream.h"
+#include "proxy/telemetry/metrics.h"
 #include "tests/integration/ca_lab.h"
 
 namespace ferry::ca {
@@ -290,6 +291,24 @@ TEST(CaServer, ANewIntermediateSignsFromThenOnAndKeptAliveConnectionsStillWork) 
   ASSERT_FALSE(again_chain.empty());
   EXPECT_EQ(X509_verify(again_chain[0].get(), X509_get0_pubkey(lab.intermediate())), 1);
   EXPECT_EQ(lab.serving().issued(), 2u);
+}
+
+TEST(CaServer, MetricsCountEveryOutcomeByDecisionAndReason) {
+  CaLab lab;
+  ASSERT_EQ(postOnce(lab, "token-a", signBody(workloadId("app", "web"))).status, 200);
+  ASSERT_EQ(postOnce(lab, "token-a", signBody(workloadId("app", "db"))).status, 403);
+  std::string text = lab.onIo([&lab] {
+    return telemetry::renderText([&lab](telemetry::Exposition& out) {
+      lab.service().collect(out);
+      lab.server().collect(out);
+    });
+  });
+  EXPECT_NE(text.find(R"(ferry_ca_requests_total{decision="signed",reason="signed"} 1)"), std::string::npos) << text;
+  EXPECT_NE(text.find(R"(ferry_ca_requests_total{decision="refused",reason="no_pod_on_node"} 1)"), std::string::npos);
+  EXPECT_NE(text.find("ferry_ca_request_duration_seconds_count 2"), std::string::npos);
+  EXPECT_NE(text.find("ferry_ca_token_review_duration_seconds_count 2"), std::string::npos);
+  EXPECT_NE(text.find("ferry_ca_ready 1"), std::string::npos);
+  EXPECT_NE(text.find("ferry_ca_connections_total 2"), std::string::npos);
 }
 
 }  // namespace
