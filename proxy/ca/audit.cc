@@ -11,6 +11,14 @@
 namespace ferry::ca {
 namespace {
 
+// RFC 3339 UTC with milliseconds: the log's microsecond stamp cut to three digits.
+std::string millisecondStamp(std::chrono::system_clock::time_point t) {
+  std::string stamp = common::formatTimestamp(t);  // 2026-12-02T05:40:00.123456Z
+  constexpr size_t kDroppedDigits = 3;
+  stamp.erase(stamp.size() - 1 - kDroppedDigits, kDroppedDigits);
+  return stamp;
+}
+
 void field(std::string& out, std::string_view key, std::string_view value) {
   out += ',';
   common::appendJsonString(out, key);
@@ -30,7 +38,7 @@ void describeLeaf(AuditRecord& record, X509* leaf) {
 
 std::string auditLine(const AuditRecord& record) {
   std::string out = "{\"audit\":\"ferry-ca\"";
-  field(out, "time", common::formatTimestamp(record.time, 3));
+  field(out, "time", millisecondStamp(record.time));
   field(out, "decision", record.signed_cert ? "signed" : "refused");
   field(out, "reason", record.reason);
   field(out, "message", record.message);

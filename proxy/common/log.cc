@@ -82,14 +82,13 @@ void writeRawLine(std::string_view line) {
   emit(line);
 }
 
-std::string formatTimestamp(std::chrono::system_clock::time_point t, int fraction_digits) {
+std::string formatTimestamp(std::chrono::system_clock::time_point t) {
   auto secs = std::chrono::system_clock::to_time_t(t);
   auto micros = std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count() % 1000000;
   std::tm tm{};
   gmtime_r(&secs, &tm);
   char stamp[32];
   std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
-  if (fraction_digits == 3) return absl::StrFormat("%s.%03dZ", stamp, micros / 1000);
   return absl::StrFormat("%s.%06dZ", stamp, micros);
 }
 

@@ -21,9 +21,8 @@ void setLogLevel(LogLevel level);
 LogLevel logLevel();
 bool logEnabled(LogLevel level);
 void logLine(LogLevel level, std::string_view message);
-// RFC 3339 in UTC with microseconds, as every line starts: 2026-12-02T01:40:00.123456Z;
-// with `fraction_digits` 3, milliseconds (2026-12-02T01:40:00.123Z).
-std::string formatTimestamp(std::chrono::system_clock::time_point t, int fraction_digits = 6);
+// RFC 3339 in UTC with microseconds, as every line starts: 2026-12-02T01:40:00.123456Z.
+std::string formatTimestamp(std::chrono::system_clock::time_point t);
 // Writes `line` as it is, without timestamp and level: for lines in a format of their own
 // (JSON access records). Same stream, same lock as logLine.
 void writeRawLine(std::string_view line);

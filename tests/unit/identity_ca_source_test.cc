@@ -360,6 +360,99 @@ TEST_F(CaSourceTest, LeavesNeverOutliveTheCaAndExpiredCaFailsWithBackOff) {
   EXPECT_EQ(source->failures(), 2u) << "the interval doubled";
 }
 
+// ---------------------------------------------------------------- keys made elsewhere (ferry-ca)
+
+std::vector<X509*> raw(const std::vector<X509Ptr>& certs) {
+  std::vector<X509*> out;
+  for (const X509Ptr& cert : certs) out.push_back(cert.get());
+  return out;
+}
+
+TEST_F(CaSourceTest, SignForMakesAnSvidOfTheCallersKeyThatChainsToTheBundle) {
+  CertificateAuthority inter = newIntermediate(root_);
+  X509Ptr root_cert = upRef(root_.cert());
+  auto source = makeSource(std::move(inter), {}, {root_cert.get()});
+  ASSERT_NE(source, nullptr);
+  EvpPkeyPtr node_key(EVP_EC_gen("P-384"));
+  ASSERT_NE(node_key, nullptr);
+  auto signed_leaf = source->signFor(clientId(), node_key.get(), hours(2));
+  ASSERT_TRUE(signed_leaf.ok()) << signed_leaf.status();
+  auto id = validateSvidLeaf(signed_leaf->leaf.get());
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(*id, clientId());
+  EXPECT_EQ(X509_check_private_key(signed_leaf->leaf.get(), node_key.get()), 1) << "the caller's key, not a new one";
+  ASSERT_EQ(signed_leaf->intermediates.size(), 1u) << "the intermediate goes with the leaf";
+  EXPECT_TRUE(verifyChain(signed_leaf->leaf.get(), raw(signed_leaf->intermediates), *bundleOf(*source)).ok());
+  EXPECT_EQ(signed_leaf->generation, 0u);
+  auto not_before = asn1TimeToTimePoint(X509_get0_notBefore(signed_leaf->leaf.get()));
+  EXPECT_EQ(std::chrono::duration_cast<seconds>(signed_leaf->not_after - not_before), hours(2) + minutes(1));
+  EXPECT_EQ(source->issued(), 0u) << "signing for others is not the node's own issuance";
+}
+
+TEST_F(CaSourceTest, SignForCutsTheLifetimeToTheCaAndRefusesOtherTrustDomainsAndExpiredCas) {
+  CertificateAuthority short_lived = newRoot(hours(2));
+  X509Ptr cert = upRef(short_lived.cert());
+  auto source = makeSource(std::move(short_lived), {}, {cert.get()});
+  ASSERT_NE(source, nullptr);
+  EvpPkeyPtr node_key(EVP_EC_gen("P-256"));
+  auto cut = source->signFor(clientId(), node_key.get(), hours(24));
+  ASSERT_TRUE(cut.ok()) << cut.status();
+  EXPECT_LE(cut->not_after, asn1TimeToTimePoint(X509_get0_notAfter(cert.get())));
+
+  auto other = source->signFor(*SpiffeId::parse("spiffe://other.org/ns/a/sa/b"), node_key.get(), hours(1));
+  ASSERT_FALSE(other.ok());
+  EXPECT_THAT(statusText(other.status()), HasSubstr("not in trust domain"));
+
+  clock_.advance(hours(3));
+  auto expired = source->signFor(clientId(), node_key.get(), hours(1));
+  ASSERT_FALSE(expired.ok());
+  EXPECT_THAT(statusText(expired.status()), HasSubstr("expired at"));
+}
+
+TEST_F(CaSourceTest, SignServingNamesItsDnsNamesServesOnlyAsServerAndFollowsTheCaGeneration) {
+  X509Ptr root_cert = upRef(root_.cert());
+  CertificateAuthority second = newIntermediate(root_);
+  auto source = makeSource(std::move(root_), {}, {root_cert.get()});
+  ASSERT_NE(source, nullptr);
+  EvpPkeyPtr key(EVP_EC_gen("P-256"));
+  std::vector<std::string> names = {"ferry-ca", "ferry-ca.ferry-system", "ferry-ca.ferry-system.svc"};
+  auto serving = source->signServing(names, key.get(), hours(24));
+  ASSERT_TRUE(serving.ok()) << serving.status();
+  X509* leaf = serving->leaf.get();
+  for (const std::string& name : names) {
+    EXPECT_EQ(X509_check_host(leaf, name.data(), name.size(), 0, nullptr), 1) << name;
+  }
+  EXPECT_NE(X509_check_host(leaf, "ferry-ca.other", 14, 0, nullptr), 1);
+  EXPECT_EQ(X509_check_ca(leaf), 0);
+  EXPECT_EQ(X509_check_purpose(leaf, X509_PURPOSE_SSL_SERVER, 0), 1);
+  EXPECT_NE(X509_check_purpose(leaf, X509_PURPOSE_SSL_CLIENT, 0), 1) << "it never authenticates as a client";
+  EXPECT_TRUE(uriSans(leaf).empty()) << "a serving certificate is no SVID";
+  EXPECT_TRUE(verifyChain(leaf, {}, *bundleOf(*source)).ok());
+  EXPECT_EQ(serving->generation, 0u);
+
+  ASSERT_TRUE(source->setAuthority(std::move(second), {}).ok());
+  auto renewed = source->signServing(names, key.get(), hours(24));
+  ASSERT_TRUE(renewed.ok()) << renewed.status();
+  EXPECT_EQ(renewed->generation, source->authorityGeneration());
+  EXPECT_EQ(renewed->generation, 1u);
+  EXPECT_EQ(renewed->intermediates.size(), 1u);
+}
+
+TEST_F(CaSourceTest, ServingCertificateRefusesMissingOrMalformedDnsNames) {
+  EvpPkeyPtr key(EVP_EC_gen("P-256"));
+  for (const std::vector<std::string>& names : std::vector<std::vector<std::string>>{
+           {}, {""}, {"a..b"}, {"*.ferry-system.svc"}, {"-ferry"}, {"ferry ca"}, {std::string(64, 'a')}}) {
+    auto cert = root_.issueServing(names, key.get(), hours(1));
+    EXPECT_FALSE(cert.ok()) << (names.empty() ? "(none)" : names.front());
+    if (!cert.ok()) {
+      EXPECT_EQ(cert.status().code(), absl::StatusCode::kInvalidArgument);
+    }
+  }
+  EXPECT_FALSE(root_.issueServing({"ferry-ca"}, nullptr, hours(1)).ok());
+  EXPECT_FALSE(root_.issueLeafForKey(clientId(), nullptr, hours(1)).ok());
+  EXPECT_FALSE(root_.issueLeafForKey(clientId(), key.get(), seconds(0)).ok());
+}
+
 // ---------------------------------------------------------------- TLS
 
 using test_support::Handshake;
