@@ -130,8 +130,14 @@ asio::awaitable<HttpsAnswer> SigningService::handle(HttpsCall call) {
     co_return finish(Reason::kUnauthenticated, std::move(record), "no bearer token (Authorization: Bearer <token>)",
                      began);
   }
+  if (reviews_in_flight_ >= settings_.max_reviews_in_flight) {
+    co_return finish(Reason::kReviewFailed, std::move(record),
+                     absl::StrCat(reviews_in_flight_, " TokenReviews are in flight already; retry"), began);
+  }
   const auto review_began = Steady::now();
+  ++reviews_in_flight_;
   auto review = co_await reviewer_.review(std::move(token));
+  --reviews_in_flight_;
   review_seconds_.observe(Steady::now() - review_began);
   if (!review.ok()) {
     co_return finish(Reason::kReviewFailed, std::move(record),

@@ -60,6 +60,10 @@ struct SigningSettings {
   AuthorizerSettings authorizer;
   std::chrono::seconds default_validity{24 * 3600};  // validity_seconds 0 or absent
   std::chrono::seconds max_validity{24 * 3600};      // a longer wish is cut to this
+  // TokenReviews in flight at once; beyond, a request is answered review_failed (503, the
+  // caller retries with back-off) without asking. Each is an API server request: a flood of
+  // bad tokens must not become a flood on the API server.
+  size_t max_reviews_in_flight = 256;
 };
 
 class SigningService : public HttpsHandler {
@@ -91,6 +95,7 @@ class SigningService : public HttpsHandler {
   NodeRateLimiter& limiter_;
   AuditLog& audit_;
 
+  size_t reviews_in_flight_ = 0;  // io thread only
   std::atomic<uint64_t> counts_[static_cast<int>(Reason::kCount)] = {};
   // The whole request, from its last byte read to the answer made (TLS and the network are
   // not in it); from 100 µs (a refusal) to 10 s (a TokenReview at its timeout).
