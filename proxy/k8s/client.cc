@@ -350,9 +350,13 @@ asio::awaitable<InformerCore::Reply> InformerCore::request(const std::string& ta
     std::string bearer = client_.token.current(rotated);
     if (rotated) metrics_.token_reloads.fetch_add(1, std::memory_order_relaxed);
     current_ = reply.stream.get();
-    error_code ec = co_await reply.stream->open(
-        {.method = "GET", .target = target, .bearer = bearer, .user_agent = o.user_agent, .body = {}, .content_type = {}},
-        o.request_timeout);
+    // A named request: GCC 12 destroys a braced temporary inside co_await twice (a crash on
+    // every failed connect once Request grew its POST fields).
+    HttpStream::Request get;
+    get.target = target;
+    get.bearer = bearer;
+    get.user_agent = o.user_agent;
+    error_code ec = co_await reply.stream->open(get, o.request_timeout);
     current_ = nullptr;
     if (stopped_) co_return Reply{nullptr, just(Outcome::kStopped)};
     if (ec) {
@@ -832,8 +836,7 @@ asio::awaitable<absl::StatusOr<TokenReviewStatus>> ApiClient::reviewToken(std::s
     bool rotated = false;
     std::string bearer = c.token.current(rotated);
     if (rotated) m.token_reloads.fetch_add(1, std::memory_order_relaxed);
-    // A named request: GCC 12 destroys a braced temporary inside co_await twice.
-    HttpStream::Request request;
+    HttpStream::Request request;  // named, as in InformerCore::request
     request.method = "POST";
     request.target = kTarget;
     request.bearer = std::move(bearer);
