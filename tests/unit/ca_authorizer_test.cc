@@ -1,6 +1,8 @@
 // authorize() and PodIndex: docs/ferry-ca.md "Node authorization", one case per rule, with
 // the TokenReview and the pods as plain values (no API server).
+#include <atomic>
 #include <functional>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -260,6 +262,28 @@ TEST(CaPodIndexTest, PodRecreatedUnderTheSameNameReplacesTheOldRecord) {
   EXPECT_EQ(index.find("shop", "cart-0")->uid, "uid-new");
   EXPECT_EQ(index.podsOnNode(kNode, "shop", "cart"), 0u);
   EXPECT_EQ(index.podsOnNode(kOtherNode, "shop", "cart"), 1u);
+}
+
+TEST(CaPodIndexTest, AnswersQueriesFromAnotherThreadWhileTheInformerUpdatesIt) {
+  PodIndex index;
+  index.replace({});
+  std::atomic<bool> done{false};
+  std::thread reader([&] {
+    while (!done.load()) {
+      size_t n = index.podsOnNode(kNode, "shop", "cart");
+      EXPECT_LE(n, 1u);
+      (void)index.find("shop", "cart-1");
+      (void)index.synced();
+    }
+  });
+  for (int i = 0; i < 2000; ++i) {
+    index.apply(k8s::EventType::kAdded, pod("shop", "cart-1", "cart", kNode));
+    index.apply(k8s::EventType::kDeleted, pod("shop", "cart-1", "cart", kNode));
+  }
+  done = true;
+  reader.join();
+  EXPECT_EQ(index.size(), 0u);
+  EXPECT_EQ(index.podsOnNode(kNode, "shop", "cart"), 0u);
 }
 
 }  // namespace
