@@ -43,6 +43,14 @@ void PodIndex::count(const std::string& namespace_name, const PodRecord& pod, in
 
 void PodIndex::put(k8s::Pod pod) {
   std::string key = podKey(pod.namespace_name, pod.name);
+  // A mirror pod is what a kubelet wrote about a static pod of its own node, naming no service
+  // account (it decodes as "default"): counting it would let a compromised node obtain
+  // <namespace>/default by writing one (docs/security.md). A mirror pod that replaced a real
+  // one of the same name takes that one's place: it is dropped.
+  if (pod.mirror) {
+    erase(pod.namespace_name, pod.name);
+    return;
+  }
   PodRecord record{std::move(pod.uid), std::move(pod.node_name), std::move(pod.service_account), isFinished(pod.phase)};
   auto [it, inserted] = pods_.try_emplace(std::move(key));
   if (!inserted) count(pod.namespace_name, it->second, -1);

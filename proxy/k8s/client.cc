@@ -16,6 +16,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json/monotonic_resource.hpp>
 #include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
 #include <boost/json/stream_parser.hpp>
 #include <boost/json/value.hpp>
 
@@ -156,6 +157,7 @@ struct ApiClient::Impl {
   internal::ServerAddress server;
   TokenSource token;
   std::vector<std::shared_ptr<class InformerCore>> informers;
+  ResourceMetrics token_reviews;  // reviewToken(): errors by reason, token_reloads
   explicit Impl(asio::io_context& i) : io(i) {}
 };
 
@@ -787,6 +789,88 @@ Informer& ApiClient::daemonSet(const std::string& namespace_name, const std::str
   return informer;
 }
 
+namespace {
+
+// The TokenReview request body: the token and the audiences it must have been minted for.
+std::string tokenReviewBody(const std::string& token, const std::vector<std::string>& audiences) {
+  json::array aud;
+  for (const std::string& a : audiences) aud.emplace_back(a);
+  json::object spec;
+  spec["token"] = token;
+  spec["audiences"] = std::move(aud);
+  json::object o;
+  o["apiVersion"] = "authentication.k8s.io/v1";
+  o["kind"] = "TokenReview";
+  o["spec"] = std::move(spec);
+  return json::serialize(o);
+}
+
+ErrorReason reasonOfStatus(int status) {
+  return status == 401   ? ErrorReason::kUnauthorized
+         : status == 403 ? ErrorReason::kForbidden
+         : status == 404 ? ErrorReason::kNotFound
+         : status == 429 ? ErrorReason::kTooManyRequests
+         : status >= 500 ? ErrorReason::kServerError
+                         : ErrorReason::kHttpOther;
+}
+
+}  // namespace
+
+asio::awaitable<absl::StatusOr<TokenReviewStatus>> ApiClient::reviewToken(std::string token,
+                                                                          std::vector<std::string> audiences) {
+  // The Impl outlives this coroutine even if the client is destroyed while it is suspended.
+  std::shared_ptr<Impl> keep = impl_;
+  Impl& c = *keep;
+  ResourceMetrics& m = c.token_reviews;
+  auto failed = [&m](ErrorReason reason, std::string message) {
+    m.errors[static_cast<int>(reason)].fetch_add(1, std::memory_order_relaxed);
+    return absl::UnavailableError(absl::StrCat("TokenReview: ", message));
+  };
+  constexpr const char* kTarget = "/apis/authentication.k8s.io/v1/tokenreviews";
+  const std::string body = tokenReviewBody(token, audiences);
+  for (int attempt = 0;; ++attempt) {
+    HttpStream stream(c.io, c.tls, c.server);
+    bool rotated = false;
+    std::string bearer = c.token.current(rotated);
+    if (rotated) m.token_reloads.fetch_add(1, std::memory_order_relaxed);
+    HttpStream::Request request;  // named, as in InformerCore::request
+    request.method = "POST";
+    request.target = kTarget;
+    request.bearer = std::move(bearer);
+    request.user_agent = c.options.user_agent;
+    request.body = body;
+    error_code ec = co_await stream.open(request, c.options.request_timeout);
+    if (ec) co_return failed(internal::isTimeout(ec) ? ErrorReason::kTimeout : ErrorReason::kConnect, ec.message());
+    int status = stream.status();
+    std::string answer;
+    ec = co_await stream.readAll(answer, status / 100 == 2 ? c.options.max_event_bytes : kMaxErrorBody,
+                                 c.options.request_timeout);
+    if (ec == boost::system::errc::file_too_large) co_return failed(ErrorReason::kTooLarge, "the answer is too large");
+    if (ec) co_return failed(internal::isTimeout(ec) ? ErrorReason::kTimeout : ErrorReason::kStreamCut, ec.message());
+    // Our own token rotated under us: read it again and try once more (as the informers do).
+    if (status == 401 && attempt == 0 && c.token.reloadable()) {
+      if (c.token.reload()) m.token_reloads.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    error_code jec;
+    json::parse_options popts;
+    popts.max_depth = kMaxJsonDepth;
+    json::value parsed = json::parse(answer, jec, {}, popts);
+    if (status / 100 != 2) {
+      internal::ApiStatus api = jec ? internal::ApiStatus{} : internal::decodeStatus(parsed);
+      co_return failed(reasonOfStatus(status),
+                       absl::StrCat("HTTP ", status, api.message.empty() ? "" : ": ", api.message));
+    }
+    if (jec) co_return failed(ErrorReason::kBadJson, absl::StrCat("the answer is not JSON: ", jec.message()));
+    auto review = internal::decodeTokenReview(parsed);
+    if (!review.ok()) co_return failed(ErrorReason::kBadJson, std::string(review.status().message()));
+    m.events.fetch_add(1, std::memory_order_relaxed);
+    co_return review;
+  }
+}
+
+const ResourceMetrics& ApiClient::tokenReviewMetrics() const { return impl_->token_reviews; }
+
 void ApiClient::start() {
   for (auto& i : impl_->informers) i->start();
 }
@@ -837,11 +921,22 @@ void ApiClient::collect(telemetry::Exposition& out) const {
     }
   }
   auto errors = out.counter("ferry_k8s_errors_total", "Failed requests and streams, by reason");
-  for (const auto& i : impl_->informers) {
+  auto addErrors = [&errors](std::string_view resource, const ResourceMetrics& m) {
     for (int r = 0; r < static_cast<int>(ErrorReason::kCount); ++r) {
-      errors.add(static_cast<double>(i->metrics().errors[r].load()),
-                 {{"resource", i->resource()}, {"reason", errorReasonName(static_cast<ErrorReason>(r))}});
+      errors.add(static_cast<double>(m.errors[r].load()),
+                 {{"resource", resource}, {"reason", errorReasonName(static_cast<ErrorReason>(r))}});
     }
+  };
+  for (const auto& i : impl_->informers) addErrors(i->resource(), i->metrics());
+  // Only a client that reviews tokens (ferry-ca) states them: ferryd's exposition is unchanged.
+  const ResourceMetrics& reviews = impl_->token_reviews;
+  uint64_t answered = reviews.events.load();
+  uint64_t failures = 0;
+  for (const auto& e : reviews.errors) failures += e.load();
+  if (answered + failures > 0) {
+    addErrors("tokenreviews", reviews);
+    out.counter("ferry_k8s_token_reviews_total", "TokenReviews the API server answered (authenticated or not)",
+                static_cast<double>(answered));
   }
   auto apply = out.histogram("ferry_k8s_event_apply_seconds",
                              "Watch events, from the read that completed one to its handler's return (registry and "

@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include <boost/asio/awaitable.hpp>
+
 #include "absl/status/statusor.h"
 #include "proxy/common/histogram.h"
 #include "proxy/k8s/objects.h"
@@ -187,6 +189,17 @@ class ApiClient {
   // CRD installed later is picked up; a CRD deleted later ends in an empty list the same way.
   Informer& customObjects(std::string resource, std::vector<std::string> paths, Handler<CustomObject>& handler,
                           bool optional);
+
+  // One TokenReview (POST /apis/authentication.k8s.io/v1/tokenreviews) of `token` for
+  // `audiences`, sent with the client's own credentials (it needs RBAC `create` on
+  // tokenreviews). Bounded by request_timeout and max_event_bytes; failures are counted as an
+  // informer's are (resource "tokenreviews"). Errors: the API server did not answer with a
+  // TokenReview (connect, timeout, a non-2xx status, JSON that is not one). A token the server
+  // did not authenticate is an answer: authenticated false. Control thread only; any number
+  // may be in flight at once, each on its own connection.
+  boost::asio::awaitable<absl::StatusOr<TokenReviewStatus>> reviewToken(std::string token,
+                                                                       std::vector<std::string> audiences);
+  const ResourceMetrics& tokenReviewMetrics() const;
 
   void start();
   void stop();

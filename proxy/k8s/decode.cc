@@ -305,6 +305,43 @@ std::string resourceVersionOf(const json::value& v) {
   return (rv != nullptr && rv->is_string()) ? std::string(rv->get_string()) : std::string();
 }
 
+absl::StatusOr<TokenReviewStatus> decodeTokenReview(const json::value& v) {
+  constexpr const char* kKind = "TokenReview";
+  if (!v.is_object()) return absl::InvalidArgumentError("TokenReview: not a JSON object");
+  Reader r;
+  const json::object* root = &v.get_object();
+  if (std::string kind = r.string(root, "kind"); r.ok() && kind != kKind) {
+    return absl::InvalidArgumentError(absl::StrCat("TokenReview: the answer is of kind '", kind, "'"));
+  }
+  // extra's values are lists of strings; only the pod's name and UID are read.
+  auto strings = [&r](const json::object* parent, std::string_view key) {
+    std::vector<std::string> out;
+    const json::array* a = r.array(parent, key);
+    if (a == nullptr) return out;
+    for (const json::value& e : *a) {
+      if (!e.is_string()) {
+        r.fail(key, "a list of strings");
+        return std::vector<std::string>{};
+      }
+      out.emplace_back(e.get_string());
+    }
+    return out;
+  };
+  const json::object* status = r.object(root, "status");
+  const json::object* user = r.object(status, "user");
+  const json::object* extra = r.object(user, "extra");
+  TokenReviewStatus out;
+  out.authenticated = r.boolean(status, "authenticated");
+  out.error = r.string(status, "error");
+  out.audiences = strings(status, "audiences");
+  out.username = r.string(user, "username");
+  out.uid = r.string(user, "uid");
+  out.pod_names = strings(extra, "authentication.kubernetes.io/pod-name");
+  out.pod_uids = strings(extra, "authentication.kubernetes.io/pod-uid");
+  if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat("TokenReview: ", r.error()));
+  return out;
+}
+
 ApiStatus decodeStatus(const json::value& v) {
   ApiStatus s;
   if (!v.is_object()) return s;

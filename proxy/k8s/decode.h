@@ -23,6 +23,10 @@ absl::StatusOr<DaemonSet> decodeDaemonSet(const boost::json::value& v);
 // Any namespaced object: metadata.namespace and .name, and the whole object serialized.
 absl::StatusOr<CustomObject> decodeCustomObject(const boost::json::value& v);
 
+// A TokenReview as the API server answers it: its status. Refused when it is not an object of
+// kind TokenReview or a field ferry reads has the wrong type.
+absl::StatusOr<TokenReviewStatus> decodeTokenReview(const boost::json::value& v);
+
 // metadata.resourceVersion of an object or a list ("" when absent).
 std::string resourceVersionOf(const boost::json::value& v);
 

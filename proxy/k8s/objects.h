@@ -93,4 +93,17 @@ struct CustomObject {
   std::string json;  // the object serialized, every field as the API server sent it
 };
 
+// The API server's verdict on a bearer token (TokenReview, authentication.k8s.io/v1, its
+// status). A token that did not authenticate is an answer, not a failure: `authenticated`
+// false and `error` says why. A bound, projected token's pod comes in `user.extra`.
+struct TokenReviewStatus {
+  bool authenticated = false;
+  std::string username;  // "system:serviceaccount:<namespace>:<name>"
+  std::string uid;
+  std::vector<std::string> pod_names;  // extra["authentication.kubernetes.io/pod-name"]
+  std::vector<std::string> pod_uids;   // extra["authentication.kubernetes.io/pod-uid"]
+  std::vector<std::string> audiences;  // those of the request the token is valid for
+  std::string error;
+};
+
 }  // namespace ferry::k8s

@@ -235,6 +235,28 @@ TEST(CaPodIndexTest, CountsAPendingPodOnlyOnceItIsScheduledAndUntilItFinishes) {
   EXPECT_TRUE(index.find("shop", "cart-1")->finished);
 }
 
+TEST(CaPodIndexTest, MirrorPodsOfStaticPodsNeverCount) {
+  // A kubelet may create mirror pods bound to its own node; they name no service account.
+  k8s::Pod mirror = pod("shop", "web-fy-node", "default", kNode);
+  mirror.mirror = true;
+  PodIndex index;
+  index.replace({mirror});
+  EXPECT_EQ(index.podsOnNode(kNode, "shop", "default"), 0u);
+  EXPECT_FALSE(index.find("shop", "web-fy-node").has_value());
+  index.apply(k8s::EventType::kAdded, pod("shop", "web-2", "default", kNode));
+  mirror.name = "web-2";
+  index.apply(k8s::EventType::kModified, mirror);
+  EXPECT_EQ(index.podsOnNode(kNode, "shop", "default"), 0u) << "a mirror that replaced a pod of that name";
+}
+
+TEST_F(CaAuthorizerTest, RefusesTheDefaultIdentityOfAStaticPodsNamespace) {
+  k8s::Pod mirror = pod("kube-system", "etcd-fy-node", "default", kNode);
+  mirror.mirror = true;
+  index_.apply(k8s::EventType::kAdded, mirror);
+  expectRefused(decide(agentReview(), identity::SpiffeId::forWorkload("cluster.local", "kube-system", "default")), 403,
+                "no_pod_on_node");
+}
+
 TEST(CaPodIndexTest, DeletedPodLeavesIndexAndCount) {
   PodIndex index;
   index.replace({pod("shop", "cart-1", "cart", kNode)});

@@ -197,5 +197,64 @@ TEST(K8sInCluster, ReadsTheServiceEnvironment) {
   EXPECT_FALSE(inClusterAccess([](const char*) -> const char* { return nullptr; }).ok());
 }
 
+// The answer of a Kubernetes 1.20 API server to a TokenReview of a bound, projected
+// service-account token (the pod's name and UID in user.extra).
+constexpr const char* kTokenReviewAnswer = R"({
+  "kind": "TokenReview",
+  "apiVersion": "authentication.k8s.io/v1",
+  "metadata": {"creationTimestamp": null, "managedFields": [{"manager": "ferry-ca", "operation": "Update",
+    "apiVersion": "authentication.k8s.io/v1", "time": "2026-12-02T05:00:00Z", "fieldsType": "FieldsV1",
+    "fieldsV1": {"f:spec": {"f:audiences": {}, "f:token": {}}}}]},
+  "spec": {"token": "eyJhbGciOiJSUzI1NiJ9.x.y", "audiences": ["ferry-ca"]},
+  "status": {
+    "authenticated": true,
+    "user": {
+      "username": "system:serviceaccount:ferry-system:ferryd",
+      "uid": "5b8a3c1e-0a4f-4c55-9a0e-6f3c2f1d7a10",
+      "groups": ["system:serviceaccounts", "system:serviceaccounts:ferry-system", "system:authenticated"],
+      "extra": {
+        "authentication.kubernetes.io/pod-name": ["ferryd-abcde"],
+        "authentication.kubernetes.io/pod-uid": ["0c2b9a43-7e0c-4d6f-8b8e-2f0d3a9e1b55"]
+      }
+    },
+    "audiences": ["ferry-ca"]
+  }
+})";
+
+TEST(K8sDecode, TokenReviewOfABoundTokenNamesItsUserPodAndAudiences) {
+  auto review = decodeTokenReview(J(kTokenReviewAnswer));
+  ASSERT_TRUE(review.ok()) << review.status();
+  EXPECT_TRUE(review->authenticated);
+  EXPECT_EQ(review->username, "system:serviceaccount:ferry-system:ferryd");
+  EXPECT_EQ(review->uid, "5b8a3c1e-0a4f-4c55-9a0e-6f3c2f1d7a10");
+  EXPECT_EQ(review->pod_names, std::vector<std::string>{"ferryd-abcde"});
+  EXPECT_EQ(review->pod_uids, std::vector<std::string>{"0c2b9a43-7e0c-4d6f-8b8e-2f0d3a9e1b55"});
+  EXPECT_EQ(review->audiences, std::vector<std::string>{"ferry-ca"});
+  EXPECT_TRUE(review->error.empty());
+}
+
+TEST(K8sDecode, TokenReviewThatDidNotAuthenticateCarriesTheReason) {
+  // What 1.20 answers for a token minted for another audience: no user, no audiences.
+  auto review = decodeTokenReview(J(R"({"kind": "TokenReview", "apiVersion": "authentication.k8s.io/v1",
+      "metadata": {"creationTimestamp": null}, "spec": {"token": "t", "audiences": ["ferry-ca"]},
+      "status": {"user": {}, "error": "[invalid bearer token, token audiences [\"https://kubernetes.default.svc\"] is invalid for the target audiences [\"ferry-ca\"]]"}})"));
+  ASSERT_TRUE(review.ok()) << review.status();
+  EXPECT_FALSE(review->authenticated);
+  EXPECT_TRUE(review->username.empty());
+  EXPECT_TRUE(review->pod_names.empty());
+  EXPECT_TRUE(review->audiences.empty());
+  EXPECT_NE(review->error.find("invalid for the target audiences"), std::string::npos);
+}
+
+TEST(K8sDecode, MalformedTokenReviewsAreRefused) {
+  EXPECT_FALSE(decodeTokenReview(J(R"([])")).ok());
+  EXPECT_FALSE(decodeTokenReview(J(R"({"kind": "Status", "status": "Failure"})")).ok());
+  EXPECT_FALSE(decodeTokenReview(J(R"({"kind": "TokenReview", "status": {"authenticated": "yes"}})")).ok());
+  auto bad_extra = decodeTokenReview(J(R"({"kind": "TokenReview", "status": {"authenticated": true,
+      "user": {"username": "u", "extra": {"authentication.kubernetes.io/pod-name": "ferryd-abcde"}}}})"));
+  ASSERT_FALSE(bad_extra.ok());
+  EXPECT_NE(bad_extra.status().message().find("pod-name"), std::string::npos) << bad_extra.status();
+}
+
 }  // namespace
 }  // namespace ferry::k8s::internal

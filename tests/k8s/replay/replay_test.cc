@@ -10,6 +10,8 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/json/parse.hpp>
@@ -930,6 +932,44 @@ TEST_F(ReplayTest, StopEndsTheOpenWatchAndTheClientCanGo) {
   io_.run_for(50ms);
   EXPECT_EQ(requests(), pages.size() + 1) << "nothing after stop";
   EXPECT_EQ(pods.replaces, 1);
+}
+
+// TokenReview (ferry-ca): not recorded (the recorder makes GETs only); the answer's body is
+// the shape a 1.20 API server returns (tests/unit/k8s_decode_test.cc), framed by hand.
+Reply handMade(int status, const std::string& reason, const std::string& body) {
+  Reply r;
+  r.bytes = absl::StrCat("HTTP/1.1 ", status, " ", reason, "\r\nContent-Type: application/json\r\nContent-Length: ",
+                         body.size(), "\r\n\r\n", body);
+  return r;
+}
+
+TEST_F(ReplayTest, TokenReviewPostsWithTheClientsOwnTokenAndDecodesTheAnswer) {
+  script({handMade(201, "Created", R"({"kind":"TokenReview","apiVersion":"authentication.k8s.io/v1",
+      "metadata":{"creationTimestamp":null},"spec":{"token":"t","audiences":["ferry-ca"]},
+      "status":{"authenticated":true,"user":{"username":"system:serviceaccount:ferry-system:ferryd","uid":"u1",
+      "groups":["system:serviceaccounts"],"extra":{"authentication.kubernetes.io/pod-name":["ferryd-abcde"],
+      "authentication.kubernetes.io/pod-uid":["p1"]}},"audiences":["ferry-ca"]}})"),
+          handMade(403, "Forbidden", R"({"kind":"Status","apiVersion":"v1","status":"Failure","message":"tokenreviews.authentication.k8s.io is forbidden","reason":"Forbidden","code":403})")});
+  ClusterAccess access;
+  access.token = "ferry-ca-own-token";
+  start(access);
+  std::optional<absl::StatusOr<TokenReviewStatus>> first, second;
+  asio::co_spawn(io_, [&]() -> asio::awaitable<void> {
+    std::vector<std::string> audiences = {"ferry-ca"};
+    first = co_await client_->reviewToken("caller-token", audiences);
+    second = co_await client_->reviewToken("caller-token", audiences);
+  }, asio::detached);
+  ASSERT_TRUE(runUntil([&] { return second.has_value(); }));
+  ASSERT_TRUE(first->ok()) << first->status();
+  EXPECT_TRUE((*first)->authenticated);
+  EXPECT_EQ((*first)->pod_names, std::vector<std::string>{"ferryd-abcde"});
+  ASSERT_GE(server_.requests().size(), 1u);
+  EXPECT_EQ(server_.requests()[0].target, "/apis/authentication.k8s.io/v1/tokenreviews");
+  EXPECT_EQ(server_.requests()[0].authorization, "Bearer ferry-ca-own-token") << "the client's own credentials";
+  ASSERT_FALSE(second->ok());
+  EXPECT_NE(second->status().message().find("forbidden"), std::string::npos) << second->status();
+  EXPECT_EQ(client_->tokenReviewMetrics().error(ErrorReason::kForbidden), 1u);
+  EXPECT_EQ(client_->tokenReviewMetrics().events.load(), 1u);
 }
 
 }  // namespace

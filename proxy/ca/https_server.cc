@@ -1,0 +1,299 @@
+#include "proxy/ca/https_server.h"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "proxy/ca/protocol.h"
+#include "proxy/common/log.h"
+#include "proxy/telemetry/metrics.h"
+
+namespace ferry::ca {
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using asio::ip::tcp;
+using boost::system::error_code;
+
+namespace {
+constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
+// A request header of ferry's client is ~1.5 KB (the bearer token is most of it); a
+// projected token can reach ~2 KB with long names. Twice that leaves room; more is no client
+// of ours.
+constexpr uint32_t kMaxHeaderBytes = 8 * 1024;
+// After accept errors (out of descriptors, most likely): a short pause instead of a spin.
+constexpr auto kAcceptBackoff = std::chrono::milliseconds(50);
+// The listen backlog: connections the kernel holds while the io thread is busy signing.
+constexpr int kBacklog = 1024;
+
+using Stream = beast::ssl_stream<beast::tcp_stream>;
+
+std::string remoteOf(const tcp::socket& socket) {
+  error_code ec;
+  auto ep = socket.remote_endpoint(ec);
+  if (ec) return "unknown";
+  return common::formatHostPort(common::canonicalIp(ep.address()), ep.port());
+}
+
+std::string clientOf(const tcp::socket& socket) {
+  error_code ec;
+  auto ep = socket.remote_endpoint(ec);
+  if (ec) return "unknown";
+  return common::canonicalIp(ep.address()).to_string();
+}
+
+bool isTimeout(const error_code& ec) { return ec == beast::error::timeout; }
+
+// The parser's own errors (bad method, bad field, ...) but not the peer leaving early.
+bool isMalformed(const error_code& ec) {
+  return ec.category() == error_code(http::error::bad_method).category() && ec != http::error::end_of_stream &&
+         ec != http::error::partial_message;
+}
+
+// A body declared too large is read and dropped up to this size before the 413 is sent: a
+// client that is still sending when the socket closes gets a reset instead of the answer.
+constexpr uint64_t kDrainLimit = 1u << 20;
+
+}  // namespace
+
+struct HttpsServer::Connection {
+  explicit Connection(tcp::socket socket, asio::ssl::context& tls) : stream(std::move(socket), tls) {}
+  Stream stream;
+  std::shared_ptr<asio::ssl::context> tls_keep;  // the context outlives the stream using it
+  std::string client;
+  std::string remote;
+  void close() {
+    error_code ignored;
+    beast::get_lowest_layer(stream).socket().close(ignored);
+  }
+};
+
+HttpsServer::HttpsServer(asio::io_context& io, HttpsServerOptions options, ContextProvider contexts,
+                         HttpsHandler& handler)
+    : io_(io), options_(std::move(options)), contexts_(std::move(contexts)), handler_(handler) {}
+
+HttpsServer::~HttpsServer() { stop(); }
+
+absl::Status HttpsServer::listen() {
+  tcp::endpoint ep(options_.listen.ip, options_.listen.port);
+  auto acceptor = std::make_unique<tcp::acceptor>(io_);
+  error_code ec;
+  acceptor->open(ep.protocol(), ec);
+  if (!ec) acceptor->set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor->bind(ep, ec);
+  if (!ec) acceptor->listen(kBacklog, ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("ferry-ca: cannot listen on ", common::formatHostPort(options_.listen), ": ", ec.message()));
+  }
+  port_ = acceptor->local_endpoint(ec).port();
+  acceptor_ = std::move(acceptor);
+  stopped_ = false;
+  asio::co_spawn(io_, acceptLoop(), asio::detached);
+  return absl::OkStatus();
+}
+
+uint16_t HttpsServer::port() const { return port_; }
+
+void HttpsServer::stop() {
+  stopped_ = true;
+  if (acceptor_) {
+    error_code ignored;
+    acceptor_->close(ignored);
+  }
+  for (auto& [raw, weak] : connections_) {
+    if (auto c = weak.lock()) c->close();
+  }
+}
+
+bool HttpsServer::admit(const std::string& client) {
+  if (open_ >= options_.max_connections) {
+    refused_cap_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  size_t& mine = per_client_[client];
+  if (mine >= options_.max_connections_per_client) {
+    if (mine == 0) per_client_.erase(client);
+    refused_client_cap_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  ++mine;
+  ++open_;
+  open_gauge_.store(static_cast<int64_t>(open_), std::memory_order_relaxed);
+  return true;
+}
+
+void HttpsServer::release(const std::string& client) {
+  --open_;
+  open_gauge_.store(static_cast<int64_t>(open_), std::memory_order_relaxed);
+  auto it = per_client_.find(client);
+  if (it != per_client_.end() && --it->second == 0) per_client_.erase(it);
+}
+
+asio::awaitable<void> HttpsServer::acceptLoop() {
+  // The acceptor lives as long as the server; stop() closes it and this loop ends.
+  tcp::acceptor& acceptor = *acceptor_;
+  common::LogLimiter refusal_log{5, std::chrono::seconds(10)};
+  for (;;) {
+    auto [ec, socket] = co_await acceptor.async_accept(kTuple);
+    if (stopped_ || ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
+    if (ec) {
+      asio::steady_timer backoff(io_, kAcceptBackoff);
+      co_await backoff.async_wait(kTuple);
+      continue;
+    }
+    accepted_.fetch_add(1, std::memory_order_relaxed);
+    std::string client = clientOf(socket);
+    if (!admit(client)) {
+      // Closed before the handshake: the client sees a reset and retries with back-off.
+      if (refusal_log.allow()) FERRY_LOG(kWarn, "ferry-ca: refusing a connection from %s: connection cap reached", client);
+      continue;
+    }
+    std::shared_ptr<asio::ssl::context> tls = contexts_ ? contexts_() : nullptr;
+    if (tls == nullptr) {
+      refused_no_cert_.fetch_add(1, std::memory_order_relaxed);
+      release(client);
+      continue;
+    }
+    auto connection = std::make_shared<Connection>(std::move(socket), *tls);
+    connection->tls_keep = std::move(tls);
+    connection->client = std::move(client);
+    connection->remote = remoteOf(beast::get_lowest_layer(connection->stream).socket());
+    connections_[connection.get()] = connection;
+    asio::co_spawn(io_, serve(connection), asio::detached);
+  }
+}
+
+asio::awaitable<void> HttpsServer::serve(std::shared_ptr<Connection> c) {
+  auto& tcp_layer = beast::get_lowest_layer(c->stream);
+  const HttpsServerOptions& o = options_;
+  auto finish = [this, &c] {
+    connections_.erase(c.get());
+    release(c->client);
+  };
+  tcp_layer.expires_after(o.handshake_timeout);
+  auto [herr] = co_await c->stream.async_handshake(asio::ssl::stream_base::server, kTuple);
+  if (herr) {
+    if (isTimeout(herr)) timeouts_.fetch_add(1, std::memory_order_relaxed);
+    handshake_failures_.fetch_add(1, std::memory_order_relaxed);
+    FERRY_LOG(kDebug, "ferry-ca: TLS handshake with %s failed: %s", c->remote, herr.message());
+    c->close();
+    co_return finish();
+  }
+  beast::flat_buffer buffer(kMaxHeaderBytes);
+  for (bool first = true; !stopped_; first = false) {
+    http::request_parser<http::string_body> parser;
+    parser.header_limit(kMaxHeaderBytes);
+    parser.body_limit(kMaxRequestBytes);
+    // A kept-alive connection may wait for its next request, but a header once begun must
+    // arrive whole within header_timeout (a slow drip of bytes holds no slot for long).
+    if (!first && buffer.size() == 0) {
+      tcp_layer.expires_after(o.idle_timeout);
+      auto [perr, n] = co_await c->stream.async_read_some(buffer.prepare(kMaxHeaderBytes), kTuple);
+      if (perr) {
+        if (isTimeout(perr)) timeouts_.fetch_add(1, std::memory_order_relaxed);
+        break;
+      }
+      buffer.commit(n);
+    }
+    tcp_layer.expires_after(o.header_timeout);
+    auto [rerr, rn] = co_await http::async_read_header(c->stream, buffer, parser, kTuple);
+    std::optional<HttpsAnswer> answer;
+    if (!rerr) {
+      // The declared length is checked before a byte of body is read.
+      auto length = parser.content_length();
+      if (length && *length > kMaxRequestBytes) {
+        if (*length <= kDrainLimit) {
+          tcp_layer.expires_after(o.body_timeout);
+          uint64_t left = *length - std::min<uint64_t>(*length, buffer.size());
+          char scratch[4096];
+          while (left > 0) {
+            auto [derr, dn] = co_await c->stream.async_read_some(
+                asio::buffer(scratch, std::min<uint64_t>(left, sizeof(scratch))), kTuple);
+            if (derr) break;
+            left -= dn;
+          }
+        }
+        answer = handler_.refused(TransportRefusal::kTooLarge,
+                                  absl::StrCat("the body is ", *length, " bytes; at most ", kMaxRequestBytes),
+                                  c->remote);
+      } else {
+        tcp_layer.expires_after(o.body_timeout);
+        std::tie(rerr, rn) = co_await http::async_read(c->stream, buffer, parser, kTuple);
+      }
+    }
+    if (rerr == http::error::body_limit) {
+      answer = handler_.refused(TransportRefusal::kTooLarge,
+                                absl::StrCat("the body is over ", kMaxRequestBytes, " bytes"), c->remote);
+    } else if (rerr == http::error::header_limit) {
+      answer = handler_.refused(TransportRefusal::kBadRequest,
+                                absl::StrCat("the request header is over ", kMaxHeaderBytes, " bytes"), c->remote);
+    } else if (rerr && isMalformed(rerr)) {
+      answer = handler_.refused(TransportRefusal::kBadRequest,
+                                absl::StrCat("not an HTTP/1.1 request: ", rerr.message()), c->remote);
+    } else if (rerr) {
+      // The peer left, or was too slow: no one to answer.
+      if (isTimeout(rerr)) timeouts_.fetch_add(1, std::memory_order_relaxed);
+      break;
+    }
+    bool keep_alive = false;
+    if (!answer) {
+      auto& req = parser.get();
+      keep_alive = req.keep_alive();
+      HttpsCall call;
+      call.method = std::string(req.method_string());
+      call.target = std::string(req.target());
+      call.authorization = std::string(req[http::field::authorization]);
+      call.content_type = std::string(req[http::field::content_type]);
+      call.body = std::move(req.body());
+      call.remote = c->remote;
+      answer = co_await handler_.handle(std::move(call));
+    }
+    http::response<http::string_body> res{static_cast<http::status>(answer->status), 11};
+    res.set(http::field::content_type, "application/json");
+    if (answer->retry_after_seconds >= 0) res.set(http::field::retry_after, std::to_string(answer->retry_after_seconds));
+    if (!answer->allow.empty()) res.set(http::field::allow, answer->allow);
+    res.keep_alive(keep_alive && !stopped_);
+    res.body() = std::move(answer->body);
+    res.prepare_payload();
+    tcp_layer.expires_after(o.write_timeout);
+    auto [werr, wn] = co_await http::async_write(c->stream, res, kTuple);
+    if (werr || !res.keep_alive()) break;
+  }
+  if (!stopped_) {
+    // close_notify, bounded: a peer that does not read must not hold the slot.
+    tcp_layer.expires_after(o.write_timeout);
+    co_await c->stream.async_shutdown(kTuple);
+  }
+  c->close();
+  finish();
+}
+
+void HttpsServer::collect(telemetry::Exposition& out) const {
+  out.gauge("ferry_ca_connections", "Open connections to the signing port",
+            static_cast<double>(open_gauge_.load(std::memory_order_relaxed)));
+  out.counter("ferry_ca_connections_total", "Connections accepted on the signing port",
+              static_cast<double>(accepted_.load(std::memory_order_relaxed)));
+  out.counter("ferry_ca_connections_refused_total", "Connections closed at accept, by reason")
+      .add(static_cast<double>(refused_cap_.load(std::memory_order_relaxed)), {{"reason", "max_connections"}})
+      .add(static_cast<double>(refused_client_cap_.load(std::memory_order_relaxed)),
+           {{"reason", "max_connections_per_client"}})
+      .add(static_cast<double>(refused_no_cert_.load(std::memory_order_relaxed)), {{"reason", "no_serving_cert"}});
+  out.counter("ferry_ca_handshake_failures_total", "TLS handshakes on the signing port that failed",
+              static_cast<double>(handshake_failures_.load(std::memory_order_relaxed)));
+  out.counter("ferry_ca_timeouts_total", "Connections closed because a handshake, header, body or idle wait timed out",
+              static_cast<double>(timeouts_.load(std::memory_order_relaxed)));
+}
+
+}  // namespace ferry::ca
