@@ -206,6 +206,12 @@ void SigningService::collect(telemetry::Exposition& out) const {
               static_cast<double>(ca_.reloads()));
   out.counter("ferry_ca_reload_failures_total", "CA or bundle file changes refused (the previous material is kept)",
               static_cast<double>(ca_.reloadFailures()));
+  // The rotation runbook waits on this (docs/security.md): 0 for the first signing CA, +1
+  // for each one that replaced it.
+  if (auto current = ca_.current()) {
+    out.gauge("ferry_ca_authority_generation", "Signing CAs that replaced the first one since start",
+              static_cast<double>(current->authorityGeneration()));
+  }
 }
 
 std::vector<std::string> servingNames(const std::string& service, const std::string& namespace_name,

@@ -303,6 +303,8 @@ void Server::routeAdmin() {
       json::object c = certJson(svid->leaf.get());
       c["identity"] = svid->id.str();
       c["chain"] = svid->intermediates.size();
+      // Which CA signed it (after a CA rotation: the old intermediate or the new one).
+      if (!svid->intermediates.empty()) c["issuer_serial"] = serialHex(svid->intermediates.front().get());
       certs.emplace_back(std::move(c));
     }
     for (auto& [id, why] : errors) certs.emplace_back(json::object{{"identity", id}, {"error", why}});
