@@ -212,10 +212,17 @@ class CaLab {
     std::filesystem::remove_all(dir_, ec);
   }
 
-  // A new intermediate under the same root, written over the CA files (not yet polled).
-  void rotate() {
-    intermediate_.emplace(*root_->issueIntermediate(std::chrono::hours(24 * 30)));
+  // A new intermediate under `root` (by default the lab's), written over the CA files (not
+  // yet polled).
+  void rotate(const identity::CertificateAuthority* root = nullptr) {
+    intermediate_.emplace(*(root != nullptr ? root : &*root_)->issueIntermediate(std::chrono::hours(24 * 30)));
     (void)intermediate_->writePem(dir_ + "/ca-cert.pem", dir_ + "/ca-key.pem");
+  }
+  // ferry-ca's trust bundle becomes `roots` (not yet polled): a root rotation's first and last steps.
+  void writeBundle(const std::vector<X509*>& roots) {
+    std::string pem;
+    for (X509* root : roots) pem += pemOf(root);
+    (void)identity::writeFileAtomic(dir_ + "/root.pem", pem, 0644);
   }
   // Runs `f` on the server's io thread and waits for it.
   template <class F>
