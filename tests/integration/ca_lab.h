@@ -163,6 +163,7 @@ struct LabOptions {
   double node_rate = 1000;
   double node_burst = 1000;
   bool list_pods = true;  // false: the pod view never synced
+  std::chrono::seconds default_validity{24 * 3600};  // a request without validity_seconds
   HttpsServerOptions server;
 };
 
@@ -186,6 +187,7 @@ class CaLab {
     });
     SigningSettings settings;
     settings.authorizer = AuthorizerSettings{kTrustDomain, kAgentNamespace, "ferryd", "ferry-ca"};
+    settings.default_validity = options_.default_validity;
     service_ = std::make_unique<SigningService>(settings, *ca_, pods_, reviewer_, *limiter_, *audit_);
     serving_ = std::make_unique<ServingCertificate>(*ca_, servingNames("ferry-ca", kAgentNamespace, {}),
                                                     std::chrono::hours(24));
@@ -210,10 +212,17 @@ class CaLab {
     std::filesystem::remove_all(dir_, ec);
   }
 
-  // A new intermediate under the same root, written over the CA files (not yet polled).
-  void rotate() {
-    intermediate_.emplace(*root_->issueIntermediate(std::chrono::hours(24 * 30)));
+  // A new intermediate under `root` (by default the lab's), written over the CA files (not
+  // yet polled).
+  void rotate(const identity::CertificateAuthority* root = nullptr) {
+    intermediate_.emplace(*(root != nullptr ? root : &*root_)->issueIntermediate(std::chrono::hours(24 * 30)));
     (void)intermediate_->writePem(dir_ + "/ca-cert.pem", dir_ + "/ca-key.pem");
+  }
+  // ferry-ca's trust bundle becomes `roots` (not yet polled): a root rotation's first and last steps.
+  void writeBundle(const std::vector<X509*>& roots) {
+    std::string pem;
+    for (X509* root : roots) pem += pemOf(root);
+    (void)identity::writeFileAtomic(dir_ + "/root.pem", pem, 0644);
   }
   // Runs `f` on the server's io thread and waits for it.
   template <class F>
@@ -227,6 +236,10 @@ class CaLab {
 
   uint16_t port() const { return server_->port(); }
   X509* root() const { return root_->cert(); }
+  // The root itself (it can issue, e.g. a client certificate for a probe).
+  const identity::CertificateAuthority& rootCa() const { return *root_; }
+  // The CA files reloaded so far (the first load counts).
+  uint64_t reloads() const { return ca_->reloads(); }
   X509* intermediate() const { return intermediate_->cert(); }
   FakeTokenReviewer& reviewer() { return reviewer_; }
   PodIndex& pods() { return pods_; }
