@@ -283,6 +283,9 @@ absl::Status Server::start() {
     if (!ec) pollWorkloads();
   });
   if (ca_source_ != nullptr || cluster_ca_ != nullptr) scheduleIdentityPoll();
+  // ferry-ca is asked for the identities of the workloads already here now, not at their
+  // first connection (which would be reset meanwhile); later ones come with workload changes.
+  if (cluster_ca_ != nullptr) forgetUnusedIdentities();
   last_trim_ = std::chrono::steady_clock::now();
   scheduleMemoryTrim();  // limits.trim_after_closes may be 0 now and set by a reload
 
@@ -374,7 +377,8 @@ void Server::pollIdentity() {
     // A CA that just became usable may find workloads that left while it was missing.
     forgetUnusedIdentities();
   }
-  if (cluster_ca_ != nullptr) cluster_ca_->poll();
+  // A bundle that just became usable: the identities waiting for it are asked for at once.
+  if (cluster_ca_ != nullptr && cluster_ca_->poll()) forgetUnusedIdentities();
 }
 
 void Server::scheduleIdentityPoll() {
