@@ -31,7 +31,7 @@ fuzz_pkgs=(libclang-rt-14-dev)
 # lab's bridge CNI.
 test_pkgs=(nghttp2-proxy nghttp2-client curl iperf3 tcpdump iproute2 iputils-ping procps psmisc python3
   containernetworking-plugins)
-# The telemetry tier (tests/e2e/prometheus_e2e.sh): a real Prometheus server scrapes the lab's
+# The telemetry case (tests/e2e/datapath_e2e.sh, case 16): a real Prometheus server scrapes the lab's
 # ferryd; promtool checks the exposition.
 telemetry_pkgs=(prometheus)
 # The offline chart tier (tests/k8s/chart_offline.sh): yamllint and PyYAML (chart_checks.py)

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LAB=scripts/ferry-lab
-FERRYCTL=${FERRY_BUILD_DIR:-build/default}/proxy/ferryctl/ferryctl
+FERRYCTL=${FERRYCTL:-${FERRY_BUILD_DIR:-build/default}/proxy/ferryctl/ferryctl}
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 if [ "$(id -u)" != 0 ]; then
   echo "make demo builds network namespaces and loads BPF programs: run it as root" >&2
