@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "proxy/common/strings.h"
 
 namespace ferry::hbone {
 
@@ -28,12 +29,12 @@ std::vector<Header> buildConnectHeaders(const ConnectParams& params) {
   headers.push_back({":method", "CONNECT"});
   headers.push_back({":authority", common::formatHostPort(params.target)});
   headers.push_back({"forwarded", absl::StrCat("for=\"", common::formatHostPort(params.client), "\"")});
-  if (params.source != nullptr) {
+  if (!params.source_name.empty()) {
     // The keys ztunnel sends; metrics on the server side attribute traffic with them.
     headers.push_back(
-        {"baggage", absl::StrCat("k8s.namespace.name=", params.source->namespace_name.str(),
-                                 ",k8s.pod.name=", params.source->name,
-                                 ",service.name=", params.source->name, ",service.version=latest")});
+        {"baggage", absl::StrCat("k8s.namespace.name=", common::toAbsl(params.source_namespace),
+                                 ",k8s.pod.name=", common::toAbsl(params.source_name),
+                                 ",service.name=", common::toAbsl(params.source_name), ",service.version=latest")});
   }
   headers.push_back({"traceparent", makeTraceparent()});
   return headers;
@@ -49,9 +50,8 @@ ConnectVerdict reject(int status, std::string code, std::string reason) {
 }
 }  // namespace
 
-ConnectVerdict validateConnect(const std::vector<Header>& request, const IpAddress& local_ip,
-                               const workloads::Registry& registry,
-                               const std::vector<uint16_t>& ferry_ports) {
+ConnectVerdict parseConnect(const std::vector<Header>& request, const IpAddress& local_ip,
+                            const std::vector<uint16_t>& ferry_ports) {
   const std::string* method = nullptr;
   const std::string* authority = nullptr;
   int methods = 0;
@@ -87,14 +87,8 @@ ConnectVerdict validateConnect(const std::vector<Header>& request, const IpAddre
     return reject(400, "ferry_port",
                   absl::StrCat(":authority ", *authority, " targets a ferry port"));
   }
-  const auto* workload = registry.findLocalByIp(target->ip);
-  if (workload == nullptr) {
-    return reject(503, "unknown_destination",
-                  absl::StrCat(target->ip.to_string(), " is not a workload on this node"));
-  }
   ConnectVerdict v;
   v.target = *target;
-  v.workload = workload;
   return v;
 }
 

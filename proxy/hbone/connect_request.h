@@ -1,14 +1,15 @@
 #pragma once
-// The HBONE CONNECT request: what a client sends (design §4, reference/hbone.md §2.4) and
-// how a server judges it (§2.5). Pure functions, no I/O: unit-tested on their own.
+// The HBONE CONNECT request: what a client sends and whether a server can take its form
+// (docs/hbone.md). Whether its target may be called is the session's to judge
+// (session/connect_target.h). Pure functions, no I/O: unit-tested on their own.
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "proxy/common/net.h"
 #include "proxy/hbone/h2_connection.h"
-#include "proxy/workloads/registry.h"
 
 namespace ferry::hbone {
 
@@ -18,7 +19,10 @@ using common::IpAddress;
 struct ConnectParams {
   HostPort target;             // destination pod ip:port (the application port)
   HostPort client;             // the application's own address (forwarded: for=)
-  const workloads::Workload* source = nullptr;  // for baggage; may be null
+  // The calling workload, for baggage (server-side metrics attribute traffic with it);
+  // empty when unknown.
+  std::string_view source_namespace;
+  std::string_view source_name;
 };
 
 // `:method CONNECT`, `:authority`, `forwarded`, `baggage`, `traceparent` (random).
@@ -32,15 +36,12 @@ struct ConnectVerdict {
   std::string reason;          // why (logged, and counted by `code`)
   std::string code;            // short machine-readable reason, e.g. "authority_mismatch"
   HostPort target;             // valid when status == 200
-  const workloads::Workload* workload = nullptr;  // the local workload being called
 };
 
-// Checks a request received on a connection whose original destination IP is `local_ip`:
-// CONNECT only; no :scheme/:path/:protocol; :authority is ip:port with port 1..65535;
-// its IP equals `local_ip`; the target is a local workload of `registry`; the port is not
-// one of `ferry_ports`.
-ConnectVerdict validateConnect(const std::vector<Header>& request, const IpAddress& local_ip,
-                               const workloads::Registry& registry,
-                               const std::vector<uint16_t>& ferry_ports);
+// Checks the form of a request received on a connection whose original destination IP is
+// `local_ip`: CONNECT only; no :scheme/:path/:protocol; :authority is ip:port with port
+// 1..65535; its IP equals `local_ip`; the port is not one of `ferry_ports`. 400 otherwise.
+ConnectVerdict parseConnect(const std::vector<Header>& request, const IpAddress& local_ip,
+                            const std::vector<uint16_t>& ferry_ports);
 
 }  // namespace ferry::hbone

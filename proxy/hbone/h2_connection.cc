@@ -17,8 +17,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "proxy/common/log.h"
-#include "proxy/hbone/readable.h"
-#include "proxy/hbone/socket_io.h"
+
+#include "proxy/net/socket_io.h"
 #include "proxy/identity/openssl_util.h"
 
 namespace ferry::hbone {
@@ -70,20 +70,6 @@ class FrameBatch {
   size_t capacity_ = 0;
 };
 thread_local FrameBatch t_batch;
-
-std::string tlsError(std::string_view what) {
-  std::string errors = identity::drainOpenSslErrors();
-  std::string out(what);
-  if (!errors.empty()) absl::StrAppend(&out, ": ", errors);
-  return out;
-}
-
-// SSL_get_error() needs an empty error queue before the call it explains. Clearing it
-// walks all of its slots, once per record: only do that when something is queued (every
-// failure here ends the connection and drains the queue into its message).
-void clearTlsErrors() {
-  if (ERR_peek_error() != 0) ERR_clear_error();
-}
 
 // The GOAWAY a fatal error of nghttp2_session_mem_recv() deserves, and why. nghttp2 sends
 // no GOAWAY for these itself: it only reports them (errors it does answer, such as a bad
@@ -310,48 +296,6 @@ static int sendData(nghttp2_session*, nghttp2_frame*, const uint8_t* framehd, si
 
 };
 
-// --- the BIO between OpenSSL and the connection's ciphertext chains ---------------------
-struct TlsBio {
-  static int write(BIO* bio, const char* data, int len) {
-    static_cast<H2Connection*>(BIO_get_data(bio))->tls_out_.append(data, static_cast<size_t>(len));
-    return len;
-  }
-  static int read(BIO* bio, char* data, int len) {
-    auto* conn = static_cast<H2Connection*>(BIO_get_data(bio));
-    BIO_clear_retry_flags(bio);
-    if (conn->tls_in_.empty()) {
-      BIO_set_retry_read(bio);
-      return -1;
-    }
-    return static_cast<int>(conn->tls_in_.copyOut(data, static_cast<size_t>(len)));
-  }
-  static long ctrl(BIO* bio, int cmd, long, void*) {
-    switch (cmd) {
-      case BIO_CTRL_FLUSH:
-        return 1;
-      case BIO_CTRL_PENDING:
-        return static_cast<long>(static_cast<H2Connection*>(BIO_get_data(bio))->tls_in_.size());
-      default:
-        return 0;
-    }
-  }
-  static int create(BIO* bio) {
-    BIO_set_init(bio, 1);
-    return 1;
-  }
-  static const BIO_METHOD* method() {
-    static BIO_METHOD* m = [] {
-      BIO_METHOD* meth = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "ferry-hbone");
-      BIO_meth_set_write(meth, &TlsBio::write);
-      BIO_meth_set_read(meth, &TlsBio::read);
-      BIO_meth_set_ctrl(meth, &TlsBio::ctrl);
-      BIO_meth_set_create(meth, &TlsBio::create);
-      return meth;
-    }();
-    return m;
-  }
-};
-
 // ---------------------------------------------------------------------------------------
 // H2Stream
 
@@ -404,12 +348,6 @@ void H2Stream::markReset(uint32_t code) {
   }
 }
 
-std::string H2Stream::takeReceived() {
-  std::string out = received_.toString();
-  received_.clear();
-  return out;
-}
-
 void H2Stream::consumed(size_t size) {
   if (size > 0) conn_.consume(id_, size);
 }
@@ -446,7 +384,7 @@ H2Connection::H2Connection(Role role, std::unique_ptr<TlsStream> tls, H2Options 
     : role_(role),
       tls_(std::move(tls)),
       options_(options),
-      executor_(tls_->get_executor()),
+      executor_(tls_.socket().get_executor()),
       write_signal_(executor_),
       keepalive_timer_(executor_) {
   nghttp2_session_callbacks* cbs = nullptr;
@@ -479,31 +417,6 @@ H2Connection::H2Connection(Role role, std::unique_ptr<TlsStream> tls, H2Options 
   nghttp2_option_del(opt);
   nghttp2_session_callbacks_del(cbs);
   last_read_ = idle_since_ = Clock::now();
-  installBio();
-}
-
-void H2Connection::installBio() {
-  SSL* ssl = tls_->native_handle();
-  // Bytes that arrived with the end of the handshake (the peer's preface, SETTINGS, a
-  // first CONNECT) sit in Asio's BIO pair: move them over. Asio reads at most one pair's
-  // worth at a time and SSL drains the pair before asking for more, so nothing is left
-  // in Asio's own input buffer.
-  BIO* old = SSL_get_rbio(ssl);
-  char buf[4096];
-  int n;
-  while (old != nullptr && (n = BIO_read(old, buf, sizeof(buf))) > 0) tls_in_.append(buf, n);
-  BIO* bio = BIO_new(TlsBio::method());
-  BIO_set_data(bio, this);
-  SSL_set_bio(ssl, bio, bio);  // one reference for both directions; frees Asio's half
-  // Asio asks for partial writes (SSL_write returns after each record); our BIO takes
-  // every record at once, so one SSL_write turns a whole batch into records.
-  SSL_clear_mode(ssl, SSL_MODE_ENABLE_PARTIAL_WRITE);
-  // The TLS contexts release OpenSSL's record buffers after every use, which suits the
-  // handshake-only and short-lived uses; an HBONE connection carries one record after the
-  // other, and a malloc, zeroing and free of two ~17 KiB buffers per record cost about 10 %
-  // of the request/response rate. It keeps them, and frees them when it goes quiet
-  // (keepaliveLoop).
-  SSL_clear_mode(ssl, SSL_MODE_RELEASE_BUFFERS);
 }
 
 H2Connection::~H2Connection() {
@@ -739,12 +652,12 @@ void H2Connection::fail(std::string_view why) {
   boost::system::error_code ignored;
   if (streams_.empty()) {
     // ferryd's sockets are armed with SO_LINGER {1, 0} so that a crash resets them
-    // (session::closeGracefully); a tunnel that carries nothing any more ends with a FIN.
+    // (net::closeGracefully); a tunnel that carries nothing any more ends with a FIN.
     // One that still carries streams keeps the reset: they did not end.
-    tls_->next_layer().set_option(boost::asio::socket_base::linger(false, 0), ignored);
+    tls_.socket().set_option(boost::asio::socket_base::linger(false, 0), ignored);
   }
-  tls_->next_layer().shutdown(Tcp::socket::shutdown_both, ignored);
-  tls_->next_layer().close(ignored);
+  tls_.socket().shutdown(Tcp::socket::shutdown_both, ignored);
+  tls_.socket().close(ignored);
   keepalive_timer_.cancel();
   write_signal_.notify();
   auto streams = std::move(streams_);
@@ -800,27 +713,23 @@ void H2Connection::countPrematureReset(bool premature) {
 
 awaitable<void> H2Connection::readLoop() {
   auto self = shared_from_this();
-  auto& socket = tls_->next_layer();
-  SSL* ssl = tls_->native_handle();
+  auto& socket = tls_.socket();
   boost::system::error_code ignored;
   socket.non_blocking(true, ignored);
-  Drained drained = Drained::kNo;  // what the last read left (readAvailable)
+  net::Drained drained = net::Drained::kNo;  // what the last read left (readAvailable)
   while (!dead_) {
     // Decrypt every complete record buffered, feeding nghttp2 as we go.
     bool any = false;
-    while (recordBuffered()) {
-      clearTlsErrors();
-      int n = SSL_read(ssl, t_plain.data(), static_cast<int>(t_plain.size()));
-      if (n > 0) {
-        any = true;
-        if (!feed(t_plain.data(), static_cast<size_t>(n))) co_return;
-        continue;
+    for (;;) {
+      std::string error;
+      int n = tls_.decrypt(t_plain.data(), t_plain.size(), error);
+      if (n == 0) break;
+      if (n < 0) {
+        fail(error);
+        co_return;
       }
-      int err = SSL_get_error(ssl, n);
-      if (err == SSL_ERROR_WANT_READ) break;
-      fail(err == SSL_ERROR_ZERO_RETURN ? std::string("peer closed the connection")
-                                        : tlsError("read: TLS error"));
-      co_return;
+      any = true;
+      if (!feed(t_plain.data(), static_cast<size_t>(n))) co_return;
     }
     if (any) {
       endReadPass();
@@ -828,10 +737,10 @@ awaitable<void> H2Connection::readLoop() {
     }
     // SETTINGS and PING acknowledgements, WINDOW_UPDATEs, records SSL_read produced itself
     // (a KeyUpdate answer, an alert).
-    if (!tls_out_.empty() || nghttp2_session_want_write(session_)) flushNow();
+    if (tls_.hasCiphertextOut() || nghttp2_session_want_write(session_)) flushNow();
     if (dead_) co_return;
-    if (drained != Drained::kNo) {
-      auto [wec] = co_await asyncReadable(socket, drained, asio::as_tuple(use_awaitable));
+    if (drained != net::Drained::kNo) {
+      auto [wec] = co_await net::asyncReadable(socket, asio::as_tuple(use_awaitable));
       if (wec && !dead_) {
         fail(absl::StrCat("read: ", wec.message()));
         co_return;
@@ -839,11 +748,8 @@ awaitable<void> H2Connection::readLoop() {
       if (dead_) co_return;
     }
     // More ciphertext: straight into the chain's blocks, several records per read().
-    asio::mutable_buffer bufs[2];
-    size_t count = tls_in_.prepare(kSocketRead, bufs);
     boost::system::error_code ec;
-    size_t n = readAvailable(socket, std::span<const asio::mutable_buffer>(bufs, count), drained, ec);
-    tls_in_.commit(n);
+    tls_.readCiphertext(kSocketRead, drained, ec);
     if (ec == asio::error::would_block) continue;
     if (ec) {
       // A close without close_notify is how HTTP/2 peers usually leave: not an error.
@@ -883,20 +789,6 @@ void H2Connection::endReadPass() {
   if (closing_) kick();
 }
 
-// Whether SSL_read has a whole record to work on (or plaintext left from one): asking it
-// without one only gets SSL_ERROR_WANT_READ, at the cost of a trip through its state
-// machine per message.
-bool H2Connection::recordBuffered() const {
-  if (SSL_pending(tls_->native_handle()) > 0) return true;
-  constexpr size_t kHeader = 5;  // type, legacy version, length (RFC 8446 §5.1)
-  unsigned char header[kHeader];
-  if (tls_in_.peek(reinterpret_cast<char*>(header), kHeader) < kHeader) return false;
-  size_t length = (static_cast<size_t>(header[3]) << 8) | header[4];
-  // An oversized length is SSL_read's to reject (record_overflow) now, not after 64 KiB.
-  constexpr size_t kMaxCiphertext = (1 << 14) + 256;
-  return length > kMaxCiphertext || tls_in_.size() >= kHeader + length;
-}
-
 bool H2Connection::collectFrames() {
   auto& out = t_batch;
   out.clear();
@@ -921,36 +813,33 @@ bool H2Connection::produce(size_t& produced) {
   auto& out = t_batch;
   produced = out.size();
   if (out.empty()) return true;
-  // The BIO accepts everything, so one SSL_write turns the whole batch into records.
-  clearTlsErrors();
-  int n = SSL_write(tls_->native_handle(), out.data(), static_cast<int>(out.size()));
-  if (n <= 0 || static_cast<size_t>(n) != out.size()) {
-    fail(tlsError("write: TLS error"));
+  std::string error;
+  if (!tls_.encrypt(out.data(), out.size(), error)) {
+    fail(error);
     return false;
   }
   return true;
 }
 
 H2Connection::Drain H2Connection::drainTls() {
-  auto& socket = tls_->next_layer();
-  while (!tls_out_.empty()) {
-    if (dead_) return Drain::kFailed;
-    boost::system::error_code ec;
-    size_t n = writeSome(socket, tls_out_, ec);
-    if (ec == asio::error::would_block) return Drain::kBlocked;
-    if (ec) {
-      fail(absl::StrCat("write: ", ec.message()));
-      return Drain::kFailed;
-    }
-    tls_out_.consume(n);
+  if (dead_) return Drain::kFailed;
+  boost::system::error_code ec;
+  switch (tls_.drain(ec)) {
+    case net::TlsChannel::Drain::kDone:
+      return Drain::kDone;
+    case net::TlsChannel::Drain::kBlocked:
+      return Drain::kBlocked;
+    case net::TlsChannel::Drain::kFailed:
+      break;
   }
-  return Drain::kDone;
+  fail(absl::StrCat("write: ", ec.message()));
+  return Drain::kFailed;
 }
 
-// Sends everything SSL_write queued in tls_out_: one writev of the queued blocks while the
+// Sends everything SSL_write queued in the channel: one writev of the queued blocks while the
 // socket takes them, waiting for writability otherwise.
 awaitable<bool> H2Connection::flushTls() {
-  auto& socket = tls_->next_layer();
+  auto& socket = tls_.socket();
   for (;;) {
     switch (drainTls()) {
       case Drain::kDone:
@@ -974,7 +863,7 @@ awaitable<void> H2Connection::writeLoop() {
   while (!dead_) {
     size_t produced = 0;
     if (!produce(produced)) co_return;
-    if (!tls_out_.empty() && !co_await flushTls()) co_return;
+    if (tls_.hasCiphertextOut() && !co_await flushTls()) co_return;
     if (produced > 0) continue;  // nghttp2 may have more than one batch
     if (!nghttp2_session_want_read(session_) && !nghttp2_session_want_write(session_)) {
       // After a GOAWAY with an error (nghttp2 stops both once it is sent): close at once,
@@ -989,7 +878,7 @@ awaitable<void> H2Connection::writeLoop() {
     if (closing_ && streams_.empty() && !nghttp2_session_want_write(session_)) {
       // Drained: GOAWAY sent (or protocol error), nothing in flight.
       boost::system::error_code ignored;
-      tls_->next_layer().shutdown(Tcp::socket::shutdown_send, ignored);
+      tls_.socket().shutdown(Tcp::socket::shutdown_send, ignored);
       fail(close_reason_.empty() ? "drained" : close_reason_);
       co_return;
     }
@@ -1004,10 +893,10 @@ awaitable<void> H2Connection::writeLoop() {
 // never read are dropped first (bounded), else close() answers them with a RST that may
 // overtake the GOAWAY on a real network.
 void H2Connection::closeAfterGoaway() {
-  auto& socket = tls_->next_layer();
+  auto& socket = tls_.socket();
   boost::system::error_code ignored;
   // The GOAWAY ends the streams for the peer, so this close is an orderly one: disarm the
-  // reset-on-close (SO_LINGER {1, 0}, session::closeGracefully), which would discard a
+  // reset-on-close (SO_LINGER {1, 0}, net::closeGracefully), which would discard a
   // GOAWAY still in the send queue (a full peer window, on a real network) with the FIN.
   socket.set_option(boost::asio::socket_base::linger(false, 0), ignored);
   socket.shutdown(Tcp::socket::shutdown_send, ignored);
@@ -1051,7 +940,7 @@ awaitable<void> H2Connection::keepaliveLoop() {
     }
     // No DATA either way for a whole interval: give OpenSSL's record buffers back (it
     // allocates them again with the next record; it keeps them if they hold anything).
-    if (!data_moved_) SSL_free_buffers(tls_->native_handle());
+    if (!data_moved_) tls_.releaseBuffers();
     data_moved_ = false;
     nghttp2_submit_ping(session_, NGHTTP2_FLAG_NONE, nullptr);
     kick();

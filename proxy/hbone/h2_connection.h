@@ -7,10 +7,9 @@
 //   peer -> TCP: DATA lands in H2Stream::received; the window is only given back
 //                (nghttp2_session_consume) after the bytes were written to the TCP socket, so
 //                the peer's sender stops when our application reads slowly.
-// TLS: Asio's ssl::stream does the handshake; after it, the connection drives the same SSL
-// object itself through a BIO over two BufferChains, so that one read() feeds many
-// records and every record of a write batch leaves in one writev(), instead of one
-// syscall and two extra copies per 16 KiB record through Asio's 17 KiB BIO pair.
+// TLS: net::dialMtls / acceptMtls do the handshake; after it, the connection drives the
+// same SSL object through a net::TlsChannel (TLS over buffer chains: several records per
+// read(), a whole write batch per writev()).
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -25,20 +24,22 @@
 #include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 
-#include "proxy/hbone/buffer_chain.h"
+#include "proxy/net/buffer_chain.h"
+#include "proxy/net/tls_channel.h"
 #include "proxy/hbone/h2_errors.h"
-#include "proxy/hbone/signal.h"
+#include "proxy/net/signal.h"
 
 struct nghttp2_session;
 
 namespace ferry::hbone {
 
 using Tcp = boost::asio::ip::tcp;
-using TlsStream = boost::asio::ssl::stream<Tcp::socket>;
+using net::TlsStream;
 
 // How much TCP->peer data one stream may queue before the relay stops reading its socket.
 inline constexpr size_t kStreamSendBuffer = 256 * 1024;
-// HTTP/2 settings from design §4 (ztunnel's values, so that throughput matches).
+// HTTP/2 settings: ztunnel's values, so that throughput matches (docs/architecture.md,
+// "HTTP/2 settings").
 inline constexpr int32_t kStreamWindow = 4 * 1024 * 1024;
 inline constexpr int32_t kConnectionWindow = 16 * 1024 * 1024;
 inline constexpr uint32_t kMaxFrameSize = 1024 * 1024;
@@ -99,7 +100,7 @@ class H2Stream {
   void send(const char* data, size_t size);
   // Zero-copy variant of send(): read into the buffers pending().prepare() gives, then
   // call sent(n) with what was read.
-  BufferChain& pending() { return pending_; }
+  net::BufferChain& pending() { return pending_; }
   void sent(size_t size);
   // END_STREAM once everything queued has been sent (TCP FIN from the application).
   void sendEof();
@@ -109,9 +110,8 @@ class H2Stream {
   // --- peer -> TCP ---
   // Data received and not yet written out. The writer gathers from received() and, once
   // bytes are written, consume()s them there and reports them with consumed() (which gives
-  // the peer its window back). takeReceived() is the same as a copy, for tests.
-  BufferChain& received() { return received_; }
-  std::string takeReceived();
+  // the peer its window back).
+  net::BufferChain& received() { return received_; }
   bool hasReceived() const { return !received_.empty(); }
   void consumed(size_t size);
   // Drops what was received but will never be written out (the stream was reset, the
@@ -149,9 +149,9 @@ class H2Stream {
   void setAbortHandler(std::function<void()> handler) { on_abort_ = std::move(handler); }
 
   // Wakes the relay's TCP->peer loop: buffer space freed, stream ended.
-  Signal& sendReady() { return send_signal_; }
+  net::Signal& sendReady() { return send_signal_; }
   // Wakes the relay's peer->TCP loop: data, END_STREAM, reset, headers.
-  Signal& recvReady() { return recv_signal_; }
+  net::Signal& recvReady() { return recv_signal_; }
 
   uint64_t bytesSent() const { return bytes_sent_; }
   uint64_t bytesReceived() const { return bytes_received_; }
@@ -169,10 +169,10 @@ class H2Stream {
   H2Connection& conn_;
   std::shared_ptr<H2Connection> keep_alive_;  // the connection outlives its streams
   int32_t id_ = -1;
-  BufferChain pending_;
+  net::BufferChain pending_;
   bool local_eof_ = false;
   bool deferred_ = false;
-  BufferChain received_;
+  net::BufferChain received_;
   ReceiveSink* sink_ = nullptr;
   bool touched_ = false;  // in H2Connection::touched_
   bool remote_eof_ = false;
@@ -188,8 +188,8 @@ class H2Stream {
   std::function<void()> on_abort_;
   uint64_t bytes_sent_ = 0;
   uint64_t bytes_received_ = 0;
-  Signal send_signal_;
-  Signal recv_signal_;
+  net::Signal send_signal_;
+  net::Signal recv_signal_;
 };
 
 struct H2Options {
@@ -261,7 +261,7 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   // How many more streams this client connection takes (pool limit and peer's setting).
   size_t streamCapacity() const;
   const std::string& closeReason() const { return close_reason_; }
-  TlsStream& tls() { return *tls_; }
+  TlsStream& tls() { return tls_.stream(); }
   const boost::asio::any_io_executor& executor() const { return executor_; }
 
  private:
@@ -288,7 +288,7 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
       flushNow();
     }
   }
-  // nghttp2_session_mem_send into one batch, through SSL_write into tls_out_. False after
+  // nghttp2_session_mem_send into one batch, through SSL_write into the channel. False after
   // fail(); `produced` is the number of frame bytes.
   bool produce(size_t& produced);
   // The frame steps of the loops (see startFrames()): the SETTINGS preface; plaintext into
@@ -299,9 +299,8 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   void endReadPass();
   bool collectFrames();
   enum class Drain { kDone, kBlocked, kFailed };
-  // Writes tls_out_ while the socket takes it (kFailed after fail()).
+  // Writes the channel's ciphertext while the socket takes it (kFailed after fail()).
   Drain drainTls();
-  bool recordBuffered() const;
   // Hands DATA that arrived in this read pass to the streams' sinks, wakes the rest.
   void deliverReceived();
   void fail(std::string_view why);
@@ -313,16 +312,13 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   bool submitData(H2Stream& stream, int status, const std::vector<Header>& extra, bool with_body);
 
   friend struct H2Callbacks;  // nghttp2 callbacks, defined in the .cc
-  friend struct TlsBio;       // the BIO over tls_in_ / tls_out_, defined in the .cc
 
-  void installBio();
-  // drainTls() until tls_out_ is empty, waiting for writability. False after fail().
+  // drainTls() until the channel's ciphertext is out, waiting for writability. False after
+  // fail().
   boost::asio::awaitable<bool> flushTls();
 
   Role role_;
-  std::unique_ptr<TlsStream> tls_;  // owns the SSL object and the socket
-  BufferChain tls_in_;   // ciphertext read from the socket, not yet decrypted
-  BufferChain tls_out_;  // ciphertext SSL_write produced, not yet on the socket
+  net::TlsChannel tls_;  // owns the SSL object, the socket and the ciphertext chains
   H2Options options_;
   boost::asio::any_io_executor executor_;
   nghttp2_session* session_ = nullptr;
@@ -330,7 +326,7 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   std::vector<std::shared_ptr<H2Stream>> touched_;  // got DATA in this read pass, have a sink
   RequestHandler on_request_;
   CloseHandler on_close_;
-  Signal write_signal_;
+  net::Signal write_signal_;
   boost::asio::steady_timer keepalive_timer_;
   std::chrono::steady_clock::time_point last_read_;
   std::chrono::steady_clock::time_point idle_since_;

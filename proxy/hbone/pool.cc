@@ -46,7 +46,7 @@ boost::asio::awaitable<absl::StatusOr<std::shared_ptr<H2Connection>>> Pool::acqu
       if (!after.last_error.ok() && after.connections.empty()) co_return after.last_error;
       continue;
     }
-    auto event = std::make_shared<Event>(executor_);
+    auto event = std::make_shared<net::Event>(executor_);
     entry.connecting = event;
     ++handshakes_;
     auto result = co_await connect();

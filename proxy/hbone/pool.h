@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "proxy/common/net.h"
 #include "proxy/hbone/h2_connection.h"
-#include "proxy/hbone/signal.h"
+#include "proxy/net/signal.h"
 
 namespace ferry::hbone {
 
@@ -64,7 +64,7 @@ class Pool {
  private:
   struct Entry {
     std::vector<std::shared_ptr<H2Connection>> connections;
-    std::shared_ptr<Event> connecting;  // set while a handshake is in flight
+    std::shared_ptr<net::Event> connecting;  // set while a handshake is in flight
     absl::Status last_error;
   };
   void prune(Entry& entry);

@@ -7,7 +7,6 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -22,12 +21,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "proxy/common/file.h"
+#include "proxy/net/deadline.h"
 #include "proxy/telemetry/metrics.h"
 
 namespace ferry::server {
 namespace asio = boost::asio;
 using asio::local::stream_protocol;
-using namespace boost::asio::experimental::awaitable_operators;
 
 namespace {
 constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
@@ -196,23 +195,22 @@ asio::awaitable<void> CniEndpoint::serve(stream_protocol::socket socket) {
     }
     co_return;
   }
-  asio::steady_timer deadline(io_);
-  deadline.expires_at(started + config_.plugin_timeout);
+  auto deadline = started + config_.plugin_timeout;
   // One answer per connection, written once at the end. (Named, never a temporary inside a
   // co_await expression: GCC 12 destroys such temporaries twice.)
   cni::Answer reply{cni::Verdict::kError, {}, {}};
   std::optional<cni::Request> request;
   unsigned char header[4];
-  auto got = co_await (asio::async_read(socket, asio::buffer(header), kTuple) || deadline.async_wait(kTuple));
-  if (got.index() != 0 || std::get<0>(std::get<0>(got))) co_return;
+  auto got = co_await net::withDeadline(asio::async_read(socket, asio::buffer(header), kTuple), deadline);
+  if (!got || std::get<0>(*got)) co_return;
   uint32_t size = cni::frameLength(header);
   std::string error;
   if (size == 0 || size > cni::kMaxMessageBytes) {
     error = absl::StrCat("a request of ", size, " bytes (at most ", cni::kMaxMessageBytes, ")");
   } else {
     std::string body(size, '\0');
-    got = co_await (asio::async_read(socket, asio::buffer(body), kTuple) || deadline.async_wait(kTuple));
-    if (got.index() != 0 || std::get<0>(std::get<0>(got))) co_return;
+    got = co_await net::withDeadline(asio::async_read(socket, asio::buffer(body), kTuple), deadline);
+    if (!got || std::get<0>(*got)) co_return;
     request = cni::decodeRequest(body, &error);
     if (request && !validContainerId(request->container_id)) {
       request.reset();
@@ -232,7 +230,7 @@ asio::awaitable<void> CniEndpoint::serve(stream_protocol::socket socket) {
   }
   std::string out = cni::encodeAnswer(reply);
   out.insert(0, cni::frameHeader(static_cast<uint32_t>(out.size())));
-  co_await (asio::async_write(socket, asio::buffer(out), kTuple) || deadline.async_wait(kTuple));
+  co_await net::withDeadline(asio::async_write(socket, asio::buffer(out), kTuple), deadline);
 }
 
 void CniEndpoint::logAnswer(const cni::Request& request, const cni::Answer& a, std::chrono::nanoseconds took) {

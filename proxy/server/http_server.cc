@@ -7,7 +7,6 @@
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -20,11 +19,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "proxy/common/log.h"
+#include "proxy/net/deadline.h"
 
 namespace ferry::server {
 namespace asio = boost::asio;
 namespace http = boost::beast::http;
-using namespace boost::asio::experimental::awaitable_operators;
 using asio::ip::tcp;
 
 namespace {
@@ -68,10 +67,8 @@ asio::awaitable<void> serveOne(tcp::socket socket, const Routes* routes) {
   http::request_parser<http::string_body> parser;
   parser.header_limit(8192);
   parser.body_limit(kMaxBody);
-  asio::steady_timer timer(socket.get_executor());
-  timer.expires_after(kRequestTimeout);
-  auto read = co_await (http::async_read(socket, buffer, parser, kTuple) || timer.async_wait(kTuple));
-  if (read.index() != 0 || std::get<0>(std::get<0>(read))) co_return;
+  auto read = co_await net::withTimeout(http::async_read(socket, buffer, parser, kTuple), kRequestTimeout);
+  if (!read || std::get<0>(*read)) co_return;
   auto& req = parser.get();
   http::response<http::string_body> res;
   res.version(11);
@@ -105,8 +102,7 @@ asio::awaitable<void> serveOne(tcp::socket socket, const Routes* routes) {
     after_write = std::move(r.after_write);
   }
   res.prepare_payload();
-  timer.expires_after(kRequestTimeout);
-  co_await (http::async_write(socket, res, kTuple) || timer.async_wait(kTuple));
+  co_await net::withTimeout(http::async_write(socket, res, kTuple), kRequestTimeout);
   boost::system::error_code ignored;
   socket.shutdown(tcp::socket::shutdown_both, ignored);
   if (after_write) after_write();

@@ -18,7 +18,7 @@
 #include "proxy/common/log.h"
 #include "proxy/datapath/netlink.h"
 #include "proxy/datapath/proxy_netns.h"
-#include "proxy/hbone/buffer_chain.h"
+#include "proxy/net/buffer_chain.h"
 #include "proxy/policy/kubernetes.h"
 #include "proxy/server/policy_admin.h"
 #include "proxy/session/common.h"
@@ -74,7 +74,7 @@ asio::awaitable<void> acceptLoop(session::Worker& worker, tcp::acceptor& accepto
       continue;
     }
     if (shared.draining.load(std::memory_order_relaxed)) {
-      session::abortSocket(socket);
+      net::abortSocket(socket);
       continue;
     }
     // Refused connections are closed with a reset at once: no byte is read, nothing is
@@ -84,7 +84,7 @@ asio::awaitable<void> acceptLoop(session::Worker& worker, tcp::acceptor& accepto
     boost::system::error_code peer_ec;
     auto peer = socket.remote_endpoint(peer_ec);
     if (peer_ec) {
-      session::abortSocket(socket);  // gone already
+      net::abortSocket(socket);  // gone already
       continue;
     }
     if (socket.native_handle() >= shared.descriptor_cap) {
@@ -99,7 +99,7 @@ asio::awaitable<void> acceptLoop(session::Worker& worker, tcp::acceptor& accepto
                   session::toHostPort(peer).ip.to_string(), session::listenerLabel(kind), session::refusalLabel(why),
                   suppressed);
       }
-      session::abortSocket(socket);
+      net::abortSocket(socket);
       continue;
     }
     handler(worker, std::move(socket), std::move(admitted));
@@ -589,7 +589,7 @@ void Server::maybeTrimMemory() {
   auto remaining = std::make_shared<std::atomic<size_t>>(workers_.size());
   for (auto& w : workers_) {
     asio::post(w->io(), [this, remaining, since_trim] {
-      hbone::BufferChain::releaseFreeBlocks();
+      net::BufferChain::releaseFreeBlocks();
       if (remaining->fetch_sub(1) == 1) asio::post(control_, [this, since_trim] { trimHeap(since_trim); });
     });
   }
@@ -874,6 +874,11 @@ void Server::registerMetrics() {
       std::string worker = std::to_string(i);
       load.add(static_cast<double>(shared_->placement.load(i)), {{"worker", worker}});
     }
+    auto blocks = net::BufferChain::blocks();
+    auto buffers = out.gauge("ferry_buffer_blocks",
+                             "64 KiB buffer blocks: holding queued bytes, or spare on the workers' free lists");
+    buffers.add(static_cast<double>(blocks.in_use), {{"state", "in_use"}});
+    buffers.add(static_cast<double>(blocks.spare), {{"state", "spare"}});
     auto up = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_at_);
     out.gauge("ferry_uptime_seconds", "Seconds since start", static_cast<double>(up.count()));
   });

@@ -102,7 +102,7 @@ class Server {
   void collectIdentityMetrics(telemetry::Exposition& out);
   void registerMetrics();
   void armSignals();
-  // The admin endpoint's pages (server_admin.cc; docs/operations.md, "Admin endpoint").
+  // The admin endpoint's pages (server_admin.cc; docs/operations.md, "Endpoints").
   void routeAdmin();
   // /connections: asks every worker for its live connections (on its own thread) and
   // replies on the control thread once all have answered.
@@ -161,7 +161,7 @@ class Server {
   ca::ClusterCaSource* cluster_ca_ = nullptr;        // certs_, when it is ferry-ca
   std::unique_ptr<identity::TlsContextCache> tls_;
   absl::Status makeCertSource();
-  session::KernelSocketFactory sockets_;
+  net::KernelSocketFactory sockets_;
   session::Admission admission_;
   uint64_t descriptor_limit_ = 0;  // RLIMIT_NOFILE in force (after raising it)
   std::unique_ptr<session::Shared> shared_;

@@ -1,4 +1,4 @@
-// The admin endpoint's pages (docs/operations.md, "Admin endpoint"), on listen.admin, which
+// The admin endpoint's pages (docs/operations.md, "Endpoints"), on listen.admin, which
 // is a loopback address (proxy/config/config.cc refuses any other): an operator on the node,
 // or ferryctl. Text pages that scripts already grep keep their text, with a JSON form
 // (?format=json) beside it; the pages added for ferryctl are JSON.

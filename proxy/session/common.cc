@@ -144,7 +144,7 @@ void ConnectionRecord::abort(CloseReason reason) {
   // the record (as `reason`).
   if (stream_) stream_->reset(hbone::kH2Cancel);
   for (auto* socket : sockets_) {
-    if (socket != nullptr) abortSocket(*socket);
+    if (socket != nullptr) net::abortSocket(*socket);
   }
 }
 
@@ -295,7 +295,7 @@ void refuseSelfTarget(Worker& worker, Tcp::socket& socket, const common::HostPor
   worker.shared().stats.self_target_refused.fetch_add(1, std::memory_order_relaxed);
   record.detail = absl::StrCat(common::formatHostPort(destination),
                                " is ferryd itself (one of its listeners or addresses); refused");
-  abortSocket(socket);
+  net::abortSocket(socket);
   record.finish(CloseReason::kSelfTarget);
 }
 
@@ -314,7 +314,7 @@ boost::asio::awaitable<void> forwardTcp(Worker& worker, Tcp::socket& socket,
   auto ec = co_await worker.shared().sockets.connect(upstream, source, destination, cfg.timeouts.connect);
   if (ec) {
     record.detail = absl::StrCat("connect: ", ec.message());
-    abortSocket(socket);
+    net::abortSocket(socket);
     record.finish(ec == boost::asio::error::timed_out ? CloseReason::kConnectTimeout
                                                       : CloseReason::kConnectFailed);
     co_return;

@@ -24,7 +24,7 @@
 #include "proxy/session/placement.h"
 #include "proxy/session/relay.h"
 #include "proxy/session/self_addresses.h"
-#include "proxy/session/socket_factory.h"
+#include "proxy/net/socket_factory.h"
 #include "proxy/session/stats.h"
 #include "proxy/workloads/registry.h"
 
@@ -40,7 +40,7 @@ struct Shared {
   // The authorization policies and PeerAuthentications in force (docs/policy.md).
   const policy::Store& policies;
   identity::TlsContextCache& tls;
-  SocketFactory& sockets;
+  net::SocketFactory& sockets;
   Stats& stats;
   // Ports that are never a valid application target (ferry's own listeners).
   std::vector<uint16_t> ferry_ports;

@@ -1,7 +1,7 @@
 // Inbound HBONE (15008): mTLS with the certificate of the local workload being called
 // (chosen by the connection's original destination IP), then one CONNECT per proxied
 // connection, validated, and re-originated to the workload from the client pod's IP
-// (design §2 step 6, §4).
+// (docs/datapath.md, "Packet walk", step 6; docs/hbone.md, "How the server judges a request").
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -10,7 +10,6 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -18,15 +17,16 @@
 #include "absl/strings/str_cat.h"
 #include "proxy/common/duration.h"
 #include "proxy/common/log.h"
-#include "proxy/hbone/connect_request.h"
-#include "proxy/hbone/signal.h"
+#include "proxy/session/connect_target.h"
+#include "proxy/net/signal.h"
 #include "proxy/identity/spiffe_id.h"
+#include "proxy/net/deadline.h"
+#include "proxy/net/mtls.h"
 #include "proxy/session/common.h"
 #include "proxy/session/context.h"
 
 namespace ferry::session {
 namespace asio = boost::asio;
-using namespace boost::asio::experimental::awaitable_operators;
 using asio::awaitable;
 
 namespace {
@@ -43,8 +43,8 @@ struct TunnelInfo {
   // for the streams' records.
   workloads::WorkloadPtr client_workload;
   workloads::WorkloadPtr local_workload;
-  // Anti-spoofing (design §5): the identity must be that of the workload owning the
-  // client IP. Decided once per connection, answered per stream with 401.
+  // Anti-spoofing (docs/security.md, "Anti-spoofing"): the identity must be that of the
+  // workload owning the client IP. Decided once per connection, answered per stream with 401.
   std::string spoof_reason;
 };
 
@@ -57,15 +57,15 @@ class ConnectSlots {
   // Takes a slot, waiting for one if needed; false (no slot taken) once `stream` is reset.
   // `wake` is the caller's: notified when a slot may be free, and by the stream's abort
   // handler.
-  awaitable<bool> acquire(const hbone::H2Stream& stream, hbone::Signal& wake, Stats& stats) {
+  awaitable<bool> acquire(const hbone::H2Stream& stream, net::Signal& wake, Stats& stats) {
     if (used_ >= limit_ || !waiting_.empty()) {
       stats.hbone_connect_waits.fetch_add(1, std::memory_order_relaxed);
       // Leaves the queue however this frame ends: also when it is destroyed suspended
       // (the worker's io_context stopped at exit), so that no other frame's release()
       // notifies a Signal that is gone.
       struct Waiter {
-        std::deque<hbone::Signal*>& queue;
-        hbone::Signal* wake;
+        std::deque<net::Signal*>& queue;
+        net::Signal* wake;
         ~Waiter() {
           auto it = std::find(queue.begin(), queue.end(), wake);
           if (it != queue.end()) queue.erase(it);
@@ -92,7 +92,7 @@ class ConnectSlots {
   }
   size_t limit_;
   size_t used_ = 0;
-  std::deque<hbone::Signal*> waiting_;
+  std::deque<net::Signal*> waiting_;
 };
 
 // Per-connection warning lines: 10 at once, then one a second (a client whose every stream
@@ -159,8 +159,7 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
   };
 
   auto registry = shared.workloads.current();
-  auto verdict = hbone::validateConnect(stream->headers(), info->local_ip, *registry,
-                                        shared.ferry_ports);
+  auto verdict = validateConnect(stream->headers(), info->local_ip, *registry, shared.ferry_ports);
   if (verdict.status != 200) {
     reject(verdict.status, CloseReason::kBadRequest, verdict.reason);
     co_return;
@@ -203,7 +202,7 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
   // leaves the queue.
   Tcp::socket upstream(worker.io());
   WatchedSocket watched(record, upstream);
-  hbone::Signal wake(worker.io().get_executor());
+  net::Signal wake(worker.io().get_executor());
   stream->setAbortHandler([&upstream, &wake] {
     boost::system::error_code ignored;
     upstream.close(ignored);
@@ -228,7 +227,7 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
   }
   stream->setAbortHandler(nullptr);  // the relay watches the stream from here on
   if (stream->resetCode()) {
-    abortSocket(upstream);
+    net::abortSocket(upstream);
     resetBeforeAnswer();
     co_return;
   }
@@ -273,7 +272,7 @@ awaitable<void> handshakeAndServe(Worker& worker, Tcp::socket socket, LoadUnit l
   };
   if (workload == nullptr) {
     fail(absl::StrCat(local.ip.to_string(), " is not a workload on node ", cfg.node));
-    abortSocket(socket);
+    net::abortSocket(socket);
     co_return;
   }
   auto local_id = identity::SpiffeId::forWorkload(cfg.trust_domain, workload->namespace_name.str(),
@@ -281,39 +280,15 @@ awaitable<void> handshakeAndServe(Worker& worker, Tcp::socket socket, LoadUnit l
   auto ctx = shared.tls.serverContext(local_id);
   if (!ctx.ok()) {
     fail(absl::StrCat("no certificate for ", local_id.str(), ": ", ctx.status().message()));
-    abortSocket(socket);
+    net::abortSocket(socket);
     co_return;
   }
   socket.set_option(Tcp::no_delay(true), ec);
-  auto tls = std::make_unique<hbone::TlsStream>(std::move(socket), **ctx);
-  asio::steady_timer timer(worker.io());
-  timer.expires_at(deadline);
-  auto hs = co_await (tls->async_handshake(asio::ssl::stream_base::server, kTuple) ||
-                      timer.async_wait(kTuple));
-  if (hs.index() == 1) {
-    fail("TLS handshake timed out");
-    co_return;
-  }
-  if (auto [hec] = std::get<0>(hs); hec) {
-    if (auto rejected = identity::handshakeRejection(tls->native_handle(), hec)) {
-      shared.stats.recordRejection(Direction::kInbound, *rejected);
-      fail(absl::StrCat("client certificate refused (", identity::svidRejectionLabel(*rejected),
-                        "): ", hec.message()));
-    } else {
-      fail(absl::StrCat("TLS handshake: ", hec.message()));
-    }
-    co_return;
-  }
-  identity::SvidRejection rejected{};
-  auto peer_id = identity::verifyPeer(tls->native_handle(), cfg.trust_domain, &rejected);
-  if (!peer_id.ok()) {
-    shared.stats.recordRejection(Direction::kInbound, rejected);
-    fail(absl::StrCat("client certificate refused (", identity::svidRejectionLabel(rejected), "): ",
-                      peer_id.status().message()));
-    co_return;
-  }
-  if (identity::negotiatedAlpn(tls->native_handle()) != "h2") {
-    fail("client did not negotiate ALPN h2");
+  net::MtlsOptions mtls{cfg.trust_domain, {}, deadline};
+  auto hs = co_await net::acceptMtls(std::move(socket), **ctx, mtls);
+  if (!hs.ok()) {
+    if (hs.rejection) shared.stats.recordRejection(Direction::kInbound, *hs.rejection);
+    fail(absl::StrCat("client ", hs.status.message()));
     co_return;
   }
   shared.stats.hbone_connections_accepted.fetch_add(1, std::memory_order_relaxed);
@@ -322,7 +297,7 @@ awaitable<void> handshakeAndServe(Worker& worker, Tcp::socket socket, LoadUnit l
   auto info = std::make_shared<TunnelInfo>();
   info->client = client;
   info->local_ip = local.ip;
-  info->peer_id = peer_id->str();
+  info->peer_id = hs.peer_id;
   info->local_id = local_id.str();
   info->local_workload = workload;
   info->client_workload = registry->sharedByIp(client.ip);
@@ -343,7 +318,7 @@ awaitable<void> handshakeAndServe(Worker& worker, Tcp::socket socket, LoadUnit l
   // that completes a handshake and then sends nothing cannot hold the connection forever.
   options.idle_release = cfg.pool.idle_release * 2;
   options.max_premature_resets = cfg.hbone.max_premature_resets;
-  auto conn = hbone::H2Connection::create(hbone::H2Connection::Role::kServer, std::move(tls), options);
+  auto conn = hbone::H2Connection::create(hbone::H2Connection::Role::kServer, std::move(hs.tls), options);
   auto tunnel = std::make_shared<TunnelState>(cfg.hbone.max_pending_connects,
                                               common::formatHostPort(client));
   // The handshake's unit and admission stay with the tunnel for as long as it is open.
@@ -380,10 +355,8 @@ awaitable<void> serveHbone(Worker& worker, Tcp::socket socket, LoadUnit load, Ad
   auto deadline = std::chrono::steady_clock::now() + cfg.timeouts.handshake;
   bool readable = false;
   {
-    asio::steady_timer timer(worker.io());
-    timer.expires_at(deadline);
-    auto first = co_await (socket.async_wait(Tcp::socket::wait_read, kTuple) || timer.async_wait(kTuple));
-    readable = first.index() == 0 && !std::get<0>(std::get<0>(first));
+    auto first = co_await net::withDeadline(socket.async_wait(Tcp::socket::wait_read, kTuple), deadline);
+    readable = first && !std::get<0>(*first);
   }
   const char* why = nullptr;
   if (!readable) {
@@ -403,7 +376,7 @@ awaitable<void> serveHbone(Worker& worker, Tcp::socket socket, LoadUnit load, Ad
     // Debug: a flood of these must not flood the log; the counter has them all.
     FERRY_LOG(kDebug, "hbone: %s %s", ec ? std::string("a client") : common::formatHostPort(toHostPort(peer)),
               why);
-    abortSocket(socket);
+    net::abortSocket(socket);
     co_return;
   }
   co_await handshakeAndServe(worker, std::move(socket), std::move(load), std::move(admitted), deadline);

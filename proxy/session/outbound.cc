@@ -1,6 +1,7 @@
 // Outbound (15001): a connection captured as it left a local pod. HBONE-capable
 // destinations get a CONNECT stream over a pooled mTLS connection from the pod's own IP;
-// anything else is passed through as plain TCP, also from the pod's IP (design §2 step 3).
+// anything else is passed through as plain TCP, also from the pod's IP (docs/datapath.md,
+// "Packet walk", step 3).
 #include <openssl/x509.h>
 
 #include <random>
@@ -8,7 +9,6 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -19,12 +19,13 @@
 #include "proxy/common/log.h"
 #include "proxy/hbone/connect_request.h"
 #include "proxy/identity/spiffe_id.h"
+#include "proxy/net/deadline.h"
+#include "proxy/net/mtls.h"
 #include "proxy/session/common.h"
 #include "proxy/session/context.h"
 
 namespace ferry::session {
 namespace asio = boost::asio;
-using namespace boost::asio::experimental::awaitable_operators;
 using asio::awaitable;
 
 namespace {
@@ -85,54 +86,20 @@ awaitable<absl::StatusOr<std::shared_ptr<hbone::H2Connection>>> dialHbone(Worker
   auto target = plan.key.destination;
   auto ec = co_await shared.sockets.connect(socket, plan.source.ip, target, cfg.timeouts.connect);
   if (ec) co_return absl::Status(dialFailure(ec, *plan.destination_workload, target, cfg.timeouts.connect));
-  auto tls = std::make_unique<hbone::TlsStream>(std::move(socket), **ctx);
-  identity::requirePeerIdentity(tls->native_handle(), &plan.key.destination_id);
-  asio::steady_timer timer(worker.io());
-  timer.expires_after(cfg.timeouts.handshake);
-  auto hs = co_await (tls->async_handshake(asio::ssl::stream_base::client, kTuple) ||
-                      timer.async_wait(kTuple));
-  if (hs.index() == 1) {
-    co_return absl::DeadlineExceededError(absl::StrCat(
-        "TLS handshake with ", common::formatHostPort(target), " timed out"));
-  }
-  if (auto [hec] = std::get<0>(hs); hec) {
-    long verify = SSL_get_verify_result(tls->native_handle());
-    if (auto rejected = identity::handshakeRejection(tls->native_handle(), hec)) {
-      shared.stats.recordRejection(Direction::kOutbound, *rejected);
-    }
-    if (verify != X509_V_OK) {
-      // The server's certificate failed: a wrong or untrusted identity, not a network error.
-      co_return absl::PermissionDeniedError(absl::StrCat(
-          "server ", common::formatHostPort(target), " failed verification (",
-          X509_verify_cert_error_string(verify), "); expected ", plan.key.destination_id));
-    }
-    co_return absl::UnavailableError(absl::StrCat("TLS handshake with ",
-                                                  common::formatHostPort(target), ": ",
-                                                  hec.message()));
-  }
-  identity::SvidRejection rejected{};
-  auto peer = identity::verifyPeer(tls->native_handle(), cfg.trust_domain, &rejected);
-  if (!peer.ok()) {
-    shared.stats.recordRejection(Direction::kOutbound, rejected);
-    co_return absl::PermissionDeniedError(absl::StrCat(
-        "server ", common::formatHostPort(target), " failed identity checks: ", peer.status().message()));
-  }
-  if (peer->str() != plan.key.destination_id) {
-    shared.stats.recordRejection(Direction::kOutbound, identity::SvidRejection::kIdentityMismatch);
-    co_return absl::PermissionDeniedError(absl::StrCat(
-        "server ", common::formatHostPort(target), " presented ", peer->str(), ", expected ",
-        plan.key.destination_id));
-  }
-  if (identity::negotiatedAlpn(tls->native_handle()) != "h2") {
-    co_return absl::PermissionDeniedError(absl::StrCat(
-        "server ", common::formatHostPort(target), " did not negotiate ALPN h2"));
+  net::MtlsOptions mtls{cfg.trust_domain, plan.key.destination_id,
+                        std::chrono::steady_clock::now() + cfg.timeouts.handshake};
+  auto hs = co_await net::dialMtls(std::move(socket), **ctx, mtls);
+  if (!hs.ok()) {
+    if (hs.rejection) shared.stats.recordRejection(Direction::kOutbound, *hs.rejection);
+    co_return absl::Status(hs.status.code(),
+                           absl::StrCat("server ", common::formatHostPort(target), ": ", hs.status.message()));
   }
   hbone::H2Options options;
   options.ping_interval = cfg.pool.ping_interval;
   options.ping_timeout = cfg.pool.ping_timeout;
   options.idle_release = cfg.pool.idle_release;
   options.max_streams = cfg.pool.max_streams;
-  auto conn = hbone::H2Connection::create(hbone::H2Connection::Role::kClient, std::move(tls), options);
+  auto conn = hbone::H2Connection::create(hbone::H2Connection::Role::kClient, std::move(hs.tls), options);
   Stats* stats = &shared.stats;
   Worker* w = &worker;
   conn->setCloseHandler([stats, w](hbone::H2Connection& c) {
@@ -179,7 +146,7 @@ awaitable<std::shared_ptr<hbone::H2Stream>> openStream(Worker& worker, Tcp::sock
   auto conn = co_await worker.pool().acquire(plan.key, [&]() { return dialHbone(worker, plan); });
   if (!conn.ok()) {
     record.detail = std::string(conn.status().message());
-    abortSocket(socket);
+    net::abortSocket(socket);
     CloseReason reason = CloseReason::kConnectFailed;
     if (absl::IsDeadlineExceeded(conn.status())) reason = CloseReason::kConnectTimeout;
     if (absl::IsPermissionDenied(conn.status())) reason = CloseReason::kHandshakeFailed;
@@ -190,11 +157,12 @@ awaitable<std::shared_ptr<hbone::H2Stream>> openStream(Worker& worker, Tcp::sock
     record.finish(reason);
     co_return nullptr;
   }
-  hbone::ConnectParams params{plan.destination, plan.source, plan.source_workload.get()};
+  hbone::ConnectParams params{plan.destination, plan.source, plan.source_workload->namespace_name.str(),
+                              plan.source_workload->name};
   auto stream = (*conn)->openStream(hbone::buildConnectHeaders(params));
   if (!stream) {
     record.detail = "could not open a stream on the pooled HBONE connection";
-    abortSocket(socket);
+    net::abortSocket(socket);
     record.finish(CloseReason::kPeerReset);
     co_return nullptr;
   }
@@ -202,17 +170,15 @@ awaitable<std::shared_ptr<hbone::H2Stream>> openStream(Worker& worker, Tcp::sock
   record.watchStream(stream);
 
   // The server connects upstream before it answers: wait for the answer, bounded.
-  asio::steady_timer timer(worker.io());
-  timer.expires_after(cfg.timeouts.connect + cfg.timeouts.handshake);
   auto wait_headers = [&]() -> awaitable<void> {
     while (!stream->headersDone() && !stream->resetCode()) co_await stream->recvReady().wait();
   };
-  auto answered = co_await (wait_headers() || timer.async_wait(kTuple));
-  if (answered.index() == 1) {
+  bool answered = co_await net::withTimeout(wait_headers(), cfg.timeouts.connect + cfg.timeouts.handshake);
+  if (!answered) {
     stream->reset(hbone::kH2Cancel);
     record.detail = absl::StrCat("no answer to CONNECT ", record.dst, " within ",
                                  common::formatDuration(cfg.timeouts.connect + cfg.timeouts.handshake));
-    abortSocket(socket);
+    net::abortSocket(socket);
     record.finish(CloseReason::kConnectTimeout);
     co_return nullptr;
   }
@@ -222,7 +188,7 @@ awaitable<std::shared_ptr<hbone::H2Stream>> openStream(Worker& worker, Tcp::sock
                         ? absl::StrCat("CONNECT answered ", stream->status())
                         : absl::StrCat("stream reset (code ", stream->resetCode().value_or(0), ")");
     stream->reset(hbone::kH2Cancel);
-    abortSocket(socket);
+    net::abortSocket(socket);
     record.finish(stream->status() != 0 ? CloseReason::kTunnelRefused : CloseReason::kPeerReset);
     co_return nullptr;
   }
@@ -265,7 +231,7 @@ awaitable<void> classifyOutbound(Worker& worker, Tcp::socket socket, Admitted ad
   if (!ends.ok()) {
     ConnectionRecord record(worker, Direction::kOutbound);
     record.detail = std::string(ends.status().message());
-    abortSocket(socket);
+    net::abortSocket(socket);
     record.finish(CloseReason::kBadProxyHeader);
     co_return;
   }
@@ -322,7 +288,7 @@ awaitable<void> classifyOutbound(Worker& worker, Tcp::socket socket, Admitted ad
     record.detail = absl::StrCat(ends->peer.ip.to_string(),
                                  " is not a workload of node ", cfg.node,
                                  "; refusing to reach mesh workload ", dst->displayName());
-    abortSocket(socket);
+    net::abortSocket(socket);
     record.finish(CloseReason::kUnknownSource);
     co_return;
   }

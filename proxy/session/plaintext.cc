@@ -22,7 +22,7 @@ awaitable<void> servePlaintext(Worker& worker, Tcp::socket socket, LoadUnit load
   auto ends = co_await originalEndpoints(worker, socket);
   if (!ends.ok()) {
     record.detail = std::string(ends.status().message());
-    abortSocket(socket);
+    net::abortSocket(socket);
     record.finish(CloseReason::kBadProxyHeader);
     co_return;
   }
@@ -37,14 +37,14 @@ awaitable<void> servePlaintext(Worker& worker, Tcp::socket socket, LoadUnit load
   if (workload == nullptr) {
     record.detail = absl::StrCat(ends->destination.ip.to_string(), " is not a workload on node ",
                                  cfg.node);
-    abortSocket(socket);
+    net::abortSocket(socket);
     record.finish(CloseReason::kBadRequest);
     co_return;
   }
   for (auto port : shared.ferry_ports) {
     if (port == ends->destination.port) {
       record.detail = "destination is a ferry port";
-      abortSocket(socket);
+      net::abortSocket(socket);
       record.finish(CloseReason::kBadRequest);
       co_return;
     }
@@ -59,14 +59,14 @@ awaitable<void> servePlaintext(Worker& worker, Tcp::socket socket, LoadUnit load
                                                             mtls.port_level ? " portLevelMtls" : "")
                                              : std::string("the workload's tls_mode"),
                                  ")");
-    abortSocket(socket);
+    net::abortSocket(socket);
     record.finish(CloseReason::kStrictPlaintext);
     co_return;
   }
   auto decision = authorize(worker, Direction::kPlaintext, *policies, *workload,
                             policy::Request{ends->peer.ip, "", ends->destination.ip, ends->destination.port}, record);
   if (!decision.allowed) {
-    abortSocket(socket);
+    net::abortSocket(socket);
     record.finish(CloseReason::kPolicyDenied);
     co_return;
   }

@@ -1,9 +1,9 @@
 #include "proxy/session/proxy_protocol.h"
+#include "proxy/net/deadline.h"
 
 #include <cstring>
 
 #include <boost/asio/as_tuple.hpp>
-#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -12,7 +12,6 @@
 
 namespace ferry::session {
 namespace asio = boost::asio;
-using namespace boost::asio::experimental::awaitable_operators;
 
 namespace {
 constexpr uint8_t kSignature[12] = {0x0D, 0x0A, 0x0D, 0x0A, 0x00, 0x0D,
@@ -95,8 +94,6 @@ std::vector<uint8_t> encodeProxyV2(const common::HostPort& source,
 
 asio::awaitable<absl::StatusOr<ProxyHeader>> readProxyV2(asio::ip::tcp::socket& socket,
                                                          std::chrono::milliseconds timeout) {
-  asio::steady_timer timer(socket.get_executor());
-  timer.expires_after(timeout);
   std::vector<uint8_t> buf(kProxyV2FixedSize);
   auto read_header = [&]() -> asio::awaitable<absl::StatusOr<ProxyHeader>> {
     auto [ec, n] = co_await asio::async_read(socket, asio::buffer(buf), asio::as_tuple(asio::use_awaitable));
@@ -109,9 +106,9 @@ asio::awaitable<absl::StatusOr<ProxyHeader>> readProxyV2(asio::ip::tcp::socket& 
     if (ec2) co_return absl::UnavailableError(absl::StrCat("reading PROXY header: ", ec2.message()));
     co_return parseProxyV2(buf);
   };
-  auto result = co_await (read_header() || timer.async_wait(asio::as_tuple(asio::use_awaitable)));
-  if (result.index() == 1) co_return absl::DeadlineExceededError("no PROXY header before the timeout");
-  co_return std::get<0>(std::move(result));
+  auto result = co_await net::withTimeout(read_header(), timeout);
+  if (!result) co_return absl::DeadlineExceededError("no PROXY header before the timeout");
+  co_return std::move(*result);
 }
 
 }  // namespace ferry::session

@@ -13,9 +13,9 @@
 #include <tuple>
 
 #include "proxy/common/log.h"
-#include "proxy/hbone/readable.h"
-#include "proxy/hbone/socket_io.h"
-#include "proxy/session/socket_factory.h"
+
+#include "proxy/net/socket_io.h"
+#include "proxy/net/socket_factory.h"
 
 namespace ferry::session {
 namespace asio = boost::asio;
@@ -68,29 +68,29 @@ awaitable<boost::system::error_code> writeAll(Tcp::socket& to, const char* data,
 }
 
 // Reads whatever is available into the worker's scratch buffer, waiting for readability
-// only when the socket is drained (hbone::readAvailable). Returns bytes read (ec == eof at
+// only when the socket is drained (net::readAvailable). Returns bytes read (ec == eof at
 // end of stream).
 awaitable<std::pair<boost::system::error_code, size_t>> readSome(Tcp::socket& from,
                                                                  Scratch& scratch,
                                                                  size_t limit,
-                                                                 hbone::Drained& drained) {
+                                                                 net::Drained& drained) {
   for (;;) {
-    if (drained != hbone::Drained::kNo) {  // written out here: no coroutine frame per message
-      auto [wec] = co_await hbone::asyncReadable(from, drained, kTuple);
-      drained = hbone::Drained::kNo;
+    if (drained != net::Drained::kNo) {  // written out here: no coroutine frame per message
+      auto [wec] = co_await net::asyncReadable(from, kTuple);
+      drained = net::Drained::kNo;
       if (wec) co_return std::pair{wec, size_t{0}};
     }
     asio::mutable_buffer buf = asio::buffer(scratch.bytes.data(), std::min(limit, scratch.bytes.size()));
     boost::system::error_code ec;
-    size_t n = hbone::readAvailable(from, std::span<const asio::mutable_buffer>(&buf, 1), drained, ec);
+    size_t n = net::readAvailable(from, std::span<const asio::mutable_buffer>(&buf, 1), drained, ec);
     if (ec != asio::error::would_block) co_return std::pair{ec, n};
   }
 }
 
 // What `chain` offers to one gathered write (its first kMaxGather runs) after the first
 // `done` bytes.
-std::vector<asio::const_buffer> restAfter(const hbone::BufferChain& chain, size_t done) {
-  std::array<asio::const_buffer, hbone::kMaxGather> bufs;
+std::vector<asio::const_buffer> restAfter(const net::BufferChain& chain, size_t done) {
+  std::array<asio::const_buffer, net::kMaxGather> bufs;
   size_t count = chain.gather(bufs.data(), bufs.size());
   std::vector<asio::const_buffer> rest;
   for (size_t i = 0; i < count; ++i) {
@@ -104,13 +104,13 @@ std::vector<asio::const_buffer> restAfter(const hbone::BufferChain& chain, size_
   return rest;
 }
 
-// Writes what `chain` offers (hbone::writeSome) in one writev while the socket takes it;
+// Writes what `chain` offers (net::writeSome) in one writev while the socket takes it;
 // Asio finishes a partial write. Sets `total` to the bytes written, which the caller then
 // consumes. The chain stays put until then.
-awaitable<boost::system::error_code> writeQueued(Tcp::socket& to, const hbone::BufferChain& chain,
+awaitable<boost::system::error_code> writeQueued(Tcp::socket& to, const net::BufferChain& chain,
                                                  size_t& total) {
   boost::system::error_code ec;
-  size_t done = hbone::writeSome(to, chain, ec, &total);
+  size_t done = net::writeSome(to, chain, ec, &total);
   if (ec == asio::error::would_block) ec.clear();
   if (ec || done == total) co_return ec;
   auto [wec, n] = co_await asio::async_write(to, restAfter(chain, done), kTuple);
@@ -119,7 +119,7 @@ awaitable<boost::system::error_code> writeQueued(Tcp::socket& to, const hbone::B
 
 awaitable<Leg> copyTcp(Tcp::socket& from, Tcp::socket& to, uint64_t& counter, std::atomic<uint64_t>* live,
                        Activity& act, Scratch& scratch) {
-  hbone::Drained drained = hbone::Drained::kNo;  // what the last read left (hbone::readAvailable)
+  net::Drained drained = net::Drained::kNo;  // what the last read left (net::readAvailable)
   for (;;) {
     auto [ec, n] = co_await readSome(from, scratch, scratch.bytes.size(), drained);
     if (ec == asio::error::eof) {
@@ -157,7 +157,7 @@ class DirectWriter final : public hbone::ReceiveSink {
   void onReceived(hbone::H2Stream& stream) override {
     if (!parked) return;
     boost::system::error_code ec;
-    size_t n = hbone::writeSome(tcp_, stream.received(), ec);
+    size_t n = net::writeSome(tcp_, stream.received(), ec);
     if (ec || n == 0) return;
     act_.touch();
     written(n);
@@ -211,8 +211,8 @@ void armIdle(const std::shared_ptr<IdleState>& s) {
     }
     s->expired = true;
     if (s->stream != nullptr) s->stream->reset(hbone::kH2Cancel);
-    abortSocket(s->a);
-    if (s->b != nullptr) abortSocket(*s->b);
+    net::abortSocket(s->a);
+    if (s->b != nullptr) net::abortSocket(*s->b);
   });
 }
 
@@ -254,7 +254,7 @@ class SpawnedDirection {
   }
 
  private:
-  hbone::Event done_;
+  net::Event done_;
   CloseReason reason_ = CloseReason::kOk;
 };
 
@@ -283,12 +283,12 @@ awaitable<RelayResult> relayTcp(Tcp::socket& downstream, Tcp::socket& upstream,
         ++clean_ends;
         co_return CloseReason::kOk;
       case Leg::kReadReset:
-        abortSocket(to);
-        abortSocket(from);
+        net::abortSocket(to);
+        net::abortSocket(from);
         co_return read_reset;
       case Leg::kWriteFailed:
-        abortSocket(from);
-        abortSocket(to);
+        net::abortSocket(from);
+        net::abortSocket(to);
         co_return read_reset == CloseReason::kDownstreamReset ? CloseReason::kUpstreamReset
                                                               : CloseReason::kDownstreamReset;
       default:
@@ -304,8 +304,8 @@ awaitable<RelayResult> relayTcp(Tcp::socket& downstream, Tcp::socket& upstream,
     forth = co_await leg(downstream, upstream, bytes.sent, bytes.live_sent, CloseReason::kDownstreamReset);
   } catch (...) {
     error = std::current_exception();
-    abortSocket(downstream);
-    abortSocket(upstream);
+    net::abortSocket(downstream);
+    net::abortSocket(upstream);
   }
   CloseReason back = co_await back_leg.join();
   if (error) std::rethrow_exception(error);
@@ -317,13 +317,13 @@ awaitable<RelayResult> relayTcp(Tcp::socket& downstream, Tcp::socket& upstream,
   }
   result.reason = forth != CloseReason::kOk ? forth : back;
   if (clean_ends == 2) {
-    closeGracefully(downstream);
-    closeGracefully(upstream);
+    net::closeGracefully(downstream);
+    net::closeGracefully(upstream);
   } else {
     // A direction was cut (its socket closed under it, an error that is not a reset): the
     // connection did not end as both sides meant, so neither may see a clean FIN.
-    abortSocket(downstream);
-    abortSocket(upstream);
+    net::abortSocket(downstream);
+    net::abortSocket(upstream);
   }
   co_return result;
 }
@@ -351,7 +351,7 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
         // The far end reset (or the tunnel died): reset the application's connection. What
         // is still queued for it will never be written: give its window back.
         stream.discardReceived();
-        abortSocket(tcp);
+        net::abortSocket(tcp);
         co_return CloseReason::kPeerReset;
       }
       if (stream.hasReceived()) {
@@ -363,7 +363,7 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
         if (ec) {
           stream.discardReceived();
           stream.reset(hbone::kH2ConnectError);
-          abortSocket(tcp);
+          net::abortSocket(tcp);
           co_return CloseReason::kDownstreamReset;
         }
         direct.written(total);
@@ -385,7 +385,7 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
   // TCP -> stream, reading straight into the stream's send chain, written out here: no
   // coroutine frame of its own, none per message.
   CloseReason up_reason = CloseReason::kOk;
-  hbone::Drained drained = hbone::Drained::kNo;  // what the last read left (hbone::readAvailable)
+  net::Drained drained = net::Drained::kNo;  // what the last read left (net::readAvailable)
   std::exception_ptr up_error;  // raised only after the spawned direction has ended
   try {
     for (;;) {
@@ -399,15 +399,15 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
         continue;
       }
       boost::system::error_code ec;
-      if (drained != hbone::Drained::kNo) {
-        std::tie(ec) = co_await hbone::asyncReadable(tcp, drained, kTuple);
-        drained = hbone::Drained::kNo;
+      if (drained != net::Drained::kNo) {
+        std::tie(ec) = co_await net::asyncReadable(tcp, kTuple);
+        drained = net::Drained::kNo;
       }
       size_t n = 0;
       if (!ec) {
         asio::mutable_buffer bufs[2];
         size_t count = stream.pending().prepare(space, bufs);
-        n = hbone::readAvailable(tcp, std::span<const asio::mutable_buffer>(bufs, count), drained, ec);
+        n = net::readAvailable(tcp, std::span<const asio::mutable_buffer>(bufs, count), drained, ec);
         if (ec == asio::error::would_block) {
           stream.pending().commit(0);
           continue;
@@ -427,7 +427,7 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
           // The application reset its connection, or the kernel gave up on it: tell the
           // far end to reset too.
           stream.reset(hbone::kH2ConnectError);
-          abortSocket(tcp);
+          net::abortSocket(tcp);
           up_reason = CloseReason::kDownstreamReset;
         } else {
           up_reason = CloseReason::kInternal;
@@ -441,7 +441,7 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
   } catch (...) {
     up_error = std::current_exception();
     stream.reset(hbone::kH2InternalError);
-    abortSocket(tcp);
+    net::abortSocket(tcp);
   }
   CloseReason down_reason = co_await down_direction.join();
   if (up_error) std::rethrow_exception(up_error);
@@ -457,9 +457,9 @@ awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
   }
   result.reason = up_reason != CloseReason::kOk ? up_reason : down_reason;
   if (up_clean && down_clean && !stream.resetCode()) {
-    closeGracefully(tcp);
+    net::closeGracefully(tcp);
   } else {
-    abortSocket(tcp);
+    net::abortSocket(tcp);
   }
   co_return result;
 }

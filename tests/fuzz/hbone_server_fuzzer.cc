@@ -86,7 +86,8 @@ void relay(std::vector<std::shared_ptr<H2Stream>>& accepted) {
       stream->discardReceived();
       continue;
     }
-    std::string got = stream->takeReceived();
+    std::string got = stream->received().toString();
+    stream->received().clear();
     stream->consumed(got.size());
     if (stream->sendSpace() > 0) stream->send(reply.data(), std::min(reply.size(), stream->sendSpace()));
     if (stream->receivedEof()) stream->sendEof();
@@ -107,7 +108,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     size_t header_bytes = 0;
     for (const auto& h : stream->headers()) header_bytes += h.name.size() + h.value.size() + 32;
     if (!stream->headersDone() || header_bytes > hbone::kServerMaxHeaderList) std::abort();
-    auto verdict = hbone::validateConnect(stream->headers(), w.local_ip, *w.registry, w.ferry_ports);
+    auto verdict = hbone::parseConnect(stream->headers(), w.local_ip, w.ferry_ports);
     if (verdict.status != 200) {
       stream->respond(verdict.status);
       return;

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "proxy/hbone/connect_request.h"
+#include "proxy/session/connect_target.h"
 #include "proxy/workloads/file_source.h"
 #include "proxy/hbone/pool.h"
 #include "proxy/session/context.h"
@@ -36,10 +37,7 @@ std::shared_ptr<const workloads::Registry> registry() {
 const std::vector<uint16_t> kFerryPorts = {15000, 15001, 15006, 15008, 15020, 15021};
 
 TEST(ConnectRequest, BuildsZtunnelCompatibleHeaders) {
-  workloads::Workload src;
-  src.name = "c1";
-  src.namespace_name = workloads::intern("default");
-  auto hs = hbone::buildConnectHeaders({hp("10.0.2.10", 8080), hp("10.0.1.10", 40000), &src});
+  auto hs = hbone::buildConnectHeaders({hp("10.0.2.10", 8080), hp("10.0.1.10", 40000), "default", "c1"});
   ASSERT_GE(hs.size(), 2u);
   EXPECT_EQ(hs[0].name, ":method");
   EXPECT_EQ(hs[0].value, "CONNECT");
@@ -51,7 +49,7 @@ TEST(ConnectRequest, BuildsZtunnelCompatibleHeaders) {
 }
 
 TEST(ConnectRequest, BracketsIpv6Authority) {
-  auto hs = hbone::buildConnectHeaders({hp("fd00::2:10", 80), hp("fd00::1:10", 5), nullptr});
+  auto hs = hbone::buildConnectHeaders({hp("fd00::2:10", 80), hp("fd00::1:10", 5)});
   EXPECT_EQ(value(hs, ":authority"), "[fd00::2:10]:80");
   EXPECT_EQ(value(hs, "forwarded"), "for=\"[fd00::1:10]:5\"");
 }
@@ -101,7 +99,7 @@ TEST(ValidateConnect, JudgesEachRequestAsSpecified) {
       {"ferry port 15006", {{":method", "CONNECT"}, {":authority", "10.0.2.10:15006"}}, 400, "ferry_port"},
   };
   for (const auto& c : cases) {
-    auto v = hbone::validateConnect(c.request, local, *reg, kFerryPorts);
+    auto v = session::validateConnect(c.request, local, *reg, kFerryPorts);
     EXPECT_EQ(v.status, c.status) << c.name << ": " << v.reason;
     EXPECT_EQ(v.code, c.code) << c.name;
     if (c.status == 200) {
@@ -117,7 +115,7 @@ TEST(ValidateConnect, JudgesEachRequestAsSpecified) {
 TEST(ValidateConnect, TargetThatIsNoLongerLocalIs503) {
   auto reg = registry();
   // 10.0.1.10 is c1 on another node: a connection whose destination is that IP.
-  auto v = hbone::validateConnect({{":method", "CONNECT"}, {":authority", "10.0.1.10:80"}},
+  auto v = session::validateConnect({{":method", "CONNECT"}, {":authority", "10.0.1.10:80"}},
                                   boost::asio::ip::make_address("10.0.1.10"), *reg, kFerryPorts);
   EXPECT_EQ(v.status, 503);
   EXPECT_EQ(v.code, "unknown_destination");
@@ -125,7 +123,7 @@ TEST(ValidateConnect, TargetThatIsNoLongerLocalIs503) {
 
 TEST(ValidateConnect, AcceptsIpv6Authority) {
   auto reg = registry();
-  auto v = hbone::validateConnect({{":method", "CONNECT"}, {":authority", "[fd00::2:10]:443"}},
+  auto v = session::validateConnect({{":method", "CONNECT"}, {":authority", "[fd00::2:10]:443"}},
                                   boost::asio::ip::make_address("fd00::2:10"), *reg, kFerryPorts);
   EXPECT_EQ(v.status, 200) << v.reason;
 }

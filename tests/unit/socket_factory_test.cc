@@ -20,12 +20,14 @@
 
 #include "proxy/session/common.h"
 #include "proxy/session/self_addresses.h"
-#include "proxy/session/socket_factory.h"
+#include "proxy/net/socket_factory.h"
 
-namespace ferry::session {
+namespace ferry::net {
 namespace {
 
 namespace asio = boost::asio;
+using session::SelfAddresses;
+using session::toHostPort;
 
 TEST(SocketFactoryTest, AcceptedSocketsHaveNagleOff) {
   asio::io_context io;
@@ -175,4 +177,4 @@ TEST(SelfAddressesTest, InItsOwnNetnsEveryAddressOfFerrydIsSelfOnEveryPort) {
 }
 
 }  // namespace
-}  // namespace ferry::session
+}  // namespace ferry::net

@@ -1,5 +1,5 @@
-// hbone/socket_io and hbone/readable: the drained-read rule and the readiness wait that
-// relies on it, on a loopback TCP pair driven by one thread.
+// net/socket_io: the drained-read rule and the readiness wait that relies on it, on a
+// loopback TCP pair driven by one thread.
 #include <chrono>
 #include <optional>
 #include <string>
@@ -12,10 +12,9 @@
 #include <boost/asio/write.hpp>
 #include <gtest/gtest.h>
 
-#include "proxy/hbone/readable.h"
-#include "proxy/hbone/socket_io.h"
+#include "proxy/net/socket_io.h"
 
-namespace ferry::hbone {
+namespace ferry::net {
 namespace {
 namespace asio = boost::asio;
 using Tcp = asio::ip::tcp;
@@ -77,9 +76,9 @@ class SocketIoTest : public ::testing::TestWithParam<bool> {
   }
 
   // Starts the wait the last read calls for and returns where its result lands.
-  std::optional<boost::system::error_code>& wait(Drained last) {
+  std::optional<boost::system::error_code>& wait(Drained /*last*/) {
     result_.reset();
-    asyncReadable(server_, last, [this](const boost::system::error_code& ec) { result_ = ec; });
+    asyncReadable(server_, [this](const boost::system::error_code& ec) { result_ = ec; });
     return result_;
   }
 
@@ -205,8 +204,7 @@ TEST_P(SocketIoTest, CancellationSlotAbortsOnlyThisWait) {
   ASSERT_TRUE(runUntil([&] { return result_.has_value(); }));
   asio::cancellation_signal signal;
   std::optional<boost::system::error_code> r;
-  asyncReadable(server_, drained,
-                asio::bind_cancellation_slot(signal.slot(), [&](const boost::system::error_code& ec) { r = ec; }));
+  asyncReadable(server_, asio::bind_cancellation_slot(signal.slot(), [&](const boost::system::error_code& ec) { r = ec; }));
   EXPECT_FALSE(runUntil([&] { return r.has_value(); }, 30ms));
   signal.emit(asio::cancellation_type::terminal);
   ASSERT_TRUE(runUntil([&] { return r.has_value(); }));
@@ -225,4 +223,4 @@ INSTANTIATE_TEST_SUITE_P(ReceiveQueueCount, SocketIoTest, ::testing::Bool(),
                          });
 
 }  // namespace
-}  // namespace ferry::hbone
+}  // namespace ferry::net

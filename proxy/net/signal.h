@@ -11,7 +11,7 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
-namespace ferry::hbone {
+namespace ferry::net {
 
 // One waiter; a notify() that arrives before the wait is remembered (level-triggered).
 class Signal {
@@ -64,4 +64,4 @@ class Event {
   bool set_ = false;
 };
 
-}  // namespace ferry::hbone
+}  // namespace ferry::net

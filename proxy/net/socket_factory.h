@@ -11,7 +11,7 @@
 #include "absl/status/statusor.h"
 #include "proxy/common/net.h"
 
-namespace ferry::session {
+namespace ferry::net {
 
 using Tcp = boost::asio::ip::tcp;
 using common::HostPort;
@@ -55,7 +55,7 @@ class KernelSocketFactory : public SocketFactory {
 };
 
 // Closes with SO_LINGER {1, 0}: the peer sees a TCP RST, not a FIN. Used to carry a reset
-// or a refusal to the application (ztunnel cannot; design §4).
+// or a refusal to the application (ztunnel cannot; docs/hbone.md, "Differences from ztunnel").
 void abortSocket(Tcp::socket& socket);
 
 // Every socket ferryd carries a connection on is armed with SO_LINGER {1, 0} from its
@@ -67,4 +67,4 @@ void closeGracefully(Tcp::socket& socket);
 // Arms `fd` as above (listeners pass it on to what they accept).
 void armResetOnClose(int fd);
 
-}  // namespace ferry::session
+}  // namespace ferry::net

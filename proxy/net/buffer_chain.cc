@@ -1,10 +1,12 @@
-#include "proxy/hbone/buffer_chain.h"
+#include "proxy/net/buffer_chain.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
-namespace ferry::hbone {
+namespace ferry::net {
 namespace {
 
 // Blocks a thread keeps after its queues emptied: a worker moving bulk data through a few
@@ -13,32 +15,48 @@ constexpr size_t kMaxFreeBlocks = 64;  // 4 MiB per thread
 
 struct FreeList {
   std::vector<char*> blocks;
-  ~FreeList() {
-    for (char* b : blocks) delete[] b;
-  }
+  ~FreeList();
 };
 thread_local FreeList t_free;
+
+// Process-wide counts behind BufferChain::blocks(): one relaxed add per block taken or
+// given back (a block carries 64 KiB, so this is nothing per byte).
+std::atomic<int64_t> g_in_use{0};
+std::atomic<int64_t> g_spare{0};
+
+FreeList::~FreeList() {
+  g_spare.fetch_sub(static_cast<int64_t>(blocks.size()), std::memory_order_relaxed);
+  for (char* b : blocks) delete[] b;
+}
 
 }  // namespace
 
 char* BufferChain::takeBlock() {
+  g_in_use.fetch_add(1, std::memory_order_relaxed);
   if (t_free.blocks.empty()) return new char[kBlockSize];
   char* b = t_free.blocks.back();
   t_free.blocks.pop_back();
+  g_spare.fetch_sub(1, std::memory_order_relaxed);
   return b;
 }
 
 void BufferChain::giveBlock(char* block) {
+  g_in_use.fetch_sub(1, std::memory_order_relaxed);
   if (t_free.blocks.size() < kMaxFreeBlocks) {
     t_free.blocks.push_back(block);
+    g_spare.fetch_add(1, std::memory_order_relaxed);
   } else {
     delete[] block;
   }
 }
 
-size_t BufferChain::freeBlocks() { return t_free.blocks.size(); }
+BlockCounts BufferChain::blocks() {
+  return {static_cast<uint64_t>(std::max<int64_t>(0, g_in_use.load(std::memory_order_relaxed))),
+          static_cast<uint64_t>(std::max<int64_t>(0, g_spare.load(std::memory_order_relaxed)))};
+}
 
 void BufferChain::releaseFreeBlocks() {
+  g_spare.fetch_sub(static_cast<int64_t>(t_free.blocks.size()), std::memory_order_relaxed);
   for (char* b : t_free.blocks) delete[] b;
   t_free.blocks.clear();
   t_free.blocks.shrink_to_fit();
@@ -190,4 +208,4 @@ std::string BufferChain::toString() const {
   return out;
 }
 
-}  // namespace ferry::hbone
+}  // namespace ferry::net

@@ -4,9 +4,9 @@
 #include <cstring>
 #include <string>
 
-#include "proxy/hbone/buffer_chain.h"
+#include "proxy/net/buffer_chain.h"
 
-namespace ferry::hbone {
+namespace ferry::net {
 namespace {
 
 std::string pattern(size_t n) {
@@ -87,13 +87,18 @@ TEST(BufferChainTest, AnEmptiedChainHoldsNoBlockAndBlocksAreReused) {
     c.append(data.data(), data.size());
     c.consume(data.size());
     EXPECT_TRUE(c.empty());
-    freed = BufferChain::freeBlocks();  // both blocks went back to this thread's list
+    EXPECT_EQ(BufferChain::blocks().in_use, 0u);
+    freed = BufferChain::blocks().spare;  // both blocks went back to this thread's list
     EXPECT_GE(freed, 2u);
     c.append("y", 1);  // taken from the free list, not from malloc
-    EXPECT_EQ(BufferChain::freeBlocks(), freed - 1);
+    EXPECT_EQ(BufferChain::blocks().spare, freed - 1);
+    EXPECT_EQ(BufferChain::blocks().in_use, 1u);
   }
-  EXPECT_EQ(BufferChain::freeBlocks(), freed);
+  EXPECT_EQ(BufferChain::blocks().spare, freed);
+  EXPECT_EQ(BufferChain::blocks().in_use, 0u);
+  BufferChain::releaseFreeBlocks();
+  EXPECT_EQ(BufferChain::blocks().spare, 0u);
 }
 
 }  // namespace
-}  // namespace ferry::hbone
+}  // namespace ferry::net

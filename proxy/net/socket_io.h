@@ -1,31 +1,32 @@
 #pragma once
-// Non-blocking socket reads and gathered writes, shared by the HBONE connection and the
-// relays.
+// Non-blocking socket reads, the readiness wait and gathered writes, shared by the HBONE
+// connection and the relays.
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <utility>
 
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/system/error_code.hpp>
 
-#include "proxy/hbone/buffer_chain.h"
+#include "proxy/net/buffer_chain.h"
 
-namespace ferry::hbone {
+namespace ferry::net {
 
-// What a read learned about the socket's receive queue, which decides how to wait before
-// the next read.
+// What a read learned about the socket's receive queue: whether the next step is another
+// read or the wait (asyncReadable).
 enum class Drained : uint8_t {
   // Bytes (or the end of the stream) may be waiting: read again, do not wait. A socket is
   // not known to be drained at first: bytes may be queued from before (or from a
   // hand-over to this worker), and a wait would not wake for them until the peer sent more.
   kNo,
-  // A short read on a socket without TCP_INQ: probably empty, but a FIN (or an error) that
-  // came in with the last bytes is still to be read and raises no new readiness event.
-  // The wait must re-arm the descriptor (asyncReadable does).
+  // A short read on a socket without TCP_INQ: probably empty; wait. (A FIN that came in
+  // with the last bytes raises no new edge, but Asio's wait re-arms the descriptor and so
+  // still reports it.)
   kShort,
-  // The kernel said nothing is left (TCP_INQ count 0, or EAGAIN): whatever comes next
-  // raises a readiness event, so the wait needs no system call (asyncReadable).
+  // The kernel said nothing is left (TCP_INQ count 0, or EAGAIN): wait. Without TCP_INQ a
+  // full read would say kNo and cost one more read() that only says EAGAIN.
   kEmpty,
 };
 
@@ -42,6 +43,19 @@ size_t readAvailable(boost::asio::ip::tcp::socket& socket,
                      std::span<const boost::asio::mutable_buffer> buffers, Drained& drained,
                      boost::system::error_code& ec);
 
+// Waits until `socket` has something to read (bytes, its end, or an error); the caller
+// then reads it (readAvailable). Callers wait only after a read left the socket drained
+// (Drained::kShort or kEmpty), never before a first read: bytes queued before the wait
+// started would otherwise wait for more. Asio's public wait: its reactor re-arms the
+// descriptor (one epoll_ctl) per wait, so readiness that came before the wait is never
+// lost. Skipping that re-arm through Asio's private reactor was measured once and gained
+// less than the benchmark's run-to-run spread (docs/architecture.md, "Transport").
+// Completion: void(error_code); operation_aborted when the socket is closed or cancelled.
+template <typename Token>
+auto asyncReadable(boost::asio::ip::tcp::socket& socket, Token&& token) {
+  return socket.async_wait(boost::asio::ip::tcp::socket::wait_read, std::forward<Token>(token));
+}
+
 // Runs of a BufferChain that go into one gathered write.
 constexpr size_t kMaxGather = 16;
 
@@ -51,4 +65,4 @@ constexpr size_t kMaxGather = 16;
 size_t writeSome(boost::asio::ip::tcp::socket& socket, const BufferChain& chain,
                  boost::system::error_code& ec, size_t* offered = nullptr);
 
-}  // namespace ferry::hbone
+}  // namespace ferry::net

@@ -1,4 +1,4 @@
-#include "proxy/hbone/socket_io.h"
+#include "proxy/net/socket_io.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -12,7 +12,7 @@
 
 #include <boost/asio/error.hpp>
 
-namespace ferry::hbone {
+namespace ferry::net {
 namespace asio = boost::asio;
 
 void enableReceiveQueueCount(int fd) {
@@ -79,4 +79,4 @@ size_t writeSome(asio::ip::tcp::socket& socket, const BufferChain& chain,
   return ec ? 0 : n;
 }
 
-}  // namespace ferry::hbone
+}  // namespace ferry::net

@@ -5,6 +5,7 @@
 // memory, so an idle stream costs nothing; and a busy worker reuses the same few blocks
 // instead of asking malloc (and, for large buffers, the kernel's page faults) every time.
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -12,7 +13,14 @@
 
 #include "absl/container/inlined_vector.h"
 
-namespace ferry::hbone {
+namespace ferry::net {
+
+// The process's blocks: held by queues now, and kept spare on the threads' free lists
+// (ferry_buffer_blocks in /metrics: what buffered data costs, apart from the heap).
+struct BlockCounts {
+  uint64_t in_use = 0;
+  uint64_t spare = 0;
+};
 
 class BufferChain {
  public:
@@ -48,8 +56,7 @@ class BufferChain {
   void clear();
   std::string toString() const;
 
-  // Blocks the calling thread keeps for reuse (for tests and diagnostics).
-  static size_t freeBlocks();
+  static BlockCounts blocks();
   // Frees the calling thread's spare blocks (after a burst, before the heap is trimmed:
   // up to 4 MiB per thread that a quiet node does not need).
   static void releaseFreeBlocks();
@@ -73,4 +80,4 @@ class BufferChain {
   char* spare_ = nullptr;      // the fresh block of a prepare(), until commit()
 };
 
-}  // namespace ferry::hbone
+}  // namespace ferry::net

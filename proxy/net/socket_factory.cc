@@ -1,20 +1,19 @@
-#include "proxy/session/socket_factory.h"
+#include "proxy/net/socket_factory.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <boost/asio/as_tuple.hpp>
-#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "proxy/hbone/socket_io.h"
+#include "proxy/net/deadline.h"
+#include "proxy/net/socket_io.h"
 
-namespace ferry::session {
+namespace ferry::net {
 namespace asio = boost::asio;
-using namespace boost::asio::experimental::awaitable_operators;
 
 namespace {
 
@@ -65,7 +64,7 @@ absl::StatusOr<Tcp::acceptor> KernelSocketFactory::listen(const asio::any_io_exe
   acceptor.set_option(Tcp::no_delay(true), ec);
   // Inherited too: every read then says whether the socket is empty, so the relays wait
   // for the next bytes without re-arming epoll (hbone/readable.h).
-  hbone::enableReceiveQueueCount(acceptor.native_handle());
+  net::enableReceiveQueueCount(acceptor.native_handle());
   // Inherited as well (verified on 6.18): a connection accepted here ends with a RST if
   // ferryd dies with it open (closeGracefully).
   armResetOnClose(acceptor.native_handle());
@@ -97,16 +96,13 @@ asio::awaitable<boost::system::error_code> KernelSocketFactory::connect(
   socket.bind(Tcp::endpoint(source, 0), ec);
   if (ec) co_return ec;
   socket.set_option(Tcp::no_delay(true), ec);
-  hbone::enableReceiveQueueCount(socket.native_handle());
+  net::enableReceiveQueueCount(socket.native_handle());
   setKeepalive(socket.native_handle());
   armResetOnClose(socket.native_handle());
 
-  asio::steady_timer timer(socket.get_executor());
-  timer.expires_after(timeout);
-  auto result = co_await (socket.async_connect(dst, asio::as_tuple(asio::use_awaitable)) ||
-                          timer.async_wait(asio::as_tuple(asio::use_awaitable)));
-  if (result.index() == 1) co_return asio::error::timed_out;
-  co_return std::get<0>(std::get<0>(result));
+  auto result = co_await withTimeout(socket.async_connect(dst, asio::as_tuple(asio::use_awaitable)), timeout);
+  if (!result) co_return asio::error::timed_out;
+  co_return std::get<0>(*result);
 }
 
 void armResetOnClose(int fd) {
@@ -128,4 +124,4 @@ void abortSocket(Tcp::socket& socket) {
   socket.close(ignored);
 }
 
-}  // namespace ferry::session
+}  // namespace ferry::net
