@@ -25,7 +25,6 @@ constexpr size_t kMaxOrganizationChars = 64;
 constexpr long kBackdateSeconds = 60;
 // X.509 keyUsage bit positions (RFC 5280 §4.2.1.3).
 constexpr int kKuDigitalSignature = 0;
-constexpr int kKuKeyEncipherment = 2;
 constexpr int kKuKeyCertSign = 5;
 constexpr int kKuCrlSign = 6;
 
@@ -123,14 +122,14 @@ absl::Status addAuthorityKeyId(X509* x, const ASN1_OCTET_STRING* issuer_skid) {
   return addExt(x, NID_authority_key_identifier, akid.get(), false, "authorityKeyIdentifier");
 }
 
-// A v3 certificate with serial, validity and public key; extensions and names are the caller's.
-absl::StatusOr<X509Ptr> newCertificate(EVP_PKEY* subject_key, std::chrono::seconds not_before_offset,
-                                       std::chrono::seconds lifetime) {
+// A v3 certificate with serial, validity (backdated) and public key; extensions and names are
+// the caller's.
+absl::StatusOr<X509Ptr> newCertificate(EVP_PKEY* subject_key, std::chrono::seconds lifetime) {
   X509Ptr x(X509_new());
   if (!x) return openSslError("cannot allocate certificate");
   if (X509_set_version(x.get(), X509_VERSION_3) != 1) return openSslError("cannot set version");
   if (absl::Status s = setRandomSerial(x.get()); !s.ok()) return s;
-  if (X509_gmtime_adj(X509_getm_notBefore(x.get()), static_cast<long>(not_before_offset.count())) == nullptr ||
+  if (X509_gmtime_adj(X509_getm_notBefore(x.get()), -kBackdateSeconds) == nullptr ||
       X509_gmtime_adj(X509_getm_notAfter(x.get()), static_cast<long>(lifetime.count())) == nullptr) {
     return openSslError("cannot set validity");
   }
@@ -210,7 +209,7 @@ absl::StatusOr<std::string> caTrustDomain(X509* cert) {
 absl::StatusOr<X509Ptr> makeCaCertificate(EVP_PKEY* key, std::string_view common_name,
                                           std::string_view trust_domain, std::chrono::seconds lifetime,
                                           int path_len, X509* issuer, EVP_PKEY* issuer_key) {
-  auto x = newCertificate(key, std::chrono::seconds(-kBackdateSeconds), lifetime);
+  auto x = newCertificate(key, lifetime);
   if (!x.ok()) return x.status();
   X509* cert = x->get();
   if (absl::Status s = setCaSubject(cert, common_name, trust_domain); !s.ok()) return s;
@@ -307,10 +306,7 @@ absl::StatusOr<X509Ptr> CertificateAuthority::issueLeafForKey(const SpiffeId& id
   if (id.path().empty()) return absl::InvalidArgumentError("a leaf SVID needs an ID with a path");
   if (lifetime.count() <= 0) return absl::InvalidArgumentError("certificate lifetime must be positive");
   if (public_key == nullptr) return absl::InvalidArgumentError("a leaf SVID needs a public key");
-  LeafOptions opts;
-  opts.uri_sans = {id.str()};
-  opts.lifetime = lifetime;
-  return makeLeaf(opts, {}, public_key);
+  return makeLeaf(public_key, {id.str()}, {}, /*client_auth=*/true, lifetime);
 }
 
 absl::StatusOr<X509Ptr> CertificateAuthority::issueServing(const std::vector<std::string>& dns_names,
@@ -322,48 +318,28 @@ absl::StatusOr<X509Ptr> CertificateAuthority::issueServing(const std::vector<std
   }
   if (lifetime.count() <= 0) return absl::InvalidArgumentError("certificate lifetime must be positive");
   if (public_key == nullptr) return absl::InvalidArgumentError("a serving certificate needs a public key");
-  LeafOptions opts;
-  opts.eku_client = false;  // it serves HTTPS; it never authenticates as a client
-  opts.lifetime = lifetime;
-  return makeLeaf(opts, dns_names, public_key);
+  // It serves HTTPS; it never authenticates as a client.
+  return makeLeaf(public_key, {}, dns_names, /*client_auth=*/false, lifetime);
 }
 
-absl::StatusOr<IssuedCert> CertificateAuthority::issueLeafWith(const LeafOptions& opts) const {
-  ERR_clear_error();
-  absl::StatusOr<EvpPkeyPtr> key = opts.subject_key != nullptr ? upRef(opts.subject_key) : generateP256();
-  if (!key.ok()) return key.status();
-  FERRY_ASSIGN_OR_RETURN(X509Ptr cert, makeLeaf(opts, {}, key->get()));
-  return IssuedCert{std::move(cert), *std::move(key)};
-}
-
-absl::StatusOr<X509Ptr> CertificateAuthority::makeLeaf(const LeafOptions& opts,
-                                                       const std::vector<std::string>& dns_names,
-                                                       EVP_PKEY* subject_key) const {
-  FERRY_ASSIGN_OR_RETURN(X509Ptr x, newCertificate(subject_key, opts.not_before_offset, opts.lifetime));
+absl::StatusOr<X509Ptr> CertificateAuthority::makeLeaf(EVP_PKEY* subject_key, const std::vector<std::string>& uris,
+                                                       const std::vector<std::string>& dns_names, bool client_auth,
+                                                       std::chrono::seconds lifetime) const {
+  FERRY_ASSIGN_OR_RETURN(X509Ptr x, newCertificate(subject_key, lifetime));
   X509* cert = x.get();
-  std::vector<std::string> dns = opts.dns_sans;
-  dns.insert(dns.end(), dns_names.begin(), dns_names.end());
   // An SVID has an empty subject, like Istio's workload certificates; RFC 5280 then requires
   // a critical SAN. A serving certificate names its first DNS name as CN too, for people
   // reading it (TLS clients check the SANs only).
-  if (!dns.empty() && !addSubjectEntry(cert, "CN", dns.front())) {
+  if (!dns_names.empty() && !addSubjectEntry(cert, "CN", dns_names.front())) {
     return openSslError("cannot set subject CN");
   }
   if (X509_set_issuer_name(cert, X509_get_subject_name(cert_.get())) != 1) {
     return openSslError("cannot set issuer");
   }
-  FERRY_RETURN_IF_ERROR(addBasicConstraints(cert, opts.is_ca, -1));
-  std::vector<int> ku_bits;
-  if (opts.digital_signature) ku_bits.push_back(kKuDigitalSignature);
-  if (opts.key_cert_sign) ku_bits.push_back(kKuKeyCertSign);
-  // RFC 5280 forbids an empty keyUsage (OpenSSL flags it as malformed): a leaf without
-  // digitalSignature is then an RSA-style keyEncipherment-only certificate.
-  if (ku_bits.empty()) ku_bits.push_back(kKuKeyEncipherment);
-  FERRY_RETURN_IF_ERROR(addKeyUsage(cert, ku_bits));
-  if (opts.eku) FERRY_RETURN_IF_ERROR(addExtendedKeyUsage(cert, opts.eku_server, opts.eku_client));
-  if (!opts.uri_sans.empty() || !dns.empty()) {
-    FERRY_RETURN_IF_ERROR(addSans(cert, opts.uri_sans, dns, /*critical=*/dns.empty()));
-  }
+  FERRY_RETURN_IF_ERROR(addBasicConstraints(cert, /*is_ca=*/false, -1));
+  FERRY_RETURN_IF_ERROR(addKeyUsage(cert, {kKuDigitalSignature}));
+  FERRY_RETURN_IF_ERROR(addExtendedKeyUsage(cert, /*server=*/true, client_auth));
+  FERRY_RETURN_IF_ERROR(addSans(cert, uris, dns_names, /*critical=*/dns_names.empty()));
   if (auto skid = addSubjectKeyId(cert); !skid.ok()) return skid.status();
   FERRY_RETURN_IF_ERROR(addAuthorityKeyId(cert, X509_get0_subject_key_id(cert_.get())));
   return signAndFinish(std::move(x), key_.get());

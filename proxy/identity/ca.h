@@ -1,6 +1,8 @@
 #pragma once
-// A small in-process certificate authority: `ferryctl ca` and tests use it to mint roots,
-// intermediates and X.509-SVIDs (well-formed ones, and deliberately broken ones for tests).
+// A small in-process certificate authority: `ferryctl ca`, ferry-ca, the `ca` identity source
+// and tests use it to mint roots, intermediates, X.509-SVIDs and ferry-ca's serving
+// certificate. It makes well-formed certificates only; tests of the checks that refuse broken
+// ones forge them in tests/support/forge_cert.h.
 #include <chrono>
 #include <string>
 #include <string_view>
@@ -42,26 +44,6 @@ class CertificateAuthority {
   absl::StatusOr<X509Ptr> issueServing(const std::vector<std::string>& dns_names, EVP_PKEY* public_key,
                                        std::chrono::seconds lifetime) const;
 
-  // For tests of bad certificates: the same with overrides. notBefore = now+not_before_offset,
-  // notAfter = now+lifetime (a negative lifetime gives an expired certificate). Without
-  // digitalSignature and keyCertSign the keyUsage is keyEncipherment (it may not be empty).
-  struct LeafOptions {
-    std::vector<std::string> uri_sans;
-    std::vector<std::string> dns_sans;  // a server's names (ferry-ca's serving certificate)
-    // The key to certify (only its public half is used, e.g. from a CSR); null: a new P-256
-    // key, returned in IssuedCert::key. Given, IssuedCert::key holds another reference to it.
-    EVP_PKEY* subject_key = nullptr;
-    bool is_ca = false;
-    bool digital_signature = true;
-    bool key_cert_sign = false;
-    bool eku = true;
-    bool eku_client = true;
-    bool eku_server = true;
-    std::chrono::seconds not_before_offset{-60};
-    std::chrono::seconds lifetime{3600};
-  };
-  absl::StatusOr<IssuedCert> issueLeafWith(const LeafOptions& opts) const;
-
   // Intermediate CA signed by this CA (URI SAN spiffe://<td>, pathlen 0).
   absl::StatusOr<CertificateAuthority> issueIntermediate(std::chrono::seconds lifetime) const;
 
@@ -75,10 +57,12 @@ class CertificateAuthority {
  private:
   CertificateAuthority(X509Ptr cert, EvpPkeyPtr key, std::string trust_domain)
       : cert_(std::move(cert)), key_(std::move(key)), trust_domain_(std::move(trust_domain)) {}
-  // Every leaf this CA makes (SVIDs, broken test ones, serving certificates): `opts` for
-  // `subject_key`, plus DNS SANs when `dns_names` is not empty.
-  absl::StatusOr<X509Ptr> makeLeaf(const LeafOptions& opts, const std::vector<std::string>& dns_names,
-                                   EVP_PKEY* subject_key) const;
+  // Every leaf this CA makes (SVIDs, serving certificates): cA=false, keyUsage
+  // digitalSignature, EKU serverAuth (+clientAuth if `client_auth`), SANs `uris` then
+  // `dns_names`, notBefore = now-60s.
+  absl::StatusOr<X509Ptr> makeLeaf(EVP_PKEY* subject_key, const std::vector<std::string>& uris,
+                                   const std::vector<std::string>& dns_names, bool client_auth,
+                                   std::chrono::seconds lifetime) const;
 
   X509Ptr cert_;
   EvpPkeyPtr key_;

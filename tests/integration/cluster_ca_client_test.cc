@@ -100,15 +100,14 @@ class StandInFerryCa {
 
   // Signs leaves with `signer` and serves a certificate it issued for kServerName.
   void useCa(const CertificateAuthority& signer) {
-    CertificateAuthority::LeafOptions opts;
-    opts.dns_sans = {kServerName};
-    opts.uri_sans = {absl::StrCat("spiffe://", kTd, "/ns/ferry-system/sa/ferry-ca")};
-    opts.lifetime = hours(24);
-    auto serving = signer.issueLeafWith(opts);
-    EXPECT_TRUE(serving.ok()) << serving.status();
+    // The serving certificate the real ferry-ca makes for itself (ca_cert_source.h).
+    identity::EvpPkeyPtr serving_key(EVP_EC_gen("P-256"));
+    ASSERT_NE(serving_key, nullptr);
+    auto serving = signer.issueServing({kServerName}, serving_key.get(), hours(24));
+    ASSERT_TRUE(serving.ok()) << serving.status();
     auto tls = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_server);
-    SSL_CTX_use_certificate(tls->native_handle(), serving->cert.get());
-    SSL_CTX_use_PrivateKey(tls->native_handle(), serving->key.get());
+    SSL_CTX_use_certificate(tls->native_handle(), serving->get());
+    SSL_CTX_use_PrivateKey(tls->native_handle(), serving_key.get());
     std::lock_guard lock(mu_);
     tls_ = std::move(tls);
     signer_ = &signer;
@@ -204,15 +203,13 @@ class StandInFerryCa {
     GENERAL_NAMES_free(names);
     sk_X509_EXTENSION_pop_free(extensions, X509_EXTENSION_free);
     if (uri.empty()) return error(http::status::bad_request, "bad_csr", "not exactly one URI SAN");
-    CertificateAuthority::LeafOptions opts;
-    opts.uri_sans = {uri};
-    opts.subject_key = key;
-    opts.lifetime = leaf_lifetime;
-    auto leaf = signer_->issueLeafWith(opts);
+    auto id = SpiffeId::parse(uri);
+    if (!id.ok()) return error(http::status::bad_request, "bad_csr", "the URI SAN is not a SPIFFE ID");
+    auto leaf = signer_->issueLeafForKey(*id, key, leaf_lifetime);
     if (!leaf.ok()) return error(http::status::internal_server_error, "signing_failed", "OpenSSL failed");
     http::response<http::string_body> res{http::status::ok, 11};
     res.set(http::field::content_type, "application/json");
-    res.body() = encode(SignResponse{{pemOf(leaf->cert.get())}});
+    res.body() = encode(SignResponse{{pemOf(leaf->get())}});
     return res;
   }
 

@@ -22,6 +22,7 @@
 #include "proxy/identity/tls_context.h"
 #include "tests/integration/access_log_capture.h"
 #include "tests/integration/loopback_lab.h"
+#include "tests/support/forge_cert.h"
 
 namespace ferry::testing {
 namespace {
@@ -174,8 +175,8 @@ class HboneBadInputTest : public ::testing::Test {
 
   // A client context presenting `leaf` (signed by `ca`) and trusting the lab bundle.
   std::shared_ptr<asio::ssl::context> contextWith(const identity::CertificateAuthority& ca,
-                                                  const identity::CertificateAuthority::LeafOptions& opts) {
-    auto leaf = ca.issueLeafWith(opts);
+                                                  const ForgeOptions& opts) {
+    auto leaf = forgeLeaf(ca, opts);
     EXPECT_TRUE(leaf.ok()) << leaf.status();
     auto ctx = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_client);
     SSL_CTX* raw = ctx->native_handle();
@@ -245,7 +246,7 @@ TEST_F(HboneBadInputTest, TlsWithoutClientCertificateIsRefused) {
 TEST_F(HboneBadInputTest, CertificateFromAnotherCaIsRefused) {
   auto other = identity::CertificateAuthority::createRoot("cluster.local", std::chrono::hours(1));
   ASSERT_TRUE(other.ok());
-  identity::CertificateAuthority::LeafOptions opts;
+  ForgeOptions opts;
   opts.uri_sans = {"spiffe://cluster.local/ns/default/sa/client"};
   auto ctx = contextWith(*other, opts);
   TestClient c;
@@ -260,7 +261,7 @@ TEST_F(HboneBadInputTest, CertificateFromAnotherCaIsRefused) {
 TEST_F(HboneBadInputTest, LeafWithTwoUriSansIsRefusedAndCountedByRule) {
   auto ca = identity::CertificateAuthority::load(files_.caDir() + "/ca.pem", files_.caDir() + "/ca.key");
   ASSERT_TRUE(ca.ok()) << ca.status();
-  identity::CertificateAuthority::LeafOptions opts;
+  ForgeOptions opts;
   opts.uri_sans = {"spiffe://cluster.local/ns/default/sa/client", "spiffe://cluster.local/ns/default/sa/other"};
   auto ctx = contextWith(*ca, opts);
   TestClient c;
@@ -280,7 +281,7 @@ TEST_F(HboneBadInputTest, LeafWithoutClientAuthEkuIsCountedAsEkuNoClientAuth) {
   // EKU rule, not a generic chain failure.
   auto ca = identity::CertificateAuthority::load(files_.caDir() + "/ca.pem", files_.caDir() + "/ca.key");
   ASSERT_TRUE(ca.ok()) << ca.status();
-  identity::CertificateAuthority::LeafOptions opts;
+  ForgeOptions opts;
   opts.uri_sans = {"spiffe://cluster.local/ns/default/sa/client"};
   opts.eku_client = false;
   auto ctx = contextWith(*ca, opts);
@@ -297,7 +298,7 @@ TEST_F(HboneBadInputTest, LeafWithoutClientAuthEkuIsCountedAsEkuNoClientAuth) {
 TEST_F(HboneBadInputTest, CertificateOfAnotherTrustDomainIsRefused) {
   auto ca = identity::CertificateAuthority::load(files_.caDir() + "/ca.pem", files_.caDir() + "/ca.key");
   ASSERT_TRUE(ca.ok()) << ca.status();
-  identity::CertificateAuthority::LeafOptions opts;
+  ForgeOptions opts;
   opts.uri_sans = {"spiffe://evil.example/ns/default/sa/client"};
   auto ctx = contextWith(*ca, opts);
   TestClient c;

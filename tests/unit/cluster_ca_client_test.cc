@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "proxy/ca/cluster_ca_source.h"
 #include "proxy/identity/ca.h"
+#include "tests/support/forge_cert.h"
 
 namespace ferry::ca {
 namespace {
@@ -25,6 +26,7 @@ using identity::SpiffeId;
 using identity::TrustBundle;
 using identity::X509Ptr;
 using ::testing::HasSubstr;
+using ferry::testing::ForgeOptions;
 using std::chrono::hours;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
@@ -49,9 +51,9 @@ TrustBundle bundleOf(const CertificateAuthority& root) {
 std::string pem(X509* cert) { return *identity::certToPem(cert); }
 
 // What ferry-ca would answer: a leaf signed by `ca` with `opts`, then `chain`.
-SignResponse answer(const CertificateAuthority& ca, CertificateAuthority::LeafOptions opts,
+SignResponse answer(const CertificateAuthority& ca, ForgeOptions opts,
                     const std::vector<X509*>& chain = {}) {
-  auto leaf = ca.issueLeafWith(opts);
+  auto leaf = ferry::testing::forgeLeaf(ca, opts);
   EXPECT_TRUE(leaf.ok()) << leaf.status();
   SignResponse out;
   out.cert_chain_pem.push_back(pem(leaf->cert.get()));
@@ -59,8 +61,8 @@ SignResponse answer(const CertificateAuthority& ca, CertificateAuthority::LeafOp
   return out;
 }
 
-CertificateAuthority::LeafOptions leafFor(const SpiffeId& id, EVP_PKEY* key) {
-  CertificateAuthority::LeafOptions opts;
+ForgeOptions leafFor(const SpiffeId& id, EVP_PKEY* key) {
+  ForgeOptions opts;
   opts.uri_sans = {id.str()};
   opts.subject_key = key;
   opts.lifetime = hours(1);

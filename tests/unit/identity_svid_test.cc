@@ -8,11 +8,14 @@
 #include "gtest/gtest.h"
 #include "proxy/identity/ca.h"
 #include "proxy/identity/svid.h"
+#include "tests/support/forge_cert.h"
 
 namespace ferry::identity {
 namespace {
 
 using ::testing::HasSubstr;
+using ferry::testing::ForgeOptions;
+using ferry::testing::forgeLeaf;
 using std::chrono::hours;
 using std::chrono::seconds;
 
@@ -31,15 +34,15 @@ class SvidTest : public ::testing::Test {
     ca_ = nullptr;
   }
 
-  static CertificateAuthority::LeafOptions good() {
-    CertificateAuthority::LeafOptions opts;
+  static ForgeOptions good() {
+    ForgeOptions opts;
     opts.uri_sans = {kWorkload};
     return opts;
   }
 
-  // Issues with `opts` and returns validateSvidLeaf's error message ("" if accepted).
-  static std::string rejection(const CertificateAuthority::LeafOptions& opts) {
-    auto leaf = ca_->issueLeafWith(opts);
+  // Forges a leaf with `opts` and returns validateSvidLeaf's error message ("" if accepted).
+  static std::string rejection(const ForgeOptions& opts) {
+    auto leaf = forgeLeaf(*ca_, opts);
     EXPECT_TRUE(leaf.ok()) << leaf.status();
     if (!leaf.ok()) return "issue failed";
     auto id = validateSvidLeaf(leaf->cert.get());
@@ -138,7 +141,7 @@ TEST_F(SvidTest, RejectsNullCertificate) { EXPECT_FALSE(validateSvidLeaf(nullptr
 TEST_F(SvidTest, EveryRejectionNamesTheRuleThatFailed) {
   struct Case {
     const char* what;
-    std::function<void(CertificateAuthority::LeafOptions&)> tweak;
+    std::function<void(ForgeOptions&)> tweak;
     SvidRejection want;
   };
   const Case cases[] = {
@@ -156,7 +159,7 @@ TEST_F(SvidTest, EveryRejectionNamesTheRuleThatFailed) {
   for (const Case& c : cases) {
     auto opts = good();
     c.tweak(opts);
-    auto leaf = ca_->issueLeafWith(opts);
+    auto leaf = forgeLeaf(*ca_, opts);
     ASSERT_TRUE(leaf.ok()) << c.what << ": " << leaf.status();
     SvidRejection why = SvidRejection::kCount;
     EXPECT_FALSE(validateSvidLeaf(leaf->cert.get(), &why).ok()) << c.what;

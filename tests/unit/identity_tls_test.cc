@@ -17,6 +17,7 @@
 #include "proxy/identity/ca.h"
 #include "proxy/identity/dir_cert_source.h"
 #include "proxy/identity/tls_context.h"
+#include "tests/support/forge_cert.h"
 #include "tests/unit/tls_handshake.h"
 
 namespace ferry::identity {
@@ -229,11 +230,11 @@ TEST_F(IdentityTest, DirCertSourceRejectsKeyThatDoesNotMatchCertificate) {
 }
 
 TEST_F(IdentityTest, DirCertSourceRejectsExpiredCertificate) {
-  CertificateAuthority::LeafOptions opts;
+  ferry::testing::ForgeOptions opts;
   opts.uri_sans = {clientId().str()};
   opts.not_before_offset = seconds(-7200);
   opts.lifetime = seconds(-3600);
-  auto leaf = root_->issueLeafWith(opts);
+  auto leaf = ferry::testing::forgeLeaf(*root_, opts);
   ASSERT_TRUE(leaf.ok());
   writeSvid(dir_.path(), clientId(), *leaf);
   DirCertSource source(dir_.path(), kTd);
@@ -261,10 +262,10 @@ TEST_F(IdentityTest, DirCertSourceRejectsChainFromUntrustedCa) {
 }
 
 TEST_F(IdentityTest, DirCertSourceRejectsLeafThatIsNotAnSvid) {
-  CertificateAuthority::LeafOptions opts;
+  ferry::testing::ForgeOptions opts;
   opts.uri_sans = {clientId().str()};
   opts.is_ca = true;
-  auto leaf = root_->issueLeafWith(opts);
+  auto leaf = ferry::testing::forgeLeaf(*root_, opts);
   ASSERT_TRUE(leaf.ok());
   writeSvid(dir_.path(), clientId(), *leaf);
   DirCertSource source(dir_.path(), kTd);
