@@ -239,8 +239,8 @@ class ConfigParser {
   }
 
   absl::Status parseListen(const YamlMap& top) {
-    // Defaults are the well-known ztunnel ports (design §3); the struct itself stays empty so
-    // code that builds a Config by hand gets exactly the listeners it asks for.
+    // Defaults are ztunnel's ports (docs/architecture.md, "Ports"); the struct itself stays
+    // empty so code that builds a Config by hand gets exactly the listeners it asks for.
     const auto any = common::IpAddress(boost::asio::ip::address_v4::any());
     const auto loopback = common::IpAddress(boost::asio::ip::address_v4::loopback());
     Listen& listen = config_.listen;

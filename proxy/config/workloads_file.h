@@ -14,7 +14,7 @@
 
 namespace ferry::config {
 
-// For captured plaintext arriving on 15006 (design §6).
+// For captured plaintext arriving on 15006 (docs/policy.md, "PeerAuthentication: mTLS modes").
 enum class TlsMode { kPermissive, kStrict };
 
 struct WorkloadEntry {
