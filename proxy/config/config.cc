@@ -297,7 +297,7 @@ class ConfigParser {
     if (auto s = single("admin", listen.admin); !s.ok()) return s;
     if (!listen.admin.ip.is_loopback()) {
       // The admin endpoint changes ferryd (/logging, /quitquitquit) and shows its state:
-      // only this host may reach it (docs/operations.md, "Admin endpoint").
+      // only this host may reach it (docs/operations.md, "Endpoints").
       return reader_.error(*map->find("admin"), absl::StrCat("'", common::formatHostPort(listen.admin),
                                                              "' is not a loopback address (127.0.0.0/8 or ::1): "
                                                              "the admin endpoint is served to this host only"));
