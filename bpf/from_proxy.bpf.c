@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
  * from_proxy: tc ingress of the proxy's host-side device — everything ferryd
- * sends (design §2). Rules, in order:
+ * sends (docs/datapath.md, "The programs"). Rules, in order:
  *   0. both ends are local enrolled pods and it is not the tunnel (neither
  *      port is HBONE's): an application leg of a same-node connection,
  *      ferryd speaking as the server to the client it captured, or as the

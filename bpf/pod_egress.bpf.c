@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
  * pod_egress: tc ingress of an enrolled pod's host-side device — packets the
- * pod sends (design §2). Rules, in order:
+ * pod sends (docs/datapath.md, "The programs"). Rules, in order:
  *   1. ferryd holds the reverse tuple: ferryd's own injected traffic  -> pass
  *   2. ferryd holds the tuple: a connection of the proxy               -> into the proxy
  *   3. SYN to a capture destination (or any, with capture: all)        -> into the proxy

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
  * pod_ingress: tc egress of an enrolled pod's host-side device — packets going
- * to the pod (design §2). Rules, in order:
+ * to the pod (docs/datapath.md, "The programs"). Rules, in order:
  *   1. ferryd holds the tuple: a connection of the proxy            -> into the proxy
  *   2. SYN to the HBONE port                                          -> into the proxy (15008)
  *   3. ferryd holds the reverse tuple: ferryd's own traffic          -> pass
@@ -15,10 +15,11 @@
  * the STRICT pod's own outbound connections (to non-mesh destinations) pass.
  * Before the rules: TCP fragments and IPv6 TCP to the pod cannot be steered
  * and would reach it in plaintext past STRICT, so they are dropped.
- * Rule 3 is not in design §2's list; it is what makes same-node STRICT work:
- * ferryd's connection to the server pod (step 6) carries the client pod's
- * address, leaves the proxy as the client pod's egress and would otherwise be
- * sent back to 15006 as a new plaintext connection to a STRICT pod.
+ * Rule 3 was added while building the datapath (docs/datapath.md, "Rules found
+ * building it"); it is what makes same-node STRICT work: ferryd's connection
+ * to the server pod (step 6) carries the client pod's address, leaves the
+ * proxy as the client pod's egress and would otherwise be sent back to 15006
+ * as a new plaintext connection to a STRICT pod.
  * Rule 2 comes before it: on the same node, ferryd's own HBONE SYN (client pod
  * -> server pod:15008) has its reverse tuple held by ferryd's client socket,
  * yet must reach ferryd's HBONE listener, not the pod.

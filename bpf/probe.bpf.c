@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
- * The injection-mode probe (design §2 "Injection modes"): ferryd loads this,
+ * The injection-mode probe (docs/datapath.md, "Injection modes"): ferryd loads this,
  * runs it once with BPF_PROG_TEST_RUN and reads the return value —
  * TC_ACT_REDIRECT (7): the kernel accepts probe_flags for bpf_redirect_peer;
  * TC_ACT_SHOT (2): it does not. test_run performs no redirect, so ifindex 1

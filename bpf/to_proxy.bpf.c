@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
  * to_proxy: tc ingress of the proxy's eth0, inside the proxy netns — every
- * packet steered into the proxy arrives here (design §2, step 2). Rules:
+ * packet steered into the proxy arrives here (docs/datapath.md, "Packet walk",
+ * step 2). Rules:
  *   0. not IPv4 TCP, or addressed to the proxy's own address      -> pass untouched
  *   1. pkt_type := PACKET_HOST (packets redirected from an egress hook still
  *      carry the pod's MAC and would be dropped as PACKET_OTHERHOST)

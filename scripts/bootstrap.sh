@@ -12,7 +12,7 @@
 #                             through a private deb-src list
 set -euo pipefail
 
-# Build toolchain and libraries (design.md §7).
+# Build toolchain and libraries (docs/architecture.md, "Libraries").
 build_pkgs=(
   build-essential cmake ninja-build ccache pkg-config git
   libboost1.81-dev libboost-json1.81-dev libssl-dev libnghttp2-dev libabsl-dev libyaml-cpp-dev

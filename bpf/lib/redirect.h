@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * The three ways a packet changes place (design §2):
+ * The three ways a packet changes place (docs/datapath.md, "Packet walk"):
  *   into the proxy — from a pod's host-side device to the proxy's eth0;
  *   inject         — ferryd's upstream packet into the source pod's egress path;
  *   deliver        — ferryd's packet straight into the destination pod.

@@ -18,9 +18,9 @@
 #define FERRY_STATIC_ASSERT(cond, msg) _Static_assert(cond, msg)
 #endif
 
-/* Ports ferryd listens on in the proxy netns (design §3). The programs take
- * them from .rodata (port_outbound, ...) so that tests and labs may move them;
- * these are the defaults. */
+/* Ports ferryd listens on in the proxy netns (docs/architecture.md, "Ports").
+ * The programs take them from .rodata (port_outbound, ...) so that tests and
+ * labs may move them; these are the defaults. */
 #define FERRY_PORT_OUTBOUND 15001      /* captured outbound TCP */
 #define FERRY_PORT_INBOUND_PLAIN 15006 /* captured inbound plaintext (PERMISSIVE/STRICT) */
 #define FERRY_PORT_HBONE 15008         /* HBONE: mTLS + HTTP/2 CONNECT */
@@ -46,7 +46,7 @@
 #define FERRY_MAX_CAPTURE 262144
 
 /* How from_proxy puts ferryd's upstream packets into the source pod's egress
- * path (design §2 "Injection modes"). Chosen by ferryd's probe at start-up. */
+ * path (docs/datapath.md, "Injection modes"). Chosen by ferryd's probe at start-up. */
 enum ferry_injection_mode {
 	FERRY_INJECT_NONE = 0,             /* plain routing; the pod's egress programs do not see proxied traffic */
 	FERRY_INJECT_PEER_EGRESS = 1,      /* bpf_redirect_peer(host_ifindex, egress_flag) */
@@ -55,7 +55,7 @@ enum ferry_injection_mode {
 
 /* The egress flag of bpf_redirect_peer is not settled upstream (v1 of the patch
  * reused BPF_F_INGRESS, review asked for a new BPF_F_EGRESS). Bit 5 is the bit
- * the kernel lab's patch uses (design §8); ferryd's config can override it. */
+ * the kernel lab's patch uses (bpf/kernel/README.md); ferryd's config can override it. */
 #define FERRY_DEFAULT_EGRESS_FLAG (1ULL << 5)
 
 /* Mark that to_proxy puts on packets it assigns to a ferryd socket. The proxy

@@ -239,8 +239,8 @@ class ConfigParser {
   }
 
   absl::Status parseListen(const YamlMap& top) {
-    // Defaults are the well-known ztunnel ports (design §3); the struct itself stays empty so
-    // code that builds a Config by hand gets exactly the listeners it asks for.
+    // Defaults are ztunnel's ports (docs/architecture.md, "Ports"); the struct itself stays
+    // empty so code that builds a Config by hand gets exactly the listeners it asks for.
     const auto any = common::IpAddress(boost::asio::ip::address_v4::any());
     const auto loopback = common::IpAddress(boost::asio::ip::address_v4::loopback());
     Listen& listen = config_.listen;
@@ -297,7 +297,7 @@ class ConfigParser {
     if (auto s = single("admin", listen.admin); !s.ok()) return s;
     if (!listen.admin.ip.is_loopback()) {
       // The admin endpoint changes ferryd (/logging, /quitquitquit) and shows its state:
-      // only this host may reach it (docs/operations.md, "Admin endpoint").
+      // only this host may reach it (docs/operations.md, "Endpoints").
       return reader_.error(*map->find("admin"), absl::StrCat("'", common::formatHostPort(listen.admin),
                                                              "' is not a loopback address (127.0.0.0/8 or ::1): "
                                                              "the admin endpoint is served to this host only"));

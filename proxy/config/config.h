@@ -41,7 +41,7 @@ struct Listen {
 };
 
 struct Timeouts {
-  Millis connect{10'000};    // TCP connect, outer (15008) and upstream (design §4; ztunnel)
+  Millis connect{10'000};    // TCP connect, outer (15008) and upstream (ztunnel's; docs/hbone.md)
   Millis handshake{10'000};  // TLS handshake incl. first CONNECT answer (slowloris bound)
   Millis idle{3'600'000};    // a proxied connection with no bytes either way is closed
   Millis drain{5'000};       // on shutdown, how long live connections may finish
@@ -76,7 +76,7 @@ struct Hbone {
   bool operator==(const Hbone&) const = default;
 };
 
-// The tc datapath (design §2). Disabled, ferryd is a plain proxy whose listeners get
+// The tc datapath (docs/datapath.md). Disabled, ferryd is a plain proxy whose listeners get
 // connections some other way (tests on loopback, TPROXY).
 enum class Injection { kAuto, kPeerEgress, kIngressRedirect, kNone };
 enum class Capture { kHbone, kAll };
@@ -86,7 +86,8 @@ struct Datapath {
   bool enabled = false;
   Injection injection = Injection::kAuto;  // auto = the probe decides
   // Numeric value of the proposed BPF_F_EGRESS flag for bpf_redirect_peer: not settled
-  // upstream (design §2), so it is configurable. Bit 5 is what the kernel lab's patch uses.
+  // upstream (docs/datapath.md, "Injection modes"), so it is configurable. Bit 5 is what the
+  // kernel lab's patch uses.
   uint32_t egress_flag = 1u << 5;
   std::string proxy_netns;           // path, e.g. /run/netns/fy-n1-proxy, or "auto" (required)
   // "auto": ferryd creates the proxy netns itself (proxy/datapath/proxy_netns.h), with
@@ -139,7 +140,7 @@ struct Limits {
   bool operator==(const Limits&) const = default;
 };
 
-// Where workload certificates come from (design §5).
+// Where workload certificates come from (docs/security.md, "Trust model").
 enum class CertSourceKind {
   kFiles,  // cert_dir/<ns>/<sa>/{cert,key}.pem written by an agent (cert-manager, SPIRE helper)
   kCa,     // issued in-process by ferryd from a CA (the lab: a per-node intermediate)

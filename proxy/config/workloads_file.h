@@ -1,5 +1,5 @@
 #pragma once
-// The workloads file (docs/configuration.md, "The workloads file"): which pod is on which
+// The workloads file (docs/configuration.md, "Workloads file"): which pod is on which
 // IP, with which identity, on which node. Parsed here, where yaml-cpp lives; the workloads
 // library gets plain structs.
 #include <functional>
@@ -14,7 +14,7 @@
 
 namespace ferry::config {
 
-// For captured plaintext arriving on 15006 (design §6).
+// For captured plaintext arriving on 15006 (docs/policy.md, "PeerAuthentication: mTLS modes").
 enum class TlsMode { kPermissive, kStrict };
 
 struct WorkloadEntry {

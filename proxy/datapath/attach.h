@@ -1,5 +1,5 @@
 #pragma once
-// Attaching tc programs so that they run before anything else on the device (design §2
+// Attaching tc programs so that they run before anything else on the device (docs/datapath.md,
 // "Ordering with a CNI"): TCX with BPF_F_BEFORE where the kernel has it (6.6+; libbpf 1.1
 // has no wrapper, so BPF_LINK_CREATE is issued directly), else cls_bpf at the lowest
 // priority. netkit devices (6.7+) have their own attach points, on the primary device's
@@ -16,8 +16,9 @@ namespace ferry::datapath {
 enum class Hook { kIngress, kEgress, kNetkitPrimary, kNetkitPeer };
 const char* hookName(Hook hook);
 
-// Where in the device's program list: ferry's own programs go first (design §2); kLast is
-// for others' programs, e.g. a test's CNI stand-in that must run after ferry.
+// Where in the device's program list: ferry's own programs go first (docs/datapath.md,
+// "Ordering with a CNI"); kLast is for others' programs, e.g. a test's CNI stand-in that
+// must run after ferry.
 enum class Position { kFirst, kLast };
 
 class Attachment {

@@ -1,6 +1,6 @@
 #pragma once
 // What this kernel can do for the datapath, probed at start-up and reported in the log,
-// in /metrics and in the admin status (design §2 "Injection modes").
+// in /metrics and in the admin status (docs/datapath.md, "Injection modes").
 #include <cstdint>
 #include <string>
 

@@ -1,6 +1,7 @@
 #pragma once
 // Network namespaces: ferryd's control thread lives in the node netns (netlink, BPF
-// attach, map updates); its data-plane sockets live in the proxy netns (design §1).
+// attach, map updates); its data-plane sockets live in the proxy netns (docs/datapath.md,
+// "Where things run").
 // setns() is per thread, so workers enter the proxy netns once at start, and the control
 // thread enters it only around socket creation.
 #include <cstdint>

@@ -59,7 +59,7 @@ constexpr char kDefaultConnectionsLimit[] = "1000";
 
 // A root lives a year by default: long enough for a lab, short enough to exercise rotation.
 constexpr char kDefaultCaLifetime[] = "8760h";
-// security.md B8: 24 h, as ztunnel and the Istio agent use.
+// 24 h, as ztunnel and the Istio agent use (docs/hbone.md, "TLS").
 constexpr char kDefaultLeafLifetime[] = "24h";
 
 constexpr char kUsage[] =

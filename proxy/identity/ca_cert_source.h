@@ -1,11 +1,11 @@
 #pragma once
-// Certificates minted in-process by the built-in CA (design.md §5): ferryd holds a CA key (the
-// lab gives each node an intermediate signed by the lab root) and issues one X.509-SVID per
-// local identity on first use. Keys are generated in memory and never written to disk. Each
-// SVID is replaced once half of its lifetime has passed; holders of the previous one keep it
-// (shared_ptr) until they drop it, so rotation cuts no connection. The trust bundle may hold
-// several roots, so a root rotates with overlap: setBundle({old, new}) → setAuthority(CA under
-// new) → setBundle({new}).
+// Certificates minted in-process by the built-in CA (docs/security.md, "Certificate lifecycle"):
+// ferryd holds a CA key (the lab gives each node an intermediate signed by the lab root) and
+// issues one X.509-SVID per local identity on first use. Keys are generated in memory and
+// never written to disk. Each SVID is replaced once half of its lifetime has passed; holders
+// of the previous one keep it (shared_ptr) until they drop it, so rotation cuts no
+// connection. The trust bundle may hold several roots, so a root rotates with overlap:
+// setBundle({old, new}) → setAuthority(CA under new) → setBundle({new}).
 #include <atomic>
 #include <chrono>
 #include <cstdint>

@@ -7,7 +7,7 @@
 // Files are loaded on first use and re-read when they change by the daemon's one rule
 // (common::WatchedFile), checked at most once per `recheck_interval` per identity, so
 // rotated files are picked up without a restart. A rotation that leaves a broken file set keeps serving the previous SVID until it
-// expires (design.md §5: the old certificate is kept until expiry).
+// expires (docs/security.md, "Certificate lifecycle").
 #include <chrono>
 #include <memory>
 #include <mutex>

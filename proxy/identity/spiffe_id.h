@@ -1,6 +1,6 @@
 #pragma once
 // SPIFFE IDs (spiffe://<trust-domain>/<path>), validated per SPIFFE-ID.md §2; see
-// shared/reference/spiffe.md B5.1 for the rules and why each exists.
+// docs/security.md, "The SPIFFE ID rules", for the rules and why they exist.
 #include <ostream>
 #include <string>
 #include <string_view>

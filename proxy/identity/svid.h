@@ -1,5 +1,6 @@
 #pragma once
-// X.509-SVIDs (shared/reference/spiffe.md B5.2) and the trust bundle they chain to.
+// X.509-SVIDs (docs/security.md, "The SVID rules, and every rejection reason") and the trust
+// bundle they chain to.
 #include <chrono>
 #include <optional>
 #include <string>
@@ -67,7 +68,7 @@ enum class VerifyingRole { kServer, kClient };
 // client certificate requires clientAuth, a client verifying a server requires serverAuth.
 SvidRejection rejectionForVerifyError(long x509_error, VerifyingRole role);
 
-// X.509-SVID leaf rules (spiffe.md B5.2): exactly one URI SAN which is a valid SPIFFE ID with a
+// X.509-SVID leaf rules (X509-SVID §2-§4): exactly one URI SAN which is a valid SPIFFE ID with a
 // non-root path, cA=false, key usage present with digitalSignature and without
 // keyCertSign/cRLSign, EKU (if present) includes serverAuth and clientAuth. Returns the ID or an
 // error naming the rule (and, when `reason` is set, the rule's label). Does not check the

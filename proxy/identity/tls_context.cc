@@ -14,7 +14,7 @@
 namespace ferry::identity {
 namespace {
 
-// security.md B8: the two suites ztunnel allows (FIPS-friendly), and its key exchanges.
+// docs/hbone.md, "TLS": the two suites ztunnel allows (FIPS-friendly), and its key exchanges.
 constexpr char kCipherSuites[] = "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384";
 constexpr char kGroups[] = "X25519:P-256";
 // HBONE is HTTP/2 CONNECT; the wire form of the ALPN list ["h2"].
@@ -62,7 +62,8 @@ absl::Status configure(SSL_CTX* ctx, bool server, const Svid& svid, const TrustB
   }
   if (SSL_CTX_set_ciphersuites(ctx, kCipherSuites) != 1) return openSslError("cannot set cipher suites");
   if (SSL_CTX_set1_groups_list(ctx, kGroups) != 1) return openSslError("cannot set groups");
-  // No resumption at all (security.md B8; Envoy CVE-2022-21654): pooling amortises handshakes.
+  // No resumption at all (docs/hbone.md, "TLS"; Envoy CVE-2022-21654): pooling amortises
+  // handshakes.
   SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET | SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
   SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
   if (server && SSL_CTX_set_num_tickets(ctx, 0) != 1) return openSslError("cannot disable tickets");

@@ -1,5 +1,5 @@
 #pragma once
-// TLS contexts for HBONE (design.md §4, security.md B8): TLS 1.3 only, ALPN h2, mutual
+// TLS contexts for HBONE (docs/hbone.md, "TLS"): TLS 1.3 only, ALPN h2, mutual
 // authentication with X.509-SVIDs, no resumption.
 #include <memory>
 #include <mutex>

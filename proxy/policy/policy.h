@@ -143,7 +143,8 @@ using AuthorizationPtr = std::shared_ptr<const AuthorizationPolicy>;
 using PeerAuthenticationPtr = std::shared_ptr<const PeerAuthentication>;
 using Object = std::variant<AuthorizationPtr, PeerAuthenticationPtr>;
 
-// What one connection is judged on (design §6): who calls, from where, to what.
+// What one connection is judged on (docs/policy.md, "Evaluation order"): who calls, from where,
+// to what.
 struct Request {
   common::IpAddress source_ip;
   // The peer's SPIFFE ID without "spiffe://" ("cluster.local/ns/shop/sa/frontend"), as Istio

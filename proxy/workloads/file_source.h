@@ -1,5 +1,5 @@
 #pragma once
-// The workloads file as a Source (docs/configuration.md, "The workloads file"): a
+// The workloads file as a Source (docs/configuration.md, "Workloads file"): a
 // common::WatchedFile (the daemon's one change rule), parsed by config::parseWorkloads, YAML
 // or JSON by extension. A version that fails to parse keeps the previous state, is logged
 // and counted once.

@@ -55,7 +55,7 @@ class LabelSet {
   std::shared_ptr<const Labels> labels_;
 };
 
-// What Istio's metrics say about a workload (docs/operations.md, "Istio metrics"). One object
+// What Istio's metrics say about a workload (docs/operations.md, "Istio TCP metrics"). One object
 // per distinct value, shared by every pod that has it (a Deployment's 500 replicas hold one
 // pointer each), kept for remote workloads too: the destination reporter labels the source.
 struct TelemetryMeta {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make kernel-lab`: proves ferry's peer-egress path on a kernel the project builds itself
-# (design §8, docs/kernel-lab.md).
+# (docs/kernel-lab.md).
 #   1. the kernel lab's packages (scripts/bootstrap.sh kernel-lab) and ferry's build
 #   2. two kernels from Debian's linux-source-6.12, cached by key under ~/.cache:
 #      vanilla, and patched with bpf/kernel/0001-bpf-redirect-peer-egress.patch

@@ -1,5 +1,5 @@
-// from_proxy: tc ingress of the proxy's host-side device (design §2). One test
-// per row of the rule table, per injection mode for the first row.
+// from_proxy: tc ingress of the proxy's host-side device (docs/datapath.md, "The programs").
+// One test per row of the rule table, per injection mode for the first row.
 #include <linux/bpf.h>
 #include <linux/if_packet.h>
 

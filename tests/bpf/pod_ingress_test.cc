@@ -1,4 +1,4 @@
-// pod_ingress: tc egress of an enrolled pod's host-side device (design §2).
+// pod_ingress: tc egress of an enrolled pod's host-side device (docs/datapath.md, "The programs").
 #include <linux/bpf.h>
 
 #include "tests/bpf/datapath_fixture.h"

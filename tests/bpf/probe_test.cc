@@ -1,4 +1,4 @@
-// The injection-mode probe (design §2 "Injection modes"): a one-line program
+// The injection-mode probe (docs/datapath.md, "Injection modes"): a one-line program
 // returning bpf_redirect_peer(1, probe_flags), run with BPF_PROG_TEST_RUN.
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>

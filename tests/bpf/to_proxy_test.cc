@@ -1,5 +1,5 @@
-// to_proxy: tc ingress of the proxy's eth0, inside the proxy netns (design §2,
-// step 2). The real lookups run against real sockets in the test's netns; the
+// to_proxy: tc ingress of the proxy's eth0, inside the proxy netns (docs/datapath.md,
+// "Packet walk", step 2). The real lookups run against real sockets in the test's netns; the
 // sk_assign stub records which socket would have been assigned.
 #include <linux/bpf.h>
 #include <linux/if_packet.h>

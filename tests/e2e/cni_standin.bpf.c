@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
- * A "CNI policy" stand-in for tests/e2e/datapath_e2e.sh (issue 3, design §2
+ * A "CNI policy" stand-in for tests/e2e/datapath_e2e.sh (issue 3; docs/datapath.md,
  * "Ordering with a CNI"). It is attached with cls_bpf (pref 100) on tc ingress
  * of an enrolled pod's host-side device, i.e. AFTER ferry's TCX program, on the
  * path of the packets the pod sends, exactly where a CNI's egress policy runs.

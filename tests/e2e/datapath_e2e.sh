@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end tests of ferry's tc datapath in the network-namespace lab (issue 3, "Tests
-# that must exist and pass"; design.md §2): real applications (curl, python servers,
+# that must exist and pass"; docs/datapath.md): real applications (curl, python servers,
 # iperf3) in lab pods, ferryd on both nodes, captures on the wire between the nodes.
 #
 #   1  cross-node curl n1/p1 -> n2/p1: 200, the server sees 10.77.1.11, through the mesh

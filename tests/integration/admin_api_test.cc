@@ -1,4 +1,4 @@
-// The admin endpoint (docs/operations.md, "Admin endpoint") of the loopback lab's ferryd:
+// The admin endpoint (docs/operations.md, "Endpoints") of the loopback lab's ferryd:
 // live connections with their bytes (gathered from the workers), the log level changed at
 // run time, /quitquitquit draining, the JSON of /status and /config_dump, and the listener
 // bound to loopback only.

@@ -68,9 +68,9 @@ const watchdog = setTimeout(() => fail(`timed out after ${opt['timeout-ms']} ms`
                             Number(opt['timeout-ms']));
 
 const MiB = 1024 * 1024;
-// ztunnel's values (hbone.md §2.3): 4 MiB stream window, 16 MiB connection
-// window, 1 MiB max frame. "default" keeps Node's 64 KiB windows, which makes
-// ferryd's flow-control (WINDOW_UPDATE) handling do much more work.
+// ztunnel's values (docs/architecture.md, "HTTP/2 settings"): 4 MiB stream window,
+// 16 MiB connection window, 1 MiB max frame. "default" keeps Node's 64 KiB windows, which
+// makes ferryd's flow-control (WINDOW_UPDATE) handling do much more work.
 const settings = opt.windows === 'ztunnel'
   ? { initialWindowSize: 4 * MiB, maxFrameSize: MiB, enablePush: false }
   : { enablePush: false };
@@ -131,7 +131,7 @@ function hboneHeaders(authority, session) {
     baggage: 'k8s.cluster.name=Kubernetes,k8s.namespace.name=default,k8s.deployment.name=c1,' +
              'service.name=c1,service.version=latest',
     traceparent: `00-${traceId}-${spanId}-00`,
-    // Unknown headers must be accepted and ignored (hbone.md §2.9 item 3).
+    // Unknown headers must be accepted and ignored (docs/hbone.md, "The CONNECT request").
     'x-interop-test': 'node-http2',
   };
 }

@@ -1,4 +1,4 @@
-// SPIFFE ID parsing against the rules of shared/reference/spiffe.md B5.1.
+// SPIFFE ID parsing against the rules of docs/security.md, "The SPIFFE ID rules".
 #include <string>
 
 #include "absl/container/flat_hash_set.h"

@@ -1,4 +1,5 @@
-// X.509-SVID leaf validation (spiffe.md B5.2) and the in-process CA that mints test certificates.
+// X.509-SVID leaf validation (docs/security.md, "The SVID rules, and every rejection reason")
+// and the in-process CA that mints test certificates.
 #include <chrono>
 #include <functional>
 #include <set>
