@@ -13,9 +13,14 @@
 #include <tuple>
 
 #include "proxy/common/log.h"
-
 #include "proxy/net/socket_io.h"
 #include "proxy/net/socket_factory.h"
+
+// One relay for TCP <-> TCP and TCP <-> stream. A relay joins two ends: `near`, always a
+// socket, and `far`, a socket or a CONNECT stream. Its near -> far direction runs in the
+// relay's own coroutine frame (copySocket as the Lead) and spawns far -> near (copySocket
+// again as a Follower, or copyStream). Memory per idle connection is mostly coroutine
+// frames: a relay holds two, and a parked stream direction the wait's.
 
 namespace ferry::session {
 namespace asio = boost::asio;
@@ -27,15 +32,14 @@ namespace {
 
 constexpr auto kTuple = asio::as_tuple(use_awaitable);
 
-// `n` more bytes went one way: into the connection's count, and into `live` when set (one
-// relaxed add per write, on a counter only this worker writes).
-void count(uint64_t& total, std::atomic<uint64_t>* live, size_t n) {
-  total += n;
-  if (live != nullptr) live->fetch_add(n, std::memory_order_relaxed);
-}
-
 // How one direction of a relay ended.
-enum class Leg { kEof, kReadReset, kWriteFailed, kPeerReset, kAborted };
+enum class Leg {
+  kEof,          // the source ended cleanly (FIN / END_STREAM)
+  kReadReset,    // the source's peer reset it (or the kernel gave up on it)
+  kWriteFailed,  // the destination took no more: a write failed, the stream was reset
+  kAborted,      // the source was aborted under the direction by whoever gave the reason
+  kFailed,       // an exception
+};
 
 // A read error that ends the connection as a reset would: the peer reset it, or the
 // kernel gave up on it (a keepalive or retransmission timeout, an unreachable host). Only
@@ -51,41 +55,18 @@ struct Activity {
   void touch() { last = Clock::now(); }
 };
 
-// Writes all of `data` to `to`: straight from the caller's buffer when the socket takes it
-// at once (the common case), else from a copy, since the scratch buffer is shared.
-awaitable<boost::system::error_code> writeAll(Tcp::socket& to, const char* data, size_t size) {
-  boost::system::error_code ec;
-  size_t done = to.write_some(asio::buffer(data, size), ec);
-  if (ec == asio::error::would_block || ec == asio::error::try_again) {
-    ec.clear();
-    done = 0;
+// One direction's accounting: the relay's activity (for the idle timeout) and where its
+// bytes are counted: the connection's count, and `live` when set (one relaxed add per
+// write, on a counter only this worker writes).
+struct Flow {
+  Activity* act;
+  uint64_t* total;
+  std::atomic<uint64_t>* live;
+  void moved(size_t n) {
+    *total += n;
+    if (live != nullptr) live->fetch_add(n, std::memory_order_relaxed);
   }
-  if (ec) co_return ec;
-  if (done == size) co_return ec;
-  std::vector<char> rest(data + done, data + size);
-  auto [wec, n] = co_await asio::async_write(to, asio::buffer(rest), kTuple);
-  co_return wec;
-}
-
-// Reads whatever is available into the worker's scratch buffer, waiting for readability
-// only when the socket is drained (net::readAvailable). Returns bytes read (ec == eof at
-// end of stream).
-awaitable<std::pair<boost::system::error_code, size_t>> readSome(Tcp::socket& from,
-                                                                 Scratch& scratch,
-                                                                 size_t limit,
-                                                                 net::Drained& drained) {
-  for (;;) {
-    if (drained != net::Drained::kNo) {  // written out here: no coroutine frame per message
-      auto [wec] = co_await net::asyncReadable(from, kTuple);
-      drained = net::Drained::kNo;
-      if (wec) co_return std::pair{wec, size_t{0}};
-    }
-    asio::mutable_buffer buf = asio::buffer(scratch.bytes.data(), std::min(limit, scratch.bytes.size()));
-    boost::system::error_code ec;
-    size_t n = net::readAvailable(from, std::span<const asio::mutable_buffer>(&buf, 1), drained, ec);
-    if (ec != asio::error::would_block) co_return std::pair{ec, n};
-  }
-}
+};
 
 // What `chain` offers to one gathered write (its first kMaxGather runs) after the first
 // `done` bytes.
@@ -117,21 +98,127 @@ awaitable<boost::system::error_code> writeQueued(Tcp::socket& to, const net::Buf
   co_return wec;
 }
 
-awaitable<Leg> copyTcp(Tcp::socket& from, Tcp::socket& to, uint64_t& counter, std::atomic<uint64_t>* live,
-                       Activity& act, Scratch& scratch) {
-  net::Drained drained = net::Drained::kNo;  // what the last read left (net::readAvailable)
-  for (;;) {
-    auto [ec, n] = co_await readSome(from, scratch, scratch.bytes.size(), drained);
-    if (ec == asio::error::eof) {
-      boost::system::error_code ignored;
-      to.shutdown(Tcp::socket::shutdown_send, ignored);
-      co_return Leg::kEof;
+// --- The two kinds of end ----------------------------------------------------------------
+//
+// An end carries what the relay decides to its peer (a half-close, a reset, the close at
+// the end) and names the CloseReason of its peer's reset. As the destination of a socket's
+// bytes (copySocket) it says where they are read into: a socket's through the worker's
+// scratch buffer, written on at once; a stream's straight into its send chain (no copy).
+// Ends are handles: copies refer to the same socket or stream.
+
+// An application socket: either side of a TCP <-> TCP relay, the application side of a
+// TCP <-> stream one.
+class SocketEnd {
+ public:
+  // From here on non-blocking: the relay reads and writes before it waits.
+  SocketEnd(Tcp::socket& socket, CloseReason reset_reason, Scratch& scratch)
+      : socket_(&socket), scratch_(&scratch), reset_reason_(reset_reason) {
+    boost::system::error_code ignored;
+    socket.non_blocking(true, ignored);
+  }
+
+  Tcp::socket& socket() const { return *socket_; }
+  CloseReason resetReason() const { return reset_reason_; }
+  bool wasReset() const { return false; }  // a socket's reset shows on a read or a write
+  void halfClose() {
+    boost::system::error_code ignored;
+    socket_->shutdown(Tcp::socket::shutdown_send, ignored);
+  }
+  // SO_LINGER 0: the peer sees a RST. (`h2_code` is what a stream would send.)
+  void reset(uint32_t /*h2_code*/) { net::abortSocket(*socket_); }
+  // A FIN when the connection ended as both sides meant, else a RST.
+  void close(bool graceful) { graceful ? net::closeGracefully(*socket_) : net::abortSocket(*socket_); }
+
+  // As a destination. The scratch buffer always has room.
+  size_t space() const { return scratch_->bytes.size(); }
+  awaitable<void> spaceReady() { co_return; }  // never waited for: space() is never 0
+  size_t prepare(size_t max, asio::mutable_buffer out[2]) {
+    out[0] = asio::buffer(scratch_->bytes.data(), std::min(max, scratch_->bytes.size()));
+    return 1;
+  }
+  void discardPrepared() {}
+  // Writes the `n` bytes read into prepare()'s buffer as far as the socket takes them at
+  // once (the common case); returns the rest, for writeLeft().
+  std::span<const char> commit(size_t n, boost::system::error_code& ec) {
+    size_t done = socket_->write_some(asio::buffer(scratch_->bytes.data(), n), ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) {
+      ec.clear();
+      done = 0;
     }
-    if (ec) co_return isCut(ec) ? Leg::kReadReset : Leg::kAborted;
-    act.touch();
-    auto wec = co_await writeAll(to, scratch.bytes.data(), n);
-    if (wec) co_return Leg::kWriteFailed;
-    count(counter, live, n);
+    if (ec) return {};
+    return {scratch_->bytes.data() + done, n - done};
+  }
+  // From a copy: the scratch buffer is the worker's, and other connections read into it
+  // while this write waits.
+  awaitable<boost::system::error_code> writeLeft(std::span<const char> left) {
+    std::vector<char> rest(left.begin(), left.end());
+    auto [ec, n] = co_await asio::async_write(*socket_, asio::buffer(rest), kTuple);
+    co_return ec;
+  }
+
+ private:
+  Tcp::socket* socket_;
+  Scratch* scratch_;
+  CloseReason reset_reason_;
+};
+
+// A CONNECT stream that is established (200 seen or sent).
+class StreamEnd {
+ public:
+  explicit StreamEnd(hbone::H2Stream& stream) : stream_(&stream) {}
+
+  hbone::H2Stream& stream() const { return *stream_; }
+  CloseReason resetReason() const { return CloseReason::kPeerReset; }
+  // RST_STREAM from the peer, from us, or the HBONE connection died.
+  bool wasReset() const { return stream_->resetCode().has_value(); }
+  void halfClose() { stream_->sendEof(); }  // END_STREAM once the queued bytes are sent
+  void reset(uint32_t h2_code) { stream_->reset(h2_code); }
+  // The stream already ended (END_STREAM or reset); what it received and will never be
+  // written out gives its flow-control window back.
+  void close(bool /*graceful*/) { stream_->discardReceived(); }
+
+  // As a destination: bounded by the stream's send buffer, read straight into its chain.
+  size_t space() const { return stream_->sendSpace(); }
+  awaitable<void> spaceReady() { return stream_->sendReady().wait(); }
+  size_t prepare(size_t max, asio::mutable_buffer out[2]) { return stream_->pending().prepare(max, out); }
+  void discardPrepared() { stream_->pending().commit(0); }
+  std::span<const char> commit(size_t n, boost::system::error_code& /*ec*/) {
+    stream_->sent(n);
+    return {};
+  }
+  awaitable<boost::system::error_code> writeLeft(std::span<const char>) {  // never: commit() takes all
+    co_return boost::system::error_code{};
+  }
+
+ private:
+  hbone::H2Stream* stream_;
+};
+
+// Carries how a direction ended to both ends at once: a clean end half-closes the
+// destination; anything else resets both, which also wakes the other direction.
+template <class From, class To>
+void carry(Leg leg, From& from, To& to) {
+  if (leg == Leg::kEof) {
+    to.halfClose();
+    return;
+  }
+  uint32_t code = leg == Leg::kFailed ? hbone::kH2InternalError : hbone::kH2ConnectError;
+  to.reset(code);
+  from.reset(code);
+}
+
+// The CloseReason a direction's end gives the connection.
+template <class From, class To>
+CloseReason reasonOf(Leg leg, const From& from, const To& to) {
+  switch (leg) {
+    case Leg::kReadReset:
+      return from.resetReason();
+    case Leg::kWriteFailed:
+      return to.resetReason();
+    case Leg::kFailed:
+      return CloseReason::kInternal;
+    default:  // kEof; kAborted: whoever aborted the source gives the reason
+      return CloseReason::kOk;
   }
 }
 
@@ -141,9 +228,8 @@ awaitable<Leg> copyTcp(Tcp::socket& from, Tcp::socket& to, uint64_t& counter, st
 // error, is left to the loop.
 class DirectWriter final : public hbone::ReceiveSink {
  public:
-  DirectWriter(Tcp::socket& tcp, hbone::H2Stream& stream, Activity& act, uint64_t& received,
-               std::atomic<uint64_t>* live)
-      : tcp_(tcp), stream_(stream), act_(act), received_(received), live_(live) {
+  DirectWriter(Tcp::socket& tcp, hbone::H2Stream& stream, Flow& flow)
+      : tcp_(tcp), stream_(stream), flow_(flow) {
     stream_.setReceiveSink(this);
   }
   ~DirectWriter() { stream_.setReceiveSink(nullptr); }
@@ -159,7 +245,7 @@ class DirectWriter final : public hbone::ReceiveSink {
     boost::system::error_code ec;
     size_t n = net::writeSome(tcp_, stream.received(), ec);
     if (ec || n == 0) return;
-    act_.touch();
+    flow_.act->touch();
     written(n);
   }
 
@@ -167,26 +253,26 @@ class DirectWriter final : public hbone::ReceiveSink {
   // its window back (last: may send a WINDOW_UPDATE, and a failed send ends the stream).
   void written(size_t n) {
     stream_.received().consume(n);
-    count(received_, live_, n);
+    flow_.moved(n);
     stream_.consumed(n);
   }
 
  private:
   Tcp::socket& tcp_;
   hbone::H2Stream& stream_;
-  Activity& act_;
-  uint64_t& received_;
-  std::atomic<uint64_t>* live_;
+  Flow& flow_;
 };
 
 // The idle timeout of a relay: a timer with a plain completion handler, a few hundred
 // bytes per connection, instead of a coroutine raced against the relay with `||`. Shared
 // with the pending handler, which may run after the relay is gone (`active` says whether to
-// act). On expiry it resets the stream (if any) and the sockets, which ends both directions.
+// act; the ends live in the relay's frame). On expiry it resets both ends, which ends both
+// directions.
+template <class Far>
 struct IdleState {
   IdleState(const asio::any_io_executor& ex, Activity& act, std::chrono::milliseconds idle,
-            Tcp::socket& a, Tcp::socket* b, hbone::H2Stream* stream)
-      : timer(ex), act(act), idle(idle), a(a), b(b), stream(stream) {}
+            SocketEnd& near, Far& far)
+      : timer(ex), act(act), idle(idle), near(near), far(far) {}
   void disarm() {
     active = false;
     timer.cancel();
@@ -194,14 +280,14 @@ struct IdleState {
   asio::steady_timer timer;
   Activity& act;
   std::chrono::milliseconds idle;
-  Tcp::socket& a;
-  Tcp::socket* b;
-  hbone::H2Stream* stream;
+  SocketEnd& near;
+  Far& far;
   bool active = true;
   bool expired = false;
 };
 
-void armIdle(const std::shared_ptr<IdleState>& s) {
+template <class Far>
+void armIdle(const std::shared_ptr<IdleState<Far>>& s) {
   s->timer.expires_at(s->act.last + s->idle);
   s->timer.async_wait([s](const boost::system::error_code& ec) {
     if (ec || !s->active) return;
@@ -210,18 +296,17 @@ void armIdle(const std::shared_ptr<IdleState>& s) {
       return;
     }
     s->expired = true;
-    if (s->stream != nullptr) s->stream->reset(hbone::kH2Cancel);
-    net::abortSocket(s->a);
-    if (s->b != nullptr) net::abortSocket(*s->b);
+    s->far.reset(hbone::kH2Cancel);
+    s->near.reset(hbone::kH2Cancel);
   });
 }
 
 // Arms an idle timeout for the lifetime of a relay's frame.
+template <class Far>
 class IdleTimeout {
  public:
-  IdleTimeout(Activity& act, std::chrono::milliseconds idle, Tcp::socket& a, Tcp::socket* b,
-              hbone::H2Stream* stream)
-      : state_(std::make_shared<IdleState>(a.get_executor(), act, idle, a, b, stream)) {
+  IdleTimeout(Activity& act, std::chrono::milliseconds idle, SocketEnd& near, Far& far)
+      : state_(std::make_shared<IdleState<Far>>(near.socket().get_executor(), act, idle, near, far)) {
     armIdle(state_);
   }
   ~IdleTimeout() { state_->disarm(); }
@@ -230,7 +315,7 @@ class IdleTimeout {
   bool expired() const { return state_->expired; }
 
  private:
-  std::shared_ptr<IdleState> state_;
+  std::shared_ptr<IdleState<Far>> state_;
 };
 
 // One direction of a relay run as a coroutine of its own, while the relay's frame runs the
@@ -239,229 +324,208 @@ class IdleTimeout {
 // happened to its own direction.
 class SpawnedDirection {
  public:
-  SpawnedDirection(const asio::any_io_executor& ex, awaitable<CloseReason> body) : done_(ex) {
-    asio::co_spawn(ex, std::move(body), [this](std::exception_ptr e, CloseReason r) {
-      reason_ = e ? CloseReason::kInternal : r;
+  SpawnedDirection(const asio::any_io_executor& ex, awaitable<Leg> body) : done_(ex) {
+    asio::co_spawn(ex, std::move(body), [this](std::exception_ptr e, Leg leg) {
+      leg_ = e ? Leg::kFailed : leg;
       done_.set();
     });
   }
   SpawnedDirection(const SpawnedDirection&) = delete;
   SpawnedDirection& operator=(const SpawnedDirection&) = delete;
 
-  awaitable<CloseReason> join() {
+  awaitable<Leg> join() {
     co_await done_.wait();
-    co_return reason_;
+    co_return leg_;
   }
 
  private:
   net::Event done_;
-  CloseReason reason_ = CloseReason::kOk;
+  Leg leg_ = Leg::kEof;
 };
 
-void setNonBlocking(Tcp::socket& s) {
-  boost::system::error_code ignored;
-  s.non_blocking(true, ignored);
-}
-
-}  // namespace
-
-awaitable<RelayResult> relayTcp(Tcp::socket& downstream, Tcp::socket& upstream,
-                                std::chrono::milliseconds idle, Scratch& scratch, ByteCounts& bytes) {
-  RelayResult result;
-  Activity act;
-  setNonBlocking(downstream);
-  setNonBlocking(upstream);
-  IdleTimeout idle_timeout(act, idle, downstream, &upstream, nullptr);
-  // Each leg, when it sees a reset, resets the other side at once so that the other leg
-  // (waiting for readability) wakes up; a clean EOF only half-closes.
-  int clean_ends = 0;  // directions that ended with a FIN
-  auto leg = [&](Tcp::socket& from, Tcp::socket& to, uint64_t& counter, std::atomic<uint64_t>* live,
-                 CloseReason read_reset) -> awaitable<CloseReason> {
-    Leg l = co_await copyTcp(from, to, counter, live, act, scratch);
-    switch (l) {
-      case Leg::kEof:
-        ++clean_ends;
-        co_return CloseReason::kOk;
-      case Leg::kReadReset:
-        net::abortSocket(to);
-        net::abortSocket(from);
-        co_return read_reset;
-      case Leg::kWriteFailed:
-        net::abortSocket(from);
-        net::abortSocket(to);
-        co_return read_reset == CloseReason::kDownstreamReset ? CloseReason::kUpstreamReset
-                                                              : CloseReason::kDownstreamReset;
-      default:
-        co_return CloseReason::kOk;
-    }
-  };
-  // The far side -> accepted side leg is spawned, this frame runs the other.
-  SpawnedDirection back_leg(downstream.get_executor(),
-                            leg(upstream, downstream, bytes.received, bytes.live_received, CloseReason::kUpstreamReset));
-  CloseReason forth = CloseReason::kOk;
-  std::exception_ptr error;
+// stream -> socket: everything the stream queued, in one gathered write, consumed (and the
+// peer's window given back) only once written; while it waits for more, the HBONE read
+// pass writes for it (DirectWriter).
+awaitable<Leg> copyStream(StreamEnd from, SocketEnd to, Flow flow) {
+  hbone::H2Stream& stream = from.stream();
+  DirectWriter direct(to.socket(), stream, flow);
+  Leg leg = Leg::kEof;
   try {
-    forth = co_await leg(downstream, upstream, bytes.sent, bytes.live_sent, CloseReason::kDownstreamReset);
-  } catch (...) {
-    error = std::current_exception();
-    net::abortSocket(downstream);
-    net::abortSocket(upstream);
-  }
-  CloseReason back = co_await back_leg.join();
-  if (error) std::rethrow_exception(error);
-  result.sent = bytes.sent;
-  result.received = bytes.received;
-  if (idle_timeout.expired()) {
-    result.reason = CloseReason::kIdleTimeout;  // the timer aborted both sockets
-    co_return result;
-  }
-  result.reason = forth != CloseReason::kOk ? forth : back;
-  if (clean_ends == 2) {
-    net::closeGracefully(downstream);
-    net::closeGracefully(upstream);
-  } else {
-    // A direction was cut (its socket closed under it, an error that is not a reset): the
-    // connection did not end as both sides meant, so neither may see a clean FIN.
-    net::abortSocket(downstream);
-    net::abortSocket(upstream);
-  }
-  co_return result;
-}
-
-awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
-                                   std::chrono::milliseconds idle, Scratch& scratch, ByteCounts& bytes) {
-  RelayResult result;
-  Activity act;
-  setNonBlocking(tcp);
-  DirectWriter direct(tcp, stream, act, bytes.received, bytes.live_received);
-  IdleTimeout idle_timeout(act, idle, tcp, nullptr, &stream);
-
-  // Memory per connection is mostly coroutine frames: stream -> TCP is a SpawnedDirection,
-  // TCP -> stream runs in this frame.
-
-  // Set when a direction ended with a FIN / END_STREAM: only then does the socket close
-  // with a FIN (closeGracefully).
-  bool down_clean = false;
-  bool up_clean = false;
-
-  // stream -> TCP.
-  auto down = [&]() -> awaitable<CloseReason> {
     for (;;) {
       if (stream.resetCode()) {
-        // The far end reset (or the tunnel died): reset the application's connection. What
-        // is still queued for it will never be written: give its window back.
-        stream.discardReceived();
-        net::abortSocket(tcp);
-        co_return CloseReason::kPeerReset;
+        leg = Leg::kReadReset;  // the far end reset, or the tunnel died
+        break;
       }
       if (stream.hasReceived()) {
-        // Everything queued, in one gathered write; consumed (and the peer's window given
-        // back) only once written.
-        act.touch();
+        flow.act->touch();
         size_t total = 0;
-        auto ec = co_await writeQueued(tcp, stream.received(), total);
+        auto ec = co_await writeQueued(to.socket(), stream.received(), total);
         if (ec) {
-          stream.discardReceived();
-          stream.reset(hbone::kH2ConnectError);
-          net::abortSocket(tcp);
-          co_return CloseReason::kDownstreamReset;
+          leg = Leg::kWriteFailed;
+          break;
         }
         direct.written(total);
         continue;
       }
-      if (stream.receivedEof()) {
-        boost::system::error_code ignored;
-        tcp.shutdown(Tcp::socket::shutdown_send, ignored);
-        down_clean = true;
-        co_return CloseReason::kOk;
-      }
+      if (stream.receivedEof()) break;
       direct.parked = true;
       co_await stream.recvReady().wait();
       direct.parked = false;
     }
-  };
-  SpawnedDirection down_direction(tcp.get_executor(), down());
+  } catch (...) {
+    leg = Leg::kFailed;
+  }
+  // What is still queued will never be written: its window goes back.
+  if (leg != Leg::kEof) stream.discardReceived();
+  carry(leg, from, to);
+  co_return leg;
+}
 
-  // TCP -> stream, reading straight into the stream's send chain, written out here: no
-  // coroutine frame of its own, none per message.
-  CloseReason up_reason = CloseReason::kOk;
+// The part of a relay its near -> far direction (copySocket) plays besides copying: it arms
+// the idle timeout, spawns far -> near, joins it and ends the connection.
+template <class Far>
+class Lead;
+
+// The far -> near direction of a TCP <-> TCP relay: the same copy, nothing besides.
+class Follower {
+ public:
+  using Result = Leg;
+  using Args = Flow;
+  Follower(SocketEnd& /*from*/, SocketEnd& /*to*/, Flow flow) : flow_(flow) {}
+  Flow flow() const { return flow_; }
+  // An exception ends the direction as kFailed (the lead reports it as kInternal).
+  awaitable<Leg> finish(Leg leg, SocketEnd& /*from*/, SocketEnd& /*to*/, std::exception_ptr /*error*/) {
+    co_return leg;
+  }
+
+ private:
+  Flow flow_;
+};
+
+// socket -> `to` (a socket or a stream), read straight into what `to` prepares (the
+// scratch buffer, or the stream's send chain), written out here: no coroutine frame of its
+// own, none per message. `Role` is what the direction plays besides (Lead or Follower).
+template <class Role, class To>
+awaitable<typename Role::Result> copySocket(SocketEnd from, To to, typename Role::Args args) {
+  Role role(from, to, args);
+  Flow flow = role.flow();
+  Leg leg = Leg::kEof;
   net::Drained drained = net::Drained::kNo;  // what the last read left (net::readAvailable)
-  std::exception_ptr up_error;  // raised only after the spawned direction has ended
+  std::exception_ptr error;                       // the lead raises it once far -> near has ended
   try {
     for (;;) {
-      if (stream.resetCode()) {
-        up_reason = CloseReason::kPeerReset;
+      if (to.wasReset()) {
+        leg = Leg::kWriteFailed;
         break;
       }
-      size_t space = stream.sendSpace();
+      size_t space = to.space();
       if (space == 0) {
-        co_await stream.sendReady().wait();
+        co_await to.spaceReady();
         continue;
       }
       boost::system::error_code ec;
-      if (drained != net::Drained::kNo) {
-        std::tie(ec) = co_await net::asyncReadable(tcp, kTuple);
+      if (drained != net::Drained::kNo) {  // written out here: no coroutine frame per message
+        std::tie(ec) = co_await net::asyncReadable(from.socket(), kTuple);
         drained = net::Drained::kNo;
       }
       size_t n = 0;
       if (!ec) {
         asio::mutable_buffer bufs[2];
-        size_t count = stream.pending().prepare(space, bufs);
-        n = net::readAvailable(tcp, std::span<const asio::mutable_buffer>(bufs, count), drained, ec);
+        size_t count = to.prepare(space, bufs);
+        n = net::readAvailable(from.socket(), std::span<const asio::mutable_buffer>(bufs, count), drained, ec);
         if (ec == asio::error::would_block) {
-          stream.pending().commit(0);
+          to.discardPrepared();
           continue;
         }
       }
-      if (ec) stream.pending().commit(0);
       FERRY_LOG(kTrace, "relay: tcp read %d bytes: %s", n, ec.message());
-      if (ec == asio::error::eof) {
-        stream.sendEof();
-        up_clean = true;
-        break;
-      }
       if (ec) {
-        if (stream.resetCode()) {
-          up_reason = CloseReason::kPeerReset;  // we aborted the socket
-        } else if (isCut(ec)) {
-          // The application reset its connection, or the kernel gave up on it: tell the
-          // far end to reset too.
-          stream.reset(hbone::kH2ConnectError);
-          net::abortSocket(tcp);
-          up_reason = CloseReason::kDownstreamReset;
-        } else {
-          up_reason = CloseReason::kInternal;
-        }
+        to.discardPrepared();
+        if (ec == asio::error::eof) break;
+        leg = to.wasReset() ? Leg::kWriteFailed  // we aborted the socket: the stream was reset
+              : isCut(ec)   ? Leg::kReadReset
+                            : Leg::kAborted;
         break;
       }
-      act.touch();
-      stream.sent(n);
-      count(bytes.sent, bytes.live_sent, n);
+      flow.act->touch();
+      auto left = to.commit(n, ec);
+      if (!ec && !left.empty()) ec = co_await to.writeLeft(left);
+      if (ec) {
+        leg = Leg::kWriteFailed;
+        break;
+      }
+      flow.moved(n);
     }
   } catch (...) {
-    up_error = std::current_exception();
-    stream.reset(hbone::kH2InternalError);
-    net::abortSocket(tcp);
+    error = std::current_exception();
+    leg = Leg::kFailed;
   }
-  CloseReason down_reason = co_await down_direction.join();
-  if (up_error) std::rethrow_exception(up_error);
-  result.sent = bytes.sent;
-  result.received = bytes.received;
+  carry(leg, from, to);
+  co_return co_await role.finish(leg, from, to, error);
+}
 
-  // Both directions are done (nothing is being written from the receive chain any more):
-  // whatever is left in it will never reach the application, so its window goes back.
-  stream.discardReceived();
-  if (idle_timeout.expired()) {
-    result.reason = CloseReason::kIdleTimeout;  // the timer reset the stream and the socket
+awaitable<Leg> copyBack(SocketEnd from, SocketEnd to, Flow flow) { return copySocket<Follower>(from, to, flow); }
+awaitable<Leg> copyBack(StreamEnd from, SocketEnd to, Flow flow) { return copyStream(from, to, flow); }
+
+template <class Far>
+class Lead {
+ public:
+  using Result = RelayResult;
+  struct Args {
+    std::chrono::milliseconds idle;
+    ByteCounts* bytes;
+  };
+  Lead(SocketEnd& near, Far& far, Args args)
+      : bytes_(*args.bytes),
+        idle_(act_, args.idle, near, far),
+        back_(near.socket().get_executor(),
+              copyBack(far, near, Flow{&act_, &bytes_.received, bytes_.live_received})) {}
+  Lead(const Lead&) = delete;
+  Lead& operator=(const Lead&) = delete;
+
+  Flow flow() { return {&act_, &bytes_.sent, bytes_.live_sent}; }
+
+  // Once near -> far ended as `forth` (and was carried to both ends).
+  awaitable<RelayResult> finish(Leg forth, SocketEnd& near, Far& far, std::exception_ptr error) {
+    Leg back = co_await back_.join();
+    if (error) std::rethrow_exception(error);
+    // Only when both directions ended with a FIN / END_STREAM and nothing was reset may
+    // the sockets close with a FIN: else the connection did not end as both sides meant.
+    bool graceful = forth == Leg::kEof && back == Leg::kEof && !near.wasReset() && !far.wasReset();
+    near.close(graceful);
+    far.close(graceful);
+    RelayResult result;
+    result.sent = bytes_.sent;
+    result.received = bytes_.received;
+    if (idle_.expired()) {
+      result.reason = CloseReason::kIdleTimeout;  // the timer reset both ends
+    } else {
+      CloseReason first = reasonOf(forth, near, far);
+      result.reason = first != CloseReason::kOk ? first : reasonOf(back, far, near);
+    }
     co_return result;
   }
-  result.reason = up_reason != CloseReason::kOk ? up_reason : down_reason;
-  if (up_clean && down_clean && !stream.resetCode()) {
-    net::closeGracefully(tcp);
-  } else {
-    net::abortSocket(tcp);
-  }
-  co_return result;
+
+ private:
+  Activity act_;
+  ByteCounts& bytes_;
+  IdleTimeout<Far> idle_;
+  SpawnedDirection back_;  // last: its body refers to the members above
+};
+
+}  // namespace
+
+awaitable<RelayResult> relayTcp(Tcp::socket& downstream, Tcp::socket& upstream,
+                                std::chrono::milliseconds idle, Scratch& scratch, ByteCounts& bytes) {
+  return copySocket<Lead<SocketEnd>>(SocketEnd(downstream, CloseReason::kDownstreamReset, scratch),
+                                     SocketEnd(upstream, CloseReason::kUpstreamReset, scratch),
+                                     {idle, &bytes});
+}
+
+awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
+                                   std::chrono::milliseconds idle, Scratch& scratch, ByteCounts& bytes) {
+  return copySocket<Lead<StreamEnd>>(SocketEnd(tcp, CloseReason::kDownstreamReset, scratch), StreamEnd(stream),
+                                     {idle, &bytes});
 }
 
 }  // namespace ferry::session

@@ -1,8 +1,9 @@
 #pragma once
-// Byte relays: TCP <-> TCP (passthrough, inbound plaintext) and TCP <-> HBONE stream.
-// Both keep half-close (FIN <-> END_STREAM / shutdown(SHUT_WR)), carry resets across
-// (TCP RST <-> RST_STREAM / SO_LINGER 0), stop reading a side whose destination is slow
-// (bounded buffers), and end the connection after `idle` without bytes.
+// The byte relay: one relay (relay.cc) between an application socket and a socket
+// (relayTcp: passthrough, inbound plaintext) or an HBONE stream (relayStream). It keeps
+// half-close (FIN <-> END_STREAM / shutdown(SHUT_WR)), carries resets across (TCP RST <->
+// RST_STREAM / SO_LINGER 0), stops reading a side whose destination is slow (bounded
+// buffers), and ends the connection after `idle` without bytes.
 #include <atomic>
 #include <chrono>
 #include <cstdint>
