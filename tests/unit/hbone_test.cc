@@ -49,7 +49,7 @@ TEST(ConnectRequest, BuildsZtunnelCompatibleHeaders) {
 }
 
 TEST(ConnectRequest, BracketsIpv6Authority) {
-  auto hs = hbone::buildConnectHeaders({hp("fd00::2:10", 80), hp("fd00::1:10", 5)});
+  auto hs = hbone::buildConnectHeaders({hp("fd00::2:10", 80), hp("fd00::1:10", 5), {}, {}});
   EXPECT_EQ(value(hs, ":authority"), "[fd00::2:10]:80");
   EXPECT_EQ(value(hs, "forwarded"), "for=\"[fd00::1:10]:5\"");
 }
