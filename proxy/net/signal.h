@@ -3,6 +3,7 @@
 // Asio has no condition variable; a timer that never expires and is cancelled to wake
 // its waiters is the idiomatic stand-in.
 #include <chrono>
+#include <utility>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/as_tuple.hpp>
@@ -29,6 +30,17 @@ class Signal {
       co_await timer_.async_wait(boost::asio::as_tuple(boost::asio::use_awaitable));
     }
     pending_ = false;
+  }
+
+  // The same wait for a completion handler (the relay's, which is no coroutine): take()
+  // says whether a notify() came since the last take() (and forgets it); if not,
+  // asyncWait(h) runs `h()` through the executor at the next notify(), or when the Signal
+  // is destroyed: the owner of `h` must keep the Signal alive for as long as it waits.
+  // After the wake-up the notify() is still remembered, for the next take().
+  bool take() { return std::exchange(pending_, false); }
+  template <typename Handler>
+  void asyncWait(Handler handler) {
+    timer_.async_wait([handler = std::move(handler)](const boost::system::error_code&) mutable { handler(); });
   }
 
  private:

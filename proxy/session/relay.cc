@@ -1,7 +1,7 @@
 #include "proxy/session/relay.h"
 
-#include <boost/asio/as_tuple.hpp>
-#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -10,17 +10,17 @@
 #include <exception>
 #include <memory>
 #include <span>
-#include <tuple>
+#include <type_traits>
+#include <utility>
 
 #include "proxy/common/log.h"
 #include "proxy/net/socket_io.h"
 #include "proxy/net/socket_factory.h"
 
 // One relay for TCP <-> TCP and TCP <-> stream. A relay joins two ends: `near`, always a
-// socket, and `far`, a socket or a CONNECT stream. Its near -> far direction runs in the
-// relay's own coroutine frame (copySocket as the Lead) and spawns far -> near (copySocket
-// again as a Follower, or copyStream). Memory per idle connection is mostly coroutine
-// frames: a relay holds two, and a parked stream direction the wait's.
+// socket, and `far`, a socket or a CONNECT stream. Both directions run as completion
+// handlers on one object (Relay) that the caller's coroutine awaits: an idle connection
+// holds that object, one wait per direction and the idle timer's wait, no coroutine frame.
 
 namespace ferry::session {
 namespace asio = boost::asio;
@@ -29,8 +29,6 @@ using asio::use_awaitable;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-constexpr auto kTuple = asio::as_tuple(use_awaitable);
 
 // How one direction of a relay ended.
 enum class Leg {
@@ -62,7 +60,7 @@ struct Flow {
   Activity* act;
   uint64_t* total;
   std::atomic<uint64_t>* live;
-  void moved(size_t n) {
+  void moved(size_t n) const {
     *total += n;
     if (live != nullptr) live->fetch_add(n, std::memory_order_relaxed);
   }
@@ -83,19 +81,6 @@ std::vector<asio::const_buffer> restAfter(const net::BufferChain& chain, size_t 
     done = 0;
   }
   return rest;
-}
-
-// Writes what `chain` offers (net::writeSome) in one writev while the socket takes it;
-// Asio finishes a partial write. Sets `total` to the bytes written, which the caller then
-// consumes. The chain stays put until then.
-awaitable<boost::system::error_code> writeQueued(Tcp::socket& to, const net::BufferChain& chain,
-                                                 size_t& total) {
-  boost::system::error_code ec;
-  size_t done = net::writeSome(to, chain, ec, &total);
-  if (ec == asio::error::would_block) ec.clear();
-  if (ec || done == total) co_return ec;
-  auto [wec, n] = co_await asio::async_write(to, restAfter(chain, done), kTuple);
-  co_return wec;
 }
 
 // --- The two kinds of end ----------------------------------------------------------------
@@ -131,14 +116,15 @@ class SocketEnd {
 
   // As a destination. The scratch buffer always has room.
   size_t space() const { return scratch_->bytes.size(); }
-  awaitable<void> spaceReady() { co_return; }  // never waited for: space() is never 0
   size_t prepare(size_t max, asio::mutable_buffer out[2]) {
     out[0] = asio::buffer(scratch_->bytes.data(), std::min(max, scratch_->bytes.size()));
     return 1;
   }
   void discardPrepared() {}
   // Writes the `n` bytes read into prepare()'s buffer as far as the socket takes them at
-  // once (the common case); returns the rest, for writeLeft().
+  // once (the common case); returns the rest, which the relay copies out of the scratch
+  // buffer (the worker's: other connections read into it while this write waits) and
+  // writes when the socket takes it.
   std::span<const char> commit(size_t n, boost::system::error_code& ec) {
     size_t done = socket_->write_some(asio::buffer(scratch_->bytes.data(), n), ec);
     if (ec == asio::error::would_block || ec == asio::error::try_again) {
@@ -147,13 +133,6 @@ class SocketEnd {
     }
     if (ec) return {};
     return {scratch_->bytes.data() + done, n - done};
-  }
-  // From a copy: the scratch buffer is the worker's, and other connections read into it
-  // while this write waits.
-  awaitable<boost::system::error_code> writeLeft(std::span<const char> left) {
-    std::vector<char> rest(left.begin(), left.end());
-    auto [ec, n] = co_await asio::async_write(*socket_, asio::buffer(rest), kTuple);
-    co_return ec;
   }
 
  private:
@@ -179,15 +158,11 @@ class StreamEnd {
 
   // As a destination: bounded by the stream's send buffer, read straight into its chain.
   size_t space() const { return stream_->sendSpace(); }
-  awaitable<void> spaceReady() { return stream_->sendReady().wait(); }
   size_t prepare(size_t max, asio::mutable_buffer out[2]) { return stream_->pending().prepare(max, out); }
   void discardPrepared() { stream_->pending().commit(0); }
   std::span<const char> commit(size_t n, boost::system::error_code& /*ec*/) {
     stream_->sent(n);
     return {};
-  }
-  awaitable<boost::system::error_code> writeLeft(std::span<const char>) {  // never: commit() takes all
-    co_return boost::system::error_code{};
   }
 
  private:
@@ -222,310 +197,334 @@ CloseReason reasonOf(Leg leg, const From& from, const To& to) {
   }
 }
 
-// Writes what a stream received to the application socket from the HBONE connection's read
-// pass while the relay's stream->TCP loop is parked (hbone::ReceiveSink): a message then
-// costs no wake-up of that loop. Whatever the socket does not take at once, and every
-// error, is left to the loop.
-class DirectWriter final : public hbone::ReceiveSink {
+
+// One direction's state between its wake-ups.
+struct DirectionState {
+  bool ended = false;
+  Leg leg = Leg::kEof;
+  net::Drained drained = net::Drained::kNo;  // what the last read left (net::readAvailable)
+  std::vector<char> left;                    // socket -> socket: what the destination did not take at once
+};
+
+// No stream end: the relay needs no ReceiveSink.
+struct NoSink {};
+
+// A relay in flight: both directions as completion handlers on this one object (an idle
+// connection holds it, one wait per parked direction and the idle timer's wait: no
+// coroutine frame). Pending handlers share it; the ends belong to the caller, who keeps them
+// until `Handler` (the caller's continuation) gets the result, and nothing touches them
+// after that. A direction runs until it must wait, and arms the wait with a handler that
+// runs it again.
+template <class Far, class Handler>
+class Relay final : public std::enable_shared_from_this<Relay<Far, Handler>>,
+                    public std::conditional_t<std::is_same_v<Far, StreamEnd>, hbone::ReceiveSink, NoSink> {
+  static constexpr bool kStream = std::is_same_v<Far, StreamEnd>;
+
  public:
-  DirectWriter(Tcp::socket& tcp, hbone::H2Stream& stream, Flow& flow)
-      : tcp_(tcp), stream_(stream), flow_(flow) {
-    stream_.setReceiveSink(this);
+  Relay(SocketEnd near, Far far, std::chrono::milliseconds idle, ByteCounts& bytes, Handler handler)
+      : near_(near),
+        far_(far),
+        bytes_(bytes),
+        idle_(idle),
+        idle_timer_(near.socket().get_executor()),
+        handler_(std::move(handler)) {}
+  Relay(const Relay&) = delete;
+  Relay& operator=(const Relay&) = delete;
+  ~Relay() {
+    if constexpr (kStream) {
+      if (!back_.ended) far_.stream().setReceiveSink(nullptr);
+    }
   }
-  ~DirectWriter() { stream_.setReceiveSink(nullptr); }
-  DirectWriter(const DirectWriter&) = delete;
-  DirectWriter& operator=(const DirectWriter&) = delete;
 
-  // Set while the loop waits on recvReady(): only then may bytes go out from here, or
-  // they could overtake the ones the loop is writing.
-  bool parked = false;
+  void start() {
+    if constexpr (kStream) far_.stream().setReceiveSink(this);
+    armIdle();
+    runSocket<true>();
+    if constexpr (kStream) {
+      runStream();
+    } else {
+      runSocket<false>();
+    }
+  }
 
-  void onReceived(hbone::H2Stream& stream) override {
-    if (!parked) return;
+  // hbone::ReceiveSink: called from the HBONE connection's read pass with what the stream
+  // received. Writes it to the application socket at once while the stream -> socket
+  // direction is parked (only then: else these bytes could overtake the ones it writes); a
+  // message then costs no wake-up of that direction. What the socket does not take, and
+  // every error, is left to the direction.
+  void onReceived(hbone::H2Stream& stream) {
+    if (!parked_) return;
     boost::system::error_code ec;
-    size_t n = net::writeSome(tcp_, stream.received(), ec);
+    size_t n = net::writeSome(near_.socket(), stream.received(), ec);
     if (ec || n == 0) return;
-    flow_.act->touch();
+    act_.touch();
     written(n);
   }
 
-  // `n` bytes of received() reached the application: drop them, count them, give the peer
-  // its window back (last: may send a WINDOW_UPDATE, and a failed send ends the stream).
-  void written(size_t n) {
-    stream_.received().consume(n);
-    flow_.moved(n);
-    stream_.consumed(n);
-  }
-
  private:
-  Tcp::socket& tcp_;
-  hbone::H2Stream& stream_;
-  Flow& flow_;
-};
+  std::shared_ptr<Relay> self() { return this->shared_from_this(); }
 
-// The idle timeout of a relay: a timer with a plain completion handler, a few hundred
-// bytes per connection, instead of a coroutine raced against the relay with `||`. Shared
-// with the pending handler, which may run after the relay is gone (`active` says whether to
-// act; the ends live in the relay's frame). On expiry it resets both ends, which ends both
-// directions.
-template <class Far>
-struct IdleState {
-  IdleState(const asio::any_io_executor& ex, Activity& act, std::chrono::milliseconds idle,
-            SocketEnd& near, Far& far)
-      : timer(ex), act(act), idle(idle), near(near), far(far) {}
-  void disarm() {
-    active = false;
-    timer.cancel();
+  // Direction `kForth` is near -> far; the other far -> near.
+  template <bool kForth>
+  DirectionState& state() {
+    return kForth ? forth_ : back_;
   }
-  asio::steady_timer timer;
-  Activity& act;
-  std::chrono::milliseconds idle;
-  SocketEnd& near;
-  Far& far;
-  bool active = true;
-  bool expired = false;
-};
+  template <bool kForth>
+  Flow flow() {
+    return kForth ? Flow{&act_, &bytes_.sent, bytes_.live_sent} : Flow{&act_, &bytes_.received, bytes_.live_received};
+  }
 
-template <class Far>
-void armIdle(const std::shared_ptr<IdleState<Far>>& s) {
-  s->timer.expires_at(s->act.last + s->idle);
-  s->timer.async_wait([s](const boost::system::error_code& ec) {
-    if (ec || !s->active) return;
-    if (Clock::now() - s->act.last < s->idle) {
-      armIdle(s);
-      return;
+  // socket -> socket or stream: read straight into what the destination prepares (the
+  // worker's scratch buffer, or the stream's send chain), written out here. `wait_ec` is
+  // how the readiness wait ended, when this runs after it.
+  template <bool kForth>
+  void runSocket(boost::system::error_code wait_ec = {}) {
+    if constexpr (kForth) {
+      copyFromSocket(state<true>(), flow<true>(), near_, far_, wait_ec,
+                     [](Relay& r, boost::system::error_code ec) { r.template runSocket<true>(ec); });
+    } else if constexpr (!kStream) {
+      copyFromSocket(state<false>(), flow<false>(), far_, near_, wait_ec,
+                     [](Relay& r, boost::system::error_code ec) { r.template runSocket<false>(ec); });
     }
-    s->expired = true;
-    s->far.reset(hbone::kH2Cancel);
-    s->near.reset(hbone::kH2Cancel);
-  });
-}
-
-// Arms an idle timeout for the lifetime of a relay's frame.
-template <class Far>
-class IdleTimeout {
- public:
-  IdleTimeout(Activity& act, std::chrono::milliseconds idle, SocketEnd& near, Far& far)
-      : state_(std::make_shared<IdleState<Far>>(near.socket().get_executor(), act, idle, near, far)) {
-    armIdle(state_);
-  }
-  ~IdleTimeout() { state_->disarm(); }
-  IdleTimeout(const IdleTimeout&) = delete;
-  IdleTimeout& operator=(const IdleTimeout&) = delete;
-  bool expired() const { return state_->expired; }
-
- private:
-  std::shared_ptr<IdleState<Far>> state_;
-};
-
-// One direction of a relay run as a coroutine of its own, while the relay's frame runs the
-// other (a parallel group would spawn both, with their frames and cancellation state).
-// The body refers to the relay's frame: the relay must join() before it returns, whatever
-// happened to its own direction.
-class SpawnedDirection {
- public:
-  SpawnedDirection(const asio::any_io_executor& ex, awaitable<Leg> body) : done_(ex) {
-    asio::co_spawn(ex, std::move(body), [this](std::exception_ptr e, Leg leg) {
-      leg_ = e ? Leg::kFailed : leg;
-      done_.set();
-    });
-  }
-  SpawnedDirection(const SpawnedDirection&) = delete;
-  SpawnedDirection& operator=(const SpawnedDirection&) = delete;
-
-  awaitable<Leg> join() {
-    co_await done_.wait();
-    co_return leg_;
   }
 
- private:
-  net::Event done_;
-  Leg leg_ = Leg::kEof;
-};
-
-// stream -> socket: everything the stream queued, in one gathered write, consumed (and the
-// peer's window given back) only once written; while it waits for more, the HBONE read
-// pass writes for it (DirectWriter).
-awaitable<Leg> copyStream(StreamEnd from, SocketEnd to, Flow flow) {
-  hbone::H2Stream& stream = from.stream();
-  DirectWriter direct(to.socket(), stream, flow);
-  Leg leg = Leg::kEof;
-  try {
-    for (;;) {
-      if (stream.resetCode()) {
-        leg = Leg::kReadReset;  // the far end reset, or the tunnel died
-        break;
-      }
-      if (stream.hasReceived()) {
-        flow.act->touch();
-        size_t total = 0;
-        auto ec = co_await writeQueued(to.socket(), stream.received(), total);
-        if (ec) {
-          leg = Leg::kWriteFailed;
-          break;
+  template <class To, class Again>
+  void copyFromSocket(DirectionState& d, Flow flow, SocketEnd& from, To& to, boost::system::error_code wait_ec,
+                 Again again) {
+    try {
+      for (;;) {
+        boost::system::error_code ec = std::exchange(wait_ec, {});
+        if (!ec) {
+          if (to.wasReset()) return end(d, Leg::kWriteFailed, from, to);
+          size_t space = to.space();
+          if (space == 0) {  // only a stream's send buffer fills up
+            if constexpr (std::is_same_v<To, StreamEnd>) {
+              if (to.stream().sendReady().take()) continue;
+              to.stream().sendReady().asyncWait([self = self(), again] {
+                if (!self->finished_) again(*self, boost::system::error_code{});
+              });
+            }
+            return;
+          }
+          if (d.drained != net::Drained::kNo) {
+            d.drained = net::Drained::kNo;
+            net::asyncReadable(from.socket(), [self = self(), again](const boost::system::error_code& ec) {
+              if (!self->finished_) again(*self, ec);
+            });
+            return;
+          }
+          asio::mutable_buffer bufs[2];
+          size_t count = to.prepare(space, bufs);
+          size_t n = net::readAvailable(from.socket(), std::span<const asio::mutable_buffer>(bufs, count),
+                                        d.drained, ec);
+          if (ec == asio::error::would_block) {
+            to.discardPrepared();
+            continue;
+          }
+          FERRY_LOG(kTrace, "relay: tcp read %d bytes: %s", n, ec.message());
+          if (!ec) {
+            act_.touch();
+            auto rest = to.commit(n, ec);
+            if (ec) return end(d, Leg::kWriteFailed, from, to);
+            if (!rest.empty()) {
+              if constexpr (std::is_same_v<To, SocketEnd>) {  // a stream's commit() takes all
+                d.left.assign(rest.begin(), rest.end());
+                asio::async_write(to.socket(), asio::buffer(d.left),
+                                  [self = self(), &d, &from, &to, flow, n, again](const boost::system::error_code& ec,
+                                                                                  size_t) {
+                                    std::vector<char>().swap(d.left);
+                                    if (self->finished_) return;
+                                    if (ec) return self->end(d, Leg::kWriteFailed, from, to);
+                                    flow.moved(n);
+                                    again(*self, boost::system::error_code{});
+                                  });
+                return;
+              }
+            }
+            flow.moved(n);
+            continue;
+          }
         }
-        direct.written(total);
-        continue;
-      }
-      if (stream.receivedEof()) break;
-      direct.parked = true;
-      co_await stream.recvReady().wait();
-      direct.parked = false;
-    }
-  } catch (...) {
-    leg = Leg::kFailed;
-  }
-  // What is still queued will never be written: its window goes back.
-  if (leg != Leg::kEof) stream.discardReceived();
-  carry(leg, from, to);
-  co_return leg;
-}
-
-// The part of a relay its near -> far direction (copySocket) plays besides copying: it arms
-// the idle timeout, spawns far -> near, joins it and ends the connection.
-template <class Far>
-class Lead;
-
-// The far -> near direction of a TCP <-> TCP relay: the same copy, nothing besides.
-class Follower {
- public:
-  using Result = Leg;
-  using Args = Flow;
-  Follower(SocketEnd& /*from*/, SocketEnd& /*to*/, Flow flow) : flow_(flow) {}
-  Flow flow() const { return flow_; }
-  // An exception ends the direction as kFailed (the lead reports it as kInternal).
-  awaitable<Leg> finish(Leg leg, SocketEnd& /*from*/, SocketEnd& /*to*/, std::exception_ptr /*error*/) {
-    co_return leg;
-  }
-
- private:
-  Flow flow_;
-};
-
-// socket -> `to` (a socket or a stream), read straight into what `to` prepares (the
-// scratch buffer, or the stream's send chain), written out here: no coroutine frame of its
-// own, none per message. `Role` is what the direction plays besides (Lead or Follower).
-template <class Role, class To>
-awaitable<typename Role::Result> copySocket(SocketEnd from, To to, typename Role::Args args) {
-  Role role(from, to, args);
-  Flow flow = role.flow();
-  Leg leg = Leg::kEof;
-  net::Drained drained = net::Drained::kNo;  // what the last read left (net::readAvailable)
-  std::exception_ptr error;                       // the lead raises it once far -> near has ended
-  try {
-    for (;;) {
-      if (to.wasReset()) {
-        leg = Leg::kWriteFailed;
-        break;
-      }
-      size_t space = to.space();
-      if (space == 0) {
-        co_await to.spaceReady();
-        continue;
-      }
-      boost::system::error_code ec;
-      if (drained != net::Drained::kNo) {  // written out here: no coroutine frame per message
-        std::tie(ec) = co_await net::asyncReadable(from.socket(), kTuple);
-        drained = net::Drained::kNo;
-      }
-      size_t n = 0;
-      if (!ec) {
-        asio::mutable_buffer bufs[2];
-        size_t count = to.prepare(space, bufs);
-        n = net::readAvailable(from.socket(), std::span<const asio::mutable_buffer>(bufs, count), drained, ec);
-        if (ec == asio::error::would_block) {
-          to.discardPrepared();
-          continue;
-        }
-      }
-      FERRY_LOG(kTrace, "relay: tcp read %d bytes: %s", n, ec.message());
-      if (ec) {
+        // The wait or the read failed.
         to.discardPrepared();
-        if (ec == asio::error::eof) break;
-        leg = to.wasReset() ? Leg::kWriteFailed  // we aborted the socket: the stream was reset
-              : isCut(ec)   ? Leg::kReadReset
-                            : Leg::kAborted;
-        break;
+        if (ec == asio::error::eof) return end(d, Leg::kEof, from, to);
+        return end(d,
+                   to.wasReset() ? Leg::kWriteFailed  // we aborted the socket: the stream was reset
+                   : isCut(ec)   ? Leg::kReadReset
+                                 : Leg::kAborted,
+                   from, to);
       }
-      flow.act->touch();
-      auto left = to.commit(n, ec);
-      if (!ec && !left.empty()) ec = co_await to.writeLeft(left);
-      if (ec) {
-        leg = Leg::kWriteFailed;
-        break;
-      }
-      flow.moved(n);
+    } catch (const std::exception& e) {
+      FERRY_LOG(kWarn, "relay: %s", e.what());
+      end(d, Leg::kFailed, from, to);
     }
-  } catch (...) {
-    error = std::current_exception();
-    leg = Leg::kFailed;
   }
-  carry(leg, from, to);
-  co_return co_await role.finish(leg, from, to, error);
-}
 
-awaitable<Leg> copyBack(SocketEnd from, SocketEnd to, Flow flow) { return copySocket<Follower>(from, to, flow); }
-awaitable<Leg> copyBack(StreamEnd from, SocketEnd to, Flow flow) { return copyStream(from, to, flow); }
+  // stream -> socket: everything the stream queued, in one gathered write, consumed (and
+  // the peer's window given back) only once written; while it waits for more, the HBONE read
+  // pass writes for it (onReceived). `write_ec` / `wrote` are how the last write that had
+  // to wait ended.
+  void runStream(boost::system::error_code write_ec = {}, size_t wrote = 0) {
+    if constexpr (kStream) {
+      hbone::H2Stream& stream = far_.stream();
+      try {
+        if (write_ec) return endStream(Leg::kWriteFailed);
+        if (wrote > 0) written(wrote);
+        for (;;) {
+          if (stream.resetCode()) return endStream(Leg::kReadReset);  // the far end reset, or the tunnel died
+          if (stream.hasReceived()) {
+            act_.touch();
+            boost::system::error_code ec;
+            size_t total = 0;
+            size_t done = net::writeSome(near_.socket(), stream.received(), ec, &total);
+            if (ec == asio::error::would_block) ec.clear();
+            if (ec) return endStream(Leg::kWriteFailed);
+            if (done == total) {
+              written(total);
+              continue;
+            }
+            // Asio finishes the write; the chain stays put until then.
+            gather_ = restAfter(stream.received(), done);
+            asio::async_write(near_.socket(), gather_,
+                              [self = self(), total](const boost::system::error_code& ec, size_t) {
+                                std::vector<asio::const_buffer>().swap(self->gather_);
+                                if (!self->finished_) self->runStream(ec, total);
+                              });
+            return;
+          }
+          if (stream.receivedEof()) return endStream(Leg::kEof);
+          if (stream.recvReady().take()) continue;
+          parked_ = true;
+          stream.recvReady().asyncWait([self = self()] {
+            self->parked_ = false;
+            if (!self->finished_) self->runStream();
+          });
+          return;
+        }
+      } catch (const std::exception& e) {
+        FERRY_LOG(kWarn, "relay: %s", e.what());
+        endStream(Leg::kFailed);
+      }
+    }
+  }
 
-template <class Far>
-class Lead {
- public:
-  using Result = RelayResult;
-  struct Args {
-    std::chrono::milliseconds idle;
-    ByteCounts* bytes;
-  };
-  Lead(SocketEnd& near, Far& far, Args args)
-      : bytes_(*args.bytes),
-        idle_(act_, args.idle, near, far),
-        back_(near.socket().get_executor(),
-              copyBack(far, near, Flow{&act_, &bytes_.received, bytes_.live_received})) {}
-  Lead(const Lead&) = delete;
-  Lead& operator=(const Lead&) = delete;
+  // `n` bytes of the stream's received() reached the application: drop them, count them,
+  // give the peer its window back (last: may send a WINDOW_UPDATE, and a failed send ends
+  // the stream).
+  void written(size_t n) {
+    if constexpr (kStream) {
+      hbone::H2Stream& stream = far_.stream();
+      stream.received().consume(n);
+      flow<false>().moved(n);
+      stream.consumed(n);
+    }
+  }
 
-  Flow flow() { return {&act_, &bytes_.sent, bytes_.live_sent}; }
+  void endStream(Leg leg) {
+    if constexpr (kStream) {
+      parked_ = false;
+      far_.stream().setReceiveSink(nullptr);
+      // What is still queued will never be written: its window goes back.
+      if (leg != Leg::kEof) far_.stream().discardReceived();
+      end(back_, leg, far_, near_);
+    }
+  }
 
-  // Once near -> far ended as `forth` (and was carried to both ends).
-  awaitable<RelayResult> finish(Leg forth, SocketEnd& near, Far& far, std::exception_ptr error) {
-    Leg back = co_await back_.join();
-    if (error) std::rethrow_exception(error);
+  // A direction ended as `leg`: carried to both ends at once, and once the other one has
+  // ended too, the relay ends.
+  template <class From, class To>
+  void end(DirectionState& d, Leg leg, From& from, To& to) {
+    d.ended = true;
+    d.leg = leg;
+    try {
+      carry(leg, from, to);
+    } catch (const std::exception& e) {
+      FERRY_LOG(kWarn, "relay: %s", e.what());
+    }
+    if (forth_.ended && back_.ended) finish();
+  }
+
+  // Both directions ended: close the ends and hand the result to the caller.
+  void finish() {
+    finished_ = true;
+    idle_timer_.cancel();
     // Only when both directions ended with a FIN / END_STREAM and nothing was reset may
     // the sockets close with a FIN: else the connection did not end as both sides meant.
-    bool graceful = forth == Leg::kEof && back == Leg::kEof && !near.wasReset() && !far.wasReset();
-    near.close(graceful);
-    far.close(graceful);
+    bool graceful =
+        forth_.leg == Leg::kEof && back_.leg == Leg::kEof && !near_.wasReset() && !far_.wasReset();
+    near_.close(graceful);
+    far_.close(graceful);
     RelayResult result;
     result.sent = bytes_.sent;
     result.received = bytes_.received;
-    if (idle_.expired()) {
+    if (expired_) {
       result.reason = CloseReason::kIdleTimeout;  // the timer reset both ends
     } else {
-      CloseReason first = reasonOf(forth, near, far);
-      result.reason = first != CloseReason::kOk ? first : reasonOf(back, far, near);
+      CloseReason first = reasonOf(forth_.leg, near_, far_);
+      result.reason = first != CloseReason::kOk ? first : reasonOf(back_.leg, far_, near_);
     }
-    co_return result;
+    // Through the executor: the caller may free the ends at once, and this may run inside
+    // a handler that still uses them.
+    asio::post(idle_timer_.get_executor(),
+               [handler = std::move(handler_), result]() mutable { std::move(handler)(result); });
   }
 
- private:
-  Activity act_;
+  // The idle timeout: a timer with a plain handler. On expiry it resets both ends, which
+  // ends both directions.
+  void armIdle() {
+    idle_timer_.expires_at(act_.last + idle_);
+    idle_timer_.async_wait([self = self()](const boost::system::error_code& ec) {
+      if (ec || self->finished_) return;
+      if (Clock::now() - self->act_.last < self->idle_) {
+        self->armIdle();
+        return;
+      }
+      self->expired_ = true;
+      self->far_.reset(hbone::kH2Cancel);
+      self->near_.reset(hbone::kH2Cancel);
+    });
+  }
+
+  SocketEnd near_;
+  Far far_;
   ByteCounts& bytes_;
-  IdleTimeout<Far> idle_;
-  SpawnedDirection back_;  // last: its body refers to the members above
+  Activity act_;
+  std::chrono::milliseconds idle_;
+  asio::steady_timer idle_timer_;
+  DirectionState forth_;
+  DirectionState back_;
+  std::vector<asio::const_buffer> gather_;  // stream -> socket: a write that waits
+  bool parked_ = false;                     // stream -> socket waits for the stream
+  bool expired_ = false;
+  bool finished_ = false;
+  Handler handler_;
+};
+
+// Starts a relay when the caller awaits it.
+struct StartRelay {
+  template <class Handler, class Far>
+  void operator()(Handler&& handler, SocketEnd near, Far far, std::chrono::milliseconds idle,
+                  ByteCounts* bytes) const {
+    auto relay = std::make_shared<Relay<Far, std::decay_t<Handler>>>(near, far, idle, *bytes,
+                                                                      std::forward<Handler>(handler));
+    relay->start();
+  }
 };
 
 }  // namespace
 
 awaitable<RelayResult> relayTcp(Tcp::socket& downstream, Tcp::socket& upstream,
                                 std::chrono::milliseconds idle, Scratch& scratch, ByteCounts& bytes) {
-  return copySocket<Lead<SocketEnd>>(SocketEnd(downstream, CloseReason::kDownstreamReset, scratch),
-                                     SocketEnd(upstream, CloseReason::kUpstreamReset, scratch),
-                                     {idle, &bytes});
+  return asio::async_initiate<const asio::use_awaitable_t<>&, void(RelayResult)>(
+      StartRelay{}, use_awaitable, SocketEnd(downstream, CloseReason::kDownstreamReset, scratch),
+      SocketEnd(upstream, CloseReason::kUpstreamReset, scratch), idle, &bytes);
 }
 
 awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
                                    std::chrono::milliseconds idle, Scratch& scratch, ByteCounts& bytes) {
-  return copySocket<Lead<StreamEnd>>(SocketEnd(tcp, CloseReason::kDownstreamReset, scratch), StreamEnd(stream),
-                                     {idle, &bytes});
+  return asio::async_initiate<const asio::use_awaitable_t<>&, void(RelayResult)>(
+      StartRelay{}, use_awaitable, SocketEnd(tcp, CloseReason::kDownstreamReset, scratch), StreamEnd(stream), idle,
+      &bytes);
 }
 
 }  // namespace ferry::session

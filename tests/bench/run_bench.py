@@ -1155,6 +1155,7 @@ def main():
     ap.add_argument("--build", default=os.environ.get("FERRY_BUILD_DIR", "build/default"))
     ap.add_argument("--only", default=",".join(ORDER), help="comma-separated configurations")
     ap.add_argument("--repeats", type=int)
+    ap.add_argument("--idle", type=int, help="idle connections of the idle step (default 9,000; 200 with --quick)")
     a = ap.parse_args()
     a.only = [c for c in a.only.split(",") if c]
     unknown = [c for c in a.only if c not in ORDER]
@@ -1165,14 +1166,16 @@ def main():
     a.handshake_bench = os.path.join(a.build, "tests", "bench", "handshake_bench")
     if a.quick:
         a.repeats = a.repeats or 1
-        a.iperf_seconds, a.rr_seconds, a.conn_seconds, a.warmup, a.idle = 1, 1, 1, 0.2, 200
+        a.iperf_seconds, a.rr_seconds, a.conn_seconds, a.warmup = 1, 1, 1, 0.2
+        a.idle = a.idle or 200
         a.floor_seconds, a.handshake_seconds = 1, 1
         a.out = a.out or os.path.join(a.build, "bench-quick")
     else:
         # Five rounds: on this VM one round's p99 swings by a quarter, and a median of three
         # was decided by a single unlucky round more than once.
         a.repeats = a.repeats or 5
-        a.iperf_seconds, a.rr_seconds, a.conn_seconds, a.warmup, a.idle = 5, 5, 5, 0.5, 9000
+        a.iperf_seconds, a.rr_seconds, a.conn_seconds, a.warmup = 5, 5, 5, 0.5
+        a.idle = a.idle or 9000
         # CPU time, so a busy neighbour does not shorten them; per round, so the median
         # spans the same drift as the traffic's.
         a.floor_seconds, a.handshake_seconds = 2, 3
