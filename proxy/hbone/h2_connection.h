@@ -261,7 +261,8 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   // How many more streams this client connection takes (pool limit and peer's setting).
   size_t streamCapacity() const;
   const std::string& closeReason() const { return close_reason_; }
-  TlsStream& tls() { return tls_.stream(); }
+  // The connection's TCP socket under TLS (tests write raw bytes to it).
+  Tcp::socket& socket() { return tls_.socket(); }
   const boost::asio::any_io_executor& executor() const { return executor_; }
 
  private:

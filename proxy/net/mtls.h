@@ -13,14 +13,12 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/context.hpp>
-#include <boost/asio/ssl/stream.hpp>
 
 #include "absl/status/status.h"
 #include "proxy/identity/svid.h"
+#include "proxy/net/tls_channel.h"  // TlsStream, what the handshake hands to a TlsChannel
 
 namespace ferry::net {
-
-using TlsStream = boost::asio::ssl::stream<boost::asio::ip::tcp::socket>;
 
 struct MtlsOptions {
   std::string_view trust_domain;

@@ -22,6 +22,14 @@ void clearTlsErrors() {
   if (ERR_peek_error() != 0) ERR_clear_error();
 }
 
+// The handshake's SSL object, with a reference of the channel's own: the stream's engine
+// drops its reference when it goes, and the object stays.
+identity::SslPtr shareSsl(TlsStream& tls) {
+  SSL* ssl = tls.native_handle();
+  SSL_up_ref(ssl);
+  return identity::SslPtr(ssl);
+}
+
 }  // namespace
 
 std::string tlsError(std::string_view what) {
@@ -73,19 +81,29 @@ struct ChannelBio {
   }
 };
 
-TlsChannel::TlsChannel(std::unique_ptr<TlsStream> tls) : tls_(std::move(tls)) {
-  SSL* ssl = tls_->native_handle();
+TlsChannel::TlsChannel(std::unique_ptr<TlsStream> tls)
+    : ssl_(shareSsl(*tls)), socket_(std::move(tls->next_layer())) {
+  SSL* ssl = ssl_.get();
   // Bytes that arrived with the end of the handshake (the peer's preface, SETTINGS, a
-  // first CONNECT) sit in Asio's BIO pair: move them over. Asio reads at most one pair's
-  // worth at a time and SSL drains the pair before asking for more, so nothing is left
-  // in Asio's own input buffer.
+  // first CONNECT) sit in Asio's BIO pair: move them over, before the stream frees the
+  // pair's outer half that holds them. Asio reads at most one pair's worth at a time and
+  // SSL drains the pair before asking for more, so nothing is left in Asio's own input
+  // buffer.
   BIO* old = SSL_get_rbio(ssl);
   char buf[4096];
   int n;
   while (old != nullptr && (n = BIO_read(old, buf, sizeof(buf))) > 0) in_.append(buf, n);
   BIO* bio = BIO_new(ChannelBio::method());
   BIO_set_data(bio, this);
-  SSL_set_bio(ssl, bio, bio);  // one reference for both directions; frees Asio's half
+  SSL_set_bio(ssl, bio, bio);  // one reference for both directions; frees Asio's inner half
+  // The rest of the stream goes: its engine frees the pair's outer half (unpaired since
+  // the line above) and drops its reference to the SSL object; its record buffers and
+  // timers go with it. A verify callback of the stream's own (set_verify_callback, which
+  // ferry does not use) lives in the SSL's app data: the engine deletes it and clears the
+  // app data, and Asio's static verify function left in the SSL refuses without one. No
+  // certificate is verified after a TLS 1.3 handshake anyway (no renegotiation, no
+  // post-handshake authentication asked for).
+  tls.reset();
   // Asio asks for partial writes (SSL_write returns after each record); our BIO takes
   // every record at once, so one SSL_write turns a whole batch into records.
   SSL_clear_mode(ssl, SSL_MODE_ENABLE_PARTIAL_WRITE);
@@ -106,7 +124,7 @@ size_t TlsChannel::readCiphertext(size_t max, Drained& drained, boost::system::e
 }
 
 bool TlsChannel::recordBuffered() const {
-  if (SSL_pending(tls_->native_handle()) > 0) return true;
+  if (SSL_pending(ssl_.get()) > 0) return true;
   constexpr size_t kHeader = 5;  // type, legacy version, length (RFC 8446 §5.1)
   unsigned char header[kHeader];
   if (in_.peek(reinterpret_cast<char*>(header), kHeader) < kHeader) return false;
@@ -118,7 +136,7 @@ bool TlsChannel::recordBuffered() const {
 
 int TlsChannel::decrypt(uint8_t* out, size_t size, std::string& error) {
   if (!recordBuffered()) return 0;
-  SSL* ssl = tls_->native_handle();
+  SSL* ssl = ssl_.get();
   clearTlsErrors();
   int n = SSL_read(ssl, out, static_cast<int>(size));
   if (n > 0) return n;
@@ -131,7 +149,7 @@ int TlsChannel::decrypt(uint8_t* out, size_t size, std::string& error) {
 bool TlsChannel::encrypt(const uint8_t* data, size_t size, std::string& error) {
   // The BIO accepts everything, so one SSL_write turns the whole batch into records.
   clearTlsErrors();
-  int n = SSL_write(tls_->native_handle(), data, static_cast<int>(size));
+  int n = SSL_write(ssl_.get(), data, static_cast<int>(size));
   if (n <= 0 || static_cast<size_t>(n) != size) {
     error = tlsError("write: TLS error");
     return false;
@@ -152,6 +170,6 @@ TlsChannel::Drain TlsChannel::drain(boost::system::error_code& ec) {
   return Drain::kDone;
 }
 
-void TlsChannel::releaseBuffers() { SSL_free_buffers(tls_->native_handle()); }
+void TlsChannel::releaseBuffers() { SSL_free_buffers(ssl_.get()); }
 
 }  // namespace ferry::net

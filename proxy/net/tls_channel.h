@@ -1,10 +1,12 @@
 #pragma once
-// TLS over buffer chains: after Asio's ssl::stream has done the handshake, the same SSL
-// object is driven through a BIO of our own over two BufferChains, so that one read()
-// brings in several records and every record of a write batch leaves in one writev(),
-// instead of a system call and two extra copies per 16 KiB record through Asio's 17 KiB
-// BIO pair. The owner (H2Connection) decides when to read, decrypt, encrypt and write;
-// everything runs on its worker's thread.
+// TLS over buffer chains: after Asio's ssl::stream has done the handshake, the channel
+// takes its SSL object and its socket and lets the stream go (with it Asio's two 17 KiB
+// record buffers and its BIO pair, ~51 KiB per connection that nothing uses after the
+// handshake). The SSL object is driven through a BIO of our own over two BufferChains, so
+// that one read() brings in several records and every record of a write batch leaves in
+// one writev(), instead of a system call and two extra copies per 16 KiB record through
+// Asio's BIO pair. The owner (H2Connection) decides when to read, decrypt, encrypt and
+// write; everything runs on its worker's thread.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -14,23 +16,26 @@
 #include <boost/asio/ssl/stream.hpp>
 #include <boost/system/error_code.hpp>
 
+#include "proxy/identity/openssl_util.h"
 #include "proxy/net/buffer_chain.h"
 #include "proxy/net/socket_io.h"
 
 namespace ferry::net {
 
+// What the handshake (net/mtls.h) runs on and hands over.
 using TlsStream = boost::asio::ssl::stream<boost::asio::ip::tcp::socket>;
 
 class TlsChannel {
  public:
-  // `tls` has completed its handshake. Bytes that arrived with its end (the peer's first
+  // `tls` has completed its handshake. The channel keeps its SSL object and socket and
+  // destroys the rest; bytes that arrived with the handshake's end (the peer's first
   // frames) move over from Asio's BIO.
   explicit TlsChannel(std::unique_ptr<TlsStream> tls);
   TlsChannel(const TlsChannel&) = delete;
   TlsChannel& operator=(const TlsChannel&) = delete;
 
-  TlsStream& stream() { return *tls_; }
-  boost::asio::ip::tcp::socket& socket() { return tls_->next_layer(); }
+  SSL* ssl() { return ssl_.get(); }
+  boost::asio::ip::tcp::socket& socket() { return socket_; }
 
   // One read of ciphertext into the input chain (readAvailable: up to `max` bytes,
   // `drained` says what is left); returns the bytes read.
@@ -58,7 +63,8 @@ class TlsChannel {
 
  private:
   friend struct ChannelBio;  // the BIO over in_ / out_, defined in the .cc
-  std::unique_ptr<TlsStream> tls_;  // owns the SSL object and the socket
+  identity::SslPtr ssl_;
+  boost::asio::ip::tcp::socket socket_;
   BufferChain in_;   // ciphertext read from the socket, not yet decrypted
   BufferChain out_;  // ciphertext SSL_write produced, not yet on the socket
 };

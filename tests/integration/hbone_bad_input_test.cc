@@ -117,7 +117,7 @@ class TestClient {
   bool sendRaw(const std::string& bytes) {
     return run<bool>([&]() -> asio::awaitable<bool> {
       if (!conn_) co_return false;
-      auto [ec, n] = co_await asio::async_write(conn_->tls().next_layer(), asio::buffer(bytes), kTuple);
+      auto [ec, n] = co_await asio::async_write(conn_->socket(), asio::buffer(bytes), kTuple);
       co_return !ec;
     });
   }
