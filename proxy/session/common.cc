@@ -25,6 +25,8 @@ void logTaskError(std::exception_ptr e) {
     }
   } catch (const std::exception& ex) {
     FERRY_LOG(kError, "connection handler failed: %s", ex.what());
+  } catch (...) {
+    FERRY_LOG(kError, "connection handler failed: an exception that is not a std::exception");
   }
 }
 

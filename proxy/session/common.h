@@ -28,7 +28,8 @@ boost::asio::awaitable<absl::StatusOr<Endpoints>> originalEndpoints(Worker& work
 
 common::HostPort toHostPort(const Tcp::endpoint& ep);
 
-// Completion of a connection's coroutine: logs what escaped it (never an aborted operation).
+// Completion of a connection's coroutine, and the relay's handlers: logs what escaped them
+// (never an aborted operation), whatever its type.
 void logTaskError(std::exception_ptr e);
 
 // One per proxied connection: counts it open on construction, and on finish() records

@@ -2,14 +2,12 @@
 // destinations get a CONNECT stream over a pooled mTLS connection from the pod's own IP;
 // anything else is passed through as plain TCP, also from the pod's IP (docs/datapath.md,
 // "Packet walk", step 3).
-#include <openssl/x509.h>
 
 #include <random>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 

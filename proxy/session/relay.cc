@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "proxy/common/log.h"
+#include "proxy/session/common.h"
 #include "proxy/net/socket_io.h"
 #include "proxy/net/socket_factory.h"
 
@@ -239,11 +240,11 @@ class Relay final : public std::enable_shared_from_this<Relay<Far, Handler>>,
   void start() {
     if constexpr (kStream) far_.stream().setReceiveSink(this);
     armIdle();
-    runSocket<true>();
+    copyFromSocket<true>();
     if constexpr (kStream) {
       runStream();
     } else {
-      runSocket<false>();
+      copyFromSocket<false>();  // socket -> socket both ways
     }
   }
 
@@ -273,24 +274,32 @@ class Relay final : public std::enable_shared_from_this<Relay<Far, Handler>>,
   Flow flow() {
     return kForth ? Flow{&act_, &bytes_.sent, bytes_.live_sent} : Flow{&act_, &bytes_.received, bytes_.live_received};
   }
+  template <bool kForth>
+  auto& fromOf() {
+    if constexpr (kForth) {
+      return near_;
+    } else {
+      return far_;
+    }
+  }
+  template <bool kForth>
+  auto& toOf() {
+    if constexpr (kForth) {
+      return far_;
+    } else {
+      return near_;
+    }
+  }
 
   // socket -> socket or stream: read straight into what the destination prepares (the
   // worker's scratch buffer, or the stream's send chain), written out here. `wait_ec` is
   // how the readiness wait ended, when this runs after it.
   template <bool kForth>
-  void runSocket(boost::system::error_code wait_ec = {}) {
-    if constexpr (kForth) {
-      copyFromSocket(state<true>(), flow<true>(), near_, far_, wait_ec,
-                     [](Relay& r, boost::system::error_code ec) { r.template runSocket<true>(ec); });
-    } else if constexpr (!kStream) {
-      copyFromSocket(state<false>(), flow<false>(), far_, near_, wait_ec,
-                     [](Relay& r, boost::system::error_code ec) { r.template runSocket<false>(ec); });
-    }
-  }
-
-  template <class To, class Again>
-  void copyFromSocket(DirectionState& d, Flow flow, SocketEnd& from, To& to, boost::system::error_code wait_ec,
-                 Again again) {
+  void copyFromSocket(boost::system::error_code wait_ec = {}) {
+    DirectionState& d = state<kForth>();
+    SocketEnd& from = fromOf<kForth>();
+    auto& to = toOf<kForth>();
+    using To = std::remove_reference_t<decltype(to)>;
     try {
       for (;;) {
         boost::system::error_code ec = std::exchange(wait_ec, {});
@@ -300,16 +309,16 @@ class Relay final : public std::enable_shared_from_this<Relay<Far, Handler>>,
           if (space == 0) {  // only a stream's send buffer fills up
             if constexpr (std::is_same_v<To, StreamEnd>) {
               if (to.stream().sendReady().take()) continue;
-              to.stream().sendReady().asyncWait([self = self(), again] {
-                if (!self->finished_) again(*self, boost::system::error_code{});
+              to.stream().sendReady().asyncWait([self = self()] {
+                if (!self->finished_) self->template copyFromSocket<kForth>();
               });
             }
             return;
           }
           if (d.drained != net::Drained::kNo) {
             d.drained = net::Drained::kNo;
-            net::asyncReadable(from.socket(), [self = self(), again](const boost::system::error_code& ec) {
-              if (!self->finished_) again(*self, ec);
+            net::asyncReadable(from.socket(), [self = self()](const boost::system::error_code& ec) {
+              if (!self->finished_) self->template copyFromSocket<kForth>(ec);
             });
             return;
           }
@@ -330,18 +339,21 @@ class Relay final : public std::enable_shared_from_this<Relay<Far, Handler>>,
               if constexpr (std::is_same_v<To, SocketEnd>) {  // a stream's commit() takes all
                 d.left.assign(rest.begin(), rest.end());
                 asio::async_write(to.socket(), asio::buffer(d.left),
-                                  [self = self(), &d, &from, &to, flow, n, again](const boost::system::error_code& ec,
-                                                                                  size_t) {
+                                  [self = self(), n](const boost::system::error_code& ec, size_t) {
+                                    DirectionState& d = self->template state<kForth>();
                                     std::vector<char>().swap(d.left);
                                     if (self->finished_) return;
-                                    if (ec) return self->end(d, Leg::kWriteFailed, from, to);
-                                    flow.moved(n);
-                                    again(*self, boost::system::error_code{});
+                                    if (ec) {
+                                      return self->end(d, Leg::kWriteFailed, self->template fromOf<kForth>(),
+                                                       self->template toOf<kForth>());
+                                    }
+                                    self->template flow<kForth>().moved(n);
+                                    self->template copyFromSocket<kForth>();
                                   });
                 return;
               }
             }
-            flow.moved(n);
+            flow<kForth>().moved(n);
             continue;
           }
         }
@@ -354,8 +366,8 @@ class Relay final : public std::enable_shared_from_this<Relay<Far, Handler>>,
                                  : Leg::kAborted,
                    from, to);
       }
-    } catch (const std::exception& e) {
-      FERRY_LOG(kWarn, "relay: %s", e.what());
+    } catch (...) {
+      logTaskError(std::current_exception());
       end(d, Leg::kFailed, from, to);
     }
   }
@@ -401,8 +413,8 @@ class Relay final : public std::enable_shared_from_this<Relay<Far, Handler>>,
           });
           return;
         }
-      } catch (const std::exception& e) {
-        FERRY_LOG(kWarn, "relay: %s", e.what());
+      } catch (...) {
+        logTaskError(std::current_exception());
         endStream(Leg::kFailed);
       }
     }
@@ -438,8 +450,8 @@ class Relay final : public std::enable_shared_from_this<Relay<Far, Handler>>,
     d.leg = leg;
     try {
       carry(leg, from, to);
-    } catch (const std::exception& e) {
-      FERRY_LOG(kWarn, "relay: %s", e.what());
+    } catch (...) {
+      logTaskError(std::current_exception());
     }
     if (forth_.ended && back_.ended) finish();
   }
