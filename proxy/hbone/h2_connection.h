@@ -58,6 +58,7 @@ inline constexpr uint32_t kMaxHeaderBlock = 64 * 1024;
 inline constexpr uint32_t kH2NoError = 0x0;
 inline constexpr uint32_t kH2ProtocolError = 0x1;
 inline constexpr uint32_t kH2InternalError = 0x2;
+inline constexpr uint32_t kH2RefusedStream = 0x7;
 inline constexpr uint32_t kH2Cancel = 0x8;
 inline constexpr uint32_t kH2ConnectError = 0xa;
 inline constexpr uint32_t kH2EnhanceYourCalm = 0xb;

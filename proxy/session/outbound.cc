@@ -141,57 +141,66 @@ awaitable<std::shared_ptr<hbone::H2Stream>> openStream(Worker& worker, Tcp::sock
   auto& shared = worker.shared();
   auto settings = worker.config();
   const auto& cfg = *settings;
-  auto conn = co_await worker.pool().acquire(plan.key, [&]() { return dialHbone(worker, plan); });
-  if (!conn.ok()) {
-    record.detail = std::string(conn.status().message());
-    net::abortSocket(socket);
-    CloseReason reason = CloseReason::kConnectFailed;
-    if (absl::IsDeadlineExceeded(conn.status())) reason = CloseReason::kConnectTimeout;
-    if (absl::IsPermissionDenied(conn.status())) reason = CloseReason::kHandshakeFailed;
-    if (absl::IsFailedPrecondition(conn.status())) reason = CloseReason::kNoCertificate;
-    if (reason == CloseReason::kHandshakeFailed) {
-      shared.stats.hbone_handshake_failures.fetch_add(1, std::memory_order_relaxed);
+  // A stream the server refused unprocessed (REFUSED_STREAM: RFC 9113 §8.7, e.g. opened as its
+  // GOAWAY arrived, when the ferryd there hands over to the next one) is opened once more;
+  // the pool no longer offers that connection.
+  for (int attempt = 1;; ++attempt) {
+    auto conn = co_await worker.pool().acquire(plan.key, [&]() { return dialHbone(worker, plan); });
+    if (!conn.ok()) {
+      record.detail = std::string(conn.status().message());
+      net::abortSocket(socket);
+      CloseReason reason = CloseReason::kConnectFailed;
+      if (absl::IsDeadlineExceeded(conn.status())) reason = CloseReason::kConnectTimeout;
+      if (absl::IsPermissionDenied(conn.status())) reason = CloseReason::kHandshakeFailed;
+      if (absl::IsFailedPrecondition(conn.status())) reason = CloseReason::kNoCertificate;
+      if (reason == CloseReason::kHandshakeFailed) {
+        shared.stats.hbone_handshake_failures.fetch_add(1, std::memory_order_relaxed);
+      }
+      record.finish(reason);
+      co_return nullptr;
     }
-    record.finish(reason);
-    co_return nullptr;
-  }
-  hbone::ConnectParams params{plan.destination, plan.source, plan.source_workload->namespace_name.str(),
-                              plan.source_workload->name};
-  auto stream = (*conn)->openStream(hbone::buildConnectHeaders(params));
-  if (!stream) {
-    record.detail = "could not open a stream on the pooled HBONE connection";
-    net::abortSocket(socket);
-    record.finish(CloseReason::kPeerReset);
-    co_return nullptr;
-  }
-  shared.stats.hbone_streams_opened.fetch_add(1, std::memory_order_relaxed);
-  record.watchStream(stream);
+    hbone::ConnectParams params{plan.destination, plan.source, plan.source_workload->namespace_name.str(),
+                                plan.source_workload->name};
+    auto stream = (*conn)->openStream(hbone::buildConnectHeaders(params));
+    if (!stream) {
+      record.detail = "could not open a stream on the pooled HBONE connection";
+      net::abortSocket(socket);
+      record.finish(CloseReason::kPeerReset);
+      co_return nullptr;
+    }
+    shared.stats.hbone_streams_opened.fetch_add(1, std::memory_order_relaxed);
+    record.watchStream(stream);
 
-  // The server connects upstream before it answers: wait for the answer, bounded.
-  auto wait_headers = [&]() -> awaitable<void> {
-    while (!stream->headersDone() && !stream->resetCode()) co_await stream->recvReady().wait();
-  };
-  bool answered = co_await net::withTimeout(wait_headers(), cfg.timeouts.connect + cfg.timeouts.handshake);
-  if (!answered) {
-    stream->reset(hbone::kH2Cancel);
-    record.detail = absl::StrCat("no answer to CONNECT ", record.dst, " within ",
-                                 common::formatDuration(cfg.timeouts.connect + cfg.timeouts.handshake));
-    net::abortSocket(socket);
-    record.finish(CloseReason::kConnectTimeout);
-    co_return nullptr;
+    // The server connects upstream before it answers: wait for the answer, bounded.
+    auto wait_headers = [&]() -> awaitable<void> {
+      while (!stream->headersDone() && !stream->resetCode()) co_await stream->recvReady().wait();
+    };
+    bool answered = co_await net::withTimeout(wait_headers(), cfg.timeouts.connect + cfg.timeouts.handshake);
+    if (!answered) {
+      stream->reset(hbone::kH2Cancel);
+      record.detail = absl::StrCat("no answer to CONNECT ", record.dst, " within ",
+                                   common::formatDuration(cfg.timeouts.connect + cfg.timeouts.handshake));
+      net::abortSocket(socket);
+      record.finish(CloseReason::kConnectTimeout);
+      co_return nullptr;
+    }
+    if (attempt == 1 && stream->status() == 0 && stream->resetCode() == hbone::kH2RefusedStream) {
+      shared.stats.hbone_streams_retried.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    if (stream->resetCode() || stream->status() != 200) {
+      // An upstream refusal reaches the application as a reset, never as connect-then-EOF.
+      record.detail = stream->status() != 0
+                          ? absl::StrCat("CONNECT answered ", stream->status())
+                          : absl::StrCat("stream reset (code ", stream->resetCode().value_or(0), ")");
+      stream->reset(hbone::kH2Cancel);
+      net::abortSocket(socket);
+      record.finish(stream->status() != 0 ? CloseReason::kTunnelRefused : CloseReason::kPeerReset);
+      co_return nullptr;
+    }
+    stream->releaseHeaders();
+    co_return stream;
   }
-  if (stream->resetCode() || stream->status() != 200) {
-    // An upstream refusal reaches the application as a reset, never as connect-then-EOF.
-    record.detail = stream->status() != 0
-                        ? absl::StrCat("CONNECT answered ", stream->status())
-                        : absl::StrCat("stream reset (code ", stream->resetCode().value_or(0), ")");
-    stream->reset(hbone::kH2Cancel);
-    net::abortSocket(socket);
-    record.finish(stream->status() != 0 ? CloseReason::kTunnelRefused : CloseReason::kPeerReset);
-    co_return nullptr;
-  }
-  stream->releaseHeaders();
-  co_return stream;
 }
 
 // One CONNECT stream on this worker's pooled HBONE connection for the key, then the relay.

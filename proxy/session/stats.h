@@ -57,6 +57,7 @@ const char* directionLabel(Direction d);
   X(hbone_connections_accepted, "HBONE server connections that completed the handshake")   \
   X(hbone_handshake_failures, "HBONE handshakes that failed, both roles")                  \
   X(hbone_streams_opened, "CONNECT streams opened as client")                              \
+  X(hbone_streams_retried, "CONNECT streams the server refused unprocessed (REFUSED_STREAM, e.g. after its GOAWAY), opened again on another connection") \
   X(hbone_streams_accepted, "CONNECT streams answered 200 as server")                      \
   X(hbone_streams_rejected, "CONNECT streams answered with an error status")               \
   X(passthrough_connections, "outbound connections to non-mesh destinations, passed as TCP")\
