@@ -251,6 +251,15 @@ absl::StatusOr<Attachment::Repair> Attachment::repair() {
   return Repair::kReattached;
 }
 
+bool Attachment::reclaim() {
+  if (link_fd_ < 0 || prog_fd_ < 0) return false;
+  if (bpf_link_update(link_fd_, prog_fd_, nullptr) != 0) {
+    FERRY_LOG(kWarn, "datapath: pointing the link of %s at this ferryd's program: %s", what_, strerror(errno));
+    return false;
+  }
+  return true;
+}
+
 void Attachment::release() {
   if (link_fd_ >= 0) ::close(link_fd_);  // the pin keeps it attached
   link_fd_ = -1;

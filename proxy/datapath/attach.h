@@ -38,6 +38,9 @@ class Attachment {
   void detach();
   // Forgets the attachment without detaching: a pinned link stays in the kernel.
   void release();
+  // Points this attachment's link at its own program again (another process updated the
+  // link to its program); true when it did.
+  bool reclaim();
   // Someone else can take ferry's programs off a device underneath it (`bpftool link
   // detach`, `tc filter del`, a CNI that recreates the clsact qdisc, an unlinked pin).
   // repair() looks, and puts back what is missing: the program on its hook (a fresh link,

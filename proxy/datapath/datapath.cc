@@ -98,7 +98,7 @@ const char* reasonName(uint32_t reason) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Datapath>> Datapath::create(const config::Config& config,
-                                                           const NetnsFd& proxy_netns) {
+                                                           const NetnsFd& proxy_netns, bool taking_over) {
   libbpf_set_print(libbpfPrint);
   std::unique_ptr<Datapath> dp(new Datapath());
   dp->cfg_ = config.datapath;
@@ -160,13 +160,13 @@ absl::StatusOr<std::unique_ptr<Datapath>> Datapath::create(const config::Config&
   ferry_settings settings{};
   if (cfg.capture == config::Capture::kAll) settings.flags |= FERRY_SETTING_CAPTURE_ALL;
   // Paused until the server listens (setHbonePaused(false)): a peer's SYN meanwhile is
-  // dropped and retransmitted, not reset (bpf/to_proxy.bpf.c).
-  settings.flags |= FERRY_SETTING_HBONE_PAUSED;
+  // dropped and retransmitted, not reset (bpf/to_proxy.bpf.c). Taken over, it listens.
+  if (!taking_over) settings.flags |= FERRY_SETTING_HBONE_PAUSED;
   bpf_map__update_elem(dp->skel_->maps.ferry_settings, &zero, sizeof(zero), &settings,
                        sizeof(settings), BPF_ANY);
 
   bool tcx = dp->features_.tcx;
-  if (cfg.failure_mode == config::FailureMode::kOpen) {
+  if (cfg.failure_mode == config::FailureMode::kOpen && !taking_over) {
     // A ferryd that failed closed before left its links pinned; failing open, nothing may
     // keep steering pods once this ferryd is gone: removing the pins detaches them.
     std::error_code ec;
@@ -204,8 +204,11 @@ absl::StatusOr<std::unique_ptr<Datapath>> Datapath::create(const config::Config&
 }
 
 Datapath::~Datapath() {
-  while (!managed_neighbours_.empty()) forgetNeighbour(managed_neighbours_.begin()->first);
-  bool keep = cfg_.failure_mode == config::FailureMode::kClosed && !remove_everything_;
+  // Handed over: the next ferryd steers with these very links and entries.
+  if (!handed_over_) {
+    while (!managed_neighbours_.empty()) forgetNeighbour(managed_neighbours_.begin()->first);
+  }
+  bool keep = handed_over_ || (cfg_.failure_mode == config::FailureMode::kClosed && !remove_everything_);
   for (auto& [ip, pod] : pods_) {
     if (keep) {
       pod.egress_side.release();
@@ -356,6 +359,7 @@ void Datapath::forgetPodEntries(uint32_t ip) {
 }
 
 void Datapath::releaseStale(const workloads::Registry& registry) {
+  if (handed_over_) return;
   // What stays: every enrolled pod's device, and, for a local workload whose enrolment is
   // failing right now (its device not found yet), the entry and links an earlier ferryd
   // made for it: it stays steered until it is enrolled again.
@@ -413,6 +417,7 @@ void Datapath::setPlaintextCapture(std::function<bool(const workloads::Workload&
 }
 
 void Datapath::applyServices(const std::vector<workloads::ServiceChange>& changes) {
+  if (handed_over_) return;
   for (const auto& change : changes) {
     if (change.before == change.after || !change.port.first.is_v4()) continue;
     uint32_t ip = ipv4Key(change.port.first);
@@ -456,6 +461,7 @@ absl::Status Datapath::setFlags(uint32_t ip, uint32_t flags) {
 }
 
 absl::Status Datapath::sync(const workloads::Registry& registry) {
+  if (handed_over_) return absl::OkStatus();
   // The capture map may be a pin a previous ferryd filled: read what it holds once, so that
   // entries no workload wants any more are removed.
   auto* map = skel_->maps.ferry_capture;
@@ -472,9 +478,32 @@ absl::Status Datapath::sync(const workloads::Registry& registry) {
   return absl::OkStatus();
 }
 
-void Datapath::apply(const workloads::Registry& after, const workloads::Delta& delta) { sync_.apply(after, delta); }
+void Datapath::apply(const workloads::Registry& after, const workloads::Delta& delta) {
+  if (!handed_over_) sync_.apply(after, delta);
+}
+
+void Datapath::setHandedOver(bool handed_over) {
+  if (handed_over_ == handed_over) return;
+  handed_over_ = handed_over;
+  if (handed_over) return;
+  // The next ferryd may have pointed the pinned links at its programs before it failed:
+  // they run this process's again (a cls_bpf filter is put back by the check).
+  size_t reclaimed = 0;
+  auto reclaim = [&reclaimed](Attachment* a) {
+    if (a != nullptr && a->reclaim()) ++reclaimed;
+  };
+  reclaim(from_proxy_.get());
+  reclaim(to_proxy_.get());
+  for (auto& [ip, pod] : pods_) {
+    reclaim(&pod.egress_side);
+    reclaim(&pod.ingress_side);
+  }
+  checkAttachments();
+  FERRY_LOG(kInfo, "datapath: managed by this ferryd again; %d links run its programs", reclaimed);
+}
 
 void Datapath::checkAttachments() {
+  if (handed_over_) return;
   auto check = [this](Attachment* a) {
     if (a == nullptr) return;
     bool was_failing = a->repairFailing();
@@ -504,6 +533,7 @@ void Datapath::checkAttachments() {
 }
 
 void Datapath::setHbonePaused(bool paused) {
+  if (handed_over_) return;
   const uint32_t zero = 0;
   ferry_settings settings{};
   bpf_map__lookup_elem(skel_->maps.ferry_settings, &zero, sizeof(zero), &settings, sizeof(settings), 0);

@@ -36,8 +36,10 @@ struct DatapathCounters {
 class Datapath : private PodSteering {
  public:
   // `proxy_netns` is where ferryd's sockets live; the caller stays in the node netns.
+  // `taking_over`: the listeners came from the running ferryd (a handover): they exist, so
+  // HBONE is not paused, and its pinned links are adopted whatever the failure mode.
   static absl::StatusOr<std::unique_ptr<Datapath>> create(const config::Config& config,
-                                                          const NetnsFd& proxy_netns);
+                                                          const NetnsFd& proxy_netns, bool taking_over = false);
   ~Datapath();
   Datapath(const Datapath&) = delete;
   Datapath& operator=(const Datapath&) = delete;
@@ -58,9 +60,20 @@ class Datapath : private PodSteering {
   // refuses them, policies judge them) or straight to the pod (FERRY_POD_STRICT); by
   // default the workload's own tls_mode. refreshModes() applies a change of the answer.
   void setPlaintextCapture(std::function<bool(const workloads::Workload&)> captured);
-  void refreshModes(const workloads::Registry& current) { sync_.refreshFlags(current); }
+  void refreshModes(const workloads::Registry& current) {
+    if (!handed_over_) sync_.refreshFlags(current);
+  }
   // Local pods whose enrolment failed are tried again (called every workloads_poll).
-  void retryFailed(const workloads::Registry& current) { sync_.retryFailed(current); }
+  void retryFailed(const workloads::Registry& current) {
+    if (!handed_over_) sync_.retryFailed(current);
+  }
+  // Offered to the next ferryd on the node (docs/operations.md, "Upgrades and restarts"),
+  // which adopts the pinned maps and links: from now on this one changes nothing in the
+  // kernel, and at exit leaves programs, links, pins and neighbour entries as they are,
+  // whatever the failure mode. false: the handover failed; the links run this process's
+  // programs again and it manages the datapath as before.
+  void setHandedOver(bool handed_over);
+  bool handedOver() const { return handed_over_; }
 
   // Puts back programs (and link pins) that someone took off an enrolled pod's device or
   // the proxy's devices underneath ferryd; counted and logged. Called on every workloads
@@ -74,7 +87,9 @@ class Datapath : private PodSteering {
   // The node leaves the mesh (ferryd's DaemonSet was deleted: an uninstall): at exit,
   // whatever the failure mode, every program is detached and every link and map pin and
   // the pin directory are removed, instead of being left for the next ferryd.
-  void removeEverythingAtExit() { remove_everything_ = true; }
+  void removeEverythingAtExit() {
+    if (!handed_over_) remove_everything_ = true;
+  }
 
   // The device an enrolled pod's programs are on (ip in network order); nullptr when the
   // pod is not enrolled. With why its last enrolment failed, when it did (the CNI endpoint
@@ -135,6 +150,7 @@ class Datapath : private PodSteering {
   std::string pin_dir_;
   std::unique_ptr<Attachment> from_proxy_;
   std::unique_ptr<Attachment> to_proxy_;
+  bool handed_over_ = false;
   std::map<uint32_t, Pod> pods_;  // by IPv4 (network order)
   PodSync sync_{*this};
   // ferry_datapath_reattached_total / _reattach_failures_total (read by the metrics page).
