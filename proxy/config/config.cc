@@ -55,7 +55,7 @@ class ConfigParser {
     if (!root.ok()) return root.status();
     auto top = reader_.map(*root, {"node", "trust_domain", "workload_source", "workloads_file",
                                    "kubernetes", "cni", "policy", "cert_dir", "listen",
-                                   "timeouts", "pool", "hbone", "workers", "log_level", "transparent",
+                                   "timeouts", "handover", "pool", "hbone", "workers", "log_level", "transparent",
                                    "original_destination", "hbone_port", "workloads_poll", "datapath",
                                    "identity", "limits", "access_log", "telemetry"});
     if (!top.ok()) return top.status();
@@ -172,6 +172,7 @@ class ConfigParser {
 
     if (auto s = parseListen(top); !s.ok()) return s;
     if (auto s = parseTimeouts(top.find("timeouts")); !s.ok()) return s;
+    if (auto s = parseHandover(top.find("handover")); !s.ok()) return s;
     if (auto s = parsePool(top.find("pool")); !s.ok()) return s;
     if (auto s = parseHbone(top.find("hbone")); !s.ok()) return s;
     if (auto s = parseDatapath(top.find("datapath")); !s.ok()) return s;
@@ -343,6 +344,22 @@ class ConfigParser {
     if (auto s = optionalDuration(*map, "handshake", t.handshake); !s.ok()) return s;
     if (auto s = optionalDuration(*map, "idle", t.idle); !s.ok()) return s;
     return optionalDuration(*map, "drain", t.drain);
+  }
+
+  absl::Status parseHandover(const std::optional<YamlField>& field) {
+    if (!field) return absl::OkStatus();
+    auto map = reader_.map(*field, {"socket", "deadline"});
+    if (!map.ok()) return map.status();
+    Handover& h = config_.handover;
+    if (auto f = map->find("socket")) {
+      auto text = reader_.string(*f);
+      if (!text.ok()) return text.status();
+      if (!text->empty() && (*text)[0] != '/') return reader_.error(*f, "must be an absolute path (or \"\" for none)");
+      // sockaddr_un's sun_path is 108 bytes with its terminator.
+      if (text->size() > 107) return reader_.error(*f, "longer than 107 bytes (a unix socket path)");
+      h.socket = *std::move(text);
+    }
+    return optionalDuration(*map, "deadline", h.deadline);  // positive
   }
 
   absl::Status parsePool(const std::optional<YamlField>& field) {

@@ -48,6 +48,15 @@ struct Timeouts {
   bool operator==(const Timeouts&) const = default;
 };
 
+// Upgrades and restarts (docs/operations.md, "Upgrades and restarts"): the next ferryd on the
+// node takes the listening sockets of the running one over `socket`, and the running one
+// carries the connections it holds until they end, or at most `deadline`.
+struct Handover {
+  std::string socket;  // a unix socket path; "" = no handover (a restart drains)
+  Millis deadline{4 * 3'600'000};
+  bool operator==(const Handover&) const = default;
+};
+
 struct Pool {
   uint32_t max_streams = 100;             // per HTTP/2 connection (ztunnel's pool cap)
   Millis idle_release{300'000};           // a connection with no streams is closed after
@@ -282,6 +291,7 @@ struct Config {
   std::string cert_dir;           // required; see identity/dir_cert_source.h
   Listen listen;
   Timeouts timeouts;
+  Handover handover;
   Pool pool;
   Hbone hbone;
   uint32_t workers = 0;           // 0 = one per CPU core

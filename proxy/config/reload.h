@@ -40,6 +40,8 @@ enum class Reload {
   X("timeouts.handshake", kLive, timeouts.handshake)                           \
   X("timeouts.idle", kLive, timeouts.idle)                                     \
   X("timeouts.drain", kLive, timeouts.drain)                                   \
+  X("handover.socket", kRestart, handover.socket)                              \
+  X("handover.deadline", kLive, handover.deadline)                             \
   X("pool.max_streams", kLive, pool.max_streams)                               \
   X("pool.idle_release", kLive, pool.idle_release)                             \
   X("pool.ping_interval", kLive, pool.ping_interval)                           \

@@ -16,6 +16,8 @@ class NetnsFd {
  public:
   static absl::StatusOr<NetnsFd> open(const std::string& path);
   static absl::StatusOr<NetnsFd> current();
+  // A netns descriptor received from another process (a handover); owned from now on.
+  static NetnsFd adopt(int fd, std::string path) { return NetnsFd(fd, std::move(path)); }
   NetnsFd(NetnsFd&& other) noexcept : fd_(other.fd_), path_(std::move(other.path_)) { other.fd_ = -1; }
   NetnsFd& operator=(NetnsFd&& other) noexcept;
   ~NetnsFd();

@@ -45,6 +45,11 @@ class HostInterfaceClaim {
  public:
   // Fails (AlreadyExists) while another process holds the claim.
   static absl::StatusOr<HostInterfaceClaim> take(const std::string& host_interface);
+  // The claim's descriptor received from the process that held it (a handover).
+  static HostInterfaceClaim adopt(int fd, std::string host_interface) {
+    return HostInterfaceClaim(fd, std::move(host_interface));
+  }
+  int fd() const { return fd_; }
   HostInterfaceClaim(HostInterfaceClaim&& other) noexcept
       : fd_(other.fd_), host_interface_(std::move(other.host_interface_)) {
     other.fd_ = -1;

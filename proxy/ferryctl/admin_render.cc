@@ -86,12 +86,24 @@ absl::StatusOr<std::string> renderStatus(absl::string_view body) {
   if (!o.ok()) return o.status();
   if (!o->contains("ready")) return absl::DataLossError("ferryd's answer to /status has no 'ready'");
   std::string state = flag(*o, "ready") ? "ready" : absl::StrCat("not ready (", text(*o, "reason", "?"), ")");
+  std::vector<std::vector<std::string>> rows = {
+      {"pid:", number(*o, "pid")},
+      {"uptime:", formatAge(integer(*o, "uptime_seconds"))},
+      {"workers:", number(*o, "workers")},
+      {"connections:", absl::StrCat(number(*o, "connections_active"), " active")},
+      {"datapath:", text(*o, "datapath", "?")},
+      {"log level:", text(*o, "log_level", "?")}};
+  // While an upgrade's previous generation still carries connections (docs/operations.md).
+  if (const auto* h = o->if_contains("handover"); h != nullptr && h->is_object()) {
+    if (const auto* p = h->as_object().if_contains("previous"); p != nullptr && p->is_object()) {
+      const auto& prev = p->as_object();
+      rows.push_back({"previous generation:",
+                        absl::StrCat("pid ", number(prev, "pid"), ", ", number(prev, "connections_active"),
+                                     " connections active, reset after ", formatAge(integer(prev, "deadline_seconds")))});
+    }
+  }
   return absl::StrCat("ferryd ", text(*o, "version", "?"), " on node ", text(*o, "node", "?"), ": ", state, "\n",
-                      table({{"uptime:", formatAge(integer(*o, "uptime_seconds"))},
-                             {"workers:", number(*o, "workers")},
-                             {"connections:", absl::StrCat(number(*o, "connections_active"), " active")},
-                             {"datapath:", text(*o, "datapath", "?")},
-                             {"log level:", text(*o, "log_level", "?")}}));
+                      table(rows));
 }
 
 absl::StatusOr<std::string> renderWorkloads(absl::string_view body) {

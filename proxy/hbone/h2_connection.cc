@@ -613,6 +613,12 @@ void H2Connection::drain() {
   kick();
 }
 
+void H2Connection::noticeShutdown() {
+  if (dead_ || closing_ || role_ != Role::kServer) return;
+  nghttp2_submit_shutdown_notice(session_);
+  kick();
+}
+
 const char* h2ErrorName(uint32_t code) {
   static constexpr const char* kNames[] = {
       "no_error",           "protocol_error",      "internal_error",  "flow_control_error",

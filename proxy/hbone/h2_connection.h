@@ -246,6 +246,10 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
 
   // Sends GOAWAY and closes once in-flight streams ended; no new streams are accepted.
   void drain();
+  // Server: GOAWAY with the highest stream id (RFC 9113 §6.8, the graceful shutdown's first
+  // step) and no second one: the client opens no more streams here, and every stream it has
+  // opened, in flight or not, is still served (a handover to the next ferryd).
+  void noticeShutdown();
   // Closes now; every open stream ends with a reset.
   void close(std::string_view why);
   // Connection error (RFC 9113 §5.4.1): no more frames are read, GOAWAY with `error_code`

@@ -121,13 +121,13 @@ absl::Status CniEndpoint::start() {
   return absl::OkStatus();
 }
 
-void CniEndpoint::stop() {
+void CniEndpoint::stop(bool unlink) {
   if (!acceptor_) return;
   boost::system::error_code ignored;
   acceptor_->close(ignored);
   acceptor_.reset();
   // A plugin that finds no socket says "not reachable" at once, rather than waiting.
-  ::unlink(config_.socket.c_str());
+  if (unlink) ::unlink(config_.socket.c_str());
 }
 
 asio::awaitable<void> CniEndpoint::acceptLoop() {

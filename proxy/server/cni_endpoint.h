@@ -51,7 +51,8 @@ class CniEndpoint {
   void restore(const std::function<bool(const cni::Request&)>& still_exists);
   // Binds the socket (replacing a stale one) and accepts.
   absl::Status start();
-  void stop();
+  // `unlink`: the socket file goes too (false: it is the next ferryd's, bound since).
+  void stop(bool unlink = true);
 
   // ferry_cni_* metrics.
   void collect(telemetry::Exposition& out) const;

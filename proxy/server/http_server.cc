@@ -1,5 +1,10 @@
 #include "proxy/server/http_server.h"
 
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include <optional>
 #include <vector>
 
@@ -167,6 +172,23 @@ absl::Status HttpServer::listen(const common::HostPort& addr) {
   asio::co_spawn(io_, acceptLoop(*acceptor_, &routes_), asio::detached);
   return absl::OkStatus();
 }
+
+absl::Status HttpServer::adopt(int fd) {
+  auto acceptor = std::make_unique<tcp::acceptor>(io_);
+  boost::system::error_code ec;
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(name_, " listener handed over: ", std::strerror(errno)));
+  }
+  acceptor->assign(ss.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), fd, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat(name_, " listener handed over: ", ec.message()));
+  acceptor_ = std::move(acceptor);
+  asio::co_spawn(io_, acceptLoop(*acceptor_, &routes_), asio::detached);
+  return absl::OkStatus();
+}
+
+int HttpServer::listenerFd() const { return acceptor_ && acceptor_->is_open() ? acceptor_->native_handle() : -1; }
 
 void HttpServer::stop() {
   if (acceptor_) {

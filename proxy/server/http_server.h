@@ -56,6 +56,10 @@ class HttpServer {
   void routeAsync(std::string path, AsyncHandler handler);
 
   absl::Status listen(const common::HostPort& addr);
+  // Serves on a listening socket received from the running ferryd (a handover).
+  absl::Status adopt(int fd);
+  // The listening socket's descriptor (-1: none), for the next ferryd.
+  int listenerFd() const;
   void stop();
 
   struct Route {

@@ -169,7 +169,11 @@ Server::~Server() {
   // A proxy netns of ferryd's own outlives the process while closing sockets still hold it
   // (a FIN_WAIT orphan: up to tcp_fin_timeout), and with it its veth pair: the next ferryd
   // would find the name taken. Deleting the node's side takes the pair at once.
-  if (config_.datapath.proxy_netns_auto && proxy_netns_) {
+  // Handed over, or taken over and failed to start: the other ferryd uses that netns, that
+  // pair and that datapath.
+  bool leave_node = handed_over_ || (!started_ && handoverStatus().taken > 0);
+  if (leave_node && datapath_) datapath_->setHandedOver(true);
+  if (config_.datapath.proxy_netns_auto && proxy_netns_ && !leave_node) {
     datapath_.reset();  // its programs on the device first
     if (auto st = datapath::deleteLink(config_.datapath.host_proxy_interface); !st.ok()) {
       FERRY_LOG(kWarn, "datapath: removing %s: %s", config_.datapath.host_proxy_interface, st.message());
@@ -204,11 +208,13 @@ absl::Status Server::start() {
     shared_->workers.push_back(workers_.back().get());
   }
   preallocateSocketStates(*cap);
+  // The running ferryd's sockets (an upgrade or restart), before anything binds or loads.
+  if (auto st = takeOverFromPrevious(); !st.ok()) return st;
   if (config_.datapath.enabled) {
     auto ns = config_.datapath.proxy_netns_auto ? createProxyNetns() : datapath::NetnsFd::open(config_.datapath.proxy_netns);
     if (!ns.ok()) return absl::FailedPreconditionError(absl::StrCat("datapath.proxy_netns: ", ns.status().message()));
     proxy_netns_.emplace(std::move(*ns));
-    auto dp = datapath::Datapath::create(config_, *proxy_netns_);
+    auto dp = datapath::Datapath::create(config_, *proxy_netns_, /*taking_over=*/taken_.has_value());
     if (!dp.ok()) return absl::Status(dp.status().code(), absl::StrCat("datapath: ", dp.status().message()));
     datapath_ = std::move(*dp);
     // Plaintext to a pod goes through ferryd when a port of it is STRICT or policies apply.
@@ -255,6 +261,7 @@ absl::Status Server::start() {
     }
   }
   if (datapath_) datapath_->setHbonePaused(false);
+  if (auto st = startHandoverEndpoint(); !st.ok()) return st;
   // Pods are enrolled once ferryd listens: an answer "enrolled" means their first SYN finds it.
   if (auto st = startCniEndpoint(); !st.ok()) return st;
   readiness_.route("/healthz/ready", [this] {
@@ -302,6 +309,8 @@ absl::Status Server::start() {
       w->io().run();
     });
   }
+  // Serving: the previous ferryd, if one handed over, stops accepting and retires.
+  if (auto st = announceReady(); !st.ok()) return st;
   started_ = true;
   if (absl::Status ready = readiness(); !ready.ok()) {
     FERRY_LOG(kWarn, "ferryd started but not ready: %s", ready.message());
@@ -626,6 +635,15 @@ absl::StatusOr<datapath::NetnsFd> Server::createProxyNetns() {
   // Inside ferryd's own netns: nothing else has tables or rules there to collide with.
   spec.table = 100;
   spec.rule_priority = 1000;
+  // Handed over: the running ferryd's netns, plumbed already, and its claim.
+  auto netns = takenSockets(handover::Role::kProxyNetns);
+  auto claim = takenSockets(handover::Role::kHostInterfaceClaim);
+  if (!netns.empty() && !claim.empty()) {
+    proxy_claim_.emplace(datapath::HostInterfaceClaim::adopt(claim[0].release(), spec.host_interface));
+    FERRY_LOG(kInfo, "datapath: the proxy netns of the previous ferryd: %s %s/32 <-> %s (node side)",
+              d.proxy_interface, d.proxy_address, d.host_proxy_interface);
+    return datapath::NetnsFd::adopt(netns[0].release(), "(handed over)");
+  }
   if (!proxy_claim_) {
     auto claim = datapath::HostInterfaceClaim::take(spec.host_interface);
     if (!claim.ok()) return claim.status();
@@ -640,9 +658,19 @@ absl::StatusOr<datapath::NetnsFd> Server::createProxyNetns() {
 }
 
 absl::Status Server::bindOperatorListeners() {
-  if (auto st = readiness_.listen(config_.listen.readiness); !st.ok()) return st;
-  if (auto st = metrics_.listen(config_.listen.metrics); !st.ok()) return st;
-  return admin_.listen(config_.listen.admin);
+  const struct {
+    HttpServer* server;
+    const common::HostPort* addr;
+    handover::Role role;
+  } endpoints[] = {{&readiness_, &config_.listen.readiness, handover::Role::kReadiness},
+                   {&metrics_, &config_.listen.metrics, handover::Role::kMetrics},
+                   {&admin_, &config_.listen.admin, handover::Role::kAdmin}};
+  for (const auto& e : endpoints) {
+    auto taken = takenSockets(e.role, e.addr);
+    absl::Status st = taken.empty() ? e.server->listen(*e.addr) : e.server->adopt(taken[0].release());
+    if (!st.ok()) return st;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Server::bindListeners(bool operator_too) {
@@ -656,17 +684,45 @@ absl::Status Server::bindListeners(bool operator_too) {
   const Kind kinds[] = {{&config_.listen.outbound, &session::acceptOutbound, session::Listener::kOutbound},
                         {&config_.listen.inbound_plaintext, &session::acceptPlaintext, session::Listener::kPlaintext},
                         {&config_.listen.hbone, &session::acceptHbone, session::Listener::kHbone}};
-  for (size_t i = 0; i < n; ++i) {
-    for (const auto& kind : kinds) {
-      for (const auto& addr : *kind.addrs) {
-        auto acceptor = sockets_.listen(workers_[i]->io().get_executor(), addr);
-        if (!acceptor.ok()) {
-          return absl::Status(acceptor.status().code(),
-                              absl::StrCat(session::listenerLabel(kind.listener), " listener: ",
-                                           acceptor.status().message()));
+  auto roleOf = [](session::Listener l) {
+    return l == session::Listener::kOutbound    ? handover::Role::kOutbound
+           : l == session::Listener::kPlaintext ? handover::Role::kPlaintext
+                                                : handover::Role::kHbone;
+  };
+  for (const auto& kind : kinds) {
+    for (const auto& addr : *kind.addrs) {
+      // Handed over: the previous ferryd's listeners of this address (one per its worker, a
+      // SO_REUSEPORT group), spread over the workers; a worker without one binds its own in
+      // the same group.
+      auto taken = takenSockets(roleOf(kind.listener), &addr);
+      for (size_t j = 0; j < std::max(n, taken.size()); ++j) {
+        size_t i = j % n;
+        auto& ex = workers_[i]->io();
+        std::unique_ptr<tcp::acceptor> acceptor;
+        if (j < taken.size()) {
+          boost::system::error_code ec;
+          int fd = taken[j].release();
+          acceptor = std::make_unique<tcp::acceptor>(ex);
+          acceptor->assign(addr.ip.is_v6() ? tcp::v6() : tcp::v4(), fd, ec);
+          if (ec) {
+            ::close(fd);
+            return absl::InternalError(absl::StrCat(session::listenerLabel(kind.listener),
+                                                    " listener handed over: ", ec.message()));
+          }
+        } else {
+          auto bound = sockets_.listen(ex.get_executor(), addr);
+          if (!bound.ok()) {
+            return absl::Status(bound.status().code(), absl::StrCat(session::listenerLabel(kind.listener),
+                                                                    " listener: ", bound.status().message()));
+          }
+          acceptor = std::make_unique<tcp::acceptor>(std::move(*bound));
         }
-        acceptors_[i].push_back(std::make_unique<tcp::acceptor>(std::move(*acceptor)));
-        asio::co_spawn(workers_[i]->io(), acceptLoop(*workers_[i], *acceptors_[i].back(), kind.listener, kind.handler),
+        boost::system::error_code ec;
+        auto ep = acceptor->local_endpoint(ec);
+        bound_listeners_.push_back({roleOf(kind.listener), ec ? common::formatHostPort(addr) : common::formatHostPort(session::toHostPort(ep)),
+                                    acceptor->native_handle()});
+        acceptors_[i].push_back(std::move(acceptor));
+        asio::co_spawn(ex, acceptLoop(*workers_[i], *acceptors_[i].back(), kind.listener, kind.handler),
                        session::logTaskError);
       }
     }
@@ -699,6 +755,16 @@ void Server::armSignals() {
       FERRY_LOG(kInfo, "SIGHUP: re-reading the config file, the workloads file and the identity files");
       pollOnce(/*reread_config=*/true);
       pollIdentity();
+      armSignals();
+      return;
+    }
+    if (generation_ == Generation::kRetiring) {
+      // Handed over: the connections this process carries end on their own, or at
+      // handover.deadline (a pod's SIGTERM must not cut them: docs/operations.md).
+      int64_t live = 0;
+      for (auto& w : workers_) live += w->live().load();
+      FERRY_LOG(kInfo, "signal %d: handed over already; carrying %d connections until they end or handover.deadline",
+                sig, live);
       armSignals();
       return;
     }
@@ -737,19 +803,24 @@ void Server::beginDrain() {
   // Readiness keeps answering, 503 `draining` (readiness()), so that a probe tells a
   // draining ferryd from a dead one; it stops with the rest in finishDrain.
   // Stop accepting and send GOAWAY on pooled connections; live connections may finish.
+  stopAccepting(/*notice_tunnels=*/false);
+  drain_deadline_ = std::chrono::steady_clock::now() + config_.timeouts.drain;
+  finishDrain();
+}
+
+void Server::stopAccepting(bool notice_tunnels) {
   for (size_t i = 0; i < workers_.size(); ++i) {
     auto* w = workers_[i].get();
     auto* acceptors = &acceptors_[i];
-    asio::post(w->io(), [w, acceptors] {
+    asio::post(w->io(), [w, acceptors, notice_tunnels] {
       for (auto& a : *acceptors) {
         boost::system::error_code ignored;
         a->close(ignored);
       }
       w->pool().drainAll();
+      if (notice_tunnels) w->noticeShutdownToTunnels();
     });
   }
-  drain_deadline_ = std::chrono::steady_clock::now() + config_.timeouts.drain;
-  finishDrain();
 }
 
 void Server::finishDrain() {
@@ -767,7 +838,18 @@ void Server::finishDrain() {
     }
     drain_deadline_ = now + kDrainAbortGrace;
   }
-  if (live > 0 && now < drain_deadline_) {
+  // Retiring after a handover, also every connection accepted and not yet relaying (a
+  // handshake, an HBONE tunnel between its handshake and its first CONNECT, a connection on
+  // its way to its worker): the successor serves the node, so nothing may be reset for this
+  // process leaving early. Their clients close idle tunnels at the GOAWAY (stopAccepting);
+  // handshakes are bounded by timeouts.handshake.
+  int64_t accepted = 0;
+  if (generation_ == Generation::kRetiring) {
+    for (auto l : {session::Listener::kOutbound, session::Listener::kPlaintext, session::Listener::kHbone}) {
+      accepted += admission_.connections(l);
+    }
+  }
+  if ((live > 0 || accepted > 0) && now < drain_deadline_) {
     drain_timer_.expires_after(std::chrono::milliseconds(50));
     drain_timer_.async_wait([this](const boost::system::error_code& ec) {
       if (!ec) finishDrain();
@@ -865,6 +947,7 @@ void Server::registerMetrics() {
   });
   add([this](telemetry::Exposition& out) { collectPolicyMetrics(out); });
   add([this](telemetry::Exposition& out) { collectReloadMetrics(out); });
+  add([this](telemetry::Exposition& out) { collectHandoverMetrics(out); });
   add([this](telemetry::Exposition& out) {
     out.gauge("ferry_ready", "1 when ferryd accepts connections", ready() ? 1 : 0);
     out.gauge("ferry_workers", "Worker threads", static_cast<double>(workers_.size()));

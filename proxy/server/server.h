@@ -12,8 +12,10 @@
 #include <thread>
 #include <vector>
 
+#include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
@@ -35,6 +37,7 @@
 #include "proxy/server/cni_endpoint.h"
 #include "proxy/server/cni_enrolment.h"
 #include "proxy/server/cni_install.h"
+#include "proxy/server/handover.h"
 #include "proxy/server/http_server.h"
 #include "proxy/session/context.h"
 #include "proxy/telemetry/metrics.h"
@@ -91,6 +94,20 @@ class Server {
   // The bound address of the first listener of each kind (for tests that bind port 0).
   size_t workerCount() const { return workers_.size(); }
 
+  // Upgrades (docs/operations.md, "Upgrades and restarts"): this generation and the one
+  // before it, while both run. Thread-safe.
+  struct HandoverStatus {
+    std::string state = "serving";  // "offered": a successor is starting; "retiring"
+    int successor_pid = 0;          // offered, retiring
+    int previous_pid = 0;           // a previous generation still carrying connections; 0: none
+    int64_t previous_live = 0;
+    int64_t previous_deadline_ms = 0;  // until it resets what it still carries
+    uint64_t taken = 0;   // handovers taken at start (0 or 1)
+    uint64_t given = 0;   // to a successor that became ready
+    uint64_t failed = 0;  // offers whose successor failed before it was ready
+  };
+  HandoverStatus handoverStatus() const;
+
  private:
   void pollWorkloads();
   // `reread_config`: SIGHUP, the config file is read even if it looks unchanged.
@@ -123,6 +140,29 @@ class Server {
   void trimHeap(uint64_t closes);
   void beginDrain();
   void finishDrain();
+  // Every worker closes its listeners (on its own thread) and sends GOAWAY on its pooled
+  // tunnels; `notice_tunnels`: and tells the clients of its HBONE server connections to open
+  // no more streams there (a handover: they must not be refused anything in flight).
+  void stopAccepting(bool notice_tunnels);
+
+  // Upgrades (server_handover.cc). The new side: takes the running ferryd's sockets at start
+  // (before the datapath and the listeners), tells it when this one serves, then follows its
+  // retirement. The old side: offers its sockets to the next ferryd and retires once it is
+  // ready, or goes on serving when it fails.
+  enum class Generation { kServing, kOffered, kRetiring };
+  absl::Status takeOverFromPrevious();
+  // The descriptors taken over for `role`, for `addr` when given (its port 0 matching any),
+  // each given out once.
+  std::vector<common::UniqueFd> takenSockets(handover::Role role, const common::HostPort* addr = nullptr);
+  absl::Status startHandoverEndpoint();
+  absl::Status announceReady();
+  boost::asio::awaitable<void> followPrevious(boost::asio::local::stream_protocol::socket link,
+                                              handover::FrameReader reader, int pid);
+  boost::asio::awaitable<void> handoverAcceptLoop();
+  boost::asio::awaitable<void> serveSuccessor(boost::asio::local::stream_protocol::socket link);
+  absl::StatusOr<handover::Message> makeOffer();
+  void retire(int successor_pid);
+  void collectHandoverMetrics(telemetry::Exposition& out);
 
   // The config in force: the one ferryd started with, with the live keys of each reload.
   // Control thread; workers hold copies (session::Worker::config()).
@@ -168,6 +208,20 @@ class Server {
   std::vector<std::unique_ptr<session::Worker>> workers_;
   // acceptors_[worker] are only touched on that worker's thread after start().
   std::vector<std::vector<std::unique_ptr<boost::asio::ip::tcp::acceptor>>> acceptors_;
+  // Every data-plane listener as bound (control thread; the descriptors are the acceptors'),
+  // for the next ferryd.
+  struct BoundListener {
+    handover::Role role;
+    std::string address;
+    int fd;
+  };
+  std::vector<BoundListener> bound_listeners_;
+  std::optional<handover::TakeOver> taken_;  // during start(): what the previous ferryd handed over
+  std::unique_ptr<boost::asio::local::stream_protocol::acceptor> handover_acceptor_;
+  Generation generation_ = Generation::kServing;  // control thread
+  bool handed_over_ = false;  // a successor took the sockets: at exit nothing of the node is undone
+  mutable std::mutex handover_mu_;
+  HandoverStatus handover_;  // under handover_mu_
   std::vector<std::thread> threads_;
 
   boost::asio::io_context control_{1};

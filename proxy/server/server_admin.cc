@@ -11,6 +11,8 @@
 #include <set>
 
 #include <boost/asio/post.hpp>
+#include <unistd.h>
+
 #include <boost/json.hpp>
 
 #include "absl/strings/numbers.h"
@@ -395,8 +397,18 @@ void Server::routeAdmin() {
                      {"workers", workers_.size()},
                      {"connections_active", liveConnections()},
                      {"log_level", std::string(common::logLevelName(common::logLevel()))},
-                     {"datapath", datapath_ ? datapath::injectionName(datapath_->injection().mode) : "disabled"}};
+                     {"datapath", datapath_ ? datapath::injectionName(datapath_->injection().mode) : "disabled"},
+                     {"pid", static_cast<int64_t>(::getpid())}};
     if (!ready.ok()) out["reason"] = std::string(ready.message());
+    // Upgrades (docs/operations.md): this generation, and the one before it while it retires.
+    HandoverStatus h = handoverStatus();
+    json::object handover{{"state", h.state}, {"taken", h.taken}, {"given", h.given}, {"failed", h.failed}};
+    if (h.previous_pid != 0) {
+      handover["previous"] = json::object{{"pid", h.previous_pid},
+                                          {"connections_active", h.previous_live},
+                                          {"deadline_seconds", h.previous_deadline_ms / 1000}};
+    }
+    out["handover"] = std::move(handover);
     return jsonResponse(200, out);
   });
   admin_.route("/config_dump", [this, workloadsJson, certsJson, datapathJson] {

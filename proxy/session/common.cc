@@ -159,6 +159,26 @@ size_t Worker::abortLive() {
   return live.size();
 }
 
+void Worker::addTunnel(const std::shared_ptr<hbone::H2Connection>& tunnel) {
+  // Closed ones are swept when the list has doubled since the last sweep: amortised O(1).
+  if (tunnels_.size() >= 2 * tunnels_pruned_at_ + 16) {
+    std::erase_if(tunnels_, [](const auto& t) { return t.expired(); });
+    tunnels_pruned_at_ = tunnels_.size();
+  }
+  tunnels_.push_back(tunnel);
+}
+
+size_t Worker::noticeShutdownToTunnels() {
+  size_t n = 0;
+  for (const auto& weak : tunnels_) {
+    if (auto t = weak.lock()) {
+      t->noticeShutdown();
+      ++n;
+    }
+  }
+  return n;
+}
+
 std::vector<ConnectionInfo> Worker::connections(size_t limit, size_t& total) const {
   std::vector<const ConnectionRecord*> live;
   for (const auto* r = records_; r != nullptr; r = r->next_) {

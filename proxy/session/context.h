@@ -108,6 +108,11 @@ class Worker {
   // On this worker's thread: its live connections, the oldest first, at most `limit` of
   // them; `total` is set to how many are live.
   std::vector<ConnectionInfo> connections(size_t limit, size_t& total) const;
+  // HBONE server connections (15008) accepted on this worker, while they are open.
+  void addTunnel(const std::shared_ptr<hbone::H2Connection>& tunnel);
+  // On this worker's thread: tells every open HBONE server connection's client to open no
+  // more streams on it (H2Connection::noticeShutdown). Returns how many.
+  size_t noticeShutdownToTunnels();
 
  private:
   Shared& shared_;
@@ -118,6 +123,8 @@ class Worker {
   Scratch scratch_;
   std::atomic<int64_t> live_{0};
   ConnectionRecord* records_ = nullptr;
+  std::vector<std::weak_ptr<hbone::H2Connection>> tunnels_;
+  size_t tunnels_pruned_at_ = 0;  // size after the last sweep of closed ones
   AccessLogger access_log_;
 };
 

@@ -337,6 +337,7 @@ awaitable<void> handshakeAndServe(Worker& worker, Tcp::socket socket, LoadUnit l
   conn->setRequestHandler([w, info, tunnel](std::shared_ptr<hbone::H2Stream> stream) {
     asio::co_spawn(w->io(), serveStream(*w, std::move(stream), info, tunnel), logTaskError);
   });
+  worker.addTunnel(conn);
   conn->start();
 }
 

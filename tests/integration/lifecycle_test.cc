@@ -21,8 +21,6 @@
 #include "proxy/session/proxy_protocol.h"
 #include "tests/integration/loopback_lab.h"
 
-extern char** environ;
-
 namespace ferry::testing {
 namespace {
 
@@ -270,48 +268,10 @@ TEST_F(LifecycleTest, NestedProxyHeadersNamingFerrydDoNotConsumeDescriptors) {
 
 // A real ferryd process (the built binary) for node n1, killed with SIGKILL while it
 // carries a tunnelled and a passed-through connection.
-class FerrydProcess {
- public:
-  FerrydProcess(const LabFiles& files, const std::string& node) {
-    std::string config = files.dir() + "/" + node + "-process.yaml";
-    std::ofstream(config) << files.configYaml(node);
-    log_ = files.dir() + "/" + node + "-process.log";
-    std::string binary = FERRYD_BINARY;
-    char* argv[] = {binary.data(), const_cast<char*>("--config"), config.data(), nullptr};
-    int log_fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      // Only async-signal-safe calls here. A test that dies leaves no ferryd behind.
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      ::dup2(log_fd, 1);
-      ::dup2(log_fd, 2);
-      ::execve(argv[0], argv, environ);
-      ::_exit(127);
-    }
-    if (log_fd >= 0) ::close(log_fd);
-  }
-  ~FerrydProcess() { kill(); }
-  bool running() const { return pid_ > 0; }
-  void kill() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-  std::string log() const {
-    std::ifstream in(log_);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
-
- private:
-  pid_t pid_ = -1;
-  std::string log_;
-};
-
 TEST_F(LifecycleTest, KilledFerrydResetsEveryConnectionItCarried) {
   n2_ = std::make_unique<Node>(files_, "n2");
   ASSERT_TRUE(n2_->ok());
-  FerrydProcess n1(files_, "n1");
+  FerrydProcess n1(FERRYD_BINARY, files_, "n1");
   ASSERT_TRUE(n1.running());
   ASSERT_TRUE(waitFor([] { return httpGet("127.0.1.1", 15021, "/healthz/ready") == 200; }))
       << n1.log();

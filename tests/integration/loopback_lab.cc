@@ -3,7 +3,9 @@
 #include <arpa/inet.h>
 #include <poll.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,6 +24,8 @@
 #include "proxy/identity/ca.h"
 #include "proxy/identity/openssl_util.h"
 #include "proxy/session/proxy_protocol.h"
+
+extern char** environ;
 
 namespace ferry::testing {
 
@@ -232,6 +236,51 @@ int httpGet(const std::string& ip, uint16_t port, const std::string& path, std::
     *body = end == std::string::npos ? "" : response.substr(end + 4);
   }
   return std::atoi(response.c_str() + 9);
+}
+
+FerrydProcess::FerrydProcess(const std::string& binary, const LabFiles& files, const std::string& node,
+                             const std::string& extra, const std::string& tag) {
+  std::string config = files.dir() + "/" + node + "-" + tag + ".yaml";
+  writeFile(config, files.configYaml(node, extra));
+  log_ = files.dir() + "/" + node + "-" + tag + ".log";
+  std::string path = binary;
+  char* argv[] = {path.data(), const_cast<char*>("--config"), config.data(), nullptr};
+  int log_fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    // Only async-signal-safe calls here. A test that dies leaves no ferryd behind.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    ::dup2(log_fd, 1);
+    ::dup2(log_fd, 2);
+    ::execve(argv[0], argv, environ);
+    ::_exit(127);
+  }
+  if (log_fd >= 0) ::close(log_fd);
+}
+
+void FerrydProcess::kill() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  ::waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+void FerrydProcess::signal(int sig) {
+  if (pid_ > 0) ::kill(pid_, sig);
+}
+
+int FerrydProcess::waitExit(std::chrono::milliseconds timeout) {
+  if (pid_ <= 0) return -1;
+  int status = 0;
+  bool exited = waitFor([&] { return ::waitpid(pid_, &status, WNOHANG) == pid_; }, timeout);
+  if (!exited) return -1;
+  pid_ = -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string FerrydProcess::log() const {
+  std::ifstream in(log_);
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 Node::~Node() {

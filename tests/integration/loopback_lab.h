@@ -102,6 +102,30 @@ class TwoNodeTest : public ::testing::Test {
   std::unique_ptr<Node> n1_, n2_;
 };
 
+// A real ferryd process (the built binary `binary`) for `node`: its config is the lab's
+// plus `extra` (<lab dir>/<node>-<tag>.yaml), its output goes to <lab dir>/<node>-<tag>.log.
+// Killed (SIGKILL) with the object, or with the test process, if it still runs.
+class FerrydProcess {
+ public:
+  FerrydProcess(const std::string& binary, const LabFiles& files, const std::string& node,
+                const std::string& extra = "", const std::string& tag = "process");
+  ~FerrydProcess() { kill(); }
+  FerrydProcess(const FerrydProcess&) = delete;
+  FerrydProcess& operator=(const FerrydProcess&) = delete;
+  bool running() const { return pid_ > 0; }
+  int pid() const { return pid_; }
+  void kill();
+  void signal(int sig);
+  // Waits for it to exit: its exit code (128 + signal when a signal ended it), or -1 when it
+  // still runs after `timeout`.
+  int waitExit(std::chrono::milliseconds timeout);
+  std::string log() const;
+
+ private:
+  int pid_ = -1;
+  std::string log_;
+};
+
 // GET http://ip:port/path (HTTP/1.1, Connection: close). Returns the status (0 on failure)
 // and sets `body`.
 int httpGet(const std::string& ip, uint16_t port, const std::string& path, std::string* body = nullptr);

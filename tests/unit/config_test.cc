@@ -247,6 +247,22 @@ TEST(ConfigTest, RejectsAnAdminAddressOtherThanLoopback) {
   }
 }
 
+TEST(ConfigTest, HandoverIsOffUnlessASocketIsGivenAndItMustBeAnAbsoluteUnixSocketPath) {
+  auto none = parse(kMinimal);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->handover.socket, "");
+  EXPECT_EQ(none->handover.deadline, Millis(4 * 3'600'000));
+  auto set = parse(withMinimal("handover: {socket: /run/ferry/handover.sock, deadline: 30m}\n"));
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->handover.socket, "/run/ferry/handover.sock");
+  EXPECT_EQ(set->handover.deadline, Millis(1'800'000));
+  expectError(parse(withMinimal("handover:\n  socket: run/handover.sock\n")), 6, "handover.socket", "absolute path");
+  expectError(parse(withMinimal("handover:\n  socket: /" + std::string(107, 'x') + "\n")), 6, "handover.socket",
+              "longer than 107 bytes");
+  expectError(parse(withMinimal("handover:\n  deadline: 0s\n")), 6, "handover.deadline");
+  expectError(parse(withMinimal("handover:\n  dedline: 1h\n")), 6, "handover.dedline");
+}
+
 TEST(ConfigTest, RejectsEmptyValueForRequiredKey) {
   expectError(parse("node: n1\ntrust_domain:\nworkloads_file: w\ncert_dir: c\n"), 2,
               "trust_domain: expected a string, got an empty value");

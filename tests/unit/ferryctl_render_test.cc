@@ -169,15 +169,26 @@ TEST(FerryctlAdminRenderTest, TablesAlignColumnsAndUnitsReadForPeople) {
 
 TEST(FerryctlAdminRenderTest, AnswersReadAsTablesAndBadAnswersAreErrors) {
   auto status = renderStatus(R"({"ready":false,"reason":"draining","version":"0.1.0","node":"n1","uptime_seconds":61,)"
-                             R"("workers":2,"connections_active":3,"log_level":"info","datapath":"peer-egress"})");
+                             R"("workers":2,"connections_active":3,"log_level":"info","datapath":"peer-egress",)"
+                             R"("pid":4242,"handover":{"state":"serving","taken":0,"given":0,"failed":0}})");
   ASSERT_TRUE(status.ok()) << status.status();
   EXPECT_EQ(*status,
             "ferryd 0.1.0 on node n1: not ready (draining)\n"
+            "pid:          4242\n"
             "uptime:       1m01s\n"
             "workers:      2\n"
             "connections:  3 active\n"
             "datapath:     peer-egress\n"
             "log level:    info\n");
+  // After an upgrade, while the previous generation still carries connections.
+  auto upgraded = renderStatus(R"({"ready":true,"version":"0.2.0","node":"n1","uptime_seconds":5,"workers":2,)"
+                               R"("connections_active":1,"log_level":"info","datapath":"peer-egress","pid":5000,)"
+                               R"("handover":{"state":"serving","taken":1,"given":0,"failed":0,)"
+                               R"("previous":{"pid":4242,"connections_active":200,"deadline_seconds":14395}}})");
+  ASSERT_TRUE(upgraded.ok()) << upgraded.status();
+  EXPECT_NE(upgraded->find("previous generation:  pid 4242, 200 connections active, reset after 3h59m\n"),
+            std::string::npos)
+      << *upgraded;
   auto connections = renderConnections(
       R"({"total":3,"shown":1,"omitted":2,"connections":[{"direction":"outbound","source":"10.0.0.1:4000",)"
       R"("destination":"10.0.0.2:80","peer_identity":"","age_ms":2500,"sent_bytes":10,"received_bytes":2048}]})");

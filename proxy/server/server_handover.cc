@@ -1,0 +1,359 @@
+// Upgrades and restarts without dropping connections (docs/operations.md, "Upgrades and
+// restarts"): the server's two sides of proxy/server/handover.h.
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "proxy/common/duration.h"
+#include "proxy/net/deadline.h"
+#include "proxy/server/server.h"
+#include "proxy/session/common.h"
+
+namespace ferry::server {
+
+namespace asio = boost::asio;
+using Local = asio::local::stream_protocol;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
+// The new ferryd's start-up, from its hello to its ready (loading the workloads, the
+// certificates and the datapath): past this the running one takes its datapath back.
+constexpr std::chrono::seconds kReadyTimeout{120};
+// One exchange of the protocol (hello, offer) between two processes on one node.
+constexpr std::chrono::seconds kExchangeTimeout{5};
+constexpr std::chrono::seconds kStatusInterval{1};
+
+// The next message on `link`, or why there is none by `deadline`.
+asio::awaitable<absl::StatusOr<handover::Message>> readMessage(Local::socket& link, handover::FrameReader& reader,
+                                                               net::Deadline deadline) {
+  for (;;) {
+    auto more = reader.fill(link.native_handle());
+    if (!more.ok()) co_return more.status();
+    auto m = reader.next();
+    if (!m.ok()) co_return m.status();
+    if (*m) co_return **std::move(m);
+    if (!*more) co_return absl::UnavailableError("the link closed");
+    auto waited = co_await net::withDeadline(link.async_wait(Local::socket::wait_read, kTuple), deadline);
+    if (!waited) co_return absl::DeadlineExceededError("no message in time");
+    if (auto ec = std::get<0>(*waited)) co_return absl::UnavailableError(ec.message());
+  }
+}
+
+bool sameAddress(int fd, const common::HostPort& want) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return false;
+  asio::ip::tcp::endpoint ep;
+  std::memcpy(ep.data(), &ss, std::min<size_t>(len, ep.capacity()));
+  ep.resize(len);
+  return common::canonicalIp(ep.address()) == common::canonicalIp(want.ip) && (want.port == 0 || ep.port() == want.port);
+}
+
+}  // namespace
+
+Server::HandoverStatus Server::handoverStatus() const {
+  std::lock_guard lock(handover_mu_);
+  return handover_;
+}
+
+absl::Status Server::takeOverFromPrevious() {
+  const std::string& path = config_.handover.socket;
+  if (path.empty()) return absl::OkStatus();
+  auto taken = handover::takeOver(path, kExchangeTimeout);
+  if (!taken.ok()) {
+    // A ferryd runs and holds the listeners: binding beside it would split new connections
+    // between a process that serves and one that leaves.
+    return absl::FailedPreconditionError(
+        absl::StrCat("handover.socket: ", taken.status().message(), "; it keeps serving (stop it first, or retry)"));
+  }
+  if (!*taken) {
+    FERRY_LOG(kInfo, "handover: no ferryd to take over from on %s; binding the listeners", path);
+    return absl::OkStatus();
+  }
+  taken_ = std::move(**taken);
+  FERRY_LOG(kInfo, "handover: took %d sockets from ferryd pid %d", taken_->sockets.size(), taken_->old_pid);
+  std::lock_guard lock(handover_mu_);
+  handover_.taken = 1;
+  handover_.previous_pid = taken_->old_pid;
+  return absl::OkStatus();
+}
+
+std::vector<common::UniqueFd> Server::takenSockets(handover::Role role, const common::HostPort* addr) {
+  std::vector<common::UniqueFd> out;
+  if (!taken_) return out;
+  for (auto& s : taken_->sockets) {
+    if (s.role != role || !s.fd) continue;
+    if (addr != nullptr && !sameAddress(s.fd.get(), *addr)) continue;
+    out.push_back(std::move(s.fd));
+  }
+  return out;
+}
+
+absl::Status Server::startHandoverEndpoint() {
+  const std::string& path = config_.handover.socket;
+  if (path.empty()) return absl::OkStatus();
+  auto acceptor = std::make_unique<Local::acceptor>(control_);
+  boost::system::error_code ec;
+  auto taken = takenSockets(handover::Role::kHandover);
+  if (!taken.empty()) {
+    acceptor->assign(Local(), taken[0].release(), ec);
+  } else {
+    std::error_code fec;
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), fec);
+    if (fec) return absl::FailedPreconditionError(absl::StrCat("handover.socket: creating its folder: ", fec.message()));
+    // What is left at the path is a stale socket (takeOverFromPrevious found nobody on it).
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0) {
+      if (!S_ISSOCK(st.st_mode)) return absl::FailedPreconditionError(absl::StrCat("handover.socket ", path, " exists and is not a socket"));
+      ::unlink(path.c_str());
+    }
+    acceptor->open(Local(), ec);
+    // Root only from the start: whoever connects receives every listening socket.
+    mode_t old = ::umask(0177);
+    if (!ec) acceptor->bind(Local::endpoint(path), ec);
+    ::umask(old);
+    if (!ec) acceptor->listen(4, ec);
+  }
+  if (ec) return absl::FailedPreconditionError(absl::StrCat("handover.socket ", path, ": ", ec.message()));
+  handover_acceptor_ = std::move(acceptor);
+  asio::co_spawn(control_, handoverAcceptLoop(), asio::detached);
+  // What was handed over and not taken: a listen address the new config dropped.
+  if (taken_) {
+    for (const auto& s : taken_->sockets) {
+      if (s.fd) {
+        FERRY_LOG(kWarn, "handover: the %s socket %s of ferryd pid %d is not in this config; its queued connections "
+                  "are reset when that ferryd stops accepting",
+                  handover::roleName(s.role), s.address, taken_->old_pid);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Server::announceReady() {
+  if (!taken_) return absl::OkStatus();
+  handover::Message ready;
+  ready.type = handover::Message::Type::kReady;
+  ready.pid = static_cast<int>(::getpid());
+  int pid = taken_->old_pid;
+  auto st = handover::sendMessage(taken_->link.get(), ready, Clock::now() + kExchangeTimeout);
+  if (!st.ok()) {
+    // It gave up waiting and took its datapath back: two processes must not manage one.
+    return absl::UnavailableError(absl::StrCat("handover: telling ferryd pid ", pid, " that this one serves: ",
+                                               st.message(), "; it goes on serving"));
+  }
+  FERRY_LOG(kInfo, "handover: serving; ferryd pid %d stops accepting and carries its connections until they end", pid);
+  Local::socket link(control_);
+  boost::system::error_code ec;
+  link.assign(Local(), taken_->link.release(), ec);
+  handover::FrameReader reader = std::move(taken_->reader);
+  taken_.reset();
+  if (!ec) asio::co_spawn(control_, followPrevious(std::move(link), std::move(reader), pid), asio::detached);
+  return absl::OkStatus();
+}
+
+asio::awaitable<void> Server::followPrevious(Local::socket link, handover::FrameReader reader, int pid) {
+  for (;;) {
+    // Status comes every second; three missed is a previous generation that hangs.
+    auto m = co_await readMessage(link, reader, Clock::now() + 3 * kStatusInterval + std::chrono::seconds(2));
+    if (!m.ok() || m->type != handover::Message::Type::kStatus) {
+      std::lock_guard lock(handover_mu_);
+      if (!m.ok() && m.status().code() == absl::StatusCode::kUnavailable) {
+        FERRY_LOG(kInfo, "handover: ferryd pid %d (the previous generation) has exited", pid);
+      } else {
+        FERRY_LOG(kWarn, "handover: no status from ferryd pid %d any more: %s", pid,
+                  m.ok() ? "an unexpected message" : m.status().message());
+      }
+      handover_.previous_pid = 0;
+      handover_.previous_live = 0;
+      handover_.previous_deadline_ms = 0;
+      co_return;
+    }
+    std::lock_guard lock(handover_mu_);
+    handover_.previous_pid = m->pid;
+    handover_.previous_live = m->live;
+    handover_.previous_deadline_ms = m->deadline_ms;
+  }
+}
+
+asio::awaitable<void> Server::handoverAcceptLoop() {
+  for (;;) {
+    if (!handover_acceptor_ || !handover_acceptor_->is_open()) co_return;
+    auto [ec, link] = co_await handover_acceptor_->async_accept(kTuple);
+    if (ec == asio::error::operation_aborted || !handover_acceptor_ || !handover_acceptor_->is_open()) co_return;
+    if (ec) {
+      FERRY_LOG(kWarn, "handover: accept: %s", ec.message());
+      asio::steady_timer backoff(control_, std::chrono::milliseconds(100));
+      co_await backoff.async_wait(kTuple);
+      continue;
+    }
+    // One successor at a time, and none while this one stops.
+    if (generation_ != Generation::kServing || stopping_.load()) continue;
+    co_await serveSuccessor(std::move(link));
+  }
+}
+
+absl::StatusOr<handover::Message> Server::makeOffer() {
+  handover::Message offer;
+  offer.type = handover::Message::Type::kOffer;
+  offer.pid = static_cast<int>(::getpid());
+  auto add = [&offer](handover::Role role, std::string address, int fd) -> absl::Status {
+    if (fd < 0) return absl::OkStatus();
+    int copy = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    if (copy < 0) return absl::ResourceExhaustedError(absl::StrCat("duplicating a socket: ", std::strerror(errno)));
+    offer.sockets.push_back({role, std::move(address), common::UniqueFd(copy)});
+    return absl::OkStatus();
+  };
+  for (const auto& l : bound_listeners_) {
+    if (auto st = add(l.role, l.address, l.fd); !st.ok()) return st;
+  }
+  const struct {
+    handover::Role role;
+    const HttpServer* server;
+    const common::HostPort* addr;
+  } endpoints[] = {{handover::Role::kReadiness, &readiness_, &config_.listen.readiness},
+                   {handover::Role::kMetrics, &metrics_, &config_.listen.metrics},
+                   {handover::Role::kAdmin, &admin_, &config_.listen.admin}};
+  for (const auto& e : endpoints) {
+    if (auto st = add(e.role, common::formatHostPort(*e.addr), e.server->listenerFd()); !st.ok()) return st;
+  }
+  if (auto st = add(handover::Role::kHandover, config_.handover.socket, handover_acceptor_->native_handle()); !st.ok()) {
+    return st;
+  }
+  if (config_.datapath.proxy_netns_auto && proxy_netns_ && proxy_claim_) {
+    if (auto st = add(handover::Role::kProxyNetns, config_.datapath.proxy_interface, proxy_netns_->fd()); !st.ok()) return st;
+    if (auto st = add(handover::Role::kHostInterfaceClaim, proxy_claim_->hostInterface(), proxy_claim_->fd()); !st.ok()) {
+      return st;
+    }
+  }
+  return offer;
+}
+
+asio::awaitable<void> Server::serveSuccessor(Local::socket link) {
+  handover::FrameReader reader;
+  auto hello = co_await readMessage(link, reader, Clock::now() + kExchangeTimeout);
+  if (!hello.ok() || hello->type != handover::Message::Type::kHello) {
+    FERRY_LOG(kWarn, "handover: a connection to %s that is not a ferryd's hello: %s", config_.handover.socket,
+              hello.ok() ? "another message" : hello.status().message());
+    co_return;
+  }
+  int pid = hello->pid;
+  auto offer = makeOffer();
+  if (!offer.ok()) {
+    FERRY_LOG(kWarn, "handover: ferryd pid %d asked for the sockets; cannot offer them: %s", pid, offer.status().message());
+    co_return;
+  }
+  // From the offer on, the datapath is the successor's to load and adopt.
+  generation_ = Generation::kOffered;
+  if (datapath_) datapath_->setHandedOver(true);
+  {
+    std::lock_guard lock(handover_mu_);
+    handover_.state = "offered";
+    handover_.successor_pid = pid;
+  }
+  auto back = [&](absl::string_view why) {
+    FERRY_LOG(kWarn, "handover: ferryd pid %d did not take over (%s); this one (pid %d) goes on serving", pid, why,
+              static_cast<int>(::getpid()));
+    generation_ = Generation::kServing;
+    if (datapath_) datapath_->setHandedOver(false);
+    std::lock_guard lock(handover_mu_);
+    handover_.state = "serving";
+    handover_.successor_pid = 0;
+    ++handover_.failed;
+  };
+  FERRY_LOG(kInfo, "handover: offering %d sockets to ferryd pid %d", offer->sockets.size(), pid);
+  if (auto st = handover::sendMessage(link.native_handle(), *offer, Clock::now() + kExchangeTimeout); !st.ok()) {
+    back(st.message());
+    co_return;
+  }
+  offer->sockets.clear();  // our copies of the descriptors
+  auto ready = co_await readMessage(link, reader, Clock::now() + kReadyTimeout);
+  if (!ready.ok() || ready->type != handover::Message::Type::kReady) {
+    back(ready.ok() ? "it sent something other than ready" : ready.status().message());
+    co_return;
+  }
+  retire(pid);
+  // Until this process exits (the link closes with it): how much it still carries.
+  asio::steady_timer tick(control_);
+  for (;;) {
+    int64_t live = 0;
+    for (auto& w : workers_) live += w->live().load();
+    handover::Message status;
+    status.type = handover::Message::Type::kStatus;
+    status.pid = static_cast<int>(::getpid());
+    status.live = live;
+    status.deadline_ms =
+        std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(drain_deadline_ - Clock::now()).count());
+    if (auto st = handover::sendMessage(link.native_handle(), status, Clock::now() + kStatusInterval); !st.ok()) {
+      FERRY_LOG(kInfo, "handover: ferryd pid %d no longer follows this one: %s", pid, st.message());
+      co_return;
+    }
+    tick.expires_after(kStatusInterval);
+    co_await tick.async_wait(kTuple);
+  }
+}
+
+void Server::retire(int successor_pid) {
+  generation_ = Generation::kRetiring;
+  handed_over_ = true;
+  stopping_ = true;  // a drain cannot start over it
+  int64_t live = 0;
+  for (auto& w : workers_) live += w->live().load();
+  drain_deadline_ = Clock::now() + config_.handover.deadline;
+  {
+    std::lock_guard lock(handover_mu_);
+    handover_.state = "retiring";
+    ++handover_.given;
+  }
+  FERRY_LOG(kInfo, "handover: ferryd pid %d serves from now on; this one carries its %d connections until they end, "
+            "for at most %s (handover.deadline)", successor_pid, live, common::formatDuration(config_.handover.deadline));
+  // The sockets stay open in the successor: closing them here only stops this process
+  // accepting. Its endpoints and the CNI socket file are the successor's now.
+  if (handover_acceptor_) {
+    boost::system::error_code ignored;
+    handover_acceptor_->close(ignored);
+  }
+  readiness_.stop();
+  metrics_.stop();
+  admin_.stop();
+  if (cni_endpoint_) cni_endpoint_->stop(/*unlink=*/false);
+  poll_timer_.cancel();
+  identity_timer_.cancel();
+  // Clients of its tunnels open new streams on the successor's; its own pooled tunnels take
+  // no new streams; what runs on them goes on.
+  stopAccepting(/*notice_tunnels=*/true);
+  finishDrain();
+}
+
+void Server::collectHandoverMetrics(telemetry::Exposition& out) {
+  HandoverStatus h = handoverStatus();
+  out.counter("ferry_handovers_total", "Handovers of the listening sockets between generations of ferryd")
+      .add(static_cast<double>(h.taken), {{"result", "taken"}})
+      .add(static_cast<double>(h.given), {{"result", "given"}})
+      .add(static_cast<double>(h.failed), {{"result", "failed"}});
+  out.gauge("ferry_handover_previous_generation_pid",
+            "The previous ferryd, still carrying connections after handing over (0: none)",
+            static_cast<double>(h.previous_pid));
+  out.gauge("ferry_handover_previous_generation_connections",
+            "Connections the previous ferryd still carries", static_cast<double>(h.previous_live));
+  out.gauge("ferry_handover_previous_generation_deadline_seconds",
+            "Until the previous ferryd resets what it still carries (handover.deadline)",
+            static_cast<double>(h.previous_deadline_ms) / 1000.0);
+}
+
+}  // namespace ferry::server

@@ -1,0 +1,241 @@
+// Upgrades and restarts that drop nothing (docs/operations.md, "Upgrades and restarts"):
+// real ferryd processes for both nodes hand their listeners to the next generation while
+// long-lived connections echo and new ones keep coming; a successor that fails after taking
+// the listeners leaves the running ferryd serving.
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "proxy/server/handover.h"
+#include "tests/integration/loopback_lab.h"
+
+namespace ferry::testing {
+namespace {
+
+constexpr uint16_t kAppPort = 8080;
+constexpr const char* kClientPod = "127.0.1.10";  // c1 on n1
+constexpr const char* kServerPod = "127.0.2.10";  // s1 on n2
+
+std::string nodeIp(const std::string& node) { return node == "n1" ? "127.0.1.1" : "127.0.2.1"; }
+
+// The pid of the ferryd that answers on `node`'s admin port (/status; 0 when none answers).
+int servingPid(const std::string& node) {
+  std::string body;
+  if (httpGet(nodeIp(node), 15000, "/status", &body) != 200) return 0;
+  auto pos = body.find("\"pid\":");
+  return pos == std::string::npos ? 0 : std::atoi(body.c_str() + pos + 6);
+}
+
+// A metric of the ferryd that answers on `node`'s metrics port (-1 when none answers).
+double metricOf(const std::string& node, const std::string& series) {
+  std::string body;
+  if (httpGet(nodeIp(node), 15020, "/metrics", &body) != 200) return -1;
+  auto pos = body.find("\n" + series + " ");
+  if (pos == std::string::npos) return -1;
+  return std::strtod(body.c_str() + pos + series.size() + 2, nullptr);
+}
+
+class HandoverTest : public ::testing::Test {
+ protected:
+  std::string extra(const std::string& node) const {
+    return "handover: {socket: " + files_.dir() + "/" + node + "-handover.sock, deadline: 2m}\nlog_level: info\n";
+  }
+  std::unique_ptr<FerrydProcess> start(const std::string& node, const std::string& tag) {
+    return std::make_unique<FerrydProcess>(FERRYD_BINARY, files_, node, extra(node), tag);
+  }
+  // The next generation of `node` took over: true once only it answers on the node's admin
+  // port (a ferryd answers there once its start-up is done; the one it took over from
+  // stops accepting then), false when it exited first.
+  static bool servesAfter(const std::string& node, FerrydProcess& next) {
+    return waitFor([&] { return servingPid(node) == next.pid() || next.waitExit(std::chrono::milliseconds(0)) != -1; },
+                   std::chrono::seconds(20)) &&
+           next.running() && servingPid(node) == next.pid();
+  }
+
+  LabFiles files_;
+};
+
+// One long-lived connection through both nodes: a distinct pattern each round, echoed back.
+struct LongLived {
+  int fd = -1;
+  int index = 0;
+  int round = 0;
+  bool roundTrip() {
+    std::string out = "long-lived " + std::to_string(index) + " round " + std::to_string(round++) + "\n";
+    std::string back(out.size(), '\0');
+    return sendAll(fd, out.data(), out.size()) && recvExact(fd, back.data(), back.size()) && back == out;
+  }
+};
+
+// New connections one after another until stopped: each connects, sends 100 bytes and reads
+// them back. Counts the failures and keeps the longest one.
+struct NewConnections {
+  std::atomic<bool> stop{false};
+  std::atomic<int> done{0}, failed{0};
+  std::atomic<int64_t> longest_us{0};
+  std::string first_failure;  // written by the thread, read after finish()
+  std::thread thread;
+  void start() {
+    thread = std::thread([this] {
+      std::string out(100, 'n');
+      while (!stop.load()) {
+        auto t0 = std::chrono::steady_clock::now();
+        int fd = connectOutbound(kClientPod, kServerPod, kAppPort);
+        bool ok = fd >= 0;
+        const char* step = "connect";
+        if (ok) {
+          setRecvTimeout(fd, std::chrono::seconds(10));
+          std::string back(out.size(), '\0');
+          step = "send";
+          ok = sendAll(fd, out.data(), out.size());
+          step = "echo";
+          ok = ok && recvExact(fd, back.data(), back.size()) && back == out;
+          ::close(fd);
+        }
+        if (!ok && first_failure.empty()) first_failure = std::string(step) + ": " + std::strerror(errno);
+        auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+        int64_t seen = longest_us.load();
+        while (us > seen && !longest_us.compare_exchange_weak(seen, us)) {
+        }
+        (ok ? done : failed).fetch_add(1);
+      }
+    });
+  }
+  void finish() {
+    stop = true;
+    if (thread.joinable()) thread.join();
+  }
+  ~NewConnections() { finish(); }
+};
+
+TEST_F(HandoverTest, UpgradesOfBothNodesCarryEveryConnectionAndLoseNoNewOne) {
+  AppServer app(kServerPod, kAppPort, AppServer::echo);
+  std::vector<std::unique_ptr<FerrydProcess>> n1, n2;  // generations, oldest first
+  n1.push_back(start("n1", "gen0"));
+  n2.push_back(start("n2", "gen0"));
+  ASSERT_TRUE(waitFor([] { return httpGet("127.0.1.1", 15021, "/healthz/ready") == 200 &&
+                                  httpGet("127.0.2.1", 15021, "/healthz/ready") == 200; }))
+      << n1[0]->log() << n2[0]->log();
+
+  constexpr int kLongLived = 20;
+  std::vector<LongLived> long_lived(kLongLived);
+  for (int i = 0; i < kLongLived; ++i) {
+    long_lived[i].index = i;
+    long_lived[i].fd = connectOutbound(kClientPod, kServerPod, kAppPort);
+    ASSERT_GE(long_lived[i].fd, 0);
+    setRecvTimeout(long_lived[i].fd, std::chrono::seconds(10));
+    ASSERT_TRUE(long_lived[i].roundTrip());
+  }
+  auto everyLongLivedEchoes = [&] {
+    int bad = 0;
+    for (auto& l : long_lived) bad += !l.roundTrip();
+    return bad;
+  };
+
+  NewConnections fresh;
+  fresh.start();
+  ASSERT_TRUE(waitFor([&] { return fresh.done.load() >= 20; }));
+
+  // n2, then n1, then both at once; the long-lived connections stay on the first generation.
+  const std::vector<std::vector<std::string>> upgrades = {{"n2"}, {"n1"}, {"n1", "n2"}};
+  int generation = 0;
+  for (const auto& nodes : upgrades) {
+    ++generation;
+    for (const auto& node : nodes) {
+      auto& gens = node == "n1" ? n1 : n2;
+      gens.push_back(start(node, "gen" + std::to_string(generation)));
+    }
+    for (const auto& node : nodes) {
+      auto& gens = node == "n1" ? n1 : n2;
+      ASSERT_TRUE(servesAfter(node, *gens.back())) << gens.back()->log() << gens[gens.size() - 2]->log();
+    }
+    int done = fresh.done.load();
+    ASSERT_TRUE(waitFor([&] { return fresh.done.load() >= done + 20; })) << "new connections after the upgrade";
+    EXPECT_EQ(everyLongLivedEchoes(), 0) << "after upgrading " << nodes.back();
+  }
+  // A retiring generation ignores SIGTERM (a pod's, once its successor is ready).
+  n2[0]->signal(SIGTERM);
+  EXPECT_EQ(n2[0]->waitExit(std::chrono::milliseconds(500)), -1) << n2[0]->log();
+  EXPECT_EQ(everyLongLivedEchoes(), 0) << "after SIGTERM to the retiring generation";
+
+  fresh.finish();
+  if (fresh.failed.load() != 0) {
+    // What the ferryds said about it: every line but the successful connections' records.
+    for (auto* gens : {&n1, &n2}) {
+      for (auto& g : *gens) {
+        std::string log = g->log();
+        std::istringstream lines(log);
+        for (std::string line; std::getline(lines, line);) {
+          if (line.find("reason=ok") == std::string::npos) std::printf("pid %d: %s\n", g->pid(), line.c_str());
+        }
+      }
+    }
+  }
+  EXPECT_EQ(fresh.failed.load(), 0) << "of " << fresh.done.load() + fresh.failed.load() << " new connections; the first "
+                                    << fresh.first_failure;
+  std::printf("handover: %d new connections across 4 handovers per node pair, %d failed, longest %.1f ms\n",
+              fresh.done.load(), fresh.failed.load(), fresh.longest_us.load() / 1000.0);
+  RecordProperty("longest_new_connection_us", std::to_string(fresh.longest_us.load()));
+
+  // The generations between the first and the last carried only short connections: they
+  // have exited. The first exits once its long-lived connections close.
+  for (auto* gens : {&n1, &n2}) {
+    EXPECT_EQ((*gens)[1]->waitExit(std::chrono::seconds(20)), 0) << (*gens)[1]->log();
+    EXPECT_TRUE((*gens)[0]->running());
+  }
+  for (auto& l : long_lived) ::close(l.fd);
+  for (auto* gens : {&n1, &n2}) {
+    EXPECT_EQ((*gens)[0]->waitExit(std::chrono::seconds(20)), 0) << (*gens)[0]->log();
+    EXPECT_TRUE(gens->back()->running()) << gens->back()->log();
+  }
+  EXPECT_TRUE(waitFor([] { return metricOf("n2", "ferry_handover_previous_generation_pid") == 0; }));
+  EXPECT_EQ(metricOf("n2", "ferry_handovers_total{result=\"taken\"}"), 1);
+}
+
+TEST_F(HandoverTest, ASuccessorThatDiesAfterTakingTheListenersLeavesTheRunningOneServing) {
+  AppServer app(kServerPod, kAppPort, AppServer::echo);
+  auto n1 = start("n1", "gen0");
+  auto n2 = start("n2", "gen0");
+  ASSERT_TRUE(waitFor([] { return httpGet("127.0.1.1", 15021, "/healthz/ready") == 200 &&
+                                  httpGet("127.0.2.1", 15021, "/healthz/ready") == 200; }))
+      << n1->log() << n2->log();
+  {
+    // The successor's side of the protocol, ending where a new ferryd that crashed would:
+    // it holds every listener, and goes without saying ready.
+    auto taken = server::handover::takeOver(files_.dir() + "/n2-handover.sock", std::chrono::seconds(5));
+    ASSERT_TRUE(taken.ok()) << taken.status();
+    ASSERT_TRUE(taken->has_value());
+    EXPECT_EQ((*taken)->old_pid, n2->pid());
+    size_t hbone = 0;
+    for (const auto& s : (*taken)->sockets) hbone += s.role == server::handover::Role::kHbone;
+    EXPECT_EQ(hbone, 2u * 2u) << "two workers, two pod addresses on n2";
+  }
+  ASSERT_TRUE(waitFor([] { return metricOf("n2", "ferry_handovers_total{result=\"failed\"}") == 1; })) << n2->log();
+  for (int i = 0; i < 20; ++i) {
+    int fd = connectOutbound(kClientPod, kServerPod, kAppPort);
+    ASSERT_GE(fd, 0);
+    setRecvTimeout(fd, std::chrono::seconds(10));
+    char back[3];
+    EXPECT_TRUE(sendAll(fd, "abc", 3) && recvExact(fd, back, 3)) << "connection " << i << "\n" << n2->log();
+    ::close(fd);
+  }
+  // A real next generation still takes over afterwards.
+  auto next = start("n2", "gen1");
+  EXPECT_TRUE(servesAfter("n2", *next)) << next->log() << n2->log();
+  EXPECT_EQ(n2->waitExit(std::chrono::seconds(20)), 0) << n2->log();
+}
+
+}  // namespace
+}  // namespace ferry::testing
