@@ -270,7 +270,14 @@ asio::awaitable<void> Server::serveSuccessor(Local::socket link) {
     FERRY_LOG(kWarn, "handover: ferryd pid %d did not take over (%s); this one (pid %d) goes on serving", pid, why,
               static_cast<int>(::getpid()));
     generation_ = Generation::kServing;
-    if (datapath_) datapath_->setHandedOver(false);
+    if (datapath_) {
+      datapath_->setHandedOver(false);
+      // Pod changes meanwhile were not applied (Service changes of that window are not
+      // replayed: docs/operations.md).
+      if (auto st = datapath_->sync(*workloads_.current()); !st.ok()) {
+        FERRY_LOG(kWarn, "datapath: after the failed handover: %s", st.message());
+      }
+    }
     std::lock_guard lock(handover_mu_);
     handover_.state = "serving";
     handover_.successor_pid = 0;
