@@ -351,13 +351,6 @@ case_check() {
 }
 
 # ---------------------------------------------------------------------------------------
-wait_no_lab() {
-  local deadline=$((SECONDS + LAB_WAIT))
-  while [ -e /run/netns/fy-n1 ] || [ -e /run/netns/fy-n2 ]; do
-    if [ $SECONDS -ge $deadline ]; then echo "$ME: FAIL: a lab is up (another test?); 'ferry-lab down' if it is stale"; exit 1; fi
-    sleep 1
-  done
-}
 wait_no_lab
 echo "== $ME on $FERRY_LAB_CNI"
 if ! "$LAB" up 8<&- 2>&1 | sed 's/^/    /'; then echo "$ME: FAIL: ferry-lab up failed"; exit 1; fi

@@ -486,20 +486,6 @@ case_leaks() {
 # ---------------------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------------------
-wait_no_lab() {
-  # Never tear down someone else's lab: wait for it to go away.
-  local deadline=$((SECONDS + LAB_WAIT))
-  while ip netns list | grep -E '^fy-n[12]( |$)' >/dev/null; do
-    if [ $SECONDS -ge $deadline ]; then
-      echo "$ME: FAIL: a ferry lab is still up after ${LAB_WAIT}s (fy-n1/fy-n2 exist);" \
-        "if it is a leftover, run 'scripts/ferry-lab down'" >&2
-      trap - EXIT; rm -rf -- "$TMP"; exit 1
-    fi
-    [ $((SECONDS % 15)) -eq 0 ] && echo "$ME: another lab is up; waiting (at most ${LAB_WAIT}s)"
-    sleep 1   # no signal to wait on: another run's lab goes away when it is done
-  done
-}
-
 T0=$SECONDS
 wait_no_lab
 echo "== ferry-lab up${FERRY_LAB_SOURCE:+ (FERRY_LAB_SOURCE=$FERRY_LAB_SOURCE)}${FERRY_LAB_CNI:+ (FERRY_LAB_CNI=$FERRY_LAB_CNI)}"

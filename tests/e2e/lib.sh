@@ -1,4 +1,4 @@
-# Helpers of the lab's e2e suites (tests/e2e/datapath_e2e.sh, tests/kernel-lab/netkit_e2e.sh),
+# Helpers of the lab's e2e suites (tests/e2e/*_e2e.sh, tests/kernel-lab/netkit_e2e.sh),
 # sourced after the caller has set: LAB (scripts/ferry-lab), STATE (/run/ferry-lab), TMP (its
 # scratch directory), PIDS (file of "PID STARTTIME" lines its cleanup kills), and the counters
 # PASSED, FAILED, FAILED_NAMES that run_case updates.
@@ -17,6 +17,22 @@ assert() {
     sed 's/^/            /' "$TMP/assert.out" | tail -n 30
     exit 1
   fi
+}
+
+# wait_no_lab: the lab is one per machine; never tear down someone else's: wait (at most
+# LAB_WAIT s) for it to go away. On timeout the caller's EXIT trap is dropped (its cleanup
+# would run `ferry-lab down` on that lab) and the test fails. Needs ME, LAB_WAIT and TMP.
+wait_no_lab() {
+  local deadline=$((SECONDS + LAB_WAIT))
+  while ip netns list | grep -E '^fy-n[12]( |$)' >/dev/null; do
+    if [ $SECONDS -ge $deadline ]; then
+      echo "$ME: FAIL: a ferry lab is still up after ${LAB_WAIT}s (fy-n1/fy-n2 exist);" \
+        "if it is a leftover, run 'scripts/ferry-lab down'" >&2
+      trap - EXIT; rm -rf -- "$TMP"; exit 1
+    fi
+    [ $((SECONDS % 15)) -eq 0 ] && echo "$ME: another lab is up; waiting (at most ${LAB_WAIT}s)"
+    sleep 1   # no signal to wait on: another run's lab goes away when it is done
+  done
 }
 
 # track PID: recorded with its start time, so that cleanup never signals a recycled PID.
