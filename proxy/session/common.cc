@@ -166,9 +166,11 @@ void Worker::addTunnel(const std::shared_ptr<hbone::H2Connection>& tunnel) {
     tunnels_pruned_at_ = tunnels_.size();
   }
   tunnels_.push_back(tunnel);
+  if (tunnels_noticed_) tunnel->noticeShutdown();
 }
 
 size_t Worker::noticeShutdownToTunnels() {
+  tunnels_noticed_ = true;
   size_t n = 0;
   for (const auto& weak : tunnels_) {
     if (auto t = weak.lock()) {

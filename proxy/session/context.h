@@ -108,10 +108,13 @@ class Worker {
   // On this worker's thread: its live connections, the oldest first, at most `limit` of
   // them; `total` is set to how many are live.
   std::vector<ConnectionInfo> connections(size_t limit, size_t& total) const;
-  // HBONE server connections (15008) accepted on this worker, while they are open.
+  // HBONE server connections (15008) accepted on this worker, while they are open; started
+  // ones. After noticeShutdownToTunnels, each is told at once as well: a tunnel whose
+  // handshake was under way when the listeners closed would otherwise idle in its client's
+  // pool, and a retiring ferryd would wait for it until handover.deadline.
   void addTunnel(const std::shared_ptr<hbone::H2Connection>& tunnel);
   // On this worker's thread: tells every open HBONE server connection's client to open no
-  // more streams on it (H2Connection::noticeShutdown). Returns how many.
+  // more streams on it (H2Connection::noticeShutdown), and every later one. Returns how many.
   size_t noticeShutdownToTunnels();
 
  private:
@@ -125,6 +128,7 @@ class Worker {
   ConnectionRecord* records_ = nullptr;
   std::vector<std::weak_ptr<hbone::H2Connection>> tunnels_;
   size_t tunnels_pruned_at_ = 0;  // size after the last sweep of closed ones
+  bool tunnels_noticed_ = false;  // noticeShutdownToTunnels ran
   AccessLogger access_log_;
 };
 

@@ -337,8 +337,8 @@ awaitable<void> handshakeAndServe(Worker& worker, Tcp::socket socket, LoadUnit l
   conn->setRequestHandler([w, info, tunnel](std::shared_ptr<hbone::H2Stream> stream) {
     asio::co_spawn(w->io(), serveStream(*w, std::move(stream), info, tunnel), logTaskError);
   });
-  worker.addTunnel(conn);
   conn->start();
+  worker.addTunnel(conn);  // started: a shutdown notice goes after its SETTINGS
 }
 
 // The first byte of a TLS handshake record (RFC 8446 §5.1, ContentType handshake).
