@@ -348,7 +348,7 @@ class ConfigParser {
 
   absl::Status parseHandover(const std::optional<YamlField>& field) {
     if (!field) return absl::OkStatus();
-    auto map = reader_.map(*field, {"socket", "deadline"});
+    auto map = reader_.map(*field, {"socket", "deadline", "readiness_file"});
     if (!map.ok()) return map.status();
     Handover& h = config_.handover;
     if (auto f = map->find("socket")) {
@@ -358,6 +358,12 @@ class ConfigParser {
       // sockaddr_un's sun_path is 108 bytes with its terminator.
       if (text->size() > 107) return reader_.error(*f, "longer than 107 bytes (a unix socket path)");
       h.socket = *std::move(text);
+    }
+    if (auto f = map->find("readiness_file")) {
+      auto text = reader_.string(*f);
+      if (!text.ok()) return text.status();
+      if (!text->empty() && (*text)[0] != '/') return reader_.error(*f, "must be an absolute path (or \"\" for none)");
+      h.readiness_file = *std::move(text);
     }
     return optionalDuration(*map, "deadline", h.deadline);  // positive
   }

@@ -54,6 +54,9 @@ struct Timeouts {
 struct Handover {
   std::string socket;  // a unix socket path; "" = no handover (a restart drains)
   Millis deadline{4 * 3'600'000};
+  // This process's readiness for a probe that must reach it and not the generation beside
+  // it (common/readiness_file.h); "" = none.
+  std::string readiness_file;
   bool operator==(const Handover&) const = default;
 };
 

@@ -42,6 +42,7 @@ enum class Reload {
   X("timeouts.drain", kLive, timeouts.drain)                                   \
   X("handover.socket", kRestart, handover.socket)                              \
   X("handover.deadline", kLive, handover.deadline)                             \
+  X("handover.readiness_file", kRestart, handover.readiness_file)              \
   X("pool.max_streams", kLive, pool.max_streams)                               \
   X("pool.idle_release", kLive, pool.idle_release)                             \
   X("pool.ping_interval", kLive, pool.ping_interval)                           \

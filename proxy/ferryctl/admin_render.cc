@@ -98,7 +98,8 @@ absl::StatusOr<std::string> renderStatus(absl::string_view body) {
     if (const auto* p = h->as_object().if_contains("previous"); p != nullptr && p->is_object()) {
       const auto& prev = p->as_object();
       rows.push_back({"previous generation:",
-                        absl::StrCat("pid ", number(prev, "pid"), ", ", number(prev, "connections_active"),
+                        absl::StrCat(prev.contains("pod") ? absl::StrCat("pod ", text(prev, "pod"), ", ") : "",
+                                     "pid ", number(prev, "pid"), ", ", number(prev, "connections_active"),
                                      " connections active, reset after ", formatAge(integer(prev, "deadline_seconds")))});
     }
   }

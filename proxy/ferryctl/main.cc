@@ -25,6 +25,7 @@
 #include "absl/strings/str_join.h"
 #include "proxy/common/duration.h"
 #include "proxy/common/log.h"
+#include "proxy/common/readiness_file.h"
 #include "proxy/datapath/netlink.h"
 #include "proxy/ferryctl/admin_client.h"
 #include "proxy/ferryctl/admin_render.h"
@@ -78,7 +79,10 @@ constexpr char kUsage[] =
     "  ferryctl policy check --from NAMESPACE/WORKLOAD|IP --to NAMESPACE/WORKLOAD:PORT [--plaintext]\n"
     "                        [--admin HOST:PORT] [-o text|json]\n"
     "  ferryctl policy list  [--admin HOST:PORT] [-o text|json]\n"
-    "Every command but ca and link asks ferryd's admin endpoint: --admin, else $FERRY_ADMIN, else\n"
+    "  ferryctl probe --file FILE [--max-age 10s] [--live]\n"
+    "probe reads ferryd's handover.readiness_file (a Kubernetes exec probe: it answers for the ferryd\n"
+    "of its own container): 0 when the file is fresh and says ready (--live: fresh whatever it says).\n"
+    "Every command but ca, link and probe asks ferryd's admin endpoint: --admin, else $FERRY_ADMIN, else\n"
     "127.0.0.1:15000 (policy check: on the node that runs the destination workload). -o json prints\n"
     "ferryd's JSON answer as it is. Exit status: 0 done (policy check: allowed), 1 error (ferryd's\n"
     "error answer, or one ferryctl cannot read), 2 usage, 3 policy check: denied, 4 ferryd not\n"
@@ -423,6 +427,25 @@ int connections(const std::vector<std::string>& argv) {
 }
 
 // log-level: shows the level; log-level LEVEL sets it.
+// A probe whose period is 5 s and whose file is refreshed every second: 10 s of silence is
+// a ferryd that hangs, not one that is slow.
+constexpr char kDefaultProbeMaxAge[] = "10s";
+
+int probe(const std::vector<std::string>& argv) {
+  Args args;
+  std::string error;
+  if (!parseArgs(argv, {"file", "max-age"}, {"live"}, args, error)) return usage(error);
+  if (!args.positional.empty()) return usage(absl::StrCat("unexpected argument ", args.positional[0]));
+  if (args.values.count("file") == 0) return usage("probe needs --file");
+  auto max_age = common::parseDuration(args.values.count("max-age") ? args.values["max-age"] : kDefaultProbeMaxAge);
+  if (!max_age.ok()) return usage(absl::StrCat("--max-age: ", max_age.status().message()));
+  auto verdict = common::probeReadinessFile(args.values["file"], *max_age, args.switches.count("live") != 0,
+                                            std::chrono::system_clock::now());
+  // The kubelet keeps a failed probe's output in the pod's events.
+  std::printf("%s\n", verdict.message.c_str());
+  return verdict.pass ? kExitOk : kExitFailure;
+}
+
 int logLevel(const std::vector<std::string>& argv) {
   Args args;
   std::string error;
@@ -481,6 +504,7 @@ int run(int argc, char** argv) {
   if (args[0] == "config") return simpleQuestion(rest, "/config_dump", &renderConfig);
   if (args[0] == "connections") return connections(rest);
   if (args[0] == "log-level") return logLevel(rest);
+  if (args[0] == "probe") return probe(rest);
   if (args[0] != "ca") return usage(absl::StrCat("unknown command '", args[0], "'"));
   if (args.size() < 2) return usage("ca needs a subcommand: init, issue, show or intermediate");
   rest.assign(args.begin() + 2, args.end());

@@ -6,7 +6,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include <boost/json.hpp>
@@ -78,11 +80,25 @@ const char* roleName(Role role) {
   return "?";
 }
 
+const std::string& selfName() {
+  static const std::string name = [] {
+    const char* env = std::getenv("POD_NAME");
+    std::string n = env != nullptr ? env : "";
+    return n.size() <= kMaxName ? n : std::string();
+  }();
+  return name;
+}
+
+std::string describe(int pid, const std::string& name) {
+  return name.empty() ? absl::StrCat("ferryd pid ", pid) : absl::StrCat("ferryd pid ", pid, " (pod ", name, ")");
+}
+
 std::string encode(const Message& message) {
   json::object o;
   o["type"] = typeName(message.type);
   o["version"] = message.version;
   o["pid"] = message.pid;
+  if (!message.name.empty()) o["name"] = message.name;
   if (message.type == Message::Type::kOffer) {
     json::array sockets;
     for (const auto& s : message.sockets) {
@@ -125,6 +141,16 @@ absl::StatusOr<Message> decode(std::string_view text, std::vector<common::Unique
     return absl::InvalidArgumentError(absl::StrCat(typeName(m.type), ": no valid \"pid\""));
   }
   m.pid = static_cast<int>(*pid);
+  if (const json::value* name = o->if_contains("name"); name != nullptr) {
+    const json::string* text = name->if_string();
+    bool printable = text != nullptr && text->size() <= kMaxName &&
+                     std::all_of(text->begin(), text->end(), [](char c) { return c > 0x20 && c < 0x7f; });
+    if (!printable) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(typeName(m.type), ": \"name\" must be a string of at most ", kMaxName, " printable characters"));
+    }
+    m.name = std::string(*text);
+  }
   if (m.type == Message::Type::kStatus) {
     auto live = integer(*o, "live");
     auto deadline = integer(*o, "deadline_ms");
@@ -298,6 +324,7 @@ absl::StatusOr<std::optional<TakeOver>> takeOver(const std::string& path, std::c
   Message hello;
   hello.type = Message::Type::kHello;
   hello.pid = static_cast<int>(::getpid());
+  hello.name = selfName();
   if (auto st = sendMessage(fd.get(), hello, deadline); !st.ok()) return st;
   TakeOver taken;
   auto offer = receiveMessage(fd.get(), taken.reader, deadline);
@@ -309,6 +336,7 @@ absl::StatusOr<std::optional<TakeOver>> takeOver(const std::string& path, std::c
     return absl::InvalidArgumentError(absl::StrCat("the ferryd on ", path, " answered hello with ", typeName(offer->type)));
   }
   taken.old_pid = offer->pid;
+  taken.old_name = offer->name;
   taken.sockets = std::move(offer->sockets);
   taken.link = std::move(fd);
   return std::optional<TakeOver>(std::move(taken));

@@ -31,6 +31,8 @@ constexpr int kVersion = 1;
 constexpr size_t kMaxFrame = 64 * 1024;
 // Per frame; the kernel's limit (SCM_MAX_FD) is 253.
 constexpr size_t kMaxDescriptors = 240;
+// A Kubernetes object name at most (a pod's).
+constexpr size_t kMaxName = 253;
 
 enum class Role {
   kOutbound,   // 15001, one per worker and address (SO_REUSEPORT)
@@ -56,10 +58,18 @@ struct Message {
   Type type = Type::kHello;
   int version = kVersion;
   int pid = 0;
+  // Who the process is for an operator beside its pid, which in a container is its own
+  // namespace's (both generations may be pid 1): selfName().
+  std::string name;
   std::vector<PassedSocket> sockets;  // offer
   int64_t live = 0;                   // status: connections the old process still carries
   int64_t deadline_ms = 0;            // status: until it resets what is left
 };
+
+// This process's pod name (env POD_NAME, which the chart sets from the downward API); "" elsewhere.
+const std::string& selfName();
+// "ferryd pid N", and " (pod NAME)" when a name is known: how logs and states name a generation.
+std::string describe(int pid, const std::string& name);
 
 // The frame's JSON, descriptors aside (sendMessage passes them).
 std::string encode(const Message& message);
@@ -92,6 +102,7 @@ absl::StatusOr<Message> receiveMessage(int fd, FrameReader& reader, std::chrono:
 // The new side: what the running ferryd handed over.
 struct TakeOver {
   int old_pid = 0;
+  std::string old_name;
   std::vector<PassedSocket> sockets;
   common::UniqueFd link;  // non-blocking; `ready` goes here, status comes back
   FrameReader reader;

@@ -155,6 +155,7 @@ Server::Server(config::Config config, std::optional<common::WatchedFile> config_
 }
 
 Server::~Server() {
+  removeReadinessFile();  // also after a failed start
   for (auto& w : workers_) w->io().stop();
   for (auto& t : threads_) {
     if (t.joinable()) t.join();
@@ -184,6 +185,7 @@ Server::~Server() {
 absl::Status Server::start() {
   common::setLogLevel(config_.log_level);
   started_at_ = std::chrono::steady_clock::now();
+  publishReadinessFile();  // "starting" until the end of start-up
   if (auto st = makeWorkloadSource(); !st.ok()) return st;
   if (auto st = source_->start(workloads_); !st.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("workloads: ", st.message()));
@@ -312,6 +314,7 @@ absl::Status Server::start() {
   // Serving: the previous ferryd, if one handed over, stops accepting and retires.
   if (auto st = announceReady(); !st.ok()) return st;
   started_ = true;
+  publishReadinessFile();
   if (absl::Status ready = readiness(); !ready.ok()) {
     FERRY_LOG(kWarn, "ferryd started but not ready: %s", ready.message());
   }
@@ -860,6 +863,7 @@ void Server::finishDrain() {
   // kernel when the process exits: every data-plane socket is armed for it.
   if (live > 0) FERRY_LOG(kWarn, "drain: %d connections still open at exit", live);
   FERRY_LOG(kInfo, "ferryd stopped");
+  removeReadinessFile();
   for (auto& w : workers_) w->io().stop();
   readiness_.stop();
   metrics_.stop();

@@ -99,7 +99,9 @@ class Server {
   struct HandoverStatus {
     std::string state = "serving";  // "offered": a successor is starting; "retiring"
     int successor_pid = 0;          // offered, retiring
+    std::string successor_name;     // handover::Message::name
     int previous_pid = 0;           // a previous generation still carrying connections; 0: none
+    std::string previous_name;
     int64_t previous_live = 0;
     int64_t previous_deadline_ms = 0;  // until it resets what it still carries
     uint64_t taken = 0;   // handovers taken at start (0 or 1)
@@ -163,6 +165,11 @@ class Server {
   absl::StatusOr<handover::Message> makeOffer();
   void retire(int successor_pid);
   void collectHandoverMetrics(telemetry::Exposition& out);
+  // handover.readiness_file: this process's readiness line, written now and refreshed every
+  // common::kReadinessFileInterval until exit, when the file goes.
+  std::string readinessLine();
+  void publishReadinessFile();
+  void removeReadinessFile();
 
   // The config in force: the one ferryd started with, with the live keys of each reload.
   // Control thread; workers hold copies (session::Worker::config()).
@@ -230,6 +237,8 @@ class Server {
   boost::asio::steady_timer identity_timer_{control_};
   boost::asio::steady_timer drain_timer_{control_};
   boost::asio::steady_timer trim_timer_{control_};
+  boost::asio::steady_timer readiness_file_timer_{control_};
+  std::string readiness_file_line_;  // what handover.readiness_file holds
   // Close counts (admission tickets + proxied connections) at the last trim and last check.
   uint64_t closes_at_trim_ = 0;
   uint64_t closes_at_check_ = 0;

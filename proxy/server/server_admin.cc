@@ -404,9 +404,11 @@ void Server::routeAdmin() {
     HandoverStatus h = handoverStatus();
     json::object handover{{"state", h.state}, {"taken", h.taken}, {"given", h.given}, {"failed", h.failed}};
     if (h.previous_pid != 0) {
-      handover["previous"] = json::object{{"pid", h.previous_pid},
-                                          {"connections_active", h.previous_live},
-                                          {"deadline_seconds", h.previous_deadline_ms / 1000}};
+      json::object previous{{"pid", h.previous_pid},
+                            {"connections_active", h.previous_live},
+                            {"deadline_seconds", h.previous_deadline_ms / 1000}};
+      if (!h.previous_name.empty()) previous["pod"] = h.previous_name;
+      handover["previous"] = std::move(previous);
     }
     out["handover"] = std::move(handover);
     return jsonResponse(200, out);

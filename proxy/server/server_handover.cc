@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proxy/common/duration.h"
+#include "proxy/common/readiness_file.h"
 #include "proxy/net/deadline.h"
 #include "proxy/server/server.h"
 #include "proxy/session/common.h"
@@ -86,10 +87,12 @@ absl::Status Server::takeOverFromPrevious() {
     return absl::OkStatus();
   }
   taken_ = std::move(**taken);
-  FERRY_LOG(kInfo, "handover: took %d sockets from ferryd pid %d", taken_->sockets.size(), taken_->old_pid);
+  FERRY_LOG(kInfo, "handover: took %d sockets from %s", taken_->sockets.size(),
+            handover::describe(taken_->old_pid, taken_->old_name));
   std::lock_guard lock(handover_mu_);
   handover_.taken = 1;
   handover_.previous_pid = taken_->old_pid;
+  handover_.previous_name = taken_->old_name;
   return absl::OkStatus();
 }
 
@@ -150,14 +153,16 @@ absl::Status Server::announceReady() {
   handover::Message ready;
   ready.type = handover::Message::Type::kReady;
   ready.pid = static_cast<int>(::getpid());
+  ready.name = handover::selfName();
   int pid = taken_->old_pid;
+  const std::string previous = handover::describe(pid, taken_->old_name);
   auto st = handover::sendMessage(taken_->link.get(), ready, Clock::now() + kExchangeTimeout);
   if (!st.ok()) {
     // It gave up waiting and took its datapath back: two processes must not manage one.
-    return absl::UnavailableError(absl::StrCat("handover: telling ferryd pid ", pid, " that this one serves: ",
+    return absl::UnavailableError(absl::StrCat("handover: telling ", previous, " that this one serves: ",
                                                st.message(), "; it goes on serving"));
   }
-  FERRY_LOG(kInfo, "handover: serving; ferryd pid %d stops accepting and carries its connections until they end", pid);
+  FERRY_LOG(kInfo, "handover: serving; %s stops accepting and carries its connections until they end", previous);
   Local::socket link(control_);
   boost::system::error_code ec;
   link.assign(Local(), taken_->link.release(), ec);
@@ -180,12 +185,14 @@ asio::awaitable<void> Server::followPrevious(Local::socket link, handover::Frame
                   m.ok() ? "an unexpected message" : m.status().message());
       }
       handover_.previous_pid = 0;
+      handover_.previous_name.clear();
       handover_.previous_live = 0;
       handover_.previous_deadline_ms = 0;
       co_return;
     }
     std::lock_guard lock(handover_mu_);
     handover_.previous_pid = m->pid;
+    handover_.previous_name = m->name;
     handover_.previous_live = m->live;
     handover_.previous_deadline_ms = m->deadline_ms;
   }
@@ -212,6 +219,7 @@ absl::StatusOr<handover::Message> Server::makeOffer() {
   handover::Message offer;
   offer.type = handover::Message::Type::kOffer;
   offer.pid = static_cast<int>(::getpid());
+  offer.name = handover::selfName();
   auto add = [&offer](handover::Role role, std::string address, int fd) -> absl::Status {
     if (fd < 0) return absl::OkStatus();
     int copy = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
@@ -253,9 +261,10 @@ asio::awaitable<void> Server::serveSuccessor(Local::socket link) {
     co_return;
   }
   int pid = hello->pid;
+  const std::string who = handover::describe(pid, hello->name);
   auto offer = makeOffer();
   if (!offer.ok()) {
-    FERRY_LOG(kWarn, "handover: ferryd pid %d asked for the sockets; cannot offer them: %s", pid, offer.status().message());
+    FERRY_LOG(kWarn, "handover: %s asked for the sockets; cannot offer them: %s", who, offer.status().message());
     co_return;
   }
   // From the offer on, the datapath is the successor's to load and adopt.
@@ -265,9 +274,10 @@ asio::awaitable<void> Server::serveSuccessor(Local::socket link) {
     std::lock_guard lock(handover_mu_);
     handover_.state = "offered";
     handover_.successor_pid = pid;
+    handover_.successor_name = hello->name;
   }
   auto back = [&](absl::string_view why) {
-    FERRY_LOG(kWarn, "handover: ferryd pid %d did not take over (%s); this one (pid %d) goes on serving", pid, why,
+    FERRY_LOG(kWarn, "handover: %s did not take over (%s); this one (pid %d) goes on serving", who, why,
               static_cast<int>(::getpid()));
     generation_ = Generation::kServing;
     if (datapath_) {
@@ -281,9 +291,10 @@ asio::awaitable<void> Server::serveSuccessor(Local::socket link) {
     std::lock_guard lock(handover_mu_);
     handover_.state = "serving";
     handover_.successor_pid = 0;
+    handover_.successor_name.clear();
     ++handover_.failed;
   };
-  FERRY_LOG(kInfo, "handover: offering %d sockets to ferryd pid %d", offer->sockets.size(), pid);
+  FERRY_LOG(kInfo, "handover: offering %d sockets to %s", offer->sockets.size(), who);
   if (auto st = handover::sendMessage(link.native_handle(), *offer, Clock::now() + kExchangeTimeout); !st.ok()) {
     back(st.message());
     co_return;
@@ -303,11 +314,12 @@ asio::awaitable<void> Server::serveSuccessor(Local::socket link) {
     handover::Message status;
     status.type = handover::Message::Type::kStatus;
     status.pid = static_cast<int>(::getpid());
+    status.name = handover::selfName();
     status.live = live;
     status.deadline_ms =
         std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(drain_deadline_ - Clock::now()).count());
     if (auto st = handover::sendMessage(link.native_handle(), status, Clock::now() + kStatusInterval); !st.ok()) {
-      FERRY_LOG(kInfo, "handover: ferryd pid %d no longer follows this one: %s", pid, st.message());
+      FERRY_LOG(kInfo, "handover: %s no longer follows this one: %s", who, st.message());
       co_return;
     }
     tick.expires_after(kStatusInterval);
@@ -322,13 +334,15 @@ void Server::retire(int successor_pid) {
   int64_t live = 0;
   for (auto& w : workers_) live += w->live().load();
   drain_deadline_ = Clock::now() + config_.handover.deadline;
+  std::string successor;
   {
     std::lock_guard lock(handover_mu_);
     handover_.state = "retiring";
     ++handover_.given;
+    successor = handover::describe(successor_pid, handover_.successor_name);
   }
-  FERRY_LOG(kInfo, "handover: ferryd pid %d serves from now on; this one carries its %d connections until they end, "
-            "for at most %s (handover.deadline)", successor_pid, live, common::formatDuration(config_.handover.deadline));
+  FERRY_LOG(kInfo, "handover: %s serves from now on; this one carries its %d connections until they end, "
+            "for at most %s (handover.deadline)", successor, live, common::formatDuration(config_.handover.deadline));
   // The sockets stay open in the successor: closing them here only stops this process
   // accepting. Its endpoints and the CNI socket file are the successor's now.
   if (handover_acceptor_) {
@@ -344,7 +358,44 @@ void Server::retire(int successor_pid) {
   // Clients of its tunnels open new streams on the successor's; its own pooled tunnels take
   // no new streams; what runs on them goes on.
   stopAccepting(/*notice_tunnels=*/true);
+  publishReadinessFile();
   finishDrain();
+}
+
+std::string Server::readinessLine() {
+  if (generation_ == Generation::kRetiring) {
+    HandoverStatus h = handoverStatus();
+    int64_t live = 0;
+    for (auto& w : workers_) live += w->live().load();
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(drain_deadline_ - Clock::now());
+    return absl::StrCat("retiring: ", handover::describe(h.successor_pid, h.successor_name), " serves; this one carries ", live,
+                        " connections until they end, for at most ",
+                        common::formatDuration(std::max(left, std::chrono::milliseconds(0))));
+  }
+  absl::Status ready = readiness();
+  return ready.ok() ? std::string(common::kReadyLine) : std::string(ready.message());
+}
+
+void Server::publishReadinessFile() {
+  const std::string& path = config_.handover.readiness_file;
+  if (path.empty()) return;
+  if (auto st = common::publishReadiness(path, readinessLine(), &readiness_file_line_); !st.ok()) {
+    // The probe then reports a stale or missing file: the pod shows why it is not ready.
+    FERRY_LOG(kWarn, "handover.readiness_file: %s", st.message());
+  }
+  readiness_file_timer_.expires_after(common::kReadinessFileInterval);
+  readiness_file_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) publishReadinessFile();
+  });
+}
+
+void Server::removeReadinessFile() {
+  const std::string& path = config_.handover.readiness_file;
+  if (path.empty()) return;
+  readiness_file_timer_.cancel();
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    FERRY_LOG(kWarn, "handover.readiness_file: removing %s: %s", path, std::strerror(errno));
+  }
 }
 
 void Server::collectHandoverMetrics(telemetry::Exposition& out) {

@@ -18,6 +18,7 @@
 
 #include <gtest/gtest.h>
 
+#include "proxy/common/readiness_file.h"
 #include "proxy/server/handover.h"
 #include "tests/integration/loopback_lab.h"
 
@@ -49,11 +50,20 @@ double metricOf(const std::string& node, const std::string& series) {
 
 class HandoverTest : public ::testing::Test {
  protected:
-  std::string extra(const std::string& node) const {
-    return "handover: {socket: " + files_.dir() + "/" + node + "-handover.sock, deadline: 2m}\nlog_level: info\n";
+  std::string extra(const std::string& node, const std::string& tag) const {
+    return "handover: {socket: " + files_.dir() + "/" + node + "-handover.sock, deadline: 2m, readiness_file: " +
+           readinessFile(node, tag) + "}\nlog_level: info\n";
+  }
+  // Each generation's own (a container's folder in Kubernetes).
+  std::string readinessFile(const std::string& node, const std::string& tag) const {
+    return files_.dir() + "/" + node + "-" + tag + ".ready";
+  }
+  common::ReadinessVerdict probe(const std::string& node, const std::string& tag, bool live = false) const {
+    return common::probeReadinessFile(readinessFile(node, tag), std::chrono::seconds(10), live,
+                                      std::chrono::system_clock::now());
   }
   std::unique_ptr<FerrydProcess> start(const std::string& node, const std::string& tag) {
-    return std::make_unique<FerrydProcess>(FERRYD_BINARY, files_, node, extra(node), tag);
+    return std::make_unique<FerrydProcess>(FERRYD_BINARY, files_, node, extra(node, tag), tag);
   }
   // The next generation of `node` took over: true once only it answers on the node's admin
   // port (a ferryd answers there once its start-up is done; the one it took over from
@@ -169,6 +179,13 @@ TEST_F(HandoverTest, UpgradesOfBothNodesCarryEveryConnectionAndLoseNoNewOne) {
   n2[0]->signal(SIGTERM);
   EXPECT_EQ(n2[0]->waitExit(std::chrono::milliseconds(500)), -1) << n2[0]->log();
   EXPECT_EQ(everyLongLivedEchoes(), 0) << "after SIGTERM to the retiring generation";
+  // Each generation's readiness file answers for it, while one readiness listener serves both.
+  auto retiring = probe("n2", "gen0");
+  EXPECT_FALSE(retiring.pass);
+  EXPECT_EQ(retiring.message.rfind("retiring: ferryd pid " + std::to_string(n2[1]->pid()) + " serves; this one carries ", 0),
+            0u) << retiring.message;
+  EXPECT_TRUE(probe("n2", "gen0", /*live=*/true).pass);
+  EXPECT_TRUE(waitFor([&] { return probe("n2", "gen3").pass; })) << probe("n2", "gen3").message;
 
   fresh.finish();
   if (fresh.failed.load() != 0) {
@@ -201,6 +218,9 @@ TEST_F(HandoverTest, UpgradesOfBothNodesCarryEveryConnectionAndLoseNoNewOne) {
     EXPECT_TRUE(gens->back()->running()) << gens->back()->log();
   }
   EXPECT_TRUE(waitFor([] { return metricOf("n2", "ferry_handover_previous_generation_pid") == 0; }));
+  EXPECT_EQ(probe("n2", "gen0", /*live=*/true).message,
+            "no readiness file " + readinessFile("n2", "gen0") + ": ferryd has not started or has exited")
+      << "a generation that exited takes its readiness file with it";
   EXPECT_EQ(metricOf("n2", "ferry_handovers_total{result=\"taken\"}"), 1);
 }
 
@@ -216,7 +236,7 @@ TEST_F(HandoverTest, ASuccessorThatDiesAfterTakingTheListenersLeavesTheRunningOn
     // it holds every listener, and goes without saying ready.
     auto taken = server::handover::takeOver(files_.dir() + "/n2-handover.sock", std::chrono::seconds(5));
     ASSERT_TRUE(taken.ok()) << taken.status();
-    ASSERT_TRUE(taken->has_value());
+    ASSERT_TRUE(taken->has_value()) << n2->log();
     EXPECT_EQ((*taken)->old_pid, n2->pid());
     size_t hbone = 0;
     for (const auto& s : (*taken)->sockets) hbone += s.role == server::handover::Role::kHbone;

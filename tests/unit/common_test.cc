@@ -1,13 +1,23 @@
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
 #include <gtest/gtest.h>
 
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
 
 #include "proxy/common/duration.h"
+#include "proxy/common/file.h"
 #include "proxy/common/histogram.h"
 #include "proxy/common/json_text.h"
 #include "proxy/common/log.h"
 #include "proxy/common/net.h"
+#include "proxy/common/readiness_file.h"
 
 namespace ferry::common {
 namespace {
@@ -133,3 +143,83 @@ TEST(Duration, ParsesUnitsAndRejectsBareNumbers) {
 
 }  // namespace
 }  // namespace ferry::common
+
+// The readiness file (common/readiness_file.h): what a Kubernetes exec probe of one ferryd
+// generation concludes, read back as the kubelet's `ferryctl probe` would.
+class ReadinessFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/fy-readiness.XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    path_ = dir_ + "/ready";
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  static std::chrono::system_clock::time_point mtimeOf(const std::string& path) {
+    struct stat st {};
+    EXPECT_EQ(::stat(path.c_str(), &st), 0);
+    return std::chrono::system_clock::time_point(std::chrono::duration_cast<std::chrono::system_clock::duration>(
+        std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec)));
+  }
+  std::string dir_, path_;
+  std::string last_;
+  static constexpr std::chrono::milliseconds kMaxAge{10'000};
+};
+
+TEST_F(ReadinessFileTest, PassesOnlyAFreshFileThatSaysReady) {
+  ASSERT_TRUE(ferry::common::publishReadiness(path_, "ready", &last_).ok());
+  auto now = mtimeOf(path_);
+  auto verdict = ferry::common::probeReadinessFile(path_, kMaxAge, false, now + std::chrono::seconds(9));
+  EXPECT_TRUE(verdict.pass);
+  EXPECT_EQ(verdict.message, "ready");
+  verdict = ferry::common::probeReadinessFile(path_, kMaxAge, false, now + std::chrono::seconds(11));
+  EXPECT_FALSE(verdict.pass) << "a ferryd that stopped refreshing its file is not ready";
+  EXPECT_NE(verdict.message.find("stale: "), std::string::npos) << verdict.message;
+  EXPECT_NE(verdict.message.find("it said: ready"), std::string::npos) << verdict.message;
+}
+
+TEST_F(ReadinessFileTest, AnyOtherStateFailsReadinessAndPassesLiveness) {
+  const std::string retiring = "retiring: ferryd pid 42 serves; this one carries 7 connections until they end";
+  ASSERT_TRUE(ferry::common::publishReadiness(path_, retiring, &last_).ok());
+  auto now = mtimeOf(path_);
+  auto ready = ferry::common::probeReadinessFile(path_, kMaxAge, false, now);
+  EXPECT_FALSE(ready.pass);
+  EXPECT_EQ(ready.message, retiring);
+  auto live = ferry::common::probeReadinessFile(path_, kMaxAge, true, now);
+  EXPECT_TRUE(live.pass);
+  live = ferry::common::probeReadinessFile(path_, kMaxAge, true, now + std::chrono::seconds(11));
+  EXPECT_FALSE(live.pass) << "a stale file is a ferryd that hangs: not alive";
+}
+
+TEST_F(ReadinessFileTest, AMissingOrEmptyFileFailsAndSaysWhy) {
+  auto verdict = ferry::common::probeReadinessFile(path_, kMaxAge, true, std::chrono::system_clock::now());
+  EXPECT_FALSE(verdict.pass);
+  EXPECT_EQ(verdict.message, "no readiness file " + path_ + ": ferryd has not started or has exited");
+  { std::ofstream(path_) << ""; }
+  verdict = ferry::common::probeReadinessFile(path_, kMaxAge, true, std::chrono::system_clock::now());
+  EXPECT_FALSE(verdict.pass);
+  EXPECT_EQ(verdict.message, path_ + " is empty");
+}
+
+TEST_F(ReadinessFileTest, RewritesOnAChangeAndOnlyRefreshesTheSameState) {
+  ASSERT_TRUE(ferry::common::publishReadiness(path_, "starting", &last_).ok());
+  struct stat first {};
+  ASSERT_EQ(::stat(path_.c_str(), &first), 0);
+  // Back-date the file: a refresh must move its mtime forward without a new inode.
+  timespec old[2] = {{1, 0}, {1, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, path_.c_str(), old, 0), 0);
+  ASSERT_TRUE(ferry::common::publishReadiness(path_, "starting", &last_).ok());
+  struct stat touched {};
+  ASSERT_EQ(::stat(path_.c_str(), &touched), 0);
+  EXPECT_EQ(touched.st_ino, first.st_ino) << "the same state is not written again";
+  EXPECT_GT(touched.st_mtim.tv_sec, 1);
+  ASSERT_TRUE(ferry::common::publishReadiness(path_, "ready", &last_).ok());
+  EXPECT_EQ(last_, "ready");
+  auto text = ferry::common::readFile(path_);
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(*text, "ready\n");
+  // Removed under it: the next refresh writes it again.
+  ASSERT_EQ(::unlink(path_.c_str()), 0);
+  ASSERT_TRUE(ferry::common::publishReadiness(path_, "ready", &last_).ok());
+  EXPECT_EQ(*ferry::common::readFile(path_), "ready\n");
+}

@@ -252,10 +252,13 @@ TEST(ConfigTest, HandoverIsOffUnlessASocketIsGivenAndItMustBeAnAbsoluteUnixSocke
   ASSERT_TRUE(none.ok()) << none.status();
   EXPECT_EQ(none->handover.socket, "");
   EXPECT_EQ(none->handover.deadline, Millis(4 * 3'600'000));
-  auto set = parse(withMinimal("handover: {socket: /run/ferry/handover.sock, deadline: 30m}\n"));
+  EXPECT_EQ(none->handover.readiness_file, "");
+  auto set = parse(withMinimal("handover: {socket: /run/ferry/handover.sock, deadline: 30m, readiness_file: /run/p/ready}\n"));
   ASSERT_TRUE(set.ok()) << set.status();
   EXPECT_EQ(set->handover.socket, "/run/ferry/handover.sock");
   EXPECT_EQ(set->handover.deadline, Millis(1'800'000));
+  EXPECT_EQ(set->handover.readiness_file, "/run/p/ready");
+  expectError(parse(withMinimal("handover:\n  readiness_file: ready\n")), 6, "handover.readiness_file", "absolute path");
   expectError(parse(withMinimal("handover:\n  socket: run/handover.sock\n")), 6, "handover.socket", "absolute path");
   expectError(parse(withMinimal("handover:\n  socket: /" + std::string(107, 'x') + "\n")), 6, "handover.socket",
               "longer than 107 bytes");

@@ -189,6 +189,15 @@ TEST(FerryctlAdminRenderTest, AnswersReadAsTablesAndBadAnswersAreErrors) {
   EXPECT_NE(upgraded->find("previous generation:  pid 4242, 200 connections active, reset after 3h59m\n"),
             std::string::npos)
       << *upgraded;
+  // In Kubernetes both generations may be pid 1 of their containers: the pod names them.
+  auto in_pods = renderStatus(R"({"ready":true,"version":"0.2.0","node":"n1","uptime_seconds":5,"workers":2,)"
+                              R"("connections_active":1,"log_level":"info","datapath":"peer-egress","pid":1,)"
+                              R"("handover":{"state":"serving","taken":1,"given":0,"failed":0,"previous":)"
+                              R"({"pid":1,"pod":"ferry-7xk2p","connections_active":3,"deadline_seconds":60}}})");
+  ASSERT_TRUE(in_pods.ok()) << in_pods.status();
+  EXPECT_NE(in_pods->find("previous generation:  pod ferry-7xk2p, pid 1, 3 connections active, reset after 1m00s\n"),
+            std::string::npos)
+      << *in_pods;
   auto connections = renderConnections(
       R"({"total":3,"shown":1,"omitted":2,"connections":[{"direction":"outbound","source":"10.0.0.1:4000",)"
       R"("destination":"10.0.0.2:80","peer_identity":"","age_ms":2500,"sent_bytes":10,"received_bytes":2048}]})");

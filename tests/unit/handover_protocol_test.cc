@@ -86,6 +86,7 @@ TEST(HandoverProtocolTest, StatusAndReadyRoundTripAndFramesSplitAnywhereAreJoine
   Message status;
   status.type = Message::Type::kStatus;
   status.pid = 7;
+  status.name = "ferry-7xk2p";  // a pod's name: its pid (1) says little in a container
   status.live = 200;
   status.deadline_ms = 14'400'000;
   std::string bytes = frame(encode(status));
@@ -105,12 +106,19 @@ TEST(HandoverProtocolTest, StatusAndReadyRoundTripAndFramesSplitAnywhereAreJoine
     if (*m && end_of_first) {
       EXPECT_EQ((*m)->type, Message::Type::kStatus);
       EXPECT_EQ((*m)->live, 200);
+      EXPECT_EQ((*m)->name, "ferry-7xk2p");
       EXPECT_EQ((*m)->deadline_ms, 14'400'000);
     } else if (*m) {
       EXPECT_EQ((*m)->type, Message::Type::kReady);
       EXPECT_EQ((*m)->pid, 8);
+      EXPECT_EQ((*m)->name, "") << "a name is optional (a plain host has none)";
     }
   }
+}
+
+TEST(HandoverProtocolTest, AGenerationIsNamedByItsPidAndItsPodWhenItHasOne) {
+  EXPECT_EQ(describe(4242, ""), "ferryd pid 4242");
+  EXPECT_EQ(describe(1, "ferry-7xk2p"), "ferryd pid 1 (pod ferry-7xk2p)");
 }
 
 TEST(HandoverProtocolTest, BadMessagesAreRefusedWithAReasonAndTheirDescriptorsClosed) {
@@ -124,6 +132,8 @@ TEST(HandoverProtocolTest, BadMessagesAreRefusedWithAReasonAndTheirDescriptorsCl
       {R"({"type":"explode","version":1,"pid":3})", "unknown type"},
       {R"({"type":"hello","version":2,"pid":3})", "version 2"},
       {R"({"type":"hello","version":1,"pid":-3})", "pid"},
+      {R"({"type":"hello","version":1,"pid":3,"name":7})", "\"name\" must be a string"},
+      {R"({"type":"hello","version":1,"pid":3,"name":"a\u001b[2Jb"})", "printable"},
       {R"({"type":"status","version":1,"pid":3,"live":1})", "deadline_ms"},
       {R"({"type":"offer","version":1,"pid":3})", "no \"sockets\""},
       {R"({"type":"offer","version":1,"pid":3,"sockets":[{"role":"hbone","address":"a"},{"role":"hbone","address":"b"}]})",
