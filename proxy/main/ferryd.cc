@@ -124,5 +124,6 @@ int main(int argc, char** argv) {
   ferry::server::Server server(std::move(*config), std::move(config_file));
   if (auto st = server.start(); !st.ok()) return fail(std::string(st.message()));
   server.run();
+  if (!server.exitStatus().ok()) return fail(std::string(server.exitStatus().message()));
   return 0;
 }

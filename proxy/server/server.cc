@@ -212,6 +212,9 @@ absl::Status Server::start() {
   preallocateSocketStates(*cap);
   // The running ferryd's sockets (an upgrade or restart), before anything binds or loads.
   if (auto st = takeOverFromPrevious(); !st.ok()) return st;
+  // Taken over: nothing is accepted from the shared listeners until this one is ready
+  // (takeOverWhenReady); the running one serves them meanwhile.
+  defer_accepting_ = taken_.has_value();
   if (config_.datapath.enabled) {
     auto ns = config_.datapath.proxy_netns_auto ? createProxyNetns() : datapath::NetnsFd::open(config_.datapath.proxy_netns);
     if (!ns.ok()) return absl::FailedPreconditionError(absl::StrCat("datapath.proxy_netns: ", ns.status().message()));
@@ -223,7 +226,7 @@ absl::Status Server::start() {
     datapath_->setPlaintextCapture([this](const workloads::Workload& w) {
       return policies_.current()->capturesPlaintext(w, session::fallbackMode(w));
     });
-    if (auto st = datapath_->sync(*workloads_.current()); !st.ok()) return st;
+    if (auto st = syncDatapathOnceSourceListed(); !st.ok()) return st;
   }
   workloads_.subscribe([this](const workloads::Registry& after, const workloads::Delta& delta) {
     onWorkloadsChanged(after, delta);
@@ -311,8 +314,14 @@ absl::Status Server::start() {
       w->io().run();
     });
   }
-  // Serving: the previous ferryd, if one handed over, stops accepting and retires.
-  if (auto st = announceReady(); !st.ok()) return st;
+  if (taken_) {
+    // The previous ferryd serves until this one is ready (its workloads listed, its
+    // certificates loaded): then it stops accepting and retires (server_handover.cc).
+    FERRY_LOG(kInfo, "ferryd started: node=%s trust_domain=%s workers=%d; takes over from %s once ready",
+              config_.node, config_.trust_domain, n, handover::describe(taken_->old_pid, taken_->old_name));
+    asio::co_spawn(control_, takeOverWhenReady(), session::logTaskError);
+    return absl::OkStatus();
+  }
   started_ = true;
   publishReadinessFile();
   if (absl::Status ready = readiness(); !ready.ok()) {
@@ -368,7 +377,15 @@ absl::Status Server::makeCertSource() {
 
 absl::Status Server::readiness() {
   if (stopping_.load()) return absl::UnavailableError("draining");
-  if (!started_.load()) return absl::UnavailableError("starting");
+  if (!started_.load()) {
+    // Taking over, this is what it waits for.
+    absl::Status h = source_ != nullptr && certs_ != nullptr ? health() : absl::OkStatus();
+    return absl::UnavailableError(h.ok() ? std::string("starting") : absl::StrCat("starting (", h.message(), ")"));
+  }
+  return health();
+}
+
+absl::Status Server::health() {
   if (absl::Status s = source_->health(); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("not ready: workloads: ", s.message()));
   }
@@ -619,8 +636,25 @@ void Server::trimHeap(uint64_t closes) {
   }
 }
 
+absl::Status Server::syncDatapathOnceSourceListed() {
+  if (!datapath_ || datapath_synced_) return absl::OkStatus();
+  // The first sync removes what no workload wants from maps a previous ferryd pinned: with a
+  // source that has not listed yet, that would be every pod (Kubernetes), and its traffic
+  // would pass uncaptured until the list came. Until then the pinned state stays as it is.
+  if (!source_->health().ok()) {
+    if (!datapath_sync_waiting_logged_) {
+      FERRY_LOG(kInfo, "datapath: the pinned state stays as it is until the workload source has listed");
+      datapath_sync_waiting_logged_ = true;
+    }
+    return absl::OkStatus();
+  }
+  datapath_synced_ = true;
+  return datapath_->sync(*workloads_.current());
+}
+
 void Server::pollWorkloads() {
   pollOnce();
+  if (auto st = syncDatapathOnceSourceListed(); !st.ok()) FERRY_LOG(kWarn, "datapath: %s", st.message());
   if (stopping_.load()) return;
   poll_timer_.expires_after(config_.workloads_poll);
   poll_timer_.async_wait([this](const boost::system::error_code& ec) {
@@ -725,8 +759,15 @@ absl::Status Server::bindListeners(bool operator_too) {
         bound_listeners_.push_back({roleOf(kind.listener), ec ? common::formatHostPort(addr) : common::formatHostPort(session::toHostPort(ep)),
                                     acceptor->native_handle()});
         acceptors_[i].push_back(std::move(acceptor));
-        asio::co_spawn(ex, acceptLoop(*workers_[i], *acceptors_[i].back(), kind.listener, kind.handler),
-                       session::logTaskError);
+        auto accept = [&ex, w = workers_[i].get(), a = acceptors_[i].back().get(), listener = kind.listener,
+                       handler = kind.handler] {
+          asio::co_spawn(ex, acceptLoop(*w, *a, listener, handler), session::logTaskError);
+        };
+        if (defer_accepting_) {
+          deferred_accepts_.push_back(std::move(accept));
+        } else {
+          accept();
+        }
       }
     }
   }

@@ -5,6 +5,7 @@
 // before a byte is read) and lives on that worker for life.
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -79,12 +80,18 @@ class Server {
   // Runs the control loop on the calling thread until SIGTERM/SIGINT (or shutdown()), then
   // drains and stops the workers.
   void run();
+  // Not OK when run() returned because this ferryd could not take over (the previous one
+  // goes on serving): the process exits 1 with it.
+  const absl::Status& exitStatus() const { return exit_status_; }
   // Thread-safe: begins a graceful shutdown.
   void shutdown();
 
   // Ready = started, not draining, and certificates can be had (the CA material or the
   // trust bundle is loaded). Not ready says why, for /healthz/ready.
   absl::Status readiness();
+  // What readiness() judges once started: the workload source has listed and is fresh, the
+  // identity material is loaded.
+  absl::Status health();
   bool ready() { return readiness().ok(); }
   // The Prometheus text served on /metrics (the one registry, rendered).
   std::string renderMetrics();
@@ -164,6 +171,13 @@ class Server {
   boost::asio::awaitable<void> serveSuccessor(boost::asio::local::stream_protocol::socket link);
   absl::StatusOr<handover::Message> makeOffer();
   void retire(int successor_pid);
+  // Taken over: waits until health() is OK (at most kReadyTimeout), then tells the previous
+  // ferryd and starts accepting; else exits (exitStatus) and the previous one goes on.
+  boost::asio::awaitable<void> takeOverWhenReady();
+  // Stops the control loop and the workers without a drain: nothing was accepted.
+  void exitWithoutServing(absl::Status why);
+  // The datapath's first full sync, once the workload source has listed.
+  absl::Status syncDatapathOnceSourceListed();
   void collectHandoverMetrics(telemetry::Exposition& out);
   // handover.readiness_file: this process's readiness line, written now and refreshed every
   // common::kReadinessFileInterval until exit, when the file goes.
@@ -227,6 +241,11 @@ class Server {
   std::unique_ptr<boost::asio::local::stream_protocol::acceptor> handover_acceptor_;
   Generation generation_ = Generation::kServing;  // control thread
   bool handed_over_ = false;  // a successor took the sockets: at exit nothing of the node is undone
+  bool defer_accepting_ = false;  // taken over and not ready yet: the accept loops wait
+  std::vector<std::function<void()>> deferred_accepts_;
+  bool datapath_synced_ = false;
+  bool datapath_sync_waiting_logged_ = false;
+  absl::Status exit_status_;  // why run() returned other than after a drain
   mutable std::mutex handover_mu_;
   HandoverStatus handover_;  // under handover_mu_
   std::vector<std::thread> threads_;

@@ -362,6 +362,57 @@ void Server::retire(int successor_pid) {
   finishDrain();
 }
 
+asio::awaitable<void> Server::takeOverWhenReady() {
+  const std::string previous = handover::describe(taken_->old_pid, taken_->old_name);
+  // Short of the previous ferryd's own wait for `ready`: this one gives up first, and that
+  // one takes its datapath back when the link closes.
+  const auto deadline = Clock::now() + kReadyTimeout - std::chrono::seconds(5);
+  asio::steady_timer tick(control_);
+  std::string said;
+  for (;;) {
+    if (stopping_.load()) co_return;  // SIGTERM meanwhile: the drain ends this process
+    absl::Status h = health();
+    // Inbound connections are refused until the policies are known (session::authorize).
+    if (h.ok() && !shared_->policies_loaded.load(std::memory_order_acquire)) {
+      h = absl::UnavailableError("waiting for the first list of policies from the API server");
+    }
+    if (h.ok()) break;
+    if (Clock::now() >= deadline) {
+      exitWithoutServing(absl::UnavailableError(
+          absl::StrCat("handover: not ready within ", common::formatDuration(kReadyTimeout - std::chrono::seconds(5)),
+                       " (", h.message(), "); ", previous, " goes on serving")));
+      co_return;
+    }
+    if (said != h.message()) {
+      said = std::string(h.message());
+      FERRY_LOG(kInfo, "handover: %s serves until this one is ready: %s", previous, said);
+    }
+    tick.expires_after(std::chrono::milliseconds(50));
+    co_await tick.async_wait(kTuple);
+  }
+  if (auto st = syncDatapathOnceSourceListed(); !st.ok()) FERRY_LOG(kWarn, "datapath: %s", st.message());
+  if (auto st = announceReady(); !st.ok()) {
+    exitWithoutServing(st);
+    co_return;
+  }
+  // What arrived meanwhile waits in the listen queues, which are the same sockets.
+  for (auto& accept : deferred_accepts_) accept();
+  deferred_accepts_.clear();
+  defer_accepting_ = false;
+  started_ = true;
+  publishReadinessFile();
+  FERRY_LOG(kInfo, "ferryd serving: node=%s workloads=%d (local %d)", config_.node, workloads_.current()->size(),
+            workloads_.current()->localCount());
+}
+
+void Server::exitWithoutServing(absl::Status why) {
+  FERRY_LOG(kError, "%s", why.message());
+  exit_status_ = std::move(why);
+  removeReadinessFile();
+  for (auto& w : workers_) w->io().stop();
+  control_.stop();
+}
+
 std::string Server::readinessLine() {
   if (generation_ == Generation::kRetiring) {
     HandoverStatus h = handoverStatus();

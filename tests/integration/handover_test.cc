@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include "proxy/common/readiness_file.h"
+#include "proxy/identity/ca.h"
 #include "proxy/server/handover.h"
 #include "tests/integration/loopback_lab.h"
 
@@ -255,6 +256,49 @@ TEST_F(HandoverTest, ASuccessorThatDiesAfterTakingTheListenersLeavesTheRunningOn
   auto next = start("n2", "gen1");
   EXPECT_TRUE(servesAfter("n2", *next)) << next->log() << n2->log();
   EXPECT_EQ(n2->waitExit(std::chrono::seconds(20)), 0) << n2->log();
+}
+
+// A successor accepts nothing before it is ready: here its CA is missing (identity.source ca),
+// as a Kubernetes source that has not listed yet would keep it waiting. The running ferryd
+// serves every new connection meanwhile; once the CA appears the successor takes over.
+TEST_F(HandoverTest, ASuccessorAcceptsNothingUntilItIsReadyAndThenTakesOver) {
+  AppServer app(kServerPod, kAppPort, AppServer::echo);
+  auto n1 = start("n1", "gen0");
+  auto n2 = start("n2", "gen0");
+  ASSERT_TRUE(waitFor([] { return httpGet("127.0.1.1", 15021, "/healthz/ready") == 200 &&
+                                  httpGet("127.0.2.1", 15021, "/healthz/ready") == 200; }))
+      << n1->log() << n2->log();
+  const std::string ca_cert = files_.caDir() + "/n2-next-ca.pem", ca_key = files_.caDir() + "/n2-next-ca.key";
+  auto next = std::make_unique<FerrydProcess>(
+      FERRYD_BINARY, files_, "n2",
+      extra("n2", "gen1") + "identity: {source: ca, ca_cert: " + ca_cert + ", ca_key: " + ca_key + ", poll_interval: 50ms}\n",
+      "gen1");
+  ASSERT_TRUE(waitFor([&] { return probe("n2", "gen1").message.rfind("starting (not ready: ", 0) == 0; }))
+      << probe("n2", "gen1").message << next->log();
+  auto echo = [](int i) {
+    int fd = connectOutbound(kClientPod, kServerPod, kAppPort);
+    if (fd < 0) return false;
+    setRecvTimeout(fd, std::chrono::seconds(10));
+    std::string out = "waiting " + std::to_string(i), back(out.size(), '\0');
+    bool ok = sendAll(fd, out.data(), out.size()) && recvExact(fd, back.data(), back.size()) && back == out;
+    ::close(fd);
+    return ok;
+  };
+  for (int i = 0; i < 20; ++i) EXPECT_TRUE(echo(i)) << "connection " << i << " while the successor waits\n" << n2->log();
+  EXPECT_TRUE(probe("n2", "gen0").pass) << probe("n2", "gen0").message;
+  EXPECT_EQ(next->log().find("direction=inbound"), std::string::npos) << "the waiting successor accepted a connection";
+  EXPECT_NE(next->log().find("serves until this one is ready"), std::string::npos) << next->log();
+  // The CA appears: the successor becomes ready and takes over.
+  auto root = identity::CertificateAuthority::load(files_.caDir() + "/ca.pem", files_.caDir() + "/ca.key");
+  ASSERT_TRUE(root.ok()) << root.status();
+  auto inter = root->issueIntermediate(std::chrono::hours(1));
+  ASSERT_TRUE(inter.ok()) << inter.status();
+  ASSERT_TRUE(inter->writePem(ca_cert, ca_key).ok());
+  EXPECT_TRUE(servesAfter("n2", *next)) << next->log() << n2->log();
+  EXPECT_TRUE(waitFor([&] { return probe("n2", "gen1").pass; })) << probe("n2", "gen1").message;
+  EXPECT_EQ(n2->waitExit(std::chrono::seconds(20)), 0) << n2->log();
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(echo(100 + i)) << "connection " << i << " after the takeover\n" << next->log();
+  EXPECT_NE(next->log().find("direction=inbound"), std::string::npos) << next->log();
 }
 
 }  // namespace
