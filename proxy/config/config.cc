@@ -348,7 +348,7 @@ class ConfigParser {
 
   absl::Status parseHandover(const std::optional<YamlField>& field) {
     if (!field) return absl::OkStatus();
-    auto map = reader_.map(*field, {"socket", "deadline", "readiness_file"});
+    auto map = reader_.map(*field, {"socket", "deadline", "readiness_file", "wait_for_signal"});
     if (!map.ok()) return map.status();
     Handover& h = config_.handover;
     if (auto f = map->find("socket")) {
@@ -364,6 +364,11 @@ class ConfigParser {
       if (!text.ok()) return text.status();
       if (!text->empty() && (*text)[0] != '/') return reader_.error(*f, "must be an absolute path (or \"\" for none)");
       h.readiness_file = *std::move(text);
+    }
+    if (auto f = map->find("wait_for_signal")) {
+      auto value = reader_.boolean(*f);
+      if (!value.ok()) return value.status();
+      h.wait_for_signal = *value;
     }
     return optionalDuration(*map, "deadline", h.deadline);  // positive
   }

@@ -57,6 +57,10 @@ struct Handover {
   // This process's readiness for a probe that must reach it and not the generation beside
   // it (common/readiness_file.h); "" = none.
   std::string readiness_file;
+  // After handing over and once it holds nothing, wait for SIGTERM before exiting: in a
+  // container whose exit the kubelet would answer with a restart (and the restarted ferryd
+  // would take the node back from the new one).
+  bool wait_for_signal = false;
   bool operator==(const Handover&) const = default;
 };
 

@@ -43,6 +43,7 @@ enum class Reload {
   X("handover.socket", kRestart, handover.socket)                              \
   X("handover.deadline", kLive, handover.deadline)                             \
   X("handover.readiness_file", kRestart, handover.readiness_file)              \
+  X("handover.wait_for_signal", kLive, handover.wait_for_signal)               \
   X("pool.max_streams", kLive, pool.max_streams)                               \
   X("pool.idle_release", kLive, pool.idle_release)                             \
   X("pool.ping_interval", kLive, pool.ping_interval)                           \

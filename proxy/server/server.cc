@@ -486,7 +486,9 @@ absl::Status Server::startCniEndpoint() {
   cni_enrolment_ = std::make_unique<PodEnrolment>(workloads_, *source_, *datapath_);
   cni_endpoint_ = std::make_unique<CniEndpoint>(control_, config_.cni, *cni_enrolment_);
   cni_endpoint_->restore(&PodEnrolment::sandboxExists);
-  return cni_endpoint_->start();
+  // Taking over: the running ferryd answers the plugin until this one is ready
+  // (takeOverWhenReady binds the socket then).
+  return taken_ ? absl::OkStatus() : cni_endpoint_->start();
 }
 
 absl::Status Server::startPolicies() {
@@ -802,6 +804,13 @@ void Server::armSignals() {
       armSignals();
       return;
     }
+    if (defer_accepting_) {
+      // Not serving yet: nothing to drain, and nothing shared (the datapath's HBONE pause,
+      // the CNI socket) may be touched on the way out.
+      FERRY_LOG(kInfo, "signal %d before this ferryd took over: it exits, and the running one goes on serving", sig);
+      exitWithoutServing(absl::OkStatus());
+      return;
+    }
     if (generation_ == Generation::kRetiring) {
       // Handed over: the connections this process carries end on their own, or at
       // handover.deadline (a pod's SIGTERM must not cut them: docs/operations.md).
@@ -809,7 +818,9 @@ void Server::armSignals() {
       for (auto& w : workers_) live += w->live().load();
       FERRY_LOG(kInfo, "signal %d: handed over already; carrying %d connections until they end or handover.deadline",
                 sig, live);
+      exit_signalled_ = true;
       armSignals();
+      if (waiting_for_signal_) finishDrain();  // it holds nothing: exits now
       return;
     }
     FERRY_LOG(kInfo, "signal %d: draining", sig);
@@ -898,6 +909,17 @@ void Server::finishDrain() {
     drain_timer_.async_wait([this](const boost::system::error_code& ec) {
       if (!ec) finishDrain();
     });
+    return;
+  }
+  if (generation_ == Generation::kRetiring && config_.handover.wait_for_signal && !exit_signalled_) {
+    // Handed over, holding nothing: an exit now would be answered by the kubelet with a
+    // restart, and the restarted ferryd would take the node back. The signal handler comes
+    // back here.
+    if (!waiting_for_signal_) {
+      waiting_for_signal_ = true;
+      FERRY_LOG(kInfo, "handover: this ferryd holds nothing any more; it exits at SIGTERM (handover.wait_for_signal)");
+      publishReadinessFile();
+    }
     return;
   }
   // What is still open now (a connection still dialling its tunnel) is reset by the

@@ -242,6 +242,8 @@ class Server {
   Generation generation_ = Generation::kServing;  // control thread
   bool handed_over_ = false;  // a successor took the sockets: at exit nothing of the node is undone
   bool defer_accepting_ = false;  // taken over and not ready yet: the accept loops wait
+  bool exit_signalled_ = false;     // SIGTERM/SIGINT came while retiring
+  bool waiting_for_signal_ = false;  // retiring, holding nothing, handover.wait_for_signal
   std::vector<std::function<void()>> deferred_accepts_;
   bool datapath_synced_ = false;
   bool datapath_sync_waiting_logged_ = false;

@@ -280,6 +280,11 @@ asio::awaitable<void> Server::serveSuccessor(Local::socket link) {
     FERRY_LOG(kWarn, "handover: %s did not take over (%s); this one (pid %d) goes on serving", who, why,
               static_cast<int>(::getpid()));
     generation_ = Generation::kServing;
+    // The successor may have bound the plugin's socket path before it failed.
+    if (cni_endpoint_) {
+      cni_endpoint_->stop(/*unlink=*/false);
+      if (auto st = cni_endpoint_->start(); !st.ok()) FERRY_LOG(kWarn, "cni: after the failed handover: %s", st.message());
+    }
     if (datapath_) {
       datapath_->setHandedOver(false);
       // Pod changes meanwhile were not applied (Service changes of that window are not
@@ -391,6 +396,14 @@ asio::awaitable<void> Server::takeOverWhenReady() {
     co_await tick.async_wait(kTuple);
   }
   if (auto st = syncDatapathOnceSourceListed(); !st.ok()) FERRY_LOG(kWarn, "datapath: %s", st.message());
+  // The plugin's socket path is this one's from here (a ferryd that fails to announce leaves
+  // it to the running one, which binds it again: serveSuccessor).
+  if (cni_endpoint_) {
+    if (auto st = cni_endpoint_->start(); !st.ok()) {
+      exitWithoutServing(st);
+      co_return;
+    }
+  }
   if (auto st = announceReady(); !st.ok()) {
     exitWithoutServing(st);
     co_return;
@@ -406,7 +419,7 @@ asio::awaitable<void> Server::takeOverWhenReady() {
 }
 
 void Server::exitWithoutServing(absl::Status why) {
-  FERRY_LOG(kError, "%s", why.message());
+  if (!why.ok()) FERRY_LOG(kError, "%s", why.message());
   exit_status_ = std::move(why);
   removeReadinessFile();
   for (auto& w : workers_) w->io().stop();
@@ -419,6 +432,10 @@ std::string Server::readinessLine() {
     int64_t live = 0;
     for (auto& w : workers_) live += w->live().load();
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(drain_deadline_ - Clock::now());
+    if (waiting_for_signal_) {
+      return absl::StrCat("retiring: ", handover::describe(h.successor_pid, h.successor_name),
+                          " serves; this one holds nothing and exits at SIGTERM");
+    }
     return absl::StrCat("retiring: ", handover::describe(h.successor_pid, h.successor_name), " serves; this one carries ", live,
                         " connections until they end, for at most ",
                         common::formatDuration(std::max(left, std::chrono::milliseconds(0))));

@@ -51,9 +51,9 @@ double metricOf(const std::string& node, const std::string& series) {
 
 class HandoverTest : public ::testing::Test {
  protected:
-  std::string extra(const std::string& node, const std::string& tag) const {
+  std::string extra(const std::string& node, const std::string& tag, const std::string& more = "") const {
     return "handover: {socket: " + files_.dir() + "/" + node + "-handover.sock, deadline: 2m, readiness_file: " +
-           readinessFile(node, tag) + "}\nlog_level: info\n";
+           readinessFile(node, tag) + more + "}\nlog_level: info\n";
   }
   // Each generation's own (a container's folder in Kubernetes).
   std::string readinessFile(const std::string& node, const std::string& tag) const {
@@ -65,6 +65,10 @@ class HandoverTest : public ::testing::Test {
   }
   std::unique_ptr<FerrydProcess> start(const std::string& node, const std::string& tag) {
     return std::make_unique<FerrydProcess>(FERRYD_BINARY, files_, node, extra(node, tag), tag);
+  }
+  static bool bothNodesReady() {
+    return waitFor([] { return httpGet("127.0.1.1", 15021, "/healthz/ready") == 200 &&
+                               httpGet("127.0.2.1", 15021, "/healthz/ready") == 200; });
   }
   // The next generation of `node` took over: true once only it answers on the node's admin
   // port (a ferryd answers there once its start-up is done; the one it took over from
@@ -136,8 +140,7 @@ TEST_F(HandoverTest, UpgradesOfBothNodesCarryEveryConnectionAndLoseNoNewOne) {
   std::vector<std::unique_ptr<FerrydProcess>> n1, n2;  // generations, oldest first
   n1.push_back(start("n1", "gen0"));
   n2.push_back(start("n2", "gen0"));
-  ASSERT_TRUE(waitFor([] { return httpGet("127.0.1.1", 15021, "/healthz/ready") == 200 &&
-                                  httpGet("127.0.2.1", 15021, "/healthz/ready") == 200; }))
+  ASSERT_TRUE(bothNodesReady())
       << n1[0]->log() << n2[0]->log();
 
   constexpr int kLongLived = 20;
@@ -229,8 +232,7 @@ TEST_F(HandoverTest, ASuccessorThatDiesAfterTakingTheListenersLeavesTheRunningOn
   AppServer app(kServerPod, kAppPort, AppServer::echo);
   auto n1 = start("n1", "gen0");
   auto n2 = start("n2", "gen0");
-  ASSERT_TRUE(waitFor([] { return httpGet("127.0.1.1", 15021, "/healthz/ready") == 200 &&
-                                  httpGet("127.0.2.1", 15021, "/healthz/ready") == 200; }))
+  ASSERT_TRUE(bothNodesReady())
       << n1->log() << n2->log();
   {
     // The successor's side of the protocol, ending where a new ferryd that crashed would:
@@ -265,8 +267,7 @@ TEST_F(HandoverTest, ASuccessorAcceptsNothingUntilItIsReadyAndThenTakesOver) {
   AppServer app(kServerPod, kAppPort, AppServer::echo);
   auto n1 = start("n1", "gen0");
   auto n2 = start("n2", "gen0");
-  ASSERT_TRUE(waitFor([] { return httpGet("127.0.1.1", 15021, "/healthz/ready") == 200 &&
-                                  httpGet("127.0.2.1", 15021, "/healthz/ready") == 200; }))
+  ASSERT_TRUE(bothNodesReady())
       << n1->log() << n2->log();
   const std::string ca_cert = files_.caDir() + "/n2-next-ca.pem", ca_key = files_.caDir() + "/n2-next-ca.key";
   auto next = std::make_unique<FerrydProcess>(
@@ -299,6 +300,28 @@ TEST_F(HandoverTest, ASuccessorAcceptsNothingUntilItIsReadyAndThenTakesOver) {
   EXPECT_EQ(n2->waitExit(std::chrono::seconds(20)), 0) << n2->log();
   for (int i = 0; i < 5; ++i) EXPECT_TRUE(echo(100 + i)) << "connection " << i << " after the takeover\n" << next->log();
   EXPECT_NE(next->log().find("direction=inbound"), std::string::npos) << next->log();
+}
+
+// In a container a ferryd that exits is restarted by the kubelet, and the restarted one would
+// take the node back: with handover.wait_for_signal a retired ferryd that holds nothing waits
+// for SIGTERM (the deletion of its pod) and only then exits.
+TEST_F(HandoverTest, ARetiredFerrydThatMustWaitForItsSignalExitsOnlyAtSigterm) {
+  AppServer app(kServerPod, kAppPort, AppServer::echo);
+  auto n1 = start("n1", "gen0");
+  auto n2 = std::make_unique<FerrydProcess>(FERRYD_BINARY, files_, "n2",
+                                            extra("n2", "gen0", ", wait_for_signal: true"), "gen0");
+  ASSERT_TRUE(bothNodesReady()) << n1->log() << n2->log();
+  auto next = start("n2", "gen1");
+  ASSERT_TRUE(servesAfter("n2", *next)) << next->log() << n2->log();
+  // It holds nothing: it says so and stays.
+  ASSERT_TRUE(waitFor([&] { return probe("n2", "gen0").message.find("holds nothing and exits at SIGTERM") != std::string::npos; }))
+      << probe("n2", "gen0").message << n2->log();
+  EXPECT_TRUE(n2->running());
+  EXPECT_TRUE(probe("n2", "gen0", /*live=*/true).pass) << "alive: the kubelet must not restart it";
+  n2->signal(SIGTERM);
+  EXPECT_EQ(n2->waitExit(std::chrono::seconds(10)), 0) << n2->log();
+  EXPECT_TRUE(next->running());
+  EXPECT_TRUE(probe("n2", "gen1").pass) << probe("n2", "gen1").message;
 }
 
 }  // namespace

@@ -38,7 +38,7 @@ constexpr char kEveryKey[] =
     "listen: {outbound: \"127.0.0.1:1\", inbound_plaintext: \"127.0.0.1:2\", hbone: \"127.0.0.1:3\",\n"
     "         admin: \"127.0.0.1:4\", metrics: \"127.0.0.1:5\", readiness: \"127.0.0.1:6\"}\n"
     "timeouts: {connect: 1s, handshake: 2s, idle: 3s, drain: 4s}\n"
-    "handover: {socket: /run/h.sock, deadline: 9m, readiness_file: /run/ready}\n"
+    "handover: {socket: /run/h.sock, deadline: 9m, readiness_file: /run/ready, wait_for_signal: true}\n"
     "pool: {max_streams: 7, idle_release: 1s, ping_interval: 2s, ping_timeout: 3s, workers_per_pair: 2}\n"
     "hbone: {max_pending_connects: 3, max_premature_resets: 30}\n"
     "workers: 3\n"

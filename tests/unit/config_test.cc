@@ -253,11 +253,14 @@ TEST(ConfigTest, HandoverIsOffUnlessASocketIsGivenAndItMustBeAnAbsoluteUnixSocke
   EXPECT_EQ(none->handover.socket, "");
   EXPECT_EQ(none->handover.deadline, Millis(4 * 3'600'000));
   EXPECT_EQ(none->handover.readiness_file, "");
-  auto set = parse(withMinimal("handover: {socket: /run/ferry/handover.sock, deadline: 30m, readiness_file: /run/p/ready}\n"));
+  EXPECT_FALSE(none->handover.wait_for_signal);
+  auto set = parse(withMinimal("handover: {socket: /run/ferry/handover.sock, deadline: 30m, readiness_file: /run/p/ready, wait_for_signal: true}\n"));
   ASSERT_TRUE(set.ok()) << set.status();
   EXPECT_EQ(set->handover.socket, "/run/ferry/handover.sock");
   EXPECT_EQ(set->handover.deadline, Millis(1'800'000));
   EXPECT_EQ(set->handover.readiness_file, "/run/p/ready");
+  EXPECT_TRUE(set->handover.wait_for_signal);
+  expectError(parse(withMinimal("handover:\n  wait_for_signal: sometimes\n")), 6, "handover.wait_for_signal");
   expectError(parse(withMinimal("handover:\n  readiness_file: ready\n")), 6, "handover.readiness_file", "absolute path");
   expectError(parse(withMinimal("handover:\n  socket: run/handover.sock\n")), 6, "handover.socket", "absolute path");
   expectError(parse(withMinimal("handover:\n  socket: /" + std::string(107, 'x') + "\n")), 6, "handover.socket",
