@@ -4,6 +4,10 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <chrono>
+#include <random>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -11,6 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "proxy/net/deadline.h"
 #include "proxy/net/socket_io.h"
+
+
 
 namespace ferry::net {
 namespace asio = boost::asio;
@@ -75,34 +81,67 @@ absl::StatusOr<Tcp::acceptor> KernelSocketFactory::listen(const asio::any_io_exe
   return acceptor;
 }
 
+namespace {
+
+// A port of kTransparentPortLow..High, drawn at random: two draws for the same source
+// address rarely meet, and when they do bind() or connect() says so and the next draw is
+// taken.
+uint16_t transparentPort() {
+  thread_local std::minstd_rand rng{std::random_device{}()};
+  std::uniform_int_distribution<uint32_t> port(kTransparentPortLow, kTransparentPortHigh);
+  return static_cast<uint16_t>(port(rng));
+}
+
+// Draws before a transparent connection gives up with the port error: with a 12,768-port
+// range, eight taken ones in a row mean the source address is nearly out of ports.
+constexpr int kTransparentPortDraws = 8;
+
+}  // namespace
+
 asio::awaitable<boost::system::error_code> KernelSocketFactory::connect(
     Tcp::socket& socket, const IpAddress& source, const HostPort& destination,
     std::chrono::milliseconds timeout) {
-  boost::system::error_code ec;
   auto dst = toEndpoint(destination);
-  socket.open(dst.protocol(), ec);
-  if (ec) co_return ec;
-  if (socket.native_handle() >= descriptor_cap_) {
-    socket.close(ec);
-    co_return boost::system::error_code(EMFILE, boost::system::system_category());
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (int draw = 1;; ++draw) {
+    boost::system::error_code ec;
+    if (socket.is_open()) socket.close(ec);
+    socket.open(dst.protocol(), ec);
+    if (ec) co_return ec;
+    if (socket.native_handle() >= descriptor_cap_) {
+      socket.close(ec);
+      co_return boost::system::error_code(EMFILE, boost::system::system_category());
+    }
+    int one = 1;
+    if (transparent_) {
+      if (!setTransparent(socket.native_handle(), dst.address().is_v6())) {
+        co_return boost::system::error_code(errno, boost::system::system_category());
+      }
+      // From a pod's own address, a port of ferryd's range, never one the pod's kernel may
+      // pick (kTransparentPortLow). SO_REUSEADDR: the port may be bound already for another
+      // destination; connect() refuses only a 4-tuple in use.
+      ::setsockopt(socket.native_handle(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+      socket.bind(Tcp::endpoint(source, transparentPort()), ec);
+    } else {
+      // The kernel picks the port at connect(); without this, bind() would reserve one per
+      // source address for the whole ephemeral range (connection-rate cost).
+      ::setsockopt(socket.native_handle(), SOL_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+      socket.bind(Tcp::endpoint(source, 0), ec);
+    }
+    if (!ec) {
+      socket.set_option(Tcp::no_delay(true), ec);
+      net::enableReceiveQueueCount(socket.native_handle());
+      setKeepalive(socket.native_handle());
+      armResetOnClose(socket.native_handle());
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      auto result = co_await withTimeout(socket.async_connect(dst, asio::as_tuple(asio::use_awaitable)),
+                                         std::max(left, std::chrono::milliseconds(1)));
+      if (!result) co_return asio::error::timed_out;
+      ec = std::get<0>(*result);
+    }
+    bool port_taken = ec == asio::error::address_in_use || ec.value() == EADDRNOTAVAIL;
+    if (!(transparent_ && port_taken && draw < kTransparentPortDraws)) co_return ec;
   }
-  if (transparent_ && !setTransparent(socket.native_handle(), dst.address().is_v6())) {
-    co_return boost::system::error_code(errno, boost::system::system_category());
-  }
-  // The kernel picks the port at connect(); without this, bind() would reserve one per
-  // source address for the whole ephemeral range (connection-rate cost).
-  int one = 1;
-  ::setsockopt(socket.native_handle(), SOL_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
-  socket.bind(Tcp::endpoint(source, 0), ec);
-  if (ec) co_return ec;
-  socket.set_option(Tcp::no_delay(true), ec);
-  net::enableReceiveQueueCount(socket.native_handle());
-  setKeepalive(socket.native_handle());
-  armResetOnClose(socket.native_handle());
-
-  auto result = co_await withTimeout(socket.async_connect(dst, asio::as_tuple(asio::use_awaitable)), timeout);
-  if (!result) co_return asio::error::timed_out;
-  co_return std::get<0>(*result);
 }
 
 void armResetOnClose(int fd) {

@@ -37,6 +37,17 @@ class SocketFactory {
       std::chrono::milliseconds timeout) = 0;
 };
 
+// The source ports of ferryd's transparent connections (from a pod's own address): below
+// the ephemeral range pods use by default (32768-60999). A port the pod's own kernel also
+// picked for a connection to the same destination would make the two legs of one same-node
+// connection the same 4-tuple, and the datapath would steer the server's answer to the
+// wrong end (found in the Kubernetes lab: up to 7% of new same-node connections under load
+// reset or timed out). The netns's own range cannot do it (a container's /proc/sys is
+// read-only, and IP_LOCAL_PORT_RANGE only narrows that range): ferryd binds a port of its
+// own drawing (docs/datapath.md, "Source ports").
+inline constexpr uint16_t kTransparentPortLow = 20000;
+inline constexpr uint16_t kTransparentPortHigh = 32767;
+
 class KernelSocketFactory : public SocketFactory {
  public:
   explicit KernelSocketFactory(bool transparent) : transparent_(transparent) {}

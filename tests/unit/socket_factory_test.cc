@@ -7,7 +7,9 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <memory>
 #include <optional>
+#include <vector>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -129,6 +131,37 @@ TEST(SocketFactoryTest, ConnectedSocketsAreArmedToo) {
   ASSERT_EQ(::getsockopt(upstream.native_handle(), SOL_SOCKET, SO_LINGER, &l, &len), 0);
   EXPECT_EQ(l.l_onoff, 1);
   EXPECT_EQ(l.l_linger, 0);
+}
+
+// Same-node connections: ferryd's leg from the client pod's address must not take a port the
+// pod's own kernel may pick (kTransparentPortLow/High).
+TEST(SocketFactoryTest, TransparentConnectionsTakeTheirPortsBelowThePodsEphemeralRange) {
+  if (::geteuid() != 0) GTEST_SKIP() << "IP_TRANSPARENT needs CAP_NET_ADMIN (root)";
+  asio::io_context io;
+  KernelSocketFactory plain(/*transparent=*/false), transparent(/*transparent=*/true);
+  auto addr = common::parseHostPort("127.0.0.1:0", /*allow_zero_port=*/true);
+  auto acceptor = plain.listen(io.get_executor(), *addr);
+  ASSERT_TRUE(acceptor.ok()) << acceptor.status();
+  auto to = toHostPort(acceptor->local_endpoint());
+  std::vector<std::unique_ptr<Tcp::socket>> sockets;
+  int done = 0;
+  for (int i = 0; i < 20; ++i) {
+    sockets.push_back(std::make_unique<Tcp::socket>(io));
+    asio::co_spawn(io, [&, s = sockets.back().get()]() -> asio::awaitable<void> {
+      auto ec = co_await transparent.connect(*s, to.ip, to, std::chrono::seconds(5));
+      EXPECT_FALSE(ec) << ec.message();
+      ++done;
+    }, asio::detached);
+  }
+  io.run();
+  ASSERT_EQ(done, 20);
+  for (const auto& s : sockets) {
+    boost::system::error_code ec;
+    auto port = s->local_endpoint(ec).port();
+    ASSERT_FALSE(ec);
+    EXPECT_GE(port, kTransparentPortLow);
+    EXPECT_LE(port, kTransparentPortHigh);
+  }
 }
 
 // Measured, never asserted: what the one extra setsockopt of an orderly close costs.
