@@ -8,12 +8,19 @@
   chart_checks.py mutate IN.json CASE OUT.json
       breaks one rendered object on purpose (the negative cases of chart_offline.sh).
 
-The promises (docs/install.md): ferryd is never privileged, drops every capability and adds
+The promises (docs/install.md, docs/operations.md): ferryd is never privileged, drops every capability and adds
 exactly the ones the chart justifies in a comment; it shares only the host's network
 namespace; it mounts only the host paths it needs; no container runs a shell; its RBAC only
 reads (get/list/watch) the kinds its informers watch. The configuration it renders agrees with
 the mounts: ferry-cni's bin and configuration folders are the node's the values name, and
 its socket is at the same path on the node (where the plugin dials it) as in the container.
+Upgrades hand over (handover.enabled): the handover socket is in the node's /var/run/ferry, at the
+same path, so that the next generation finds the running one; the pod declares no port (with
+hostNetwork a declared port is a host port, which would keep the next generation's pod off the
+node); both probes read the container's own readiness file, in an emptyDir and not on the
+node, because both generations share the node's :15021; the grace period outlasts the
+handover deadline; and from Kubernetes 1.22 the rollout starts the new pod beside the old one
+(maxSurge, maxUnavailable 0).
 Its CustomResourceDefinitions (crds/, rendered with --include-crds) are Istio's two policy
 kinds exactly as Istio names and serves them, keeping every field, and the ClusterRole reads
 them when policy.kubernetes says ferryd watches them (and only then).
@@ -28,6 +35,7 @@ comes from a ConfigMap and its token for ferry-ca is projected with ferry-ca's a
 """
 import copy
 import json
+import os
 import re
 import sys
 
@@ -59,10 +67,16 @@ CA_PORTS = {"https": 15012, "monitoring": 15014}
 # Keys ferryd's configuration may have (docs/configuration.md); the chart renders these.
 CONFIG_KEYS = {"trust_domain", "log_level", "workers", "workload_source", "kubernetes", "policy",
                "cert_dir", "identity", "timeouts", "datapath", "cni", "pool", "hbone", "limits",
-               "access_log"}
-# ferry-cni's endpoint folder: the plugin runs on the node and dials the path the chain entry
-# names, so ferryd must see the node's folder at the node's own path.
+               "access_log", "handover"}
+# ferry-cni's endpoint folder and the handover socket: the plugin runs on the node and dials
+# the path the chain entry names, and the next generation of ferryd (another pod) finds the
+# running one there, so ferryd must see the node's folder at the node's own path.
 CNI_RUN = "/var/run/ferry"
+HANDOVER_SOCKET = "/var/run/ferry/handover.sock"
+# ferryd's probes: `ferryctl probe` of the file ferryd keeps (handover.readiness_file).
+FERRYCTL = "/usr/local/bin/ferryctl"
+# The Kubernetes version the chart is rendered for (chart_offline.sh: helm --kube-version).
+KUBE_VERSION = tuple(int(x) for x in os.environ.get("FERRY_KUBE_VERSION", "1.20.2").split(".")[:2])
 # The pods' netns files (/var/run/netns/cni-* in CNI_NETNS: /run/netns on the node), read-only.
 NETNS_DIR = "/run/netns"
 SHELLS = re.compile(r"(^|/)(ba|da|a|z|k)?sh$")
@@ -129,11 +143,11 @@ class Checker:
             self.expect(not spec.get(field), f"{name}: {field} must not be set")
         self.expect(not spec.get("initContainers"), f"{name}: no init containers (ferryd owns the datapath)")
         self.expect(len(spec.get("containers", [])) == 1, f"{name}: exactly one container (ferryd)")
-        allowed_host_paths = {v["hostPaths"]["bpffs"]}
+        allowed_host_paths = {v["hostPaths"]["bpffs"], CNI_RUN}
         if v["identity"]["source"] == "files":
             allowed_host_paths.add(v["identity"]["files"]["hostPath"])
         if v["cni"]["enabled"]:
-            allowed_host_paths |= {v["cni"]["binDir"], v["cni"]["confDir"], CNI_RUN, NETNS_DIR}
+            allowed_host_paths |= {v["cni"]["binDir"], v["cni"]["confDir"], NETNS_DIR}
         for vol in spec.get("volumes", []):
             if "hostPath" in vol:
                 self.expect(vol["hostPath"]["path"] in allowed_host_paths,
@@ -154,6 +168,8 @@ class Checker:
             argv = c.get(field) or []
             self.expect(not any(SHELLS.search(str(a)) for a in argv[:1]) and "-c" not in argv,
                         f"{name}: {field} runs a shell ({argv})")
+        if probe_port is None:  # ferryd: probes of its readiness file (ferryd_probes)
+            return sc, caps
         for probe in ("readinessProbe", "livenessProbe"):
             p = c.get(probe, {})
             port = (p.get("httpGet") or p.get("tcpSocket") or {}).get("port")
@@ -162,9 +178,34 @@ class Checker:
                     f"{name}: readinessProbe must GET /healthz/ready")
         return sc, caps
 
+    def readiness_file(self):
+        """The file ferryd's readiness probe reads (None: not a `ferryctl probe --file`)."""
+        cmd = self.pod.get("containers", [{}])[0].get("readinessProbe", {}).get("exec", {}).get("command", [])
+        return cmd[3] if len(cmd) == 4 and cmd[:3] == [FERRYCTL, "probe", "--file"] else None
+
+    def ferryd_probes(self, name, c):
+        """Both probes ask about this container's ferryd: its own readiness file, not :15021
+        (which answers for whichever generation holds it), in a folder of its own."""
+        path = self.readiness_file()
+        self.expect(path is not None, f"{name}: readinessProbe must be exec [{FERRYCTL}, probe, --file, FILE], is "
+                    f"{c.get('readinessProbe')}")
+        live = c.get("livenessProbe", {}).get("exec", {}).get("command")
+        self.expect(live == [FERRYCTL, "probe", "--file", path, "--live"],
+                    f"{name}: livenessProbe must be exec [{FERRYCTL}, probe, --file, {path}, --live], is {c.get('livenessProbe')}")
+        if path is None:
+            return
+        volumes = {vol["name"]: vol for vol in self.pod.get("volumes", [])}
+        mounts = [m for m in c.get("volumeMounts", []) if path.startswith(m["mountPath"].rstrip("/") + "/")]
+        vol = volumes.get(mounts[-1]["name"], {}) if mounts else {}
+        self.expect("emptyDir" in vol, f"{name}: the readiness file {path} must be in an emptyDir of the pod's own, "
+                    f"is in {vol or 'the image'} (two generations on a node would read each other's)")
+
     def container(self, owner, c):
         name = f"{owner} container {c['name']}"
-        sc, caps = self.confined(name, c, 15021)
+        sc, caps = self.confined(name, c, None)
+        self.ferryd_probes(name, c)
+        self.expect(not c.get("ports"), f"{name}: declares ports {[p.get('containerPort') for p in c.get('ports', [])]}: "
+                    "with hostNetwork they are host ports, and the next generation's pod could not start beside this one")
         added = set(caps.get("add", []))
         self.expect(added == EXPECTED_CAPS,
                     f"{name}: capabilities.add must be exactly {sorted(EXPECTED_CAPS)}, is {sorted(added)}")
@@ -176,6 +217,8 @@ class Checker:
         env = {e["name"]: e for e in c.get("env", [])}
         self.expect(env.get("NODE_NAME", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "spec.nodeName",
                     f"{name}: NODE_NAME must come from spec.nodeName")
+        self.expect(env.get("POD_NAME", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.name",
+                    f"{name}: POD_NAME must come from metadata.name (it names the generations of an upgrade)")
         self.expect(c.get("imagePullPolicy") == self.values["image"]["pullPolicy"],
                     f"{name}: imagePullPolicy {c.get('imagePullPolicy')} is not the values' {self.values['image']['pullPolicy']}")
 
@@ -183,9 +226,21 @@ class Checker:
         name = f"DaemonSet/{obj['metadata']['name']}"
         strategy = obj["spec"].get("updateStrategy", {})
         self.expect(strategy.get("type") == "RollingUpdate", f"{name}: updateStrategy must be RollingUpdate")
-        self.expect(strategy.get("rollingUpdate", {}).get("maxUnavailable") == self.values["updateStrategy"]["maxUnavailable"],
-                    f"{name}: maxUnavailable is not the values'")
+        v = self.values
+        surge = v["updateStrategy"]["maxSurge"]
+        if v["handover"]["enabled"] and KUBE_VERSION >= (1, 22) and surge not in (0, "0%"):
+            want = {"maxSurge": surge, "maxUnavailable": 0}
+        else:
+            want = {"maxUnavailable": v["updateStrategy"]["maxUnavailable"]}
+        self.expect(strategy.get("rollingUpdate") == want,
+                    f"{name}: rollingUpdate on Kubernetes {'.'.join(map(str, KUBE_VERSION))} must be {want}, is "
+                    f"{strategy.get('rollingUpdate')}")
         spec = obj["spec"]["template"]["spec"]
+        grace = v["terminationGracePeriodSeconds"] + (v["handover"]["deadlineSeconds"] if v["handover"]["enabled"] else 0)
+        self.expect(spec.get("terminationGracePeriodSeconds") == grace,
+                    f"{name}: terminationGracePeriodSeconds must be {grace} (handover.deadlineSeconds plus "
+                    f"terminationGracePeriodSeconds): the kubelet must not kill a ferryd that carries connections "
+                    f"after a handover; is {spec.get('terminationGracePeriodSeconds')}")
         self.expect(spec.get("priorityClassName") == (self.values["priorityClassName"] or None),
                     f"{name}: priorityClassName is not the values'")
         self.expect(spec.get("tolerations") == (self.values["tolerations"] or None), f"{name}: tolerations are not the values'")
@@ -290,8 +345,21 @@ class Checker:
         self.expect(pol == {"kubernetes": v["policy"]["kubernetes"], "root_namespace": v["policy"]["rootNamespace"]},
                     f"ConfigMap: policy {pol} is not the values' policy.kubernetes and policy.rootNamespace")
         self.cni_config(cfg.get("cni", {}))
+        self.handover_config(cfg.get("handover", {}))
         if self.cluster_ca:
             self.cluster_ca_config(cfg)
+
+    def handover_config(self, ho):
+        v = self.values["handover"]
+        want = ({"socket": HANDOVER_SOCKET, "deadline": f"{v['deadlineSeconds']}s", "wait_for_signal": True}
+                if v["enabled"] else {"socket": ""})
+        want["readiness_file"] = self.readiness_file()
+        self.expect(ho == want, f"ConfigMap: handover is {ho}, must be {want}")
+        if v["enabled"]:
+            path = ho.get("socket", "")
+            self.expect(self.mounted_host_path(path) == path,
+                        f"ConfigMap: handover.socket {path} is not the same path on the node (the next generation, "
+                        "in another pod, finds the running one there)")
 
     def cluster_ca_config(self, cfg):
         """ferry.yaml's identity.cluster_ca names what the chart runs and mounts."""
@@ -571,7 +639,7 @@ def mutate(docs, case):
     if case == "unknown-field":          # a misspelt field: only the TypeScript check sees it
         c["securityContex"] = {"privileged": True}
     elif case == "unknown-nested-field":
-        c["readinessProbe"]["httpGet"]["paht"] = "/healthz/ready"
+        c["readinessProbe"]["exec"]["comand"] = ["/bin/true"]
     elif case == "unknown-field-configmap":
         first("ConfigMap")["datas"] = {"x": "y"}
     elif case == "wrong-type":           # the ajv validators see these
@@ -602,6 +670,21 @@ def mutate(docs, case):
         cfg = yaml.safe_load(cm["data"]["ferry.yaml"])
         cfg["cni"]["socket"] = "/run/ferry-private/cni.sock"
         cm["data"]["ferry.yaml"] = yaml.safe_dump(cfg)
+    elif case == "handover-socket-not-on-node":  # the next pod would not find the running ferryd
+        cm = first("ConfigMap")
+        cfg = yaml.safe_load(cm["data"]["ferry.yaml"])
+        cfg["handover"]["socket"] = "/run/ferry-private/handover.sock"
+        cm["data"]["ferry.yaml"] = yaml.safe_dump(cfg)
+    elif case == "host-port":            # the surge pod would never be scheduled beside the old one
+        c["ports"] = [{"name": "hbone", "containerPort": 15008, "protocol": "TCP"}]
+    elif case == "probe-on-shared-port":  # answers for whichever generation holds :15021
+        c["readinessProbe"] = {"httpGet": {"path": "/healthz/ready", "port": 15021}}
+    elif case == "readiness-file-on-node":  # both generations would write one file
+        probe = next(vol for vol in pod["volumes"] if vol["name"] == "probe")
+        probe.pop("emptyDir")
+        probe["hostPath"] = {"path": "/var/run/ferry", "type": "DirectoryOrCreate"}
+    elif case == "grace-shorter-than-deadline":  # the kubelet would kill a ferryd still carrying connections
+        pod["terminationGracePeriodSeconds"] = 30
     elif case == "cni-conf-dir-not-mounted":
         pod["volumes"] = [vol for vol in pod["volumes"] if vol["name"] != "cni-conf"]
     elif case == "rbac-any-daemonset":   # the Role must name ferry's own DaemonSet

@@ -46,7 +46,7 @@ render() {
   "$helm" template fy "$chart" --namespace ferry-system --kube-version "$version" --include-crds \
     ${vf:+--values "$vf"} >"$work/$set.yaml"
   yamllint --strict --config-file "$here/yamllint.yaml" "$work/$set.yaml"
-  python3 "$here/chart_checks.py" check "$work/$set.yaml" "$chart" $vf --json "$work/$set.json"
+  FERRY_KUBE_VERSION="$version" python3 "$here/chart_checks.py" check "$work/$set.yaml" "$chart" $vf --json "$work/$set.json"
   node "$work/chart_validate.mjs" "$work/$set.json" "$work"
 }
 
@@ -78,7 +78,7 @@ expect_failure() {
 validator_expect() {
   case "$1" in
     unknown-field) echo "'\"securityContex\"' does not exist in type 'IContainer'" ;;
-    unknown-nested-field) echo "'\"paht\"' does not exist in type 'IHTTPGetAction'" ;;
+    unknown-nested-field) echo "'\"comand\"' does not exist in type 'IExecAction'" ;;
     unknown-field-configmap) echo "'\"datas\"' does not exist in type 'IConfigMap'" ;;
     wrong-type) echo "terminationGracePeriodSeconds must be integer" ;;
     missing-required) echo "must have required property name" ;;
@@ -116,6 +116,11 @@ security_expect() {
     ca-token-file-not-mounted) echo "ConfigMap: identity.cluster_ca.token_file is '/var/run/secrets/kubernetes.io/serviceaccount/token', must be '/var/run/secrets/ferry/ca-token/token'" ;;
     ca-other-deployment) echo "Deployment/helper: the chart runs ferryd as a DaemonSet only" ;;
     cni-socket-not-on-node) echo "cni.socket /run/ferry-private/cni.sock is not the same path on the node" ;;
+    handover-socket-not-on-node) echo "ConfigMap: handover.socket /run/ferry-private/handover.sock is not the same path on the node" ;;
+    host-port) echo "container ferryd: declares ports [15008]: with hostNetwork they are host ports" ;;
+    probe-on-shared-port) echo "container ferryd: readinessProbe must be exec [/usr/local/bin/ferryctl, probe, --file, FILE]" ;;
+    readiness-file-on-node) echo "the readiness file /run/ferry-probe/ready must be in an emptyDir of the pod's own" ;;
+    grace-shorter-than-deadline) echo "terminationGracePeriodSeconds must be 14430 (handover.deadlineSeconds plus terminationGracePeriodSeconds)" ;;
     cni-conf-dir-not-mounted) echo "cni.conf_dir /host/cni/net.d is the node's None, not cni.confDir /etc/cni/net.d" ;;
     *) return 1 ;;
   esac

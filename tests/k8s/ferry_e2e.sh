@@ -47,6 +47,12 @@ cleanup() {
     kq get pods -A -o wide 2>/dev/null
   fi
   [ -n "${tcpdump_pid:-}" ] && kill "$tcpdump_pid" 2>/dev/null
+  # The upgrade section's load and echo server, then its pods: a ferryd that handed over
+  # carries connections for hours (its grace period), so they go with a short one.
+  [ -n "${load_pid:-}" ] && kill "$load_pid" 2>/dev/null
+  [ -n "${echo_pid:-}" ] && kill "$echo_pid" 2>/dev/null
+  kq -n "$RNS" delete pod fy-ferry-surge-1 fy-ferry-surge-2 --ignore-not-found --grace-period=1 --wait=false >/dev/null 2>&1
+  [ -n "${gen1:-}" ] && kq -n "$RNS" delete pod "$gen1" --ignore-not-found --grace-period=1 --wait=false >/dev/null 2>&1
   kq delete namespace "$MESH" "$PLAIN" --wait=true --timeout=60s >/dev/null 2>&1
   "$HELM" uninstall "$REL" -n "$RNS" --wait --timeout 60s >/dev/null 2>&1
   kq delete namespace "$RNS" --wait=true --timeout=60s >/dev/null 2>&1
@@ -88,7 +94,10 @@ kq -n "$RNS" create secret generic ferry-ca --from-file=ca.pem="$TMP/cluster-ca/
 # Every rendered object, the CRDs too, checked by the API server itself before anything is
 # installed: server-side dry run, and strict validation against the server's own schema
 # (unknown fields refused: shown by a copy with one added).
-"$HELM" template "$REL" "$repo/charts/ferry" -n "$RNS" --set image.tag=dev --set image.pullPolicy=Never \
+# For this cluster's version, as `helm install` asks it (offline, Helm assumes a newer one, and
+# renders the DaemonSet's maxSurge, which 1.20 does not know).
+server_version=$(kubectl version -o json 2>/dev/null | jq -r .serverVersion.gitVersion)
+"$HELM" template "$REL" "$repo/charts/ferry" -n "$RNS" --kube-version "$server_version" --set image.tag=dev --set image.pullPolicy=Never \
   --set datapath.failureMode=open --include-crds >"$TMP/rendered.yaml"
 objects=$(grep -c '^kind: ' "$TMP/rendered.yaml")
 check "the API server accepts all $objects rendered objects (--dry-run=server --validate=strict)" \
@@ -107,7 +116,7 @@ for crd in $CRDS; do
 done
 "$HELM" install "$REL" "$repo/charts/ferry" -n "$RNS" --set image.tag=dev --set image.pullPolicy=Never \
   --set cni.binDir="$cni_bin" --set cni.confDir="$cni_conf" --wait --timeout 90s >/dev/null
-check "the DaemonSet's pod becomes ready (readiness on :15021 from the node)" \
+check "the DaemonSet's pod becomes ready (its readiness file, read by ferryctl probe)" \
   kq -n "$RNS" wait --for=condition=Ready pod -l app.kubernetes.io/name=ferry --timeout=60s
 # shellcheck disable=SC2086  # a list of names
 check "helm install made the chart's CRDs (Istio's policy kinds) established" \
@@ -188,6 +197,121 @@ check "the node's bridge carried the connection to :15008 only" test "$to_hbone"
 body=$(get "$PLAIN" fy-client "$plain_server")
 check "pods of the namespace that is not enrolled talk directly ($body)" test "$body" = fy-server
 check "... without ferryd" bash -c "! (flog | grep -q 'dst=$plain_server:8080')"
+
+echo "== upgrades beside the running ferryd (handover through the node's /var/run/ferry)"
+# Kubernetes 1.20 (this lab's) has no DaemonSet maxSurge, so the test does what the
+# DaemonSet controller of 1.22+ does with the chart's maxSurge: a pod of the DaemonSet's own
+# template beside the running one, on the same node; once it is ready, the old pod is deleted
+# (docs/operations.md, "Upgrading with the chart"). Under load: 200 long-lived connections
+# echoing byte-exact data and 20 new connections a second, from fy-client to fy-server
+# (processes in the pods' network namespaces: the pods' own traffic for the datapath).
+LOAD=$repo/tests/e2e/handover_load.py
+node=$(kq get nodes -o jsonpath='{.items[0].metadata.name}')
+netns_of_ip() {  # the pod netns (/run/netns, containerd's) holding IP
+  local ns
+  for ns in $(ip netns list | awk '{print $1}'); do
+    ip -n "$ns" -4 -o addr show 2>/dev/null | grep -q " inet $1/" && { echo "$ns"; return 0; }
+  done
+  return 1
+}
+# surge_pod NAME: the DaemonSet's pod template as a pod of its own on this node. Its labels
+# are not the DaemonSet's selector: the controller must not adopt it (and delete it as a
+# second pod of the node).
+surge_pod() {
+  kq -n "$RNS" get daemonset "$REL" -o json | python3 -c '
+import json, sys
+ds = json.load(sys.stdin)
+spec = dict(ds["spec"]["template"]["spec"], nodeName=sys.argv[2])
+print(json.dumps({"apiVersion": "v1", "kind": "Pod", "spec": spec,
+                  "metadata": {"name": sys.argv[1], "namespace": ds["metadata"]["namespace"],
+                               "labels": {"app.kubernetes.io/name": "fy-ferry-surge"}}}))' "$1" "$node" | kq apply -f - >/dev/null
+}
+# The host pid of the ferryd in pod POD: its container's id is in the process's cgroup path
+# (cgroupfs: .../pod<uid>/<id>; systemd: cri-containerd-<id>.scope).
+ferryd_pid_of() {
+  local id pid
+  id=$(kq -n "$RNS" get pod "$1" -o jsonpath='{.status.containerStatuses[0].containerID}')
+  id=${id#*://}
+  [ -n "$id" ] || return 1
+  for pid in $(pgrep -f -- 'ferryd [-]-config /etc/ferry/config/ferry.yaml'); do
+    grep -q -- "$id" "/proc/$pid/cgroup" 2>/dev/null && { echo "$pid"; return 0; }
+  done
+  return 1
+}
+pod_ready() { [ "$(kubectl -n "$RNS" get pod "$1" -o jsonpath='{.status.containerStatuses[0].ready}' 2>/dev/null)" = "$2" ]; }
+probe_said() { kubectl -n "$RNS" get events --field-selector "involvedObject.name=$1" -o jsonpath='{.items[*].message}' 2>/dev/null | grep -q -- "$2"; }
+metric() { curl -sf --max-time 5 http://10.244.0.1:15020/metrics | awk -v s="$1" '$1 == s {print $2}'; }
+export -f pod_ready probe_said metric
+srv_ns=$(netns_of_ip "$server"); cli_ns=$(netns_of_ip "$client")
+ip netns exec "$srv_ns" python3 "$LOAD" serve --bind 0.0.0.0 --port 9000 >"$TMP/echo.log" 2>&1 &
+echo_pid=$!
+wait_for 10 "the echo server" grep -q listening "$TMP/echo.log"
+ip netns exec "$cli_ns" python3 "$LOAD" client --dst "$server" --port 9000 --stop "$TMP/load.stop" --long 200 --rate 20 \
+  >"$TMP/load.log" 2>&1 &
+load_pid=$!
+check "200 long-lived connections echo through the mesh" wait_for 60 "the long-lived connections" grep -q "^ready long=200" "$TMP/load.log"
+gen1=$(ferry_pod)
+gen1_pid=$(ferryd_pid_of "$gen1") || gen1_pid=none  # the checks on it fail
+
+surge_pod fy-ferry-surge-1
+check "a second ferryd starts beside the running one and becomes ready (its own probe)" \
+  kq -n "$RNS" wait --for=condition=Ready pod/fy-ferry-surge-1 --timeout=90s
+check "... having taken the running one's sockets over /var/run/ferry/handover.sock" \
+  bash -c "kubectl -n $RNS logs fy-ferry-surge-1 | grep -qE 'handover: took [0-9]+ sockets from ferryd pid [0-9]+ \\(pod $gen1\\)'"
+check "the old pod turns not ready: its probe reads its own ferryd, which says it retires" \
+  wait_for 30 "the old pod's probe" bash -c "pod_ready $gen1 false && probe_said $gen1 'Readiness probe failed: retiring: ferryd pid [0-9]* (pod fy-ferry-surge-1) serves; this one carries'"
+# shellcheck disable=SC2016  # expanded by the inner shell, where metric() is exported
+check "the node's metrics (the new ferryd's) show the previous generation carrying the long-lived connections" \
+  wait_for 10 "the previous generation's gauge" bash -c '[ "$(metric ferry_handover_previous_generation_connections)" -ge 200 ]'
+check "ferryctl status in the new pod shows both generations" \
+  bash -c "kubectl -n $RNS exec fy-ferry-surge-1 -- /usr/local/bin/ferryctl status | grep -q 'previous generation:  pod $gen1, pid'"
+# The controller's next step: the old pod goes. Its ferryd ignores the SIGTERM and carries on.
+kq -n "$RNS" delete pod "$gen1" --wait=false >/dev/null
+check "the old ferryd takes the kubelet's SIGTERM and carries on (handed over already)" \
+  wait_for 30 "the SIGTERM" bash -c "kubectl -n $RNS logs $gen1 | grep -q 'signal 15: handed over already; carrying'"
+check "... its process still runs (pid $gen1_pid)" test -d "/proc/$gen1_pid"
+
+surge_pod fy-ferry-surge-2
+check "a third ferryd takes over from the second, under the same load" \
+  kq -n "$RNS" wait --for=condition=Ready pod/fy-ferry-surge-2 --timeout=90s
+check "the second ferryd holds nothing and waits for its pod's deletion: not ready, alive, never restarted" \
+  wait_for 30 "the second pod's probe" bash -c "probe_said fy-ferry-surge-1 'Readiness probe failed: retiring: .* holds nothing and exits at SIGTERM' &&
+    [ \"\$(kubectl -n $RNS get pod fy-ferry-surge-1 -o jsonpath='{.status.containerStatuses[0].restartCount}')\" = 0 ]"
+kubectl -n "$RNS" logs fy-ferry-surge-1 >"$TMP/fy-ferry-surge-1.log" 2>&1 || true
+kq -n "$RNS" delete pod fy-ferry-surge-1 --wait=false >/dev/null
+check "the second ferryd, which carried only short connections, exits at once and its pod goes" \
+  kq -n "$RNS" wait --for=delete pod/fy-ferry-surge-1 --timeout=90s
+check "the first one still runs, carrying the long-lived connections" test -d "/proc/$gen1_pid"
+touch "$TMP/load.stop"
+wait "$load_pid" || true
+load_pid=
+report=$(tail -n 1 "$TMP/load.log")
+jq -r '"under load: \(.long) long-lived connections, \(.long_errors) errors, \(.long_messages) messages echoed (slowest echo \(.long_max_rtt_ms) ms); \(.short_attempted) new connections, \(.short_failed) failed, longest wait \(.short_max_ms) ms, p99 \(.short_p99_ms) ms"' <<<"$report"
+jqt() { jq -e "$1" <<<"$2" >/dev/null; }  # the report holds: FILTER JSON
+check "the long-lived connections: 200, none with an error" jqt '.long == 200 and .long_errors == 0' "$report"
+check "the new connections: more than 100, none failed" jqt '.short_attempted > 100 and .short_failed == 0' "$report"
+if ! jq -e '.short_failed == 0 and .long_errors == 0' <<<"$report" >/dev/null; then
+  jq -c '{short_errors, short_first_errors, long_error_list}' <<<"$report"
+  # What the ferryds said, but the connections that went well.
+  echo "--- fy-ferry-surge-1"; grep -v 'reason=ok' "$TMP/fy-ferry-surge-1.log" | tail -n 25
+  for p in "$gen1" fy-ferry-surge-2; do
+    echo "--- $p"; kubectl -n "$RNS" logs "$p" 2>&1 | grep -v 'reason=ok' | tail -n 25
+  done
+fi
+check "with nothing left to carry, the first ferryd exits and its pod goes (long before the grace period)" \
+  kq -n "$RNS" wait --for=delete "pod/$gen1" --timeout=60s
+# Now the DaemonSet has no pod on the node: its controller makes one, which takes over from
+# the third ferryd, as a restart of the same binary would (the same host path).
+check "the DaemonSet's new pod takes over from the third ferryd and becomes ready" \
+  wait_for 90 "the DaemonSet's pod" bash -c "kubectl -n $RNS get pods -l app.kubernetes.io/name=ferry -o name | grep -q . &&
+    kubectl -n $RNS wait --for=condition=Ready pod -l app.kubernetes.io/name=ferry --timeout=5s"
+check "... over the handover socket" wait_for 10 "the handover line" flog_has "handover: took [0-9]+ sockets from ferryd pid [0-9]+ \(pod fy-ferry-surge-2\)"
+kq -n "$RNS" delete pod fy-ferry-surge-2 --wait=false >/dev/null
+check "the third ferryd exits and its pod goes" kq -n "$RNS" wait --for=delete pod/fy-ferry-surge-2 --timeout=90s
+body=$(get "$MESH" fy-client "$server")
+check "the mesh carries new connections through the DaemonSet's ferryd ($body)" test "$body" = fy-server
+kill "$echo_pid" 2>/dev/null; wait "$echo_pid" 2>/dev/null || true
+echo_pid=
 
 echo "== first packet, under containerd"
 # The container's first act is the connection: captured only if the pod was enrolled when

@@ -85,6 +85,24 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 Checks across values that values.schema.json cannot express. A failure stops `helm
 install` and `helm template` with the message.
 */}}
+{{/*
+"true" when a rollout starts the new ferryd beside the old one (DaemonSet maxSurge: beta and
+on by default from Kubernetes 1.22; 1.20 and 1.21 have no such field).
+*/}}
+{{- define "ferry.surge" -}}
+{{- $surge := toString .Values.updateStrategy.maxSurge }}
+{{- and .Values.handover.enabled (semverCompare ">=1.22-0" .Capabilities.KubeVersion.Version) (ne $surge "0") (ne $surge "0%") }}
+{{- end }}
+
+{{/* The folder of ferryd's readiness file: an emptyDir of the container's own. */}}
+{{- define "ferry.probeDir" -}}
+/run/ferry-probe
+{{- end }}
+
+{{- define "ferry.readinessFile" -}}
+{{ include "ferry.probeDir" . }}/ready
+{{- end }}
+
 {{- define "ferry.validate" -}}
 {{- $root := trimSuffix "/" .Values.hostPaths.bpffs }}
 {{- if not (hasPrefix (printf "%s/" $root) .Values.datapath.bpffs) }}
