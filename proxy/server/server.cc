@@ -706,6 +706,14 @@ absl::Status Server::bindOperatorListeners() {
                    {&admin_, &config_.listen.admin, handover::Role::kAdmin}};
   for (const auto& e : endpoints) {
     auto taken = takenSockets(e.role, e.addr);
+    if (!taken.empty() && defer_accepting_) {
+      // The running ferryd answers on them until this one takes over: what answers on the
+      // node's operator ports is always the generation that serves.
+      deferred_endpoints_.push_back([server = e.server, fd = std::make_shared<common::UniqueFd>(std::move(taken[0]))] {
+        return server->adopt(fd->release());
+      });
+      continue;
+    }
     absl::Status st = taken.empty() ? e.server->listen(*e.addr) : e.server->adopt(taken[0].release());
     if (!st.ok()) return st;
   }

@@ -171,8 +171,9 @@ class Server {
   boost::asio::awaitable<void> serveSuccessor(boost::asio::local::stream_protocol::socket link);
   absl::StatusOr<handover::Message> makeOffer();
   void retire(int successor_pid);
-  // Taken over: waits until health() is OK (at most kReadyTimeout), then tells the previous
-  // ferryd and starts accepting; else exits (exitStatus) and the previous one goes on.
+  // Taken over: waits until health() is OK (at most kReadyTimeout), then serves the operator
+  // endpoints and the CNI socket, tells the previous ferryd and starts accepting; else exits
+  // (exitStatus) and the previous one goes on.
   boost::asio::awaitable<void> takeOverWhenReady();
   // Stops the control loop and the workers without a drain: nothing was accepted.
   void exitWithoutServing(absl::Status why);
@@ -245,6 +246,7 @@ class Server {
   bool exit_signalled_ = false;     // SIGTERM/SIGINT came while retiring
   bool waiting_for_signal_ = false;  // retiring, holding nothing, handover.wait_for_signal
   std::vector<std::function<void()>> deferred_accepts_;
+  std::vector<std::function<absl::Status()>> deferred_endpoints_;  // operator listeners taken over
   bool datapath_synced_ = false;
   bool datapath_sync_waiting_logged_ = false;
   absl::Status exit_status_;  // why run() returned other than after a drain

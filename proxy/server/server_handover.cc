@@ -396,6 +396,13 @@ asio::awaitable<void> Server::takeOverWhenReady() {
     co_await tick.async_wait(kTuple);
   }
   if (auto st = syncDatapathOnceSourceListed(); !st.ok()) FERRY_LOG(kWarn, "datapath: %s", st.message());
+  for (auto& adopt : deferred_endpoints_) {
+    if (auto st = adopt(); !st.ok()) {
+      exitWithoutServing(st);
+      co_return;
+    }
+  }
+  deferred_endpoints_.clear();
   // The plugin's socket path is this one's from here (a ferryd that fails to announce leaves
   // it to the running one, which binds it again: serveSuccessor).
   if (cni_endpoint_) {
