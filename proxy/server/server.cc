@@ -822,8 +822,7 @@ void Server::armSignals() {
     if (generation_ == Generation::kRetiring) {
       // Handed over: the connections this process carries end on their own, or at
       // handover.deadline (a pod's SIGTERM must not cut them: docs/operations.md).
-      int64_t live = 0;
-      for (auto& w : workers_) live += w->live().load();
+      const int64_t live = liveConnections();
       FERRY_LOG(kInfo, "signal %d: handed over already; carrying %d connections until they end or handover.deadline",
                 sig, live);
       exit_signalled_ = true;
@@ -839,7 +838,14 @@ void Server::armSignals() {
 void Server::run() { control_.run(); }
 
 void Server::shutdown() {
-  asio::post(control_, [this] { beginDrain(); });
+  asio::post(control_, [this] {
+    // As a signal would (armSignals): a ferryd that has not taken over exits without a drain.
+    if (defer_accepting_) {
+      exitWithoutServing(absl::OkStatus());
+      return;
+    }
+    beginDrain();
+  });
 }
 
 void Server::beginDrain() {
@@ -887,8 +893,7 @@ void Server::stopAccepting(bool notice_tunnels) {
 }
 
 void Server::finishDrain() {
-  int64_t live = 0;
-  for (auto& w : workers_) live += w->live().load();
+  const int64_t live = liveConnections();
   auto now = std::chrono::steady_clock::now();
   if (live > 0 && now >= drain_deadline_ && !drain_aborted_) {
     // The deadline: every live connection is reset, never closed: a FIN would tell an

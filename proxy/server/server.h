@@ -83,7 +83,8 @@ class Server {
   // Not OK when run() returned because this ferryd could not take over (the previous one
   // goes on serving): the process exits 1 with it.
   const absl::Status& exitStatus() const { return exit_status_; }
-  // Thread-safe: begins a graceful shutdown.
+  // Thread-safe: begins a graceful shutdown; a ferryd that has not taken over yet exits
+  // without one, as at a signal.
   void shutdown();
 
   // Ready = started, not draining, and certificates can be had (the CA material or the
@@ -133,6 +134,7 @@ class Server {
   // /connections: asks every worker for its live connections (on its own thread) and
   // replies on the control thread once all have answered.
   void serveConnections(const HttpRequest& request, HttpServer::Reply reply);
+  // The connections every worker carries now.
   int64_t liveConnections();
   // Reads the config file when it changed (or, `reread`, in any case: SIGHUP) and applies
   // its live keys; a file that does not load changes nothing (docs/configuration.md,
@@ -171,7 +173,7 @@ class Server {
   boost::asio::awaitable<void> serveSuccessor(boost::asio::local::stream_protocol::socket link);
   absl::StatusOr<handover::Message> makeOffer();
   void retire(int successor_pid);
-  // Taken over: waits until health() is OK (at most kReadyTimeout), then serves the operator
+  // Taken over: waits until health() is OK (at most kSuccessorReadyTimeout), then serves the operator
   // endpoints and the CNI socket, tells the previous ferryd and starts accepting; else exits
   // (exitStatus) and the previous one goes on.
   boost::asio::awaitable<void> takeOverWhenReady();

@@ -35,6 +35,9 @@ constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
 // The new ferryd's start-up, from its hello to its ready (loading the workloads, the
 // certificates and the datapath): past this the running one takes its datapath back.
 constexpr std::chrono::seconds kReadyTimeout{120};
+// The new ferryd's own wait to be ready before it takes over: short of kReadyTimeout, so
+// that it gives up first and the running one takes its datapath back when the link closes.
+constexpr std::chrono::seconds kSuccessorReadyTimeout = kReadyTimeout - std::chrono::seconds(5);
 // One exchange of the protocol (hello, offer) between two processes on one node.
 constexpr std::chrono::seconds kExchangeTimeout{5};
 constexpr std::chrono::seconds kStatusInterval{1};
@@ -314,8 +317,7 @@ asio::awaitable<void> Server::serveSuccessor(Local::socket link) {
   // Until this process exits (the link closes with it): how much it still carries.
   asio::steady_timer tick(control_);
   for (;;) {
-    int64_t live = 0;
-    for (auto& w : workers_) live += w->live().load();
+    const int64_t live = liveConnections();
     handover::Message status;
     status.type = handover::Message::Type::kStatus;
     status.pid = static_cast<int>(::getpid());
@@ -336,8 +338,7 @@ void Server::retire(int successor_pid) {
   generation_ = Generation::kRetiring;
   handed_over_ = true;
   stopping_ = true;  // a drain cannot start over it
-  int64_t live = 0;
-  for (auto& w : workers_) live += w->live().load();
+  const int64_t live = liveConnections();
   drain_deadline_ = Clock::now() + config_.handover.deadline;
   std::string successor;
   {
@@ -369,13 +370,10 @@ void Server::retire(int successor_pid) {
 
 asio::awaitable<void> Server::takeOverWhenReady() {
   const std::string previous = handover::describe(taken_->old_pid, taken_->old_name);
-  // Short of the previous ferryd's own wait for `ready`: this one gives up first, and that
-  // one takes its datapath back when the link closes.
-  const auto deadline = Clock::now() + kReadyTimeout - std::chrono::seconds(5);
+  const auto deadline = Clock::now() + kSuccessorReadyTimeout;
   asio::steady_timer tick(control_);
   std::string said;
   for (;;) {
-    if (stopping_.load()) co_return;  // SIGTERM meanwhile: the drain ends this process
     absl::Status h = health();
     // Inbound connections are refused until the policies are known (session::authorize).
     if (h.ok() && !shared_->policies_loaded.load(std::memory_order_acquire)) {
@@ -384,7 +382,7 @@ asio::awaitable<void> Server::takeOverWhenReady() {
     if (h.ok()) break;
     if (Clock::now() >= deadline) {
       exitWithoutServing(absl::UnavailableError(
-          absl::StrCat("handover: not ready within ", common::formatDuration(kReadyTimeout - std::chrono::seconds(5)),
+          absl::StrCat("handover: not ready within ", common::formatDuration(kSuccessorReadyTimeout),
                        " (", h.message(), "); ", previous, " goes on serving")));
       co_return;
     }
@@ -436,8 +434,7 @@ void Server::exitWithoutServing(absl::Status why) {
 std::string Server::readinessLine() {
   if (generation_ == Generation::kRetiring) {
     HandoverStatus h = handoverStatus();
-    int64_t live = 0;
-    for (auto& w : workers_) live += w->live().load();
+    const int64_t live = liveConnections();
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(drain_deadline_ - Clock::now());
     if (waiting_for_signal_) {
       return absl::StrCat("retiring: ", handover::describe(h.successor_pid, h.successor_name),
