@@ -277,6 +277,16 @@ WatchedSocket::~WatchedSocket() {
   }
 }
 
+LiveConnection::LiveConnection(Worker& worker, Direction direction, Tcp::socket socket, LoadUnit load)
+    : record(worker, direction), socket(std::move(socket)), load(std::move(load)) {}
+
+void relayOnStream(Worker& worker, std::unique_ptr<LiveConnection> conn, hbone::H2Stream& stream) {
+  Tcp::socket& socket = conn->socket;
+  ByteCounts& bytes = conn->record.bytes;
+  startRelayStream(socket, stream, worker.config()->timeouts.idle, worker.scratch(), bytes,
+                   [conn = std::move(conn)](RelayResult result) { conn->record.finish(result.reason); });
+}
+
 void ConnectionRecord::finish(CloseReason reason) {
   if (finished_) return;
   finished_ = true;

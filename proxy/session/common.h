@@ -125,6 +125,31 @@ class WatchedSocket {
   Tcp::socket* socket_;
 };
 
+// What a proxied connection relayed over an HBONE stream holds from its start to its close
+// record: the record, the application's socket (the accepted one outbound, the one ferryd
+// opened to the workload inbound), its load unit and admission. On the heap, so that once the
+// CONNECT phase is over the relay can own it (relayOnStream) and the coroutine that set it up
+// ends: an idle connection then holds this, the relay and the stream, no coroutine frame
+// (docs/architecture.md, "The relay").
+struct LiveConnection {
+  LiveConnection(Worker& worker, Direction direction, Tcp::socket socket, LoadUnit load);
+  LiveConnection(const LiveConnection&) = delete;
+  LiveConnection& operator=(const LiveConnection&) = delete;
+
+  ConnectionRecord record;
+  Tcp::socket socket;
+  WatchedSocket watched{record, socket};  // after both: it goes first
+  LoadUnit load;
+  Admitted admitted;  // outbound: the listener's admission, held for the connection's life
+  // What the record's pointers need until it is finished (inbound: the tunnel's state,
+  // whose rate limiter is the record's warn_limiter).
+  std::shared_ptr<const void> keep;
+};
+
+// Starts the relay between `conn->socket` and `stream` (established, and watched by the
+// record), hands `conn` to it and returns; the record is finished when the relay ends.
+void relayOnStream(Worker& worker, std::unique_ptr<LiveConnection> conn, hbone::H2Stream& stream);
+
 // Refuses a connection whose destination is ferryd itself (Shared::self): resets
 // `socket`, counts it, finishes `record` as `self_target`.
 void refuseSelfTarget(Worker& worker, Tcp::socket& socket, const common::HostPort& destination,

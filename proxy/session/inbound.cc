@@ -126,8 +126,10 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
   auto settings = worker.config();
   const auto& cfg = *settings;
   // A stream runs on its connection's worker; its load steers where new connections go.
-  auto load = LoadUnit::add(shared.placement, worker.index());
-  ConnectionRecord record(worker, Direction::kInbound);
+  // The connection's socket is the one to the workload, opened below.
+  auto conn = std::make_unique<LiveConnection>(worker, Direction::kInbound, Tcp::socket(worker.io()),
+                                               LoadUnit::add(shared.placement, worker.index()));
+  ConnectionRecord& record = conn->record;
   record.src = common::formatHostPort(info->client);
   record.peer_identity = info->peer_id;
   record.dst = stream->header(":authority");
@@ -137,6 +139,7 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
   record.destination_principal = info->local_id;
   record.watchStream(stream);
   record.warn_limiter = &tunnel->warnings;
+  conn->keep = tunnel;
 
   // Rapid reset: the client gave up on the stream before it was answered. Nothing more is
   // done for it (H2Connection counts these and ends a connection that lives on them).
@@ -199,8 +202,7 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
   // A reset of the stream cancels the connect at once: the socket is closed (the workload
   // sees no connection, or one that ends at once), and a stream still waiting for a slot
   // leaves the queue.
-  Tcp::socket upstream(worker.io());
-  WatchedSocket watched(record, upstream);
+  Tcp::socket& upstream = conn->socket;
   net::Signal wake(worker.io().get_executor());
   stream->setAbortHandler([&upstream, &wake] {
     boost::system::error_code ignored;
@@ -244,8 +246,8 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
   stream->releaseHeaders();
   registry.reset();
   // The relay's socket is the workload's: the record reads its bytes so (requestBytes()).
-  auto result = co_await relayStream(upstream, *stream, cfg.timeouts.idle, worker.scratch(), record.bytes);
-  record.finish(result.reason);
+  // From here the relay owns the connection, and this coroutine ends.
+  relayOnStream(worker, std::move(conn), *stream);
 }
 
 // `load` counts the handshake on this worker, then the tunnel for its life; so does

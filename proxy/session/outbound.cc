@@ -203,12 +203,14 @@ awaitable<std::shared_ptr<hbone::H2Stream>> openStream(Worker& worker, Tcp::sock
   }
 }
 
-// One CONNECT stream on this worker's pooled HBONE connection for the key, then the relay.
-// `load` counts the connection on this worker for as long as it lives; `admitted` on the
-// outbound listener's limits.
+// One CONNECT stream on this worker's pooled HBONE connection for the key, then the relay,
+// which owns the connection from there (this coroutine ends). `load` counts the connection
+// on this worker for as long as it lives; `admitted` on the outbound listener's limits.
 awaitable<void> tunnel(Worker& worker, Tcp::socket socket, OutboundPlan plan, LoadUnit load,
                        Admitted admitted) {
-  ConnectionRecord record(worker, Direction::kOutbound);
+  auto conn = std::make_unique<LiveConnection>(worker, Direction::kOutbound, std::move(socket), std::move(load));
+  conn->admitted = std::move(admitted);
+  ConnectionRecord& record = conn->record;
   record.src = common::formatHostPort(plan.source);
   record.dst = common::formatHostPort(plan.destination);
   record.peer_identity = "expected:" + plan.key.destination_id;
@@ -217,15 +219,10 @@ awaitable<void> tunnel(Worker& worker, Tcp::socket socket, OutboundPlan plan, Lo
   record.source_principal = plan.key.source_id;
   record.destination_principal = plan.key.destination_id;
   record.attribute(Reporter::kSource, /*mutual_tls=*/true, plan.service);
-  WatchedSocket watched(record, socket);
-  auto stream = co_await openStream(worker, socket, plan, record);
+  auto stream = co_await openStream(worker, conn->socket, plan, record);
   if (!stream) co_return;
   record.peer_identity = plan.key.destination_id;  // proven by the handshake
-  // The relay may idle for an hour: keep only what it needs.
-  plan = OutboundPlan{};
-  auto result = co_await relayStream(socket, *stream, worker.config()->timeouts.idle, worker.scratch(),
-                                     record.bytes);
-  record.finish(result.reason);
+  relayOnStream(worker, std::move(conn), *stream);  // the record holds the stream
 }
 
 // On the accepting worker: the original destination, then passthrough or tunnel, each

@@ -20,8 +20,9 @@
 
 // One relay for TCP <-> TCP and TCP <-> stream. A relay joins two ends: `near`, always a
 // socket, and `far`, a socket or a CONNECT stream. Both directions run as completion
-// handlers on one object (Relay) that the caller's coroutine awaits: an idle connection
-// holds that object, one wait per direction and the idle timer's wait, no coroutine frame.
+// handlers on one object (Relay), which a coroutine awaits (relayTcp) or which runs detached
+// and hands its result to a callback (startRelayStream): an idle connection holds that
+// object, one wait per direction and the idle timer's wait, no coroutine frame.
 
 namespace ferry::session {
 namespace asio = boost::asio;
@@ -213,7 +214,7 @@ struct NoSink {};
 // A relay in flight: both directions as completion handlers on this one object (an idle
 // connection holds it, one wait per parked direction and the idle timer's wait: no
 // coroutine frame). Pending handlers share it; the ends belong to the caller, who keeps them
-// until `Handler` (the caller's continuation) gets the result, and nothing touches them
+// until `Handler` (the caller's continuation, or its RelayDone) gets the result, and nothing touches them
 // after that. A direction runs until it must wait, and arms the wait with a handler that
 // runs it again.
 template <class Far, class Handler>
@@ -512,7 +513,7 @@ class Relay final : public std::enable_shared_from_this<Relay<Far, Handler>>,
   Handler handler_;
 };
 
-// Starts a relay when the caller awaits it.
+// Starts a relay; `handler` gets its result (through the executor).
 struct StartRelay {
   template <class Handler, class Far>
   void operator()(Handler&& handler, SocketEnd near, Far far, std::chrono::milliseconds idle,
@@ -532,11 +533,10 @@ awaitable<RelayResult> relayTcp(Tcp::socket& downstream, Tcp::socket& upstream,
       SocketEnd(upstream, CloseReason::kUpstreamReset, scratch), idle, &bytes);
 }
 
-awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
-                                   std::chrono::milliseconds idle, Scratch& scratch, ByteCounts& bytes) {
-  return asio::async_initiate<const asio::use_awaitable_t<>&, void(RelayResult)>(
-      StartRelay{}, use_awaitable, SocketEnd(tcp, CloseReason::kDownstreamReset, scratch), StreamEnd(stream), idle,
-      &bytes);
+void startRelayStream(Tcp::socket& tcp, hbone::H2Stream& stream, std::chrono::milliseconds idle,
+                      Scratch& scratch, ByteCounts& bytes, RelayDone done) {
+  StartRelay{}(std::move(done), SocketEnd(tcp, CloseReason::kDownstreamReset, scratch), StreamEnd(stream), idle,
+               &bytes);
 }
 
 }  // namespace ferry::session

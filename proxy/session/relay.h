@@ -1,6 +1,6 @@
 #pragma once
 // The byte relay: one relay (relay.cc) between an application socket and a socket
-// (relayTcp: passthrough, inbound plaintext) or an HBONE stream (relayStream). It keeps
+// (relayTcp: passthrough, inbound plaintext) or an HBONE stream (startRelayStream). It keeps
 // half-close (FIN <-> END_STREAM / shutdown(SHUT_WR)), carries resets across (TCP RST <->
 // RST_STREAM / SO_LINGER 0), stops reading a side whose destination is slow (bounded
 // buffers), and ends the connection after `idle` without bytes.
@@ -12,6 +12,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
+#include "absl/functional/any_invocable.h"
 #include "proxy/hbone/h2_connection.h"
 #include "proxy/session/stats.h"
 
@@ -51,11 +52,16 @@ boost::asio::awaitable<RelayResult> relayTcp(Tcp::socket& downstream, Tcp::socke
                                              std::chrono::milliseconds idle, Scratch& scratch,
                                              ByteCounts& bytes);
 
+// What runs when a detached relay has ended (on the socket's executor, after the relay let go
+// of its ends): typically it owns them, and frees them.
+using RelayDone = absl::AnyInvocable<void(RelayResult)>;
+
 // `tcp` is the application-side socket, `stream` a CONNECT stream that is established
-// (200 seen or sent). The socket is closed or aborted when this returns; the stream is
-// finished or reset.
-boost::asio::awaitable<RelayResult> relayStream(Tcp::socket& tcp, hbone::H2Stream& stream,
-                                                std::chrono::milliseconds idle,
-                                                Scratch& scratch, ByteCounts& bytes);
+// (200 seen or sent). Starts the relay and returns: nothing waits for it (an idle connection
+// holds no coroutine frame). The caller keeps `tcp`, `stream` and `bytes` alive until `done`
+// runs, usually by handing them to `done`. The socket is closed or aborted, the stream
+// finished or reset, when `done` runs.
+void startRelayStream(Tcp::socket& tcp, hbone::H2Stream& stream, std::chrono::milliseconds idle,
+                      Scratch& scratch, ByteCounts& bytes, RelayDone done);
 
 }  // namespace ferry::session
