@@ -73,7 +73,8 @@ bench: build
 	@tests/bench/run_bench.py --build build/$(PRESET) $(BENCH_ARGS)
 
 # The same suite in under 2 minutes into build/$(PRESET)/bench-quick/; fails only when a
-# configuration carries no traffic (CI runs it so that the suite cannot rot).
+# configuration carries no traffic or ferry loses an idle connection (CI runs it so that the
+# suite cannot rot).
 bench-quick: build
 	@tests/bench/run_bench.py --quick --build build/$(PRESET) $(BENCH_ARGS)
 
