@@ -6,7 +6,7 @@ JOBS ?= $(shell nproc)
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := true
 
-.PHONY: all bootstrap configure build test test-asan test-tsan fuzz demo kernel-lab k8s-lab bench bench-quick soak clean ci
+.PHONY: all bootstrap configure build test test-asan test-tsan fuzz demo kernel-lab k8s-lab bench bench-quick bench-bounds soak clean ci
 
 all: build
 
@@ -77,6 +77,12 @@ bench: build
 # suite cannot rot).
 bench-quick: build
 	@tests/bench/run_bench.py --quick --build build/$(PRESET) $(BENCH_ARGS)
+
+# What bounds the latency and CPU-per-GB figures: ferry against a plaintext relay pair and
+# direct routing, every process on one CPU and spread over all (root; about 6 minutes;
+# tests/bench/bounds_bench.py): docs/benchmarks/bounds.md. Run it on a quiet machine.
+bench-bounds: build
+	@tests/bench/bounds_bench.py --build build/$(PRESET) $(BENCH_ARGS)
 
 # 10,000 connections (idle, request/response, bulk) through two lab nodes for 10 minutes;
 # zero errors, byte-exact, ferryd's descriptors and RSS back to baseline (root;

@@ -932,6 +932,19 @@ def write_scaling(results, w):
     w("")
 
 
+def write_failures(w, errs, label):
+    """A report's "Failures in this run" section: every error of every configuration
+    ({name: [message]}), nothing when there are none."""
+    if not errs:
+        return
+    w("## Failures in this run")
+    w("")
+    for n, es in errs.items():
+        for e in es:
+            w(f"- {label(n)}: {e}")
+    w("")
+
+
 def write_readme(results, cpu, targets, meta, charts, out):
     L = []
     w = L.append
@@ -942,7 +955,8 @@ def write_readme(results, cpu, targets, meta, charts, out):
       "handshake cost on its own: [handshakes.md](handshakes.md) (when present). The registry at "
       "cluster scale (a workloads file, a real API server with 150,000 pods): [registry.md](registry.md). "
       "What ferry-cni adds to a pod's ADD: [cni.md](cni.md). Authorization per connection and per "
-      "policy change, up to 10,000 AuthorizationPolicies: [policy.md](policy.md).")
+      "policy change, up to 10,000 AuthorizationPolicies: [policy.md](policy.md). What a proxied "
+      "round trip and gigabyte cost whatever the proxy does (`make bench-bounds`): [bounds.md](bounds.md).")
     w("")
     w("## Machine")
     w("")
@@ -1134,13 +1148,7 @@ def write_readme(results, cpu, targets, meta, charts, out):
     errs = {n: r["errors"] for n, r in results.items() if r.get("errors")}
     if cpu["errors"]:
         errs["CPU-only measurements"] = cpu["errors"]
-    if errs:
-        w("## Failures in this run")
-        w("")
-        for n, es in errs.items():
-            for e in es:
-                w(f"- {LABELS.get(n, n)}: {e}")
-        w("")
+    write_failures(w, errs, lambda n: LABELS.get(n, n))
     w("## Running it")
     w("")
     w("```sh")
