@@ -13,10 +13,11 @@ addresses), each with every process pinned to one CPU and spread freely over all
   haproxy  the HAProxy TLS 1.3 mTLS pair of `make bench`
   ferry    ferryd on both nodes, capturing the pod's own connection
 
-"One CPU" pins this script to CPU 0 before it starts the lab, so the servers, proxies and
-clients all inherit it: nothing waits for another CPU to wake up, and a round trip takes
-exactly the CPU time of everything it passes through. "Free" lets the scheduler place them
-on all CPUs, as `make bench` does.
+"One CPU" pins this script to one CPU (the first it may run on: CPU 0) before it starts the
+lab, so the servers, proxies and clients all inherit it: nothing waits for another CPU to
+wake up, and a round trip takes exactly the CPU time of everything it passes through.
+"Free" lets the scheduler place them on all the CPUs the script may use, as `make bench`
+does.
 
 Per configuration, placement and round: 100-byte request/response over one connection
 (rate, p50, p99, and the proxies' CPU time per round trip sampled in the middle of the run)
@@ -49,52 +50,19 @@ RR_SECONDS = 3.5
 IPERF_SECONDS = 4
 
 
-def relay_conf(side):
-    """HAProxy in plain TCP mode, the same shape and thread count as run_bench.haproxy_conf."""
-    bind, to = ((rb.PROXY1_IP, rb.PROXY2_IP) if side == "client" else (rb.PROXY2_IP, rb.SERVER_IP))
-    lines = ["global", "  nbthread 2", "defaults", "  mode tcp", "  timeout connect 5s",
-             "  timeout client 1h", "  timeout server 1h"]
-    for port in (rb.IPERF_PORT, rb.ECHO_PORT):
-        lines += [f"frontend fy-{port}", f"  bind {bind}:{port}", f"  default_backend fy-{port}",
-                  f"backend fy-{port}", f"  server s {to}:{port}"]
-    return "\n".join(lines) + "\n"
-
-
-def start_relay():
-    procs = []
-    for side, netns in (("server", rb.PROXY2), ("client", rb.PROXY1)):
-        conf = os.path.join(rb.TMP, f"relay-{side}.conf")
-        with open(conf, "w") as f:
-            f.write(relay_conf(side))
-        procs.append(rb.PROCS.start(rb.ns(netns, "haproxy", "-db", "-f", conf),
-                                    os.path.join(rb.TMP, f"relay-{side}.log")))
-    for port in (rb.IPERF_PORT, rb.ECHO_PORT):
-        rb.wait_listen(rb.PROXY2, port)
-        rb.wait_listen(rb.PROXY1, port)
-    for p in procs:
-        if p.poll() is not None:
-            raise RuntimeError("the relay's haproxy exited: see its log")
-    return procs
-
-
 def measure(args, target, pids):
     """One round of one configuration: rr (with the proxies' CPU per round trip) and one
     iperf3 stream (with their CPU per GB)."""
     out = {}
-    argv = rb.ns(rb.CLIENT, args.tool, "rr", "--connect", f"{target}:{rb.ECHO_PORT}", "--size",
-                 str(rb.MSG), "--seconds", str(RR_SECONDS), "--warmup", "0.5")
+    argv = rb.tool_argv(args, "rr", target, rb.ECHO_PORT, "--size", str(rb.MSG), "--seconds",
+                        str(RR_SECONDS), "--warmup", "0.5")
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(1.0)  # past the warm-up: sample the steady state only
     k0, w0 = rb.proc_cpu_ticks(pids), time.time()
     time.sleep(2.0)
     k1, w1 = rb.proc_cpu_ticks(pids), time.time()
     so, se = p.communicate(timeout=60)
-    try:
-        j = json.loads(so)
-    except json.JSONDecodeError:
-        raise RuntimeError(f"ferry-bench-tool rr to {target}: {se.strip() or so}")
-    if p.returncode != 0:
-        raise RuntimeError(f"ferry-bench-tool rr to {target} carried no traffic: {j}")
+    j = rb.tool_result("rr", target, rb.ECHO_PORT, p.returncode, so, se)
     out.update(rr_rate=j["rate"], rr_p50_us=j["p50_us"], rr_p99_us=j["p99_us"])
     if pids:
         out["proxy_us_per_rt"] = (k1 - k0) / rb.CLK_TCK / (j["rate"] * (w1 - w0)) * 1e6
@@ -108,8 +76,8 @@ def measure(args, target, pids):
 
 
 def run_placement(args, placement, pki, results):
-    cpus = {0} if placement == "one" else set(range(os.cpu_count()))
-    os.sched_setaffinity(0, cpus)  # everything started from here on inherits it
+    free = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(free)} if placement == "one" else free)  # what starts now inherits it
     try:
         want = args.only
         if any(c in want for c in ("direct", "relay", "haproxy")):
@@ -121,10 +89,8 @@ def run_placement(args, placement, pki, results):
                     continue
                 procs = []
                 try:
-                    if name == "relay":
-                        procs = start_relay()
-                    elif name == "haproxy":
-                        procs = rb.start_pair("haproxy", pki, args)
+                    if name != "direct":
+                        procs = rb.start_pair(name, pki, args)
                     record(args, name, placement, rb.SERVER_IP if name == "direct" else rb.PROXY1_IP,
                            [p.pid for p in procs], results)
                 finally:
@@ -138,7 +104,7 @@ def run_placement(args, placement, pki, results):
             record(args, "ferry", placement, rb.SERVER_IP, rb.ferryd_pids(), results)
             rb.PROCS.stop_all()
     finally:
-        os.sched_setaffinity(0, set(range(os.cpu_count())))
+        os.sched_setaffinity(0, free)
 
 
 def record(args, name, placement, target, pids, results):
@@ -153,21 +119,10 @@ def record(args, name, placement, target, pids, results):
         rb.log(f"  {name}, {PLACEMENTS[placement]}: FAILED: {e}")
 
 
-def med(results, key, metric):
-    v = results.get(key, {}).get("runs", {}).get(metric)
-    return statistics.median(v) if v else None
-
-
-def cell(results, key, metric, fmt):
-    v = results.get(key, {}).get("runs", {}).get(metric)
-    if not v:
-        return "–"
-    m = fmt.format(statistics.median(v))
-    return m if len(v) == 1 else f"{m} ({fmt.format(min(v))}–{fmt.format(max(v))})"
-
-
 def write_report(args, results, floors, seconds):
     floor = statistics.median(floors) if floors else None
+    for r in results.values():
+        r["summary"] = rb.summarize(r["runs"])
     lines = []
     w = lines.append
     w("# What bounds the latency and CPU-per-GB figures (issue 18)")
@@ -189,19 +144,19 @@ def write_report(args, results, floors, seconds):
         w("| configuration | rr/s | p50 µs | added p50 µs | p99 µs | proxies' CPU µs per round trip "
           "| 1 stream Gbit/s | proxies' CPU s/GB | × AES-GCM floor |")
         w("|---|---|---|---|---|---|---|---|---|")
-        base = med(results, f"direct/{pl}", "rr_p50_us")
+        base = rb.med(results, f"direct/{pl}", "rr_p50_us")
         for name in CONFIGS:
             key = f"{name}/{pl}"
             if key not in results:
                 continue
-            p50 = med(results, key, "rr_p50_us")
+            p50 = rb.med(results, key, "rr_p50_us")
             added = f"{p50 - base:.0f}" if (p50 is not None and base is not None and name != "direct") else "–"
-            gb = med(results, key, "cpu_s_per_gb")
+            gb = rb.med(results, key, "cpu_s_per_gb")
             xf = f"{gb / floor:.1f}×" if (gb and floor) else "–"
-            w(f"| {LABELS[name]} | {cell(results, key, 'rr_rate', '{:.0f}')} | "
-              f"{cell(results, key, 'rr_p50_us', '{:.0f}')} | {added} | {cell(results, key, 'rr_p99_us', '{:.0f}')} | "
-              f"{cell(results, key, 'proxy_us_per_rt', '{:.0f}')} | {cell(results, key, 'tput1_gbps', '{:.2f}')} | "
-              f"{cell(results, key, 'cpu_s_per_gb', '{:.2f}')} | {xf} |")
+            w(f"| {LABELS[name]} | {rb.spread(results, key, 'rr_rate', '{:.0f}')} | "
+              f"{rb.spread(results, key, 'rr_p50_us', '{:.0f}')} | {added} | {rb.spread(results, key, 'rr_p99_us', '{:.0f}')} | "
+              f"{rb.spread(results, key, 'proxy_us_per_rt', '{:.0f}')} | {rb.spread(results, key, 'tput1_gbps', '{:.2f}')} | "
+              f"{rb.spread(results, key, 'cpu_s_per_gb', '{:.2f}')} | {xf} |")
         w("")
     w(f"AES-128-GCM floor (seal + open of the payload on one core, `openssl speed`, once per round): "
       f"{floor:.3f} s/GB" if floor else "AES-128-GCM floor: not measured")

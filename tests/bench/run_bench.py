@@ -248,16 +248,24 @@ def iperf(target, port, streams, seconds):
     return s["bits_per_second"] / 1e9, s["bytes"]
 
 
-def tool(args, mode, target, port, *extra, timeout=120):
-    r = run(ns(CLIENT, args.tool, mode, "--connect", f"{target}:{port}", *extra), check=False,
-            timeout=timeout)
+def tool_argv(args, mode, target, port, *extra):
+    return ns(CLIENT, args.tool, mode, "--connect", f"{target}:{port}", *extra)
+
+
+def tool_result(mode, target, port, returncode, stdout, stderr):
+    """ferry-bench-tool's JSON, or why there is none."""
     try:
-        j = json.loads(r.stdout)
+        j = json.loads(stdout)
     except json.JSONDecodeError:
-        raise RuntimeError(f"ferry-bench-tool {mode}: {r.stderr.strip() or r.stdout}")
-    if r.returncode != 0:
+        raise RuntimeError(f"ferry-bench-tool {mode}: {stderr.strip() or stdout}")
+    if returncode != 0:
         raise RuntimeError(f"ferry-bench-tool {mode} to {target}:{port} carried no traffic: {j}")
     return j
+
+
+def tool(args, mode, target, port, *extra, timeout=120):
+    r = run(tool_argv(args, mode, target, port, *extra), check=False, timeout=timeout)
+    return tool_result(mode, target, port, r.returncode, r.stdout, r.stderr)
 
 
 def idle_rss(args, target, pids, count):
@@ -468,31 +476,36 @@ def stunnel_conf(pki, side):
 
 
 def haproxy_conf(pki, side, maxconn):
+    """One side of the HAProxy pair: TLS 1.3 mTLS between the sides; with `pki` None the same
+    pair without TLS (a plaintext relay, bounds_bench.py)."""
     client = side == "client"
-    lines = ["global", f"  maxconn {maxconn}", "  nbthread 2",
-             f"  ssl-default-bind-ciphersuites {CIPHERSUITES}",
-             f"  ssl-default-server-ciphersuites {CIPHERSUITES}",
-             "defaults", "  mode tcp", "  timeout connect 5s", "  timeout client 1h", "  timeout server 1h"]
+    lines = ["global", f"  maxconn {maxconn}", "  nbthread 2"]
+    if pki:
+        lines += [f"  ssl-default-bind-ciphersuites {CIPHERSUITES}",
+                  f"  ssl-default-server-ciphersuites {CIPHERSUITES}"]
+    lines += ["defaults", "  mode tcp", "  timeout connect 5s", "  timeout client 1h", "  timeout server 1h"]
     for port in (IPERF_PORT, ECHO_PORT):
         if client:
+            tls = (f" ssl crt {pki}/client-full.pem ca-file {pki}/ca.pem "
+                   "verify required verifyhost fy-bench-server ssl-min-ver TLSv1.3") if pki else ""
             lines += [f"frontend fy-{port}", f"  bind {PROXY1_IP}:{port}", f"  default_backend fy-{port}",
-                      f"backend fy-{port}",
-                      f"  server s {PROXY2_IP}:{port} ssl crt {pki}/client-full.pem ca-file {pki}/ca.pem "
-                      "verify required verifyhost fy-bench-server ssl-min-ver TLSv1.3"]
+                      f"backend fy-{port}", f"  server s {PROXY2_IP}:{port}{tls}"]
         else:
-            lines += [f"frontend fy-{port}",
-                      f"  bind {PROXY2_IP}:{port} ssl crt {pki}/server-full.pem ca-file {pki}/ca.pem "
-                      "verify required ssl-min-ver TLSv1.3",
+            tls = (f" ssl crt {pki}/server-full.pem ca-file {pki}/ca.pem "
+                   "verify required ssl-min-ver TLSv1.3") if pki else ""
+            lines += [f"frontend fy-{port}", f"  bind {PROXY2_IP}:{port}{tls}",
                       f"  default_backend fy-{port}", f"backend fy-{port}", f"  server s {SERVER_IP}:{port}"]
     return "\n".join(lines) + "\n"
 
 
 def start_pair(kind, pki, args):
+    """The peers' pair: "stunnel", "haproxy", or "relay" (HAProxy without TLS; `pki` unused)."""
     procs = []
     for side, netns in (("server", PROXY2), ("client", PROXY1)):
         conf = os.path.join(TMP, f"{kind}-{side}.conf")
         with open(conf, "w") as f:
-            f.write(stunnel_conf(pki, side) if kind == "stunnel" else haproxy_conf(pki, side, args.idle + 400))
+            f.write(stunnel_conf(pki, side) if kind == "stunnel" else
+                    haproxy_conf(pki if kind == "haproxy" else None, side, args.idle + 400))
         argv = ["stunnel4", conf] if kind == "stunnel" else ["haproxy", "-db", "-f", conf]
         procs.append(PROCS.start(ns(netns, *argv), os.path.join(TMP, f"{kind}-{side}.log")))
     for port in (IPERF_PORT, ECHO_PORT):
