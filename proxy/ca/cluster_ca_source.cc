@@ -138,6 +138,18 @@ absl::StatusOr<std::shared_ptr<const TrustBundle>> parseBundle(std::string_view 
   return std::make_shared<const TrustBundle>(TrustBundle{std::move(trust_domain), *std::move(roots)});
 }
 
+std::optional<ServiceName> serviceOfHost(std::string_view host) {
+  // name.namespace.svc[.cluster-domain]: DNS labels, so neither part is empty or has a dot.
+  size_t first = host.find('.');
+  if (first == std::string_view::npos) return std::nullopt;
+  size_t second = host.find('.', first + 1);
+  if (second == std::string_view::npos) return std::nullopt;
+  std::string_view name = host.substr(0, first), ns = host.substr(first + 1, second - first - 1);
+  std::string_view rest = host.substr(second + 1);
+  if (name.empty() || ns.empty() || !(rest == "svc" || rest.starts_with("svc."))) return std::nullopt;
+  return ServiceName{std::string(ns), std::string(name)};
+}
+
 absl::StatusOr<std::unique_ptr<ClusterCaSource>> ClusterCaSource::create(asio::io_context& io, ClusterCaOptions options,
                                                                          const identity::Clock& clock) {
   auto server = k8s::internal::parseServerUrl(absl::StrCat("https://", options.address));
@@ -485,7 +497,19 @@ asio::awaitable<absl::StatusOr<ClusterCaSource::Exchange>> ClusterCaSource::exch
   std::shared_ptr<asio::ssl::context> tls = tls_;  // this exchange keeps its context
   if (!tls) co_return absl::UnavailableError("no trust bundle to verify ferry-ca with");
   auto timeout = options_.request_timeout;
-  k8s::internal::HttpStream stream(io_, *tls, server_);
+  // A Service name is dialled at the ClusterIP the API server gives it, when ferryd knows
+  // it (ServiceName, cluster_ca_source.h); the certificate must still carry the name.
+  k8s::internal::ServerAddress target = server_;
+  if (options_.service_ip && !server_.host_is_ip) {
+    if (auto service = serviceOfHost(server_.host)) {
+      if (std::string ip = options_.service_ip(service->namespace_name, service->name); !ip.empty()) {
+        if (target.verify_name.empty()) target.verify_name = server_.host;
+        target.host = std::move(ip);
+        target.host_is_ip = true;
+      }
+    }
+  }
+  k8s::internal::HttpStream stream(io_, *tls, target);
   k8s::internal::HttpStream::Request request;
   request.method = method;
   request.target = std::string(kSignPath);

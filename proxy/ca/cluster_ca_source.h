@@ -18,12 +18,14 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <boost/asio/awaitable.hpp>
@@ -53,7 +55,21 @@ struct ClusterCaOptions {
   std::string trust_domain;
   std::chrono::milliseconds request_timeout{10'000};
   std::chrono::seconds validity{0};  // lifetime asked for; 0: ferry-ca's default
+  // A Service's ClusterIP by namespace and name as ferryd's view of the API server has it, ""
+  // when it does not know (ServiceAddress below). Unset: the address is resolved by DNS.
+  std::function<std::string(std::string_view namespace_name, std::string_view name)> service_ip = nullptr;
 };
+
+// `<name>.<namespace>.svc` with or without the cluster domain after it (ferry-ca.ferry-system.svc,
+// ferry-ca.ferry-system.svc.cluster.local): the Service's namespace and name; nullopt for any
+// other host. ferryd dials such a Service by the ClusterIP the API server gives it and still
+// requires the name in ferry-ca's certificate, so issuing identities needs no cluster DNS
+// (which may itself be a pod waiting for its node's ferryd).
+struct ServiceName {
+  std::string namespace_name;
+  std::string name;
+};
+std::optional<ServiceName> serviceOfHost(std::string_view host);
 
 // The first retry waits kRetryInitial; each further failure doubles it up to kRetryMax (the
 // same schedule as the built-in CA's issuance, identity/ca_cert_source.h).

@@ -348,9 +348,16 @@ absl::Status Server::makeCertSource() {
     // ferry-ca not answering is not a start-up error either: ferryd starts not ready and
     // asks again with back-off (docs/ferry-ca.md).
     const auto& c = config_.identity.cluster_ca;
-    auto source = ca::ClusterCaSource::create(
-        control_, ca::ClusterCaOptions{c.address, c.server_name, c.token_file, config_.cert_dir + "/bundle.pem",
-                                       config_.trust_domain, c.request_timeout});
+    ca::ClusterCaOptions options{c.address, c.server_name, c.token_file, config_.cert_dir + "/bundle.pem",
+                                 config_.trust_domain, c.request_timeout};
+    // ferry-ca's Service found through the API server ferryd already follows: no cluster DNS
+    // needed to issue identities (ServiceName, proxy/ca/cluster_ca_source.h).
+    if (k8s_source_ != nullptr) {
+      options.service_ip = [k8s = k8s_source_](std::string_view ns, std::string_view name) {
+        return k8s->clusterIpOf(ns, name);
+      };
+    }
+    auto source = ca::ClusterCaSource::create(control_, std::move(options));
     if (!source.ok()) return source.status();
     cluster_ca_ = source->get();
     certs_ = *std::move(source);

@@ -420,6 +420,14 @@ void KubernetesSource::apply(k8s::EventType type, k8s::Service service) {
   flushServices();
 }
 
+std::string KubernetesSource::clusterIpOf(std::string_view namespace_name, std::string_view name) const {
+  std::string key(namespace_name);
+  key.append("/").append(name);
+  auto it = services_.find(key);
+  if (it == services_.end() || it->second.cluster_ips.empty()) return "";
+  return it->second.cluster_ips.front();
+}
+
 void KubernetesSource::replace(std::vector<k8s::EndpointSlice> slices) {
   for (const auto& [service, _] : slices_of_) dirty_services_.insert(service);
   slices_.clear();

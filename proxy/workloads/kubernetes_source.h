@@ -20,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -94,6 +95,9 @@ class KubernetesSource : public Source,
   void apply(k8s::EventType type, k8s::Service service) override;
   void replace(std::vector<k8s::EndpointSlice> slices) override;
   void apply(k8s::EventType type, k8s::EndpointSlice slice) override;
+  // The first ClusterIP of Service `namespace_name`/`name` as the API server last said, ""
+  // when it is unknown or headless (ferry-ca's address without cluster DNS). Control thread.
+  std::string clusterIpOf(std::string_view namespace_name, std::string_view name) const;
   // ferryd's own DaemonSet: seen deleted (or being deleted) means the mesh is being
   // uninstalled from this node; seen again (a new DaemonSet of the name adopted the pod)
   // means it is not.

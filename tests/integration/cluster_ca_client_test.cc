@@ -50,6 +50,9 @@ using std::chrono::system_clock;
 
 constexpr char kTd[] = "example.org";
 constexpr char kServerName[] = "ferry-ca.test";
+// A Service's name (ServiceName, proxy/ca/cluster_ca_source.h): the stand-in's certificate
+// carries it too, and nothing resolves it by DNS.
+constexpr char kServiceName[] = "ferry-ca.fy-ns.svc";
 constexpr char kToken[] = "token-of-ferryd";
 
 SpiffeId webId() { return SpiffeId::forWorkload(kTd, "default", "web"); }
@@ -103,7 +106,7 @@ class StandInFerryCa {
     // The serving certificate the real ferry-ca makes for itself (ca_cert_source.h).
     identity::EvpPkeyPtr serving_key(EVP_EC_gen("P-256"));
     ASSERT_NE(serving_key, nullptr);
-    auto serving = signer.issueServing({kServerName}, serving_key.get(), hours(24));
+    auto serving = signer.issueServing({kServerName, kServiceName}, serving_key.get(), hours(24));
     ASSERT_TRUE(serving.ok()) << serving.status();
     auto tls = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_server);
     SSL_CTX_use_certificate(tls->native_handle(), serving->get());
@@ -434,6 +437,43 @@ TEST_F(ClusterCaClientTest, ServerNameMismatchIsANetworkFailure) {
   EXPECT_FALSE((*other)->status().ok()) << "a TLS failure is no answer";
   EXPECT_EQ(stand_in_->signRequests(), 0);
   (*other)->stop();
+}
+
+TEST_F(ClusterCaClientTest, ServiceNameIsDialledAtTheClusterIpFromTheApiAndVerifiedByName) {
+  stand_in_->setMode(StandInFerryCa::Mode::kSign);
+  std::vector<std::string> asked;
+  ClusterCaOptions options{absl::StrCat(kServiceName, ":", stand_in_->port()), "", path("token"), path("bundle.pem"),
+                           kTd, std::chrono::seconds(5)};
+  options.service_ip = [&asked](std::string_view ns, std::string_view name) {
+    asked.push_back(std::string(ns) + "/" + std::string(name));
+    return std::string("127.0.0.1");  // the Service's ClusterIP, as the API server would say
+  };
+  auto via_api = ClusterCaSource::create(io_, std::move(options), clock_);
+  ASSERT_TRUE(via_api.ok()) << via_api.status();
+  ASSERT_TRUE((*via_api)->poll());
+  (*via_api)->retain({webId()});
+  ASSERT_TRUE(runUntil([&] { return (*via_api)->svid(webId()).ok(); })) << (*via_api)->status();
+  EXPECT_GE(stand_in_->signRequests(), 1);
+  ASSERT_FALSE(asked.empty());
+  EXPECT_EQ(asked.front(), "fy-ns/ferry-ca");
+  (*via_api)->stop();
+}
+
+TEST_F(ClusterCaClientTest, ServiceNameAtAnIpWhoseCertificateLacksTheNameIsRefused) {
+  stand_in_->setMode(StandInFerryCa::Mode::kSign);
+  // The ClusterIP leads to a server whose certificate does not carry this Service's name:
+  // the name, not the address, is what is verified.
+  ClusterCaOptions options{absl::StrCat("other-ca.fy-ns.svc:", stand_in_->port()), "", path("token"),
+                           path("bundle.pem"), kTd, std::chrono::seconds(5)};
+  options.service_ip = [](std::string_view, std::string_view) { return std::string("127.0.0.1"); };
+  auto via_api = ClusterCaSource::create(io_, std::move(options), clock_);
+  ASSERT_TRUE(via_api.ok()) << via_api.status();
+  (*via_api)->poll();
+  (*via_api)->retain({webId()});
+  ASSERT_TRUE(runUntil([&] { return (*via_api)->failureCount() >= 1; }));
+  EXPECT_FALSE((*via_api)->svid(webId()).ok());
+  EXPECT_EQ(stand_in_->signRequests(), 0);
+  (*via_api)->stop();
 }
 
 }  // namespace

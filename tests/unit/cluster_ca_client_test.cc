@@ -188,5 +188,23 @@ TEST(ClusterCaSource, RefusesAnAddressWithoutPort) {
   EXPECT_THAT(std::string(source.status().message()), HasSubstr("identity.cluster_ca.address"));
 }
 
+TEST(ClusterCaServiceName, NameNamespaceSvcWithOrWithoutTheClusterDomainIsAService) {
+  auto short_name = serviceOfHost("ferry-ca.ferry-system.svc");
+  ASSERT_TRUE(short_name.has_value());
+  EXPECT_EQ(short_name->namespace_name, "ferry-system");
+  EXPECT_EQ(short_name->name, "ferry-ca");
+  auto full = serviceOfHost("ferry-ca.ferry-system.svc.cluster.local");
+  ASSERT_TRUE(full.has_value());
+  EXPECT_EQ(full->namespace_name, "ferry-system");
+  EXPECT_EQ(full->name, "ferry-ca");
+}
+
+TEST(ClusterCaServiceName, OtherHostsAreLeftToDns) {
+  for (const char* host : {"ferry-ca", "ferry-ca.ferry-system", "ca.example.com", "10.96.0.12", "a.b.svcx",
+                           ".ferry-system.svc", "ferry-ca..svc", "svc"}) {
+    EXPECT_FALSE(serviceOfHost(host).has_value()) << host;
+  }
+}
+
 }  // namespace
 }  // namespace ferry::ca
