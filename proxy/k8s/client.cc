@@ -158,6 +158,7 @@ struct ApiClient::Impl {
   TokenSource token;
   std::vector<std::shared_ptr<class InformerCore>> informers;
   ResourceMetrics token_reviews;  // reviewToken(): errors by reason, token_reloads
+  ResourceMetrics calls;          // call(): answers (events) and failures by reason
   explicit Impl(asio::io_context& i) : io(i) {}
 };
 
@@ -816,57 +817,103 @@ ErrorReason reasonOfStatus(int status) {
 
 }  // namespace
 
-asio::awaitable<absl::StatusOr<TokenReviewStatus>> ApiClient::reviewToken(std::string token,
-                                                                          std::vector<std::string> audiences) {
-  // The Impl outlives this coroutine even if the client is destroyed while it is suspended.
-  std::shared_ptr<Impl> keep = impl_;
-  Impl& c = *keep;
-  ResourceMetrics& m = c.token_reviews;
-  auto failed = [&m](ErrorReason reason, std::string message) {
+namespace {
+
+struct RoundTrip {
+  int status = 0;
+  std::string body;
+};
+
+// One request with the client's credentials and its whole answer, whatever its status. Our
+// own token rotated under us (401) is read again and the request sent once more, as the
+// informers do. No answer (connect, timeout, a cut or oversized body) is counted in `m` by
+// reason and returned as an error that starts with `what`.
+asio::awaitable<absl::StatusOr<RoundTrip>> roundTrip(std::shared_ptr<ApiClient::Impl> keep, ResourceMetrics& m,
+                                                    std::string what, std::string method, std::string target,
+                                                    std::string body) {
+  ApiClient::Impl& c = *keep;
+  auto failed = [&m, &what](ErrorReason reason, std::string message) {
     m.errors[static_cast<int>(reason)].fetch_add(1, std::memory_order_relaxed);
-    return absl::UnavailableError(absl::StrCat("TokenReview: ", message));
+    return absl::UnavailableError(absl::StrCat(what, ": ", message));
   };
-  constexpr const char* kTarget = "/apis/authentication.k8s.io/v1/tokenreviews";
-  const std::string body = tokenReviewBody(token, audiences);
   for (int attempt = 0;; ++attempt) {
     HttpStream stream(c.io, c.tls, c.server);
     bool rotated = false;
     std::string bearer = c.token.current(rotated);
     if (rotated) m.token_reloads.fetch_add(1, std::memory_order_relaxed);
     HttpStream::Request request;  // named, as in InformerCore::request
-    request.method = "POST";
-    request.target = kTarget;
+    request.method = method;
+    request.target = target;
     request.bearer = std::move(bearer);
     request.user_agent = c.options.user_agent;
     request.body = body;
     error_code ec = co_await stream.open(request, c.options.request_timeout);
     if (ec) co_return failed(internal::isTimeout(ec) ? ErrorReason::kTimeout : ErrorReason::kConnect, ec.message());
-    int status = stream.status();
-    std::string answer;
-    ec = co_await stream.readAll(answer, status / 100 == 2 ? c.options.max_event_bytes : kMaxErrorBody,
+    RoundTrip answer;
+    answer.status = stream.status();
+    ec = co_await stream.readAll(answer.body, answer.status / 100 == 2 ? c.options.max_event_bytes : kMaxErrorBody,
                                  c.options.request_timeout);
     if (ec == boost::system::errc::file_too_large) co_return failed(ErrorReason::kTooLarge, "the answer is too large");
     if (ec) co_return failed(internal::isTimeout(ec) ? ErrorReason::kTimeout : ErrorReason::kStreamCut, ec.message());
-    // Our own token rotated under us: read it again and try once more (as the informers do).
-    if (status == 401 && attempt == 0 && c.token.reloadable()) {
+    if (answer.status == 401 && attempt == 0 && c.token.reloadable()) {
       if (c.token.reload()) m.token_reloads.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
-    error_code jec;
-    json::parse_options popts;
-    popts.max_depth = kMaxJsonDepth;
-    json::value parsed = json::parse(answer, jec, {}, popts);
-    if (status / 100 != 2) {
-      internal::ApiStatus api = jec ? internal::ApiStatus{} : internal::decodeStatus(parsed);
-      co_return failed(reasonOfStatus(status),
-                       absl::StrCat("HTTP ", status, api.message.empty() ? "" : ": ", api.message));
-    }
-    if (jec) co_return failed(ErrorReason::kBadJson, absl::StrCat("the answer is not JSON: ", jec.message()));
-    auto review = internal::decodeTokenReview(parsed);
-    if (!review.ok()) co_return failed(ErrorReason::kBadJson, std::string(review.status().message()));
-    m.events.fetch_add(1, std::memory_order_relaxed);
-    co_return review;
+    co_return answer;
   }
+}
+
+json::value parseAnswer(const std::string& body, error_code& ec) {
+  json::parse_options popts;
+  popts.max_depth = kMaxJsonDepth;
+  return json::parse(body, ec, {}, popts);
+}
+
+}  // namespace
+
+asio::awaitable<absl::StatusOr<TokenReviewStatus>> ApiClient::reviewToken(std::string token,
+                                                                          std::vector<std::string> audiences) {
+  // The Impl outlives this coroutine even if the client is destroyed while it is suspended.
+  std::shared_ptr<Impl> keep = impl_;
+  ResourceMetrics& m = keep->token_reviews;
+  auto failed = [&m](ErrorReason reason, std::string message) {
+    m.errors[static_cast<int>(reason)].fetch_add(1, std::memory_order_relaxed);
+    return absl::UnavailableError(absl::StrCat("TokenReview: ", message));
+  };
+  auto answer = co_await roundTrip(keep, m, "TokenReview", "POST", "/apis/authentication.k8s.io/v1/tokenreviews",
+                                   tokenReviewBody(token, audiences));
+  if (!answer.ok()) co_return answer.status();
+  error_code jec;
+  json::value parsed = parseAnswer(answer->body, jec);
+  if (answer->status / 100 != 2) {
+    internal::ApiStatus api = jec ? internal::ApiStatus{} : internal::decodeStatus(parsed);
+    co_return failed(reasonOfStatus(answer->status),
+                     absl::StrCat("HTTP ", answer->status, api.message.empty() ? "" : ": ", api.message));
+  }
+  if (jec) co_return failed(ErrorReason::kBadJson, absl::StrCat("the answer is not JSON: ", jec.message()));
+  auto review = internal::decodeTokenReview(parsed);
+  if (!review.ok()) co_return failed(ErrorReason::kBadJson, std::string(review.status().message()));
+  m.events.fetch_add(1, std::memory_order_relaxed);
+  co_return review;
+}
+
+asio::awaitable<absl::StatusOr<ApiAnswer>> ApiClient::call(std::string method, std::string target, std::string body) {
+  std::shared_ptr<Impl> keep = impl_;
+  ResourceMetrics& m = keep->calls;
+  std::string what = absl::StrCat(method, " ", target);
+  auto answer = co_await roundTrip(keep, m, what, std::move(method), std::move(target), std::move(body));
+  if (!answer.ok()) co_return answer.status();
+  ApiAnswer out;
+  out.status = answer->status;
+  if (out.status / 100 != 2) {
+    error_code jec;
+    json::value parsed = parseAnswer(answer->body, jec);
+    out.message = jec ? std::string("(no Status object)") : internal::decodeStatus(parsed).message;
+  } else {
+    m.events.fetch_add(1, std::memory_order_relaxed);
+  }
+  out.body = std::move(answer->body);
+  co_return out;
 }
 
 const ResourceMetrics& ApiClient::tokenReviewMetrics() const { return impl_->token_reviews; }
@@ -938,6 +985,11 @@ void ApiClient::collect(telemetry::Exposition& out) const {
     out.counter("ferry_k8s_token_reviews_total", "TokenReviews the API server answered (authenticated or not)",
                 static_cast<double>(answered));
   }
+  // Only a client that makes calls (ferry-ca's bundle ConfigMap) states them.
+  const ResourceMetrics& calls = impl_->calls;
+  uint64_t call_failures = 0;
+  for (const auto& e : calls.errors) call_failures += e.load();
+  if (calls.events.load() + call_failures > 0) addErrors("calls", calls);
   auto apply = out.histogram("ferry_k8s_event_apply_seconds",
                              "Watch events, from the read that completed one to its handler's return (registry and "
                              "datapath maps updated)");

@@ -162,6 +162,13 @@ class Informer {
   virtual const ResourceMetrics& metrics() const = 0;
 };
 
+// An answer of ApiClient::call.
+struct ApiAnswer {
+  int status = 0;
+  std::string body;     // the JSON text answered (a Status object for an error)
+  std::string message;  // an error's Status message, "" on 2xx
+};
+
 // One API server connection setup shared by the informers made from it. All of it runs on
 // `io` (ferryd's control thread); none of it is thread-safe except the metrics.
 class ApiClient {
@@ -200,6 +207,12 @@ class ApiClient {
   boost::asio::awaitable<absl::StatusOr<TokenReviewStatus>> reviewToken(std::string token,
                                                                        std::vector<std::string> audiences);
   const ResourceMetrics& tokenReviewMetrics() const;
+
+  // One request with the client's credentials (`body`, when not empty, as JSON) and its
+  // answer whatever the status: 404 or 409 are answers the caller decides on. Bounded by
+  // request_timeout and max_event_bytes. Errors: no answer (connect, timeout, a cut body),
+  // counted as ferry_k8s_errors_total{resource="calls"}. Control thread only.
+  boost::asio::awaitable<absl::StatusOr<ApiAnswer>> call(std::string method, std::string target, std::string body);
 
   void start();
   void stop();

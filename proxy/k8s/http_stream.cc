@@ -118,15 +118,18 @@ asio::awaitable<error_code> HttpStream::open(const Request& request, std::chrono
   }
   auto [herr] = co_await s.stream.async_handshake(asio::ssl::stream_base::client, kTuple);
   if (herr) co_return herr;
-  http::request<http::string_body> req{request.method == "POST" ? http::verb::post : http::verb::get,
-                                       request.target, 11};
+  http::verb verb = http::string_to_verb(request.method);
+  if (verb != http::verb::get && verb != http::verb::post && verb != http::verb::put) {
+    co_return make_error_code(boost::system::errc::invalid_argument);
+  }
+  http::request<http::string_body> req{verb, request.target, 11};
   req.set(http::field::host, s.server.host_is_ip && s.server.host.find(':') != std::string::npos
                                  ? absl::StrCat("[", s.server.host, "]:", s.server.port)
                                  : absl::StrCat(s.server.host, ":", s.server.port));
   req.set(http::field::user_agent, request.user_agent);
   req.set(http::field::accept, "application/json");
   if (!request.bearer.empty()) req.set(http::field::authorization, absl::StrCat("Bearer ", request.bearer));
-  if (req.method() == http::verb::post) {
+  if (req.method() != http::verb::get) {
     req.set(http::field::content_type, request.content_type);
     req.body() = request.body;
     req.prepare_payload();

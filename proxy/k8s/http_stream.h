@@ -39,11 +39,11 @@ class HttpStream {
   ~HttpStream();
 
   struct Request {
-    std::string method = "GET";  // GET or POST
+    std::string method = "GET";  // GET, POST or PUT (anything else fails open())
     std::string target;
     std::string bearer;          // Authorization: Bearer, when not empty
     std::string user_agent;
-    std::string body;            // sent with POST as `content_type`
+    std::string body;            // sent with POST and PUT as `content_type`
     std::string content_type = "application/json";
   };
   // Connects, verifies the server's certificate against the CA and the host (name or IP, or

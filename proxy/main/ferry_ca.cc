@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "proxy/ca/audit.h"
 #include "proxy/ca/authorizer.h"
+#include "proxy/ca/bundle_publisher.h"
 #include "proxy/ca/https_server.h"
 #include "proxy/ca/protocol.h"
 #include "proxy/ca/rate_limit.h"
@@ -55,6 +57,9 @@ constexpr const char* kUsage =
     "  --node-burst N                signings a node may make at once (default 100)\n"
     "  --max-connections N           open signing connections (default 1024)\n"
     "  --max-connections-per-client N  of them from one address (default 64)\n"
+    "  --bundle-configmap NAME       publish the bundle's roots to this ConfigMap of --namespace\n"
+    "                                and keep it current (default: none)\n"
+    "  --bundle-configmap-key KEY    its key (default bundle.pem)\n"
     "  --kubeconfig FILE             the API server (default: in-cluster)\n"
     "  --log-level LEVEL             trace, debug, info, warn, error (default info)\n";
 
@@ -73,6 +78,7 @@ struct Flags {
   double node_rate = 20, node_burst = 100;
   size_t max_connections = 1024, max_connections_per_client = 64;
   std::string kubeconfig;
+  std::string bundle_config_map, bundle_config_map_key = "bundle.pem";
   common::LogLevel log_level = common::LogLevel::kInfo;
 };
 
@@ -118,7 +124,8 @@ std::string parseFlags(int argc, char** argv, Flags& f) {
                              {"--ca-key", &f.ca_key}, {"--bundle", &f.bundle}, {"--agent-namespace", &f.agent_namespace},
                              {"--agent-service-account", &f.agent_service_account}, {"--audience", &f.audience},
                              {"--service-name", &f.service_name}, {"--namespace", &f.namespace_name},
-                             {"--kubeconfig", &f.kubeconfig}}) {
+                             {"--kubeconfig", &f.kubeconfig}, {"--bundle-configmap", &f.bundle_config_map},
+                             {"--bundle-configmap-key", &f.bundle_config_map_key}}) {
     flags[name] = text(*field);
   }
   flags["--listen"] = address(f.listen);
@@ -167,6 +174,7 @@ std::string parseFlags(int argc, char** argv, Flags& f) {
   if (f.agent_namespace.empty()) return "--agent-namespace is required (POD_NAMESPACE is not set)";
   if (f.namespace_name.empty()) f.namespace_name = f.agent_namespace;
   if (f.default_validity > f.max_validity) return "--default-validity is longer than --max-validity";
+  if (!f.bundle_config_map.empty() && f.bundle_config_map_key.empty()) return "--bundle-configmap-key is empty";
   return {};
 }
 
@@ -186,12 +194,13 @@ absl::StatusOr<k8s::ClusterAccess> clusterAccess(const std::string& kubeconfig) 
                             file->client_key_pem, file->token,           file->token_file};
 }
 
-void pollCa(asio::steady_timer& timer, identity::WatchedCaSource& ca) {
+void pollCa(asio::steady_timer& timer, identity::WatchedCaSource& ca, ca::BundlePublisher* bundle) {
   timer.expires_after(kCaPollInterval);
-  timer.async_wait([&timer, &ca](const boost::system::error_code& ec) {
+  timer.async_wait([&timer, &ca, bundle](const boost::system::error_code& ec) {
     if (ec) return;
     ca.poll();
-    pollCa(timer, ca);
+    if (bundle != nullptr) bundle->poll();
+    pollCa(timer, ca, bundle);
   });
 }
 
@@ -255,6 +264,15 @@ int main(int argc, char** argv) {
                 static_cast<double>(serving.issued()));
   }));
   registrations.push_back(registry.add([&client](telemetry::Exposition& out) { (*client)->collect(out); }));
+  // The trust bundle ConfigMap ferryd mounts, kept by ferry-ca (docs/ferry-ca.md).
+  std::unique_ptr<ca::BundlePublisher> bundle;
+  if (!f.bundle_config_map.empty()) {
+    bundle = std::make_unique<ca::BundlePublisher>(
+        io, **client,
+        ca::BundlePublisherOptions{f.namespace_name, f.bundle_config_map, f.bundle_config_map_key, f.bundle,
+                                   f.trust_domain});
+    registrations.push_back(registry.add([&bundle](telemetry::Exposition& out) { bundle->collect(out); }));
+  }
   server::HttpServer monitoring(io, "monitoring");
   monitoring.route("/metrics", [&registry] {
     return server::HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", registry.render()};
@@ -275,7 +293,8 @@ int main(int argc, char** argv) {
   }
   (*client)->start();
   asio::steady_timer poll_timer(io);
-  pollCa(poll_timer, ca);
+  if (bundle) bundle->poll();
+  pollCa(poll_timer, ca, bundle.get());
 
   asio::signal_set signals(io, SIGTERM, SIGINT);
   signals.async_wait([&](const boost::system::error_code& ec, int signal) {
