@@ -37,6 +37,9 @@ telemetry_pkgs=(prometheus)
 # The offline chart tier (tests/k8s/chart_offline.sh): yamllint and PyYAML (chart_checks.py)
 # here, Helm, kubernetes-models and tsc from npm below.
 chart_pkgs=(yamllint python3-yaml)
+# The release (make image, make dist; docs/install.md "The release"): buildah builds the image
+# from image/Containerfile without a daemon; skopeo is what docs/install.md pushes it with.
+release_pkgs=(buildah skopeo)
 # Benchmarks (make bench): the peers ferry is measured against, and the charts.
 bench_pkgs=(stunnel4 haproxy gnuplot-nox)
 
@@ -50,12 +53,15 @@ kernel_lab_pkgs=(linux-source-6.12 qemu-system-x86 dwarves bc flex bison libelf-
 # (the vendored reflect2 1.0.1 faults under Go >= 1.18), the runtime (the CNI plugins are in
 # test_pkgs), busybox for test pods, dpkg-dev for `apt-get source`, iptables and conntrack for
 # kube-proxy, rsync for the Kubernetes build's own scripts (hack/lib/golang.sh copies each
-# binary it builds with it: without it the cold build stops at its first generator).
+# binary it builds with it: without it the cold build stops at its first generator), and
+# Distribution's registry (docker-registry), which tests/k8s/install_e2e.sh pushes the
+# release's image to, as docs/install.md does, and the node's containerd pulls it from.
 k8s_lab_pkgs=(etcd-server etcd-client golang-go containerd runc
   busybox-static golang-github-modern-go-reflect2-dev golang-github-json-iterator-go-dev
-  dpkg-dev iptables conntrack openssl rsync)
+  dpkg-dev iptables conntrack openssl rsync docker-registry)
 
-want=("${build_pkgs[@]}" "${bpf_pkgs[@]}" "${fuzz_pkgs[@]}" "${test_pkgs[@]}" "${chart_pkgs[@]}" "${bench_pkgs[@]}" "${telemetry_pkgs[@]}")
+want=("${build_pkgs[@]}" "${bpf_pkgs[@]}" "${fuzz_pkgs[@]}" "${test_pkgs[@]}" "${chart_pkgs[@]}" "${bench_pkgs[@]}" "${telemetry_pkgs[@]}"
+  "${release_pkgs[@]}")
 case "${1:-}" in
   "") ;;
   kernel-lab) want+=("${kernel_lab_pkgs[@]}") ;;
