@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What the chart promises about a node's security, checked on `helm template` output.
 
-  chart_checks.py check RENDERED.yaml CHART_DIR [VALUES.yaml] --json OUT.json
+  chart_checks.py check RENDERED.yaml CHART_DIR [VALUES.yaml...] --json OUT.json
       asserts the promises below, then writes the rendered objects as a JSON list (with the
       template each came from) for chart_validate.mjs. Exit 1 with one line per broken
       promise.
@@ -60,6 +60,8 @@ POLICY_RESOURCES = {(POLICY_GROUP, r) for r in POLICY_CRDS}
 OWN_RESOURCES = {("apps", "daemonsets")}
 # ferry-ca's grants, exactly: (apiGroup, resource) -> verbs (docs/ferry-ca.md, Node authorization).
 CA_GRANTS = {("authentication.k8s.io", "tokenreviews"): {"create"}, ("", "pods"): {"get", "list", "watch"}}
+# With clusterCa.manageBundleConfigMap, one Role in the release's namespace: create any
+# ConfigMap (a name cannot limit create), get and update only the bundle ConfigMap.
 CA_BINARY = "/usr/local/bin/ferry-ca"
 CA_MOUNT = "/etc/ferry-ca"
 # ferry-ca's HTTPS and its monitoring (/metrics, /healthz/ready) ports.
@@ -221,6 +223,8 @@ class Checker:
                     f"{name}: POD_NAME must come from metadata.name (it names the generations of an upgrade)")
         self.expect(c.get("imagePullPolicy") == self.values["image"]["pullPolicy"],
                     f"{name}: imagePullPolicy {c.get('imagePullPolicy')} is not the values' {self.values['image']['pullPolicy']}")
+        self.expect(c.get("image") == self.image_ref(),
+                    f"{name}: image {c.get('image')} is not {self.image_ref()} (a digest in the values must pin it)")
 
     def daemonset(self, obj):
         name = f"DaemonSet/{obj['metadata']['name']}"
@@ -499,14 +503,43 @@ class Checker:
         name = f"{obj['kind']}/{obj['metadata']['name']}"
         subjects = obj.get("subjects", [])
         if self.ca_subject() in subjects:
-            self.expect(obj["kind"] == "ClusterRoleBinding" and obj["roleRef"]["name"] == self.ca_name,
-                        f"{name}: ferry-ca's ServiceAccount is bound to {obj['roleRef']['name']}, not to its own ClusterRole")
+            own_role = obj["kind"] == "RoleBinding" and obj["roleRef"]["kind"] == "Role" and self.manages_bundle()
+            self.expect((obj["kind"] == "ClusterRoleBinding" or own_role) and obj["roleRef"]["name"] == self.ca_name,
+                        f"{name}: ferry-ca's ServiceAccount is bound to {obj['roleRef']['name']}, not to its own ClusterRole"
+                        " (or, keeping the bundle ConfigMap, its own Role)")
             for sub in subjects:
                 self.expect(sub == self.ca_subject(),
                             f"{name}: binds ferry-ca's ClusterRole to {sub.get('kind')} {sub.get('namespace')}/{sub.get('name')} too")
 
+    def manages_bundle(self):
+        return self.cluster_ca and self.values["identity"]["clusterCa"].get("manageBundleConfigMap") is True
+
+    def ca_bundle_role(self, obj):
+        """The Role that lets ferry-ca keep the bundle ConfigMap: nothing more."""
+        name = f"Role/{obj['metadata']['name']}"
+        bundle = self.values["identity"]["clusterCa"]["bundleConfigMap"]
+        self.expect(self.manages_bundle(), f"{name}: ferry-ca has a Role although clusterCa.manageBundleConfigMap is off")
+        self.expect(obj["metadata"].get("namespace") in (None, "ferry-system"), f"{name}: not in the release's namespace")
+        granted = set()
+        for rule in obj.get("rules", []):
+            self.expect(not rule.get("nonResourceURLs"), f"{name}: grants non-resource URLs")
+            self.expect(rule.get("apiGroups") == [""] and rule.get("resources") == ["configmaps"],
+                        f"{name}: grants {rule.get('apiGroups')}/{rule.get('resources')}; only core/configmaps")
+            verbs = set(rule.get("verbs", []))
+            names = rule.get("resourceNames")
+            if names is None:
+                self.expect(verbs == {"create"}, f"{name}: grants {sorted(verbs)} on every ConfigMap; only create")
+            else:
+                self.expect(names == [bundle] and verbs <= {"get", "update"},
+                            f"{name}: grants {sorted(verbs)} on ConfigMaps {names}; only get/update on {bundle}")
+            granted |= verbs
+        self.expect(granted == {"create", "get", "update"}, f"{name}: grants {sorted(granted)}, needs create, get, update")
+
     def ca_rbac(self, obj):
         name = f"{obj['kind']}/{obj['metadata']['name']}"
+        if obj["kind"] == "Role":
+            self.ca_bundle_role(obj)
+            return
         self.expect(obj["kind"] == "ClusterRole", f"{name}: ferry-ca's grants are one ClusterRole")
         granted = {}
         for rule in obj.get("rules", []):
@@ -522,9 +555,30 @@ class Checker:
             missing = verbs - granted.get((group, res), set())
             self.expect(not missing, f"{name}: grants no {sorted(missing)} on {group or 'core'}/{res}, which ferry-ca needs")
 
+    def image_ref(self):
+        """REPOSITORY:TAG[@DIGEST] as the values give it (the tag defaults to appVersion)."""
+        img = self.values["image"]
+        app_version = yaml.safe_load(open(f"{self.chart_dir}/Chart.yaml"))["appVersion"]
+        ref = f"{img['repository']}:{img.get('tag') or app_version}"
+        return f"{ref}@{img['digest']}" if img.get("digest") else ref
+
+    def ca_placement(self, name, spec, ca):
+        """Off workload nodes by default: control-plane nodes preferred, their taints tolerated."""
+        if ca.get("affinity"):
+            self.expect(spec.get("affinity") == ca["affinity"], f"{name}: affinity is not the values' clusterCa.affinity")
+            return
+        preferred = spec.get("affinity", {}).get("nodeAffinity", {}).get(
+            "preferredDuringSchedulingIgnoredDuringExecution", [])
+        keys = {e.get("key") for p in preferred for e in p.get("preference", {}).get("matchExpressions", [])
+                if e.get("operator") == "Exists"}
+        self.expect({"node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master"} <= keys,
+                    f"{name}: does not prefer control-plane nodes (the node that runs ferry-ca holds the CA key)")
+        self.expect(spec.get("tolerations") == (ca["tolerations"] or None), f"{name}: tolerations are not the values'")
+
     def ca_deployment(self, obj):
         name = f"Deployment/{obj['metadata']['name']}"
         ca = self.values["identity"]["clusterCa"]
+        self.ca_placement(name, obj["spec"]["template"]["spec"], ca)
         self.expect(obj["spec"].get("replicas") == ca["replicas"], f"{name}: replicas is not the values' clusterCa.replicas")
         spec = obj["spec"]["template"]["spec"]
         selector = self.pod_selector()
@@ -632,7 +686,9 @@ class Checker:
 def mutate(docs, case):
     """One deliberate break per negative case; returns the changed list."""
     def first(kind):
-        return next(d["object"] for d in docs if d["object"].get("kind") == kind)
+        """ferryd's object of that kind (ferry-ca's carry the component label cluster-ca)."""
+        return next(d["object"] for d in docs if d["object"].get("kind") == kind
+                    and d["object"]["metadata"].get("labels", {}).get("app.kubernetes.io/component") != "cluster-ca")
     ds = first("DaemonSet")
     pod = ds["spec"]["template"]["spec"]
     c = pod["containers"][0]
@@ -661,6 +717,8 @@ def mutate(docs, case):
         pod["volumes"].append({"name": "root", "hostPath": {"path": "/"}})
     elif case == "shell-init":
         pod["initContainers"] = [dict(c, name="setup", command=["sh", "-c", "tc qdisc add dev eth0 clsact"])]
+    elif case == "image-not-pinned":     # the values pin a digest the pod spec does not carry
+        c["image"] = c["image"].split("@")[0]
     elif case == "rbac-write":
         first("ClusterRole")["rules"][0]["verbs"].append("patch")
     elif case == "rbac-secrets":
@@ -709,7 +767,7 @@ def mutate(docs, case):
 
 def mutate_ca(docs, case, first, ferryd_pod, ferryd):
     """The cluster-ca cases: ferry-ca's objects, or ferryd's side of them, broken on purpose."""
-    dep = first("Deployment")
+    dep = next(d["object"] for d in docs if d["object"].get("kind") == "Deployment")  # ferry-ca's, the only one
     ca_pod = dep["spec"]["template"]["spec"]
     ca = ca_pod["containers"][0]
     role = next(d["object"] for d in docs if d["object"].get("kind") == "ClusterRole"
@@ -738,6 +796,12 @@ def mutate_ca(docs, case, first, ferryd_pod, ferryd):
         next(v for v in ca_pod["volumes"] if "secret" in v)["secret"]["defaultMode"] = 0o444
     elif case == "ca-key-item":          # the key under another name than --ca-key reads
         next(v for v in ca_pod["volumes"] if "secret" in v)["secret"]["items"][1]["path"] = "tls.key"
+    elif case == "ca-on-workload-nodes":  # the default placement lost its control-plane preference
+        del ca_pod["affinity"]["nodeAffinity"]
+    elif case == "ca-bundle-role-any-configmap":  # get/update on every ConfigMap of the namespace
+        bundle_role = next(d["object"] for d in docs if d["object"].get("kind") == "Role"
+                           and d["object"]["metadata"]["name"] == dep["metadata"]["name"])
+        del bundle_role["rules"][1]["resourceNames"]
     elif case == "ca-probe-port":
         ca["readinessProbe"]["httpGet"]["port"] = 15012
     elif case == "ca-token-audience":    # ferryd's token would be refused as wrong_audience
@@ -761,8 +825,8 @@ def main(argv):
         rest.remove(out)
         rendered, chart_dir = rest[0], rest[1]
         values = yaml.safe_load(open(f"{chart_dir}/values.yaml"))
-        if len(rest) > 2:
-            values = merge(values, yaml.safe_load(open(rest[2])))
+        for extra in rest[2:]:  # values files in Helm's order: later ones win
+            values = merge(values, yaml.safe_load(open(extra)))
         docs = load_rendered(rendered)
         errors = Checker(values, chart_dir).run(docs)
         json.dump(docs, open(out, "w"), indent=1)
@@ -773,11 +837,12 @@ def main(argv):
         docs = json.load(open(argv[2]))
         json.dump(mutate(docs, argv[3]), open(argv[4], "w"), indent=1)
         return 0
-    if len(argv) == 5 and argv[1] == "recheck":
-        # chart_checks.py recheck DOCS.json CHART_DIR VALUES|-: the assertions on a JSON list.
+    if len(argv) >= 5 and argv[1] == "recheck":
+        # chart_checks.py recheck DOCS.json CHART_DIR VALUES...|-: the assertions on a JSON list.
         values = yaml.safe_load(open(f"{argv[3]}/values.yaml"))
-        if argv[4] != "-":
-            values = merge(values, yaml.safe_load(open(argv[4])))
+        for extra in argv[4:]:
+            if extra != "-":
+                values = merge(values, yaml.safe_load(open(extra)))
         errors = Checker(values, argv[3]).run(json.load(open(argv[2])))
         for e in errors:
             print(f"chart_checks: {e}")

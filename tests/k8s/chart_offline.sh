@@ -34,6 +34,9 @@ ln -s "$tools/node_modules" "$work/node_modules"
 echo '{"private": true, "type": "module"}' >"$work/package.json"
 cp "$here/chart_validate.mjs" "$work/"
 
+# Every render and lint takes this first: image.repository has no default.
+base_values="$here/values/registry.yaml"
+
 values_file() {
   if [ "$1" = default ]; then echo ""; else echo "$here/values/$1.yaml"; fi
 }
@@ -44,17 +47,17 @@ render() {
   vf="$(values_file "$set")"
   # crds/ too: Helm installs it, so it is checked like the rest.
   "$helm" template fy "$chart" --namespace ferry-system --kube-version "$version" --include-crds \
-    ${vf:+--values "$vf"} >"$work/$set.yaml"
+    --values "$base_values" ${vf:+--values "$vf"} >"$work/$set.yaml"
   yamllint --strict --config-file "$here/yamllint.yaml" "$work/$set.yaml"
-  FERRY_KUBE_VERSION="$version" python3 "$here/chart_checks.py" check "$work/$set.yaml" "$chart" $vf --json "$work/$set.json"
+  FERRY_KUBE_VERSION="$version" python3 "$here/chart_checks.py" check "$work/$set.yaml" "$chart" "$base_values" $vf --json "$work/$set.json"
   node "$work/chart_validate.mjs" "$work/$set.json" "$work"
 }
 
 lint() {
   local chart="$1" set vf
-  for set in default minimal production cluster-ca cluster-ca-custom; do
+  for set in default minimal production cluster-ca cluster-ca-custom release; do
     vf="$(values_file "$set")"
-    "$helm" lint --strict "$chart" --kube-version "$kube_version" ${vf:+--values "$vf"}
+    "$helm" lint --strict "$chart" --kube-version "$kube_version" --values "$base_values" ${vf:+--values "$vf"}
   done
 }
 
@@ -112,6 +115,9 @@ security_expect() {
     ca-key-world-readable) echo "the Secret's defaultMode 0444 lets others than its owner and group read the CA key" ;;
     ca-key-item) echo "the Secret's items must map certKey, keyKey, bundleKey to ca.pem, ca.key, bundle.pem" ;;
     ca-probe-port) echo "container ferry-ca: readinessProbe must use port 15014, uses 15012" ;;
+    ca-on-workload-nodes) echo "Deployment/fy-ferry-ca: does not prefer control-plane nodes" ;;
+    ca-bundle-role-any-configmap) echo "Role/fy-ferry-ca: grants ['get', 'update'] on every ConfigMap; only create" ;;
+    image-not-pinned) echo "is not registry.example.com/ferry/ferryd:0.1.0@sha256:" ;;
     ca-token-audience) echo "the ca-token volume must project one service-account token with audience 'ferry-ca'" ;;
     ca-token-file-not-mounted) echo "ConfigMap: identity.cluster_ca.token_file is '/var/run/secrets/kubernetes.io/serviceaccount/token', must be '/var/run/secrets/ferry/ca-token/token'" ;;
     ca-other-deployment) echo "Deployment/helper: the chart runs ferryd as a DaemonSet only" ;;
@@ -174,7 +180,7 @@ case "${1:-}" in
     expected="$(sed -n '1s/^# expect: //p' "$f")"
     [ -n "$expected" ] || { echo "FAIL: $f has no '# expect:' first line"; exit 1; }
     expect_failure "values/bad/$2.yaml" "$expected" \
-      "$helm" template fy "$chart" --kube-version "$kube_version" --values "$f"
+      "$helm" template fy "$chart" --kube-version "$kube_version" --values "$base_values" --values "$f"
     ;;
   validator-negative)
     expected="$(validator_expect "${2:?case}")" || { echo "unknown case $2"; exit 2; }
@@ -185,12 +191,12 @@ case "${1:-}" in
   security-negative)
     expected="$(security_expect "${2:?case}")" || { echo "unknown case $2"; exit 2; }
     # ca-*: ferry-ca's promises, on the chart rendered with identity.source cluster-ca.
-    case "$2" in ca-*) set=cluster-ca ;; *) set=default ;; esac
+    case "$2" in ca-*) set=cluster-ca ;; image-*) set=release ;; *) set=default ;; esac
     render "$chart" "$set" >/dev/null
     python3 "$here/chart_checks.py" mutate "$work/$set.json" "$2" "$work/broken.json"
     vf="$(values_file "$set")"
     expect_failure "an object with $2" "$expected" \
-      python3 "$here/chart_checks.py" recheck "$work/broken.json" "$chart" "${vf:--}"
+      python3 "$here/chart_checks.py" recheck "$work/broken.json" "$chart" "$base_values" "${vf:--}"
     ;;
   broken-chart)
     copy="$work/chart/ferry"

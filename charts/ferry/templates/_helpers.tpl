@@ -39,8 +39,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- default (include "ferry.fullname" .) .Values.serviceAccount.name }}
 {{- end }}
 
+{{/*
+REGISTRY/ferryd:TAG, with @DIGEST when the values pin one (a release's chart does): the
+runtime resolves a reference with a digest by the digest alone, so the tag only informs.
+*/}}
 {{- define "ferry.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- $repo := required "image.repository is not set: push ferry's image to your registry and set image.repository=REGISTRY/ferryd (docs/install.md, \"The release\")" .Values.image.repository }}
+{{- $ref := printf "%s:%s" $repo (default .Chart.AppVersion .Values.image.tag) }}
+{{- if .Values.image.digest }}{{ $ref = printf "%s@%s" $ref .Values.image.digest }}{{ end }}
+{{- $ref }}
 {{- end }}
 
 {{/* Where ferryd finds its identity material inside the container. */}}
