@@ -830,7 +830,7 @@ class ConfigParser {
       }
     }
     d.proxy_netns_auto = d.proxy_netns == "auto";
-    if (d.proxy_netns_auto && d.host_proxy_interface.empty()) d.host_proxy_interface = "ferry-px";
+    if (d.proxy_netns_auto && d.host_proxy_interface.empty()) d.host_proxy_interface = "ferry-proxy";
     if (d.enabled) {
       if (d.proxy_netns.empty()) return reader_.error(*field, "datapath.proxy_netns is required when enabled");
       if (d.host_proxy_interface.empty()) {

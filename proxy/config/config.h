@@ -110,8 +110,11 @@ struct Datapath {
   // proxy_address on its device and proxy_address + 1 on the node's side.
   bool proxy_netns_auto = false;
   std::string proxy_address = "169.254.77.1";
-  std::string proxy_interface = "eth0";  // ferryd's device inside proxy_netns
-  std::string host_proxy_interface;  // its peer in the node netns (required; "ferry-px" with auto)
+  // ferryd's device inside proxy_netns. The chart sets proxy_netns: auto, which names the
+  // pair itself (docs/install.md, "How ferryd sits on a node").
+  std::string proxy_interface = "eth0";
+  // Its peer in the node netns (required; with auto "ferry-proxy", the chart's name too).
+  std::string host_proxy_interface;
   std::string bpffs = "/run/ferry/bpffs";  // pins live here (ip netns exec hides /sys/fs/bpf)
   Capture capture = Capture::kHbone;  // which SYNs leaving a pod are captured
   FailureMode failure_mode = FailureMode::kClosed;  // pods without ferryd: cut off or routed
@@ -183,6 +186,8 @@ struct ClusterCa {
 };
 
 struct Identity {
+  // Outside Kubernetes there is no ferry-ca to ask: files by default. The chart's default is
+  // cluster-ca (charts/ferry/values.yaml, identity.source).
   CertSourceKind source = CertSourceKind::kFiles;
   std::string ca_cert;  // PEM: the issuing CA first, then its chain up to (not incl.) the root
   std::string ca_key;   // PEM private key of the issuing CA

@@ -23,7 +23,7 @@
 namespace ferry::datapath {
 
 struct ProxyNetnsSpec {
-  std::string host_interface;   // in the node netns, e.g. "ferry-px"
+  std::string host_interface;   // in the node netns, e.g. "ferry-proxy"
   std::string proxy_interface;  // in the proxy netns, e.g. "eth0"
   uint32_t proxy_address = 0;   // network byte order; the host side gets proxy_address + 1
   uint32_t mark = 0;            // the mark to_proxy sets (datapath.mark)

@@ -590,7 +590,7 @@ TEST(DatapathConfigTest, AutoProxyNetnsNamesTheNodeSideDeviceItCreates) {
   const auto& d = config->datapath;
   EXPECT_TRUE(d.proxy_netns_auto);
   EXPECT_EQ(d.proxy_netns, "auto") << "not resolved as a path";
-  EXPECT_EQ(d.host_proxy_interface, "ferry-px");
+  EXPECT_EQ(d.host_proxy_interface, "ferry-proxy");
   EXPECT_EQ(d.proxy_address, "169.254.77.1");
   config = parseConfig(std::string(kMinimalForDatapath) +
                            "datapath:\n  enabled: true\n  proxy_netns: auto\n  host_proxy_interface: fy-px\n"
