@@ -23,24 +23,9 @@ export KUBECONFIG
 HELM=$("$repo/scripts/k8s-tools/install.sh" --dir)/bin/helm
 C=$build/proxy/ferryctl/ferryctl
 TMP=$(mktemp -d /tmp/fy-k8s-ca-e2e.XXXXXX)
-kq() { kubectl "$@" 2> >(grep -v -e 'version difference' -e 'WARNING: version' >&2); }
-
-failures=0
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-check() { local what=$1; shift; if "$@"; then pass "$what"; else fail "$what"; fi; }
-# wait_for SECONDS WHAT CMD...: polls CMD every 0.2 s (a readiness signal, not a sleep).
-wait_for() {
-  local seconds=$1 deadline=$((SECONDS + $1)) what=$2; shift 2
-  until "$@" >/dev/null 2>&1; do
-    ((SECONDS < deadline)) || { echo "timed out after $seconds s waiting for $what" >&2; return 1; }
-    sleep 0.2
-  done
-}
-ferry_pod() { kq -n "$RNS" get pods -l app.kubernetes.io/name=ferry,app.kubernetes.io/component=node-proxy -o jsonpath='{.items[0].metadata.name}'; }
+# shellcheck source=tests/k8s/lib.sh
+source "$here/lib.sh"
 ca_pods() { kq -n "$RNS" get pods -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}' | grep "^$REL-ca-" || true; }
-flog() { kq -n "$RNS" logs "$(ferry_pod)"; }
-flog_has() { flog | grep -qE -- "$1"; }
 # Every replica's log (a request may land on either): the audit lines.
 calog() { local p; for p in $(ca_pods); do kq -n "$RNS" logs "$p"; done; }
 audit() { calog | grep '"audit":"ferry-ca"' || true; }
@@ -116,14 +101,18 @@ kq delete namespace "$MESH" "$OTHER" --ignore-not-found --wait=true --timeout=12
 kq create namespace "$RNS" >/dev/null
 kq -n "$RNS" create secret generic ferry-ca --from-file=ca.pem="$TMP/signer/ca.pem" \
   --from-file=ca.key="$TMP/signer/ca.key" --from-file=bundle.pem="$TMP/root/ca.pem" >/dev/null
-kq -n "$RNS" create configmap ferry-ca-bundle --from-file=bundle.pem="$TMP/root/ca.pem" >/dev/null
+# No bundle ConfigMap by hand: ferry-ca publishes its Secret's bundle.pem (manageBundleConfigMap).
 read -r cni_bin cni_conf < <("$cluster" cni-dirs)
 new_crds=
 for crd in $CRDS; do kq get crd "$crd" >/dev/null 2>&1 || new_crds="$new_crds $crd"; done
-"$HELM" install "$REL" "$repo/charts/ferry" -n "$RNS" --set image.tag=dev --set image.pullPolicy=Never \
+# The default address (ferry-ca's Service name): ferryd dials the ClusterIP the API server
+# gives it, as there is no cluster DNS here. The fixed ClusterIP is for this test's own curl.
+"$HELM" install "$REL" "$repo/charts/ferry" -n "$RNS" --set image.repository=docker.io/ferry/ferryd \
+  --set image.tag=dev --set image.pullPolicy=Never \
   --set cni.binDir="$cni_bin" --set cni.confDir="$cni_conf" --set identity.source=cluster-ca \
-  --set identity.clusterCa.clusterIP="$CA_IP" --set identity.clusterCa.address="$CA_IP:15012" \
-  --wait --timeout 120s >/dev/null
+  --set identity.clusterCa.clusterIP="$CA_IP" --wait --timeout 120s >/dev/null
+check "ferry-ca published its Secret's bundle as the ConfigMap ferryd mounts" \
+  bash -c "kubectl -n $RNS get configmap ferry-ca-bundle -o jsonpath='{.data.bundle\\.pem}' | cmp -s - '$TMP/root/ca.pem'"
 check "ferry-ca's two replicas become ready (CA loaded, pod view synced)" \
   bash -c "[ \"\$(kubectl -n $RNS get deployment $REL-ca -o jsonpath='{.status.readyReplicas}' 2>/dev/null)\" = 2 ]"
 check "ferryd becomes ready (bundle loaded, ferry-ca answered)" \

@@ -19,23 +19,8 @@ KUBECONFIG=$("$cluster" kubeconfig)
 export KUBECONFIG
 HELM=$("$repo/scripts/k8s-tools/install.sh" --dir)/bin/helm
 TMP=$(mktemp -d /tmp/fy-k8s-e2e.XXXXXX)
-kq() { kubectl "$@" 2> >(grep -v -e 'version difference' -e 'WARNING: version' >&2); }
-
-failures=0
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-check() { local what=$1; shift; if "$@"; then pass "$what"; else fail "$what"; fi; }
-# wait_for SECONDS WHAT CMD...: polls CMD every 0.1 s (a readiness signal, not a sleep).
-wait_for() {
-  local seconds=$1 deadline=$((SECONDS + $1)) what=$2; shift 2
-  until "$@" >/dev/null 2>&1; do
-    ((SECONDS < deadline)) || { echo "timed out after $seconds s waiting for $what" >&2; return 1; }
-    sleep 0.1
-  done
-}
-ferry_pod() { kq -n "$RNS" get pods -l app.kubernetes.io/name=ferry -o jsonpath='{.items[0].metadata.name}'; }
-flog() { kq -n "$RNS" logs "$(ferry_pod)"; }
-flog_has() { flog | grep -qE -- "$1"; }
+# shellcheck source=tests/k8s/lib.sh
+source "$here/lib.sh"
 export -f kq ferry_pod flog flog_has
 export RNS
 
@@ -97,7 +82,8 @@ kq -n "$RNS" create secret generic ferry-ca --from-file=ca.pem="$TMP/cluster-ca/
 # For this cluster's version, as `helm install` asks it (offline, Helm assumes a newer one, and
 # renders the DaemonSet's maxSurge, which 1.20 does not know).
 server_version=$(kubectl version -o json 2>/dev/null | jq -r .serverVersion.gitVersion)
-"$HELM" template "$REL" "$repo/charts/ferry" -n "$RNS" --kube-version "$server_version" --set image.tag=dev --set image.pullPolicy=Never \
+"$HELM" template "$REL" "$repo/charts/ferry" -n "$RNS" --kube-version "$server_version" \
+  --set image.repository=docker.io/ferry/ferryd --set image.tag=dev --set image.pullPolicy=Never --set identity.source=ca \
   --set datapath.failureMode=open --include-crds >"$TMP/rendered.yaml"
 objects=$(grep -c '^kind: ' "$TMP/rendered.yaml")
 check "the API server accepts all $objects rendered objects (--dry-run=server --validate=strict)" \
@@ -114,7 +100,8 @@ new_crds=
 for crd in $CRDS; do
   kq get crd "$crd" >/dev/null 2>&1 || new_crds="$new_crds $crd"
 done
-"$HELM" install "$REL" "$repo/charts/ferry" -n "$RNS" --set image.tag=dev --set image.pullPolicy=Never \
+"$HELM" install "$REL" "$repo/charts/ferry" -n "$RNS" --set image.repository=docker.io/ferry/ferryd \
+  --set image.tag=dev --set image.pullPolicy=Never --set identity.source=ca \
   --set cni.binDir="$cni_bin" --set cni.confDir="$cni_conf" --wait --timeout 90s >/dev/null
 check "the DaemonSet's pod becomes ready (its readiness file, read by ferryctl probe)" \
   kq -n "$RNS" wait --for=condition=Ready pod -l app.kubernetes.io/name=ferry --timeout=60s

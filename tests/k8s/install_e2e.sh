@@ -1,0 +1,231 @@
+#!/usr/bin/env bash
+# The install path, word for word (issue 32; docs/install.md "Install", README "Install on a
+# cluster"), against the lab's real cluster:
+#   1. `make dist`'s folder, made here (scripts/dist.sh), and its image built a second time:
+#      one digest, one archive.
+#   2. The `sh` blocks of README's "Install on a cluster" must be the start of those of
+#      docs/install.md's "Install" (up to its first ### subsection); the latter run as written,
+#      in the release folder, in one bash with -e. The one change: the `REGISTRY=` line names
+#      the registry this test runs on the node (Distribution's, Debian's docker-registry, on
+#      localhost: containerd pulls from localhost over HTTP; skopeo is told so by a drop-in,
+#      /etc/containers/registries.conf.d/fy-install-e2e.conf, as an operator configures a
+#      registry of theirs: machine configuration, not a change to the docs' commands).
+#      The lab's containerd keeps its CNI folders elsewhere: they are bind-mounted on the
+#      standard /opt/cni/bin and /etc/cni/net.d for the run, as a real node has them.
+#   3. Then: ferry-ca published the bundle, ferryd runs the release's image by digest, two pods
+#      of the enrolled ferry-demo namespace talk through the mesh (the wire carries only
+#      :15008, the server sees the client's pod IP, both SPIFFE IDs logged), and the
+#      release's ferryctl reports the identities ferryd holds.
+# The commands and their output go to $FY_K8S_LOGS/install-transcript.log.
+# Everything it creates is named fy-*/ferry-* and removed at the end, also on failure.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+cluster=$repo/scripts/k8s-lab/cluster.sh
+build=${FERRY_BUILD_DIR:-$repo/build/default}
+release=${FERRY_RELEASE_DIR:-$repo/build/release}
+readonly REL=ferry RNS=ferry-system DEMO=ferry-demo BRIDGE=fy-br0
+readonly IMAGE=docker.io/ferry/busybox:dev
+readonly REGISTRY_HOST=localhost:15500
+readonly REGISTRY_CONF=/etc/containers/registries.conf.d/fy-install-e2e.conf
+readonly CRDS="authorizationpolicies.security.istio.io peerauthentications.security.istio.io"
+
+KUBECONFIG=$("$cluster" kubeconfig)
+export KUBECONFIG
+HELM=$("$repo/scripts/k8s-tools/install.sh" --dir)/bin/helm
+TMP=$(mktemp -d /tmp/fy-install-e2e.XXXXXX)
+logs=${FY_K8S_LOGS:-$repo/build/k8s-lab}
+mkdir -p "$logs"
+transcript=$logs/install-transcript.log
+# shellcheck source=tests/k8s/lib.sh
+source "$here/lib.sh"
+export -f kq ferry_pod flog flog_has
+export RNS
+
+# same_json A B: the two files hold the same JSON (ferry rewrites a conflist it un-chains).
+same_json() {
+  python3 -c 'import json, sys; sys.exit(0 if json.load(open(sys.argv[1])) == json.load(open(sys.argv[2])) else 1)' "$1" "$2"
+}
+
+mounted=() made_dirs=()
+cleanup() {
+  local rc=$?
+  set +e
+  if ((rc != 0 || failures != 0)); then
+    echo "--- the transcript's last 40 lines"; tail -n 40 "$transcript" 2>/dev/null
+    echo "--- ferryd's log (last 30 lines)"; flog 2>/dev/null | tail -n 30
+    kq get pods -A -o wide 2>/dev/null
+  fi
+  [ -n "${tcpdump_pid:-}" ] && kill "$tcpdump_pid" 2>/dev/null
+  kq delete namespace "$DEMO" --wait=true --timeout=60s >/dev/null 2>&1
+  "$HELM" uninstall "$REL" -n "$RNS" --wait --timeout 60s >/dev/null 2>&1
+  kq delete namespace "$RNS" --wait=true --timeout=60s >/dev/null 2>&1
+  for crd in ${new_crds:-}; do kq delete crd "$crd" --wait=true --timeout=60s >/dev/null 2>&1; done
+  # The release's image, by the names the pull gave it (a next run pulls again).
+  ctr --address /run/fy-k8s/containerd/containerd.sock -n k8s.io images ls -q 2>/dev/null |
+    grep "^$REGISTRY_HOST/" | xargs -r ctr --address /run/fy-k8s/containerd/containerd.sock -n k8s.io images rm >/dev/null 2>&1
+  [ -n "${registry_pid:-}" ] && kill "$registry_pid" 2>/dev/null && wait "$registry_pid" 2>/dev/null
+  rm -f "$REGISTRY_CONF"
+  local i
+  for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount "${mounted[i]}"; done
+  for ((i = ${#made_dirs[@]} - 1; i >= 0; i--)); do rmdir "${made_dirs[i]}" 2>/dev/null; done
+  if [ -f "$TMP/conflist.before" ] && ! same_json "$TMP/conflist.before" "$conflist"; then
+    echo "FAIL: the node's CNI configuration is not as it was before the install"; rc=1
+  fi
+  rm -rf "$TMP"
+  ((failures == 0)) || rc=1
+  exit "$rc"
+}
+trap cleanup EXIT
+
+echo "== the release (make dist) and its image built again"
+"$repo/scripts/dist.sh" "$build" "$release" "$TMP/dist" >"$TMP/dist.path" 2>"$TMP/dist.log" ||
+  { cat "$TMP/dist.log"; exit 1; }
+dist=$(cat "$TMP/dist.path")
+sed 's/^/  /' "$TMP/dist.log"
+version=$(basename "$dist"); version=${version#ferry-}
+digest=$(cat "$dist/ferryd-$version.digest")
+again=$("$repo/scripts/image.sh" "$build" "$release" "$TMP/again" 2>/dev/null)
+check "two builds of the image give one digest ($digest)" test "$again" = "$digest"
+check "... and one archive, byte for byte" cmp -s "$dist/ferryd-$version.oci.tar" "$TMP/again/ferryd-$version.oci.tar"
+check "SHA256SUMS checks the release folder" bash -c "cd '$dist' && sha256sum --quiet -c SHA256SUMS"
+check "the release's ferryctl is static" bash -c "! ldd '$dist/ferryctl-$version-linux-amd64' >/dev/null 2>&1"
+
+echo "== the documented commands"
+# section FILE HEADING: the sh blocks of the ## section HEADING, up to its first ### or the next ##.
+python3 - "$repo/README.md" "Install on a cluster" "$repo/docs/install.md" "Install" "$TMP" <<'EOF'
+import re, sys
+def blocks(path, heading):
+    text = open(path).read()
+    m = re.search(rf"^## {re.escape(heading)}\n(.*?)(?=^##[ #])", text, flags=re.S | re.M)
+    if not m:
+        sys.exit(f"{path}: no section '## {heading}'")
+    return re.findall(r"^```sh\n(.*?)^```", m.group(1), flags=re.S | re.M)
+def commands(chunks):
+    out = []
+    for chunk in chunks:
+        joined = re.sub(r"\\\n\s*", " ", chunk)  # continuation lines
+        for line in joined.splitlines():
+            line = re.sub(r"\s+#.*$", "", line).strip()
+            if line and not line.startswith("#"):
+                out.append(re.sub(r"\s+", " ", line))
+    return out
+readme, _, install, _, tmp = sys.argv[1:]
+r, i = commands(blocks(readme, sys.argv[2])), commands(blocks(install, sys.argv[4]))
+if not r or not i:
+    sys.exit("no commands found")
+if i[:len(r)] != r:
+    for n, (a, b) in enumerate(zip(r, i)):
+        if a != b:
+            sys.exit(f"README's command {n + 1} differs from docs/install.md's:\n  README:  {a}\n  install: {b}")
+    sys.exit("README has more commands than docs/install.md's Install section")
+open(f"{tmp}/install.sh", "w").write("".join(blocks(install, sys.argv[4])))
+print(f"  README's {len(r)} commands are the first of docs/install.md's {len(i)}")
+EOF
+check "exactly one REGISTRY= line to change" test "$(grep -c '^REGISTRY=' "$TMP/install.sh")" -eq 1
+sed -i "s|^REGISTRY=.*|REGISTRY=$REGISTRY_HOST/ferry|" "$TMP/install.sh"
+
+# The registry: Distribution's, on localhost, its storage in TMP.
+cat >"$TMP/registry.yml" <<EOF
+version: 0.1
+log: {level: warn}
+storage: {filesystem: {rootdirectory: $TMP/registry}, delete: {enabled: true}}
+http: {addr: $REGISTRY_HOST}
+EOF
+docker-registry serve "$TMP/registry.yml" >"$TMP/registry.log" 2>&1 </dev/null &
+registry_pid=$!
+wait_for 20 "the registry" curl -sf "http://$REGISTRY_HOST/v2/"
+mkdir -p "$(dirname "$REGISTRY_CONF")"
+printf '[[registry]]\nlocation = "%s"\ninsecure = true\n' "$REGISTRY_HOST" >"$REGISTRY_CONF"
+
+# The lab's CNI folders where a real node has them (the chart's defaults).
+read -r cni_bin cni_conf < <("$cluster" cni-dirs)
+conflist=$cni_conf/10-fy-pods.conflist
+cp "$conflist" "$TMP/conflist.before"
+for pair in "$cni_bin:/opt/cni/bin" "$cni_conf:/etc/cni/net.d"; do
+  src=${pair%%:*} dst=${pair#*:}
+  if [ ! -d "$dst" ]; then
+    d=$dst; new=()
+    while [ ! -d "$d" ]; do new=("$d" "${new[@]}"); d=$(dirname "$d"); done
+    mkdir -p "$dst"; made_dirs+=("${new[@]}")
+  fi
+  mount --bind "$src" "$dst"; mounted+=("$dst")
+done
+new_crds=
+for crd in $CRDS; do kq get crd "$crd" >/dev/null 2>&1 || new_crds="$new_crds $crd"; done
+kq delete namespace "$DEMO" --ignore-not-found --wait=true --timeout=120s >/dev/null
+
+kubectl_dir=$(dirname "$(command -v kubectl)")
+mkdir -p "$TMP/home"
+start=$SECONDS
+(
+  cd "$dist"
+  env -i HOME="$TMP/home" PATH="$(dirname "$HELM"):$kubectl_dir:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin" \
+    KUBECONFIG="$KUBECONFIG" \
+    bash -euxo pipefail "$TMP/install.sh"
+) >"$transcript" 2>&1 || { echo "the documented commands failed (exit $?):"; tail -n 30 "$transcript"; exit 1; }
+echo "  ran in $((SECONDS - start)) s; transcript: $transcript"
+check "the PATH the docs set finds the release's ferryctl" test -x "$TMP/home/.local/bin/ferryctl"
+
+echo "== what they installed"
+check "ferry-ca published its Secret's root as the trust bundle ConfigMap" \
+  bash -c "kubectl -n $RNS get configmap ferry-ca-bundle -o jsonpath='{.data.bundle\\.pem}' | cmp -s - '$dist/ca/ca.pem'"
+ds_image=$(kq -n "$RNS" get daemonset "$REL" -o jsonpath='{.spec.template.spec.containers[0].image}')
+check "ferryd's image is the release's, by digest ($ds_image)" test "$ds_image" = "$REGISTRY_HOST/ferry/ferryd:$version@$digest"
+running=$(kq -n "$RNS" get pod "$(ferry_pod)" -o jsonpath='{.status.containerStatuses[0].imageID}')
+check "... pulled from the registry and running ($running)" bash -c "[[ '$running' == *'$digest' ]]"
+check "ferry-ca's replicas run the same image" \
+  bash -c "[ \"\$(kubectl -n $RNS get deployment $REL-ca -o jsonpath='{.spec.template.spec.containers[0].image}')\" = '$ds_image' ]"
+check "the documented check ran ferryctl status in ferryd's pod (ready)" grep -q "ferryd $version on node .*: ready" "$transcript"
+
+echo "== two pods of the enrolled namespace"
+pod_yaml() {  # NAME COMMAND
+  cat <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: $1, namespace: $DEMO, labels: {app: $1}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: $IMAGE
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", "$2"]
+EOF
+}
+{ pod_yaml fy-server 'mkdir -p /www && hostname > /www/index.html && exec httpd -f -vv -p 8080 -h /www'
+  echo ---; pod_yaml fy-client 'exec sleep 3600'; } | kq apply -f - >/dev/null
+kq -n "$DEMO" wait --for=condition=Ready pod --all --timeout=90s >/dev/null
+server=$(kq -n "$DEMO" get pod fy-server -o jsonpath='{.status.podIP}')
+client=$(kq -n "$DEMO" get pod fy-client -o jsonpath='{.status.podIP}')
+check "ferryd enrolled both pods" \
+  wait_for 15 "enrolment" bash -c "flog | grep -q 'enrolled $DEMO/fy-server' && flog | grep -q 'enrolled $DEMO/fy-client'"
+tcpdump -i "$BRIDGE" -n -s 128 -U --immediate-mode -w "$TMP/wire.pcap" "tcp" >"$TMP/tcpdump.log" 2>&1 &
+tcpdump_pid=$!
+wait_for 10 "tcpdump" grep -q "listening on" "$TMP/tcpdump.log"
+body=$(kq -n "$DEMO" exec fy-client -- sh -c "printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 $server 8080 | tail -n 1")
+check "the client gets the server's answer through the mesh ($body)" test "$body" = fy-server
+id="spiffe://cluster.local/ns/$DEMO/sa/default"
+check "ferryd logged the outbound leg with the server's identity" \
+  wait_for 10 "outbound access line" flog_has "direction=outbound src=$client:[0-9]+ dst=$server:8080 peer=$id reason=ok"
+check "... and the inbound leg with the client's" \
+  wait_for 10 "inbound access line" flog_has "direction=inbound src=$client:[0-9]+ dst=$server:8080 peer=$id reason=ok"
+check "the server saw the client's pod IP" bash -c "kubectl -n $DEMO logs fy-server 2>/dev/null | grep -q '$client'"
+kill -INT "$tcpdump_pid" 2>/dev/null; wait "$tcpdump_pid" 2>/dev/null || true
+tcpdump_pid=
+to_app=$(tcpdump -r "$TMP/wire.pcap" -n 2>/dev/null | grep -c "$server\.8080[ :]" || true)
+to_hbone=$(tcpdump -r "$TMP/wire.pcap" -n 2>/dev/null | grep -c "$server\.15008[ :]" || true)
+echo "  bridge: $to_hbone packets to or from $server:15008, $to_app to or from :8080"
+check "the wire carried the connection to :15008 only" test "$to_hbone" -gt 0 -a "$to_app" -eq 0
+"$TMP/home/.local/bin/ferryctl" certs >"$TMP/certs.txt" 2>&1 || true
+sed 's/^/  ferryctl certs| /' "$TMP/certs.txt"
+check "the release's ferryctl reports the identity ferryd holds for the pods ($id)" grep -q "$id" "$TMP/certs.txt"
+
+echo "== uninstall as documented"
+kq delete namespace "$DEMO" --wait=true --timeout=60s >/dev/null
+"$HELM" uninstall "$REL" -n "$RNS" --wait --timeout 60s >/dev/null
+check "the uninstall left the node's CNI configuration as it was" same_json "$TMP/conflist.before" "$conflist"
+check "... and no ferry-cni plugin" test ! -e "$cni_bin/ferry-cni"
+
+echo "install_e2e: $failures failed"

@@ -1,0 +1,26 @@
+# Helpers of the chart's tests on the lab's cluster (tests/k8s/*_e2e.sh), sourced after the
+# caller has set RNS (ferry's release namespace).
+# shellcheck shell=bash
+
+# kubectl without the version-skew warning of a newer client (the CI image's is 1.32).
+kq() { kubectl "$@" 2> >(grep -v -e 'version difference' -e 'WARNING: version' >&2); }
+
+failures=0
+pass() { echo "PASS: $*"; }
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+check() { local what=$1; shift; if "$@"; then pass "$what"; else fail "$what"; fi; }
+# wait_for SECONDS WHAT CMD...: polls CMD every 0.2 s (a readiness signal, not a sleep).
+wait_for() {
+  local seconds=$1 deadline=$((SECONDS + $1)) what=$2; shift 2
+  until "$@" >/dev/null 2>&1; do
+    ((SECONDS < deadline)) || { echo "timed out after $seconds s waiting for $what" >&2; return 1; }
+    sleep 0.2
+  done
+}
+# ferryd's pod (the DaemonSet's; ferry-ca's pods carry another component) and its log.
+ferry_pod() {
+  kq -n "$RNS" get pods -l app.kubernetes.io/name=ferry,app.kubernetes.io/component=node-proxy \
+    -o jsonpath='{.items[0].metadata.name}'
+}
+flog() { kq -n "$RNS" logs "$(ferry_pod)"; }
+flog_has() { flog | grep -qE -- "$1"; }
