@@ -64,7 +64,7 @@ cleanup() {
   for crd in ${new_crds:-}; do kq delete crd "$crd" --wait=true --timeout=60s >/dev/null 2>&1; done
   # The release's image, by the names the pull gave it (a next run pulls again).
   ctr --address /run/fy-k8s/containerd/containerd.sock -n k8s.io images ls -q 2>/dev/null |
-    grep "^$REGISTRY_HOST/" | xargs -r ctr --address /run/fy-k8s/containerd/containerd.sock -n k8s.io images rm >/dev/null 2>&1
+    grep -e "^$REGISTRY_HOST/" -e "^fy-noreg.invalid/" | xargs -r ctr --address /run/fy-k8s/containerd/containerd.sock -n k8s.io images rm >/dev/null 2>&1
   [ -n "${registry_pid:-}" ] && kill "$registry_pid" 2>/dev/null && wait "$registry_pid" 2>/dev/null
   rm -f "$REGISTRY_CONF"
   local i
@@ -222,9 +222,49 @@ check "the wire carried the connection to :15008 only" test "$to_hbone" -gt 0 -a
 sed 's/^/  ferryctl certs| /' "$TMP/certs.txt"
 check "the release's ferryctl reports the identity ferryd holds for the pods ($id)" grep -q "$id" "$TMP/certs.txt"
 
+echo "== without a registry (docs/install.md): containerd loads the archive itself"
+# The section's one sh block as written, REGISTRY a name no registry answers for; ctr finds
+# the lab's containerd through CONTAINERD_ADDRESS. A pod then runs the image by the chart's
+# reference (tag and digest) without pulling: a pull would fail.
+noreg=fy-noreg.invalid/ferry
+python3 - "$repo/docs/install.md" "$TMP/noreg.sh" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+m = re.search(r"^### Without a registry\n(.*?)(?=^##)", text, flags=re.S | re.M)
+blocks = re.findall(r"^```sh\n(.*?)^```", m.group(1), flags=re.S | re.M) if m else []
+if len(blocks) != 1:
+    sys.exit("docs/install.md: 'Without a registry' must hold one sh block")
+open(sys.argv[2], "w").write(blocks[0])
+PY
+(
+  cd "$dist"
+  env -i PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin REGISTRY="$noreg" \
+    CONTAINERD_ADDRESS=/run/fy-k8s/containerd/containerd.sock bash -euxo pipefail "$TMP/noreg.sh"
+) >>"$transcript" 2>&1 || fail "the 'Without a registry' block failed (see the transcript)"
+ctr --address /run/fy-k8s/containerd/containerd.sock -n k8s.io images ls -q >"$TMP/images.txt"
+check "ctr named the image by tag and by digest ($noreg/ferryd:$version, @$digest)" \
+  bash -c "grep -qx '$noreg/ferryd:$version' '$TMP/images.txt' && grep -qx '$noreg/ferryd@$digest' '$TMP/images.txt'"
+kq apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: fy-noreg, namespace: $DEMO}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: c
+    image: $noreg/ferryd:$version@$digest
+    imagePullPolicy: IfNotPresent
+    command: [/usr/local/bin/ferryctl, ca, init, --dir, /tmp/fy-ca, --trust-domain, fy.test]
+YAML
+check "a pod runs the imported image by the chart's reference, with no registry" \
+  wait_for 60 "fy-noreg to succeed" bash -c "[ \"\$(kubectl -n $DEMO get pod fy-noreg -o jsonpath='{.status.phase}')\" = Succeeded ]"
+
 echo "== uninstall as documented"
 kq delete namespace "$DEMO" --wait=true --timeout=60s >/dev/null
 "$HELM" uninstall "$REL" -n "$RNS" --wait --timeout 60s >/dev/null
+# The DaemonSet goes at once; its pod (and ferryd's un-chaining) a moment later.
+check "ferryd's pod is gone" wait_for 90 "ferryd's pod to go" \
+  bash -c "[ -z \"\$(kubectl -n $RNS get pods -l app.kubernetes.io/component=node-proxy -o name 2>/dev/null)\" ]"
 check "the uninstall left the node's CNI configuration as it was" same_json "$TMP/conflist.before" "$conflist"
 check "... and no ferry-cni plugin" test ! -e "$cni_bin/ferry-cni"
 
