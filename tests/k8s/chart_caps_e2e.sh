@@ -53,7 +53,8 @@ trap cleanup EXIT
 source "$ROOT/tests/e2e/lib.sh"
 
 # The capabilities the chart's DaemonSet adds (default values), lower case for setpriv.
-mapfile -t CAPS < <("$helm" template fy "$ROOT/charts/ferry" --show-only templates/daemonset.yaml |
+mapfile -t CAPS < <("$helm" template fy "$ROOT/charts/ferry" --values "$ROOT/tests/k8s/values/registry.yaml" \
+  --show-only templates/daemonset.yaml |
   python3 -c '
 import sys, yaml
 ds = yaml.safe_load(sys.stdin)
