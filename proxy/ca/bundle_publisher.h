@@ -56,8 +56,6 @@ class BundlePublisher {
   void poll();
   // ferry_ca_bundle_* (docs/ferry-ca.md, Metrics).
   void collect(telemetry::Exposition& out) const;
-  // The ConfigMap held the current bundle when last looked at.
-  bool inSync() const { return in_sync_; }
 
  private:
   boost::asio::awaitable<void> publish(std::string pem);
@@ -72,7 +70,7 @@ class BundlePublisher {
   std::string pem_;          // the bundle to publish (last valid content of the file)
   std::string file_error_;   // why the file's content is not published, "" when it is good
   bool in_flight_ = false;
-  bool in_sync_ = false;
+  bool in_sync_ = false;     // the ConfigMap held pem_ when last compared
   std::chrono::steady_clock::time_point due_{};  // next publish; epoch: at once
   std::chrono::seconds backoff_{0};
   uint64_t writes_ = 0;       // creates and updates that succeeded

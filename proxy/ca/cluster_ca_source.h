@@ -56,7 +56,7 @@ struct ClusterCaOptions {
   std::chrono::milliseconds request_timeout{10'000};
   std::chrono::seconds validity{0};  // lifetime asked for; 0: ferry-ca's default
   // A Service's ClusterIP by namespace and name as ferryd's view of the API server has it, ""
-  // when it does not know (ServiceAddress below). Unset: the address is resolved by DNS.
+  // when it does not know (ServiceName below). Unset: the address is resolved by DNS.
   std::function<std::string(std::string_view namespace_name, std::string_view name)> service_ip = nullptr;
 };
 

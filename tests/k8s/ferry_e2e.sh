@@ -48,20 +48,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-pod_yaml() {  # NAME NAMESPACE COMMAND
-  cat <<EOF
-apiVersion: v1
-kind: Pod
-metadata: {name: $1, namespace: $2, labels: {app: $1}}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: c
-    image: $IMAGE
-    imagePullPolicy: Never
-    command: ["/bin/sh", "-c", "$3"]
-EOF
-}
 serve='mkdir -p /www && hostname > /www/index.html && exec httpd -f -vv -p 8080 -h /www'
 # GET / with busybox nc (its static wget crashes without NSS modules): the last line is the body.
 get() { kq -n "$1" exec "$2" -- sh -c "printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 $3 ${4:-8080} | tail -n 1"; }

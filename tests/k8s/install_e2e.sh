@@ -180,22 +180,8 @@ check "ferry-ca's replicas run the same image" \
 check "the documented check ran ferryctl status in ferryd's pod (ready)" grep -q "ferryd $version on node .*: ready" "$transcript"
 
 echo "== two pods of the enrolled namespace"
-pod_yaml() {  # NAME COMMAND
-  cat <<EOF
-apiVersion: v1
-kind: Pod
-metadata: {name: $1, namespace: $DEMO, labels: {app: $1}}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: c
-    image: $IMAGE
-    imagePullPolicy: Never
-    command: ["/bin/sh", "-c", "$2"]
-EOF
-}
-{ pod_yaml fy-server 'mkdir -p /www && hostname > /www/index.html && exec httpd -f -vv -p 8080 -h /www'
-  echo ---; pod_yaml fy-client 'exec sleep 3600'; } | kq apply -f - >/dev/null
+{ pod_yaml fy-server "$DEMO" 'mkdir -p /www && hostname > /www/index.html && exec httpd -f -vv -p 8080 -h /www'
+  echo ---; pod_yaml fy-client "$DEMO" 'exec sleep 3600'; } | kq apply -f - >/dev/null
 kq -n "$DEMO" wait --for=condition=Ready pod --all --timeout=90s >/dev/null
 server=$(kq -n "$DEMO" get pod fy-server -o jsonpath='{.status.podIP}')
 client=$(kq -n "$DEMO" get pod fy-client -o jsonpath='{.status.podIP}')

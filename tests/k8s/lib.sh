@@ -1,5 +1,5 @@
 # Helpers of the chart's tests on the lab's cluster (tests/k8s/*_e2e.sh), sourced after the
-# caller has set RNS (ferry's release namespace).
+# caller has set RNS (ferry's release namespace) and IMAGE (the test pods' image).
 # shellcheck shell=bash
 
 # kubectl without the version-skew warning of a newer client (the CI image's is 1.32).
@@ -24,3 +24,20 @@ ferry_pod() {
 }
 flog() { kq -n "$RNS" logs "$(ferry_pod)"; }
 flog_has() { flog | grep -qE -- "$1"; }
+
+# pod_yaml NAME NAMESPACE COMMAND: a test pod running COMMAND under /bin/sh in IMAGE (imported
+# into the lab's containerd, never pulled).
+pod_yaml() {
+  cat <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: $1, namespace: $2, labels: {app: $1}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: $IMAGE
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", "$3"]
+EOF
+}
