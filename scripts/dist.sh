@@ -20,7 +20,7 @@ build=$1 release=$2
 version=${FERRY_VERSION:-$(sed -n 's/^project(ferry VERSION \([0-9.]*\).*/\1/p' "$repo/CMakeLists.txt")}
 [[ $version =~ ^[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?$ ]] || die "version '$version' is not SemVer (Helm needs it)"
 export FERRY_VERSION=$version
-helm="$("$repo/scripts/k8s-tools/install.sh" --dir)/bin/helm"
+helm=${HELM:-$("$repo/scripts/k8s-tools/install.sh" --dir)/bin/helm}
 mkdir -p "$3"
 out=$(cd "$3" && pwd)/ferry-$version
 rm -rf "$out"

@@ -17,7 +17,8 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cache_root="${FERRY_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ferry}"
-key="$(sha256sum "$here/package-lock.json" "$here/install.sh" | sha256sum | cut -c1-16)"
+# The files' content only: one key wherever the checkout is (CI clones elsewhere each time).
+key="$(cat "$here/package-lock.json" "$here/install.sh" | sha256sum | cut -c1-16)"
 dir="$cache_root/k8s-tools/$key"
 # The Helm the lock file pins; checked after unpacking so that a republished package cannot
 # slip another Helm in.
