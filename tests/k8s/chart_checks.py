@@ -229,10 +229,13 @@ class Checker:
     def daemonset(self, obj):
         name = f"DaemonSet/{obj['metadata']['name']}"
         strategy = obj["spec"].get("updateStrategy", {})
-        self.expect(strategy.get("type") == "RollingUpdate", f"{name}: updateStrategy must be RollingUpdate")
         v = self.values
+        kind = v["updateStrategy"].get("type", "RollingUpdate")
+        self.expect(strategy.get("type") == kind, f"{name}: updateStrategy must be the values' {kind}")
         surge = v["updateStrategy"]["maxSurge"]
-        if v["handover"]["enabled"] and KUBE_VERSION >= (1, 22) and surge not in (0, "0%"):
+        if kind == "OnDelete":
+            want = None  # the controller replaces nothing by itself
+        elif v["handover"]["enabled"] and KUBE_VERSION >= (1, 22) and surge not in (0, "0%"):
             want = {"maxSurge": surge, "maxUnavailable": 0}
         else:
             want = {"maxUnavailable": v["updateStrategy"]["maxUnavailable"]}
