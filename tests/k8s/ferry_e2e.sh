@@ -180,13 +180,6 @@ echo "== upgrades beside the running ferryd (handover through the node's /var/ru
 # (processes in the pods' network namespaces: the pods' own traffic for the datapath).
 LOAD=$repo/tests/e2e/handover_load.py
 node=$(kq get nodes -o jsonpath='{.items[0].metadata.name}')
-netns_of_ip() {  # the pod netns (/run/netns, containerd's) holding IP
-  local ns
-  for ns in $(ip netns list | awk '{print $1}'); do
-    ip -n "$ns" -4 -o addr show 2>/dev/null | grep -q " inet $1/" && { echo "$ns"; return 0; }
-  done
-  return 1
-}
 # surge_pod NAME: the DaemonSet's pod template as a pod of its own on this node. Its labels
 # are not the DaemonSet's selector: the controller must not adopt it (and delete it as a
 # second pod of the node).

@@ -16,6 +16,10 @@
 #      of the enrolled ferry-demo namespace talk through the mesh (the wire carries only
 #      :15008, the server sees the client's pod IP, both SPIFFE IDs logged), and the
 #      release's ferryctl reports the identities ferryd holds.
+#   4. An upgrade to a release built from a later commit (HEAD plus a version bump), with the
+#      commands docs/operations.md gives for the lab's Kubernetes (1.20: "On Kubernetes 1.20 and
+#      1.21"), as written but for the registry and the version, under load: 200 long-lived
+#      connections through the node are not lost, new ones are served throughout.
 # The commands and their output go to $FY_K8S_LOGS/install-transcript.log.
 # Everything it creates is named fy-*/ferry-* and removed at the end, also on failure.
 set -euo pipefail
@@ -58,6 +62,8 @@ cleanup() {
     kq get pods -A -o wide 2>/dev/null
   fi
   [ -n "${tcpdump_pid:-}" ] && kill "$tcpdump_pid" 2>/dev/null
+  for p in ${upgrade_pid:-} ${long_pid:-} ${short_pid:-} ${echo_pid:-}; do kill "$p" 2>/dev/null; done
+  kq -n "$RNS" delete pod -l app.kubernetes.io/name=ferry-surge --grace-period=1 --wait=false >/dev/null 2>&1
   kq delete namespace "$DEMO" --wait=true --timeout=60s >/dev/null 2>&1
   "$HELM" uninstall "$REL" -n "$RNS" --wait --timeout 60s >/dev/null 2>&1
   kq delete namespace "$RNS" --wait=true --timeout=60s >/dev/null 2>&1
@@ -207,6 +213,125 @@ check "the wire carried the connection to :15008 only" test "$to_hbone" -gt 0 -a
 "$TMP/home/.local/bin/ferryctl" certs >"$TMP/certs.txt" 2>&1 || true
 sed 's/^/  ferryctl certs| /' "$TMP/certs.txt"
 check "the release's ferryctl reports the identity ferryd holds for the pods ($id)" grep -q "$id" "$TMP/certs.txt"
+
+echo "== an upgrade to a release of a later commit, as docs/operations.md has it for 1.20"
+# The later commit: a commit on this checkout's HEAD with the version bump a release makes
+# (and, in a checkout with changes, those too), built as `make dist` builds it: both presets,
+# in a clone, where ccache (keyed relative to the clone) rebuilds the few objects the version
+# reaches.
+next_src=$TMP/next
+git clone -q --shared "$repo" "$next_src"
+git -C "$repo" ls-files -z --cached --others --exclude-standard |
+  tar -C "$repo" --null --ignore-failed-read -cf - -T - 2>/dev/null | tar -C "$next_src" -xf -
+next=${version%.*}.$((${version##*.} + 1))
+sed -i "s/^project(ferry VERSION $version /project(ferry VERSION $next /" "$next_src/CMakeLists.txt"
+git -C "$next_src" add -A
+git -C "$next_src" -c user.name=fy-install-e2e -c user.email=fy-install-e2e@invalid commit -qm "release $next"
+start=$SECONDS
+(
+  cd "$next_src"
+  export CCACHE_BASEDIR=$next_src CCACHE_NOHASHDIR=true
+  unset FERRY_VERSION
+  cmake --preset default && cmake --build build/default --target ferryd ferry-ca ferry-cni &&
+    cmake --preset release && cmake --build --preset release &&
+    HELM=$HELM scripts/dist.sh build/default build/release "$TMP/dist" >"$TMP/next.path"
+) >"$TMP/next-build.log" 2>&1 || { tail -n 30 "$TMP/next-build.log"; exit 1; }
+next_dist=$(cat "$TMP/next.path")
+next_digest=$(cat "$next_dist/ferryd-$next.digest")
+echo "  release $next ($(git -C "$next_src" rev-parse --short HEAD), image $next_digest) built in $((SECONDS - start)) s"
+check "the later commit's image is another image" test "$next_digest" != "$digest"
+
+# The section's sh blocks as written; the registry and the release's version are what a user
+# changes (the docs name 0.1.1).
+python3 - "$repo/docs/operations.md" "$TMP/upgrade.sh" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+m = re.search(r"^#### On Kubernetes 1\.20 and 1\.21\n(.*?)(?=^#)", text, flags=re.S | re.M)
+blocks = re.findall(r"^```sh\n(.*?)^```", m.group(1), flags=re.S | re.M) if m else []
+if len(blocks) != 2:
+    sys.exit("docs/operations.md: 'On Kubernetes 1.20 and 1.21' must hold two sh blocks")
+open(sys.argv[2], "w").write("".join(blocks))
+PY
+check "the upgrade names one REGISTRY= line and one version" \
+  test "$(grep -c '^REGISTRY=' "$TMP/upgrade.sh")" -eq 1 -a "$(grep -oE '\b[0-9]+\.[0-9]+\.[0-9]+\b' "$TMP/upgrade.sh" | sort -u | wc -l)" -eq 1
+sed -i -E "s|^REGISTRY=.*|REGISTRY=$REGISTRY_HOST/ferry|; s/\b[0-9]+\.[0-9]+\.[0-9]+\b/$next/g" "$TMP/upgrade.sh"
+
+# Under load: 200 long-lived connections and 10 new ones a second from fy-client to fy-server
+# (python in the pods' network namespaces: the pods' own traffic for the datapath), and 10
+# more a second until the very end, after the last step.
+LOAD=$repo/tests/e2e/handover_load.py
+srv_ns=$(netns_of_ip "$server") || { echo "no netns holds $server"; exit 1; }
+cli_ns=$(netns_of_ip "$client") || { echo "no netns holds $client"; exit 1; }
+ip netns exec "$srv_ns" python3 "$LOAD" serve --bind 0.0.0.0 --port 9000 >"$TMP/echo.log" 2>&1 &
+echo_pid=$!
+wait_for 10 "the echo server" grep -q listening "$TMP/echo.log"
+ip netns exec "$cli_ns" python3 "$LOAD" client --dst "$server" --port 9000 --stop "$TMP/long.stop" --long 200 --rate 10 \
+  >"$TMP/long.log" 2>&1 &
+long_pid=$!
+ip netns exec "$cli_ns" python3 "$LOAD" client --dst "$server" --port 9000 --stop "$TMP/short.stop" --long 0 --rate 10 \
+  >"$TMP/short.log" 2>&1 &
+short_pid=$!
+check "200 long-lived connections echo through the mesh" wait_for 60 "the long-lived connections" grep -q "^ready long=200 failed=0" "$TMP/long.log"
+gen1=$(ferry_pod)
+node=$(kq -n "$RNS" get pod "$gen1" -o jsonpath='{.spec.nodeName}')
+start=$SECONDS
+(
+  cd "$next_dist"
+  env -i HOME="$TMP/home" PATH="$(dirname "$HELM"):$kubectl_dir:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin" \
+    KUBECONFIG="$KUBECONFIG" bash -euxo pipefail "$TMP/upgrade.sh"
+) >>"$transcript" 2>&1 &
+upgrade_pid=$!
+check "the surge pod of the new release takes over beside the running ferryd and is ready" \
+  wait_for 180 "ferry-surge-$node" bash -c "kubectl -n $RNS get pod $gen1 -o jsonpath='{.metadata.deletionTimestamp}' | grep -q . &&
+    kubectl -n $RNS wait --for=condition=Ready pod/ferry-surge-$node --timeout=1s"
+check "... having taken the running one's sockets" \
+  bash -c "kubectl -n $RNS logs ferry-surge-$node | grep -qE 'handover: took [0-9]+ sockets from ferryd pid [0-9]+ \\(pod $gen1\\)'"
+kq -n "$RNS" exec "ferry-surge-$node" -c ferryd -- ferryctl status >"$TMP/surge-status.txt" 2>&1 || true
+sed 's/^/  ferryctl status| /' "$TMP/surge-status.txt"
+check "... runs $next and names the old pod as the previous generation" \
+  bash -c "grep -q 'ferryd $next on node' '$TMP/surge-status.txt' && grep -q 'previous generation:  pod $gen1' '$TMP/surge-status.txt'"
+check "the old pod is Terminating, its ferryd still carrying the long-lived connections" \
+  bash -c "kubectl -n $RNS get pod $gen1 -o name | grep -q . && grep -qE 'previous generation: .* [1-9][0-9]* connections' '$TMP/surge-status.txt'"
+# New connections through the surge pod for a while, then the long-lived ones end: the old
+# ferryd holds nothing more, exits, and the documented commands go on.
+served=$(grep -c '^progress' "$TMP/short.log" || true)
+wait_for 30 "ten seconds of new connections through the surge pod" \
+  bash -c "[ \$(grep -c '^progress' '$TMP/short.log') -ge $((served + 10)) ]" || true
+touch "$TMP/long.stop"
+wait "$long_pid" || true
+long_pid=
+check "the documented upgrade ends: the DaemonSet's new pod took over and the surge pod went" \
+  wait_for 300 "the documented upgrade" bash -c "! kill -0 $upgrade_pid"
+wait "$upgrade_pid" || fail "the documented upgrade commands failed (exit $?; see the transcript)"
+upgrade_pid=
+echo "  the documented upgrade ran in $((SECONDS - start)) s"
+check "the surge pod goes" kq -n "$RNS" wait --for=delete "pod/ferry-surge-$node" --timeout=60s
+touch "$TMP/short.stop"
+wait "$short_pid" || true
+short_pid=
+gen2=$(ferry_pod)
+check "the DaemonSet's pod runs the new release's image by digest ($gen2)" bash -c \
+  "[ \"\$(kubectl -n $RNS get pod $gen2 -o jsonpath='{.spec.containers[0].image}')\" = '$REGISTRY_HOST/ferry/ferryd:$next@$next_digest' ]"
+if flog_has "handover: took [0-9]+ sockets from ferryd pid [0-9]+ \(pod ferry-surge-$node\)"; then
+  pass "... took over from the surge pod"
+else
+  fail "... took over from the surge pod"
+  echo "  $gen2: $(kq -n "$RNS" get pod "$gen2" -o jsonpath='{.status.containerStatuses[*].restartCount}') restarts; its handover lines:"
+  { kq -n "$RNS" logs "$gen2" -c ferryd --previous 2>/dev/null; flog; } | grep -E 'handover|start' | head -n 20 | sed 's/^/  | /'
+fi
+long=$(tail -n 1 "$TMP/long.log") short=$(tail -n 1 "$TMP/short.log")
+jq -r '"  long-lived: \(.long) connections, \(.long_errors) errors, \(.long_messages) messages echoed (slowest echo \(.long_max_rtt_ms) ms)"' <<<"$long"
+jq -r '"  new connections (until the old ferryd held nothing): \(.short_attempted), \(.short_failed) failed, longest \(.short_max_ms) ms"' <<<"$long"
+jq -r '"  new connections (throughout): \(.short_attempted), \(.short_failed) failed, longest \(.short_max_ms) ms, p99 \(.short_p99_ms) ms"' <<<"$short"
+jqt() { jq -e "$1" <<<"$2" >/dev/null; }  # the report holds: FILTER JSON
+check "the long-lived connections: 200, none with an error" jqt '.long == 200 and .long_errors == 0' "$long"
+check "the new connections, during and after the upgrade: none failed" \
+  jqt '.short_failed == 0 and .short_attempted > 100' "$short"
+check "... nor those beside the long-lived ones" jqt '.short_failed == 0' "$long"
+body=$(kq -n "$DEMO" exec fy-client -- sh -c "printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 $server 8080 | tail -n 1")
+check "the mesh carries the client's requests through the new ferryd ($body)" test "$body" = fy-server
+kill "$echo_pid" 2>/dev/null; wait "$echo_pid" 2>/dev/null || true
+echo_pid=
 
 echo "== without a registry (docs/install.md): containerd loads the archive itself"
 # The section's one sh block as written, REGISTRY a name no registry answers for; ctr finds

@@ -23,7 +23,19 @@ ferry_pod() {
     -o jsonpath='{.items[0].metadata.name}'
 }
 flog() { kq -n "$RNS" logs "$(ferry_pod)"; }
-flog_has() { flog | grep -qE -- "$1"; }
+# grep reads the whole log: with -q it would stop at the first match, and under pipefail the
+# SIGPIPE that kubectl then gets would fail a check that matched (a long log: thousands of
+# access lines).
+flog_has() { flog | grep -E -- "$1" >/dev/null; }
+
+# netns_of_ip IP: the pod network namespace (containerd's, in /run/netns) holding IP.
+netns_of_ip() {
+  local ns
+  for ns in $(ip netns list | awk '{print $1}'); do
+    ip -n "$ns" -4 -o addr show 2>/dev/null | grep -q " inet $1/" && { echo "$ns"; return 0; }
+  done
+  return 1
+}
 
 # pod_yaml NAME NAMESPACE COMMAND: a test pod running COMMAND under /bin/sh in IMAGE (imported
 # into the lab's containerd, never pulled).
