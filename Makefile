@@ -73,7 +73,7 @@ kernel-lab: build
 # cluster goes down whatever happens. Cold: ~5 min more for the Go build (258 s here);
 # cached binaries: about three and a half minutes (docs/k8s-lab.md, Times).
 K8S_LAB_TESTS ?= tests/k8s/cluster_smoke.sh tests/k8s/install_e2e.sh tests/k8s/ferry_e2e.sh tests/k8s/cluster_ca_e2e.sh \
-  tests/k8s/lab_k8s_e2e.sh
+  tests/k8s/probes_e2e.sh tests/k8s/lab_k8s_e2e.sh
 k8s-lab: build release-build
 	@scripts/bootstrap.sh k8s-lab
 	@scripts/k8s-lab/build-kubernetes.sh >/dev/null

@@ -5,6 +5,9 @@
  *   1. ferryd holds the tuple: a connection of the proxy            -> into the proxy
  *   2. SYN to the HBONE port                                          -> into the proxy (15008)
  *   3. ferryd holds the reverse tuple: ferryd's own traffic          -> pass
+ *   3b. the pod is STRICT (or policy-judged) and a socket of the node's
+ *      own netns holds the reverse tuple: the kubelet's probe, a host-
+ *      network pod (exempt_node)                                      -> pass
  *   4. the pod is STRICT and this is a new TCP connection             -> into the proxy (15006)
  *   4b. the pod is STRICT and this is a segment of a flow it serves
  *      (it listens on the port) that ferryd does not hold: a plaintext
@@ -52,6 +55,9 @@ int pod_ingress(struct __sk_buff *skb)
 	if (ferry_holds_reverse(skb, &pkt, proxy_netns_id))
 		return ferry_account(skb, prog, FERRY_PASS, FERRY_REASON_OWN_TRAFFIC);
 	pod = ferry_local_pod(pkt.daddr);
+	if (exempt_node && pod && (pod->flags & FERRY_POD_STRICT) && ferry_node_sent(skb, &pkt))
+		return ferry_account(skb, prog, FERRY_PASS,
+				     ferry_is_syn(&pkt) ? FERRY_REASON_NODE_SYN : FERRY_REASON_NODE_FLOW);
 	if (!ferry_is_syn(&pkt)) {
 		if (pod && (pod->flags & FERRY_POD_STRICT) && !(pkt.tcp_flags & FERRY_TCP_RST) &&
 		    ferry_pod_is_server_of(skb, &pkt)) {

@@ -35,6 +35,12 @@ const volatile __u32 proxy_ipv4 FERRY_SHARED = 0;
 /* skb->mark that to_proxy sets on assigned packets (FERRY_DEFAULT_PROXY_MARK). */
 const volatile __u32 proxy_mark FERRY_SHARED = FERRY_DEFAULT_PROXY_MARK;
 
+/* Connections that sockets of the node's own netns open to a pod (the kubelet's
+ * probes, host-network pods) reach STRICT pods directly, as Istio's ambient mode
+ * lets probes through (docs/security.md, "Probes"). 0: they go to ferryd like
+ * any plaintext client (and a STRICT pod refuses them). */
+const volatile __u32 exempt_node FERRY_SHARED = 1;
+
 /* ferryd's listener ports in the proxy netns (host byte order). */
 const volatile __u16 port_outbound FERRY_SHARED = FERRY_PORT_OUTBOUND;
 const volatile __u16 port_inbound_plain FERRY_SHARED = FERRY_PORT_INBOUND_PLAIN;

@@ -106,6 +106,18 @@ static __always_inline bool ferry_pod_is_server_of(struct __sk_buff *skb, const 
 	return ferry_pod_listens(skb, pkt->daddr, pkt->dport, pkt->saddr);
 }
 
+/*
+ * A socket of the node's own netns (the one the program runs in: a pod's
+ * host-side device lives there) sent the packet: the kubelet probing the pod,
+ * a host-network pod, anything else of the node. Asked of the node's socket
+ * table, not of the source address: a pod that forges the node's address owns
+ * no socket there (docs/security.md, "Probes").
+ */
+static __always_inline bool ferry_node_sent(struct __sk_buff *skb, const struct ferry_pkt *pkt)
+{
+	return ferry_holds_tuple(skb, pkt->daddr, pkt->dport, pkt->saddr, pkt->sport, FERRY_NETNS_CURRENT);
+}
+
 /* Outcome of an assignment attempt. */
 enum ferry_assign_result {
 	FERRY_ASSIGNED = 0,

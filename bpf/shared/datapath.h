@@ -189,7 +189,9 @@ enum ferry_verdict {
 	X(STALE_RST, 28, "RST to a mesh destination, not held: passes (carries no data)")      \
 	X(POD_SERVES, 29, "segment of a flow the pod serves (it listens on the source port): not captured") \
 	X(NO_HBONE_LISTENER, 30, "SYN to 15008 with no HBONE listener (ferryd down): reset to the peer") \
-	X(STRICT_STALE, 31, "segment of a plaintext flow a STRICT pod serves, not held: reset to the pod")
+	X(STRICT_STALE, 31, "segment of a plaintext flow a STRICT pod serves, not held: reset to the pod") \
+	X(NODE_SYN, 32, "new connection from a socket of the node's own netns (kubelet probes): not captured") \
+	X(NODE_FLOW, 33, "segment of a connection with a socket of the node's own netns: not captured")
 
 enum ferry_reason {
 #define FERRY_REASON_ENUM(name, value, text) FERRY_REASON_##name = value,

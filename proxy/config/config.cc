@@ -777,7 +777,7 @@ class ConfigParser {
     if (!field) return absl::OkStatus();
     auto map = reader_.map(*field, {"enabled", "injection", "egress_flag", "proxy_netns",
                                     "proxy_interface", "host_proxy_interface", "bpffs", "capture",
-                                    "failure_mode", "mark", "proxy_address"});
+                                    "failure_mode", "mark", "proxy_address", "exempt_node"});
     if (!map.ok()) return map.status();
     Datapath& d = config_.datapath;
     if (auto enabled = map->find("enabled")) {
@@ -804,6 +804,11 @@ class ConfigParser {
             d.failure_mode);
         !s.ok()) {
       return s;
+    }
+    if (auto exempt = map->find("exempt_node")) {
+      auto v = reader_.boolean(*exempt);
+      if (!v.ok()) return v.status();
+      d.exempt_node = *v;
     }
     if (auto flag = map->find("egress_flag")) {
       // A single bit above the ones bpf_redirect_peer already knows (BPF_F_INGRESS = 1).

@@ -118,6 +118,9 @@ struct Datapath {
   std::string bpffs = "/run/ferry/bpffs";  // pins live here (ip netns exec hides /sys/fs/bpf)
   Capture capture = Capture::kHbone;  // which SYNs leaving a pod are captured
   FailureMode failure_mode = FailureMode::kClosed;  // pods without ferryd: cut off or routed
+  // Connections from sockets of the node's own netns (the kubelet's probes) reach STRICT and
+  // policy-judged pods without ferryd (docs/security.md, "Probes").
+  bool exempt_node = true;
   // skb->mark that makes the proxy netns route captured packets `local` (bpf_sk_assign
   // needs it): ip rule fwmark <mark>/<mark> lookup <table>; ip route add local 0/0 dev lo.
   uint32_t mark = 0x539;  // FERRY_DEFAULT_PROXY_MARK (bpf/shared/datapath.h), Istio's TPROXY mark

@@ -80,6 +80,7 @@ enum class Reload {
   X("datapath.bpffs", kRestart, datapath.bpffs)                                \
   X("datapath.capture", kRestart, datapath.capture)                            \
   X("datapath.failure_mode", kRestart, datapath.failure_mode)                  \
+  X("datapath.exempt_node", kRestart, datapath.exempt_node)                    \
   X("datapath.mark", kRestart, datapath.mark)                                  \
   X("policy.root_namespace", kLive, policy.root_namespace)                     \
   X("policy.files", kLive, policy.files)                                       \

@@ -144,6 +144,7 @@ absl::StatusOr<std::unique_ptr<Datapath>> Datapath::create(const config::Config&
   ro->proxy_host_ifindex = static_cast<uint32_t>(host_proxy->ifindex);
   ro->proxy_ipv4 = proxy_ip;
   ro->proxy_mark = cfg.mark;
+  ro->exempt_node = cfg.exempt_node ? 1 : 0;
   auto firstPort = [](const std::vector<common::HostPort>& v, uint16_t dflt) {
     return v.empty() ? dflt : v.front().port;
   };

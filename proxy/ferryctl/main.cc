@@ -76,7 +76,7 @@ constexpr char kUsage[] =
     "  ferryctl connections [--limit N] [--admin HOST:PORT] [-o text|json]\n"
     "  ferryctl config      [--admin HOST:PORT] [-o text|json]\n"
     "  ferryctl log-level   [trace|debug|info|warn|error|off] [--admin HOST:PORT] [-o text|json]\n"
-    "  ferryctl policy check --from NAMESPACE/WORKLOAD|IP --to NAMESPACE/WORKLOAD:PORT [--plaintext]\n"
+    "  ferryctl policy check --from NAMESPACE/WORKLOAD|IP|node --to NAMESPACE/WORKLOAD:PORT [--plaintext]\n"
     "                        [--admin HOST:PORT] [-o text|json]\n"
     "  ferryctl policy list  [--admin HOST:PORT] [-o text|json]\n"
     "  ferryctl probe --file FILE [--max-age 10s] [--live]\n"

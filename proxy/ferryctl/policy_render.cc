@@ -103,13 +103,21 @@ absl::StatusOr<CheckVerdict> renderCheck(absl::string_view body) {
   const json::object& source = member(o, "source");
   std::string workload = text(source, "workload");
   std::string principal = text(source, "principal");
-  absl::StrAppend(&t, "source: ", workload.empty() ? "" : workload + " ", text(source, "ip", "?"),
-                  workload.empty() ? " (no workload)" : "",
-                  principal.empty() ? " plaintext (no peer identity)" : absl::StrCat(" principal ", principal), "\n");
+  if (flag(source, "node")) {
+    absl::StrAppend(&t, "source: the node itself (the kubelet's probes), plaintext\n");
+  } else {
+    absl::StrAppend(&t, "source: ", workload.empty() ? "" : workload + " ", text(source, "ip", "?"),
+                    workload.empty() ? " (no workload)" : "",
+                    principal.empty() ? " plaintext (no peer identity)" : absl::StrCat(" principal ", principal), "\n");
+  }
   const json::object& destination = member(o, "destination");
   absl::StrAppend(&t, "destination: ", text(destination, "workload", "?"), " ", text(destination, "ip", "?"),
                   " port ", number(destination, "port"), "\n");
 
+  if (const auto* judged = o.if_contains("judged"); judged != nullptr && judged->is_bool() && !judged->as_bool()) {
+    absl::StrAppend(&t, "mtls, policies: not applied (the connection does not pass through ferryd)\n");
+    return out;
+  }
   const json::object& mtls = member(o, "mtls");
   std::string decided_by = text(mtls, "policy");
   absl::StrAppend(&t, "mtls: ", text(mtls, "mode", "?"), " (",

@@ -86,7 +86,7 @@ boost::json::object policiesJson(const policy::Store& store) {
 HttpResponse policyDump(const policy::Store& store) { return jsonResponse(200, policiesJson(store)); }
 
 HttpResponse policyCheck(const std::string& query, const workloads::Registry& registry,
-                         const policy::PolicySet& policies, std::string_view trust_domain) {
+                         const policy::PolicySet& policies, std::string_view trust_domain, bool node_exempt) {
   auto params = parseQuery(query);
   for (const char* required : {"from", "to", "port"}) {
     if (params[required].empty()) return badRequest(absl::StrCat("missing parameter '", required, "'"));
@@ -110,6 +110,30 @@ HttpResponse policyCheck(const std::string& query, const workloads::Registry& re
   request.destination_port = static_cast<uint16_t>(port);
   json::object source;
   const std::string& from = params["from"];
+  if (from == "node") {
+    if (!node_exempt) {
+      return badRequest(
+          "from: node: datapath.exempt_node is off (or the datapath is), so the node's connections are judged as "
+          "any plaintext client's: ask with the node's address as the pod sees it");
+    }
+    // Rule 3b of pod_ingress (docs/datapath.md): the datapath lets it through, ferryd never sees it.
+    return jsonResponse(
+        200, json::object{
+                 {"source", json::object{{"ip", nullptr}, {"workload", nullptr}, {"principal", nullptr}, {"node", true}}},
+                 {"destination", json::object{{"workload", destination->displayName()},
+                                              {"ip", request.destination_ip.to_string()},
+                                              {"port", port}}},
+                 {"mtls", json::object{{"mode", "not applied"}, {"policy", nullptr}, {"port_level", false}}},
+                 {"policies", json::array{}},
+                 {"judged", false},
+                 {"verdict", "allow"},
+                 {"reason", "allowed: a socket of the node itself (the kubelet's probes) reaches the pod without "
+                            "ferryd, whatever its mTLS mode and policies (datapath.exempt_node; docs/security.md, "
+                            "\"Probes\")"},
+                 {"policy", nullptr},
+                 {"rule", -1},
+             });
+  }
   const workloads::Workload* client = nullptr;
   if (auto ip = common::parseIp(from); ip.ok()) {
     request.source_ip = common::canonicalIp(*ip);

@@ -16,11 +16,14 @@ namespace ferry::server {
 // What /policies answers (and /config_dump's "policies").
 boost::json::object policiesJson(const policy::Store& store);
 HttpResponse policyDump(const policy::Store& store);
-// Query: from=<namespace/name | IP>, to=<namespace/name>, port=<1-65535>. A `from` workload
-// calls with its identity (mTLS); an IP no workload owns calls in plaintext, as does any
-// source with plaintext=true. `to` must be a workload of this node (its policies are
+// Query: from=<namespace/name | IP | node>, to=<namespace/name>, port=<1-65535>. A `from`
+// workload calls with its identity (mTLS); an IP no workload owns calls in plaintext, as does
+// any source with plaintext=true. `node` is a socket of the node itself (the kubelet's
+// probes): with `node_exempt` (datapath.exempt_node, the datapath on) it reaches the pod
+// without ferryd and no policy judges it (docs/security.md, "Probes"); without, 400 says to
+// ask with the node's address. `to` must be a workload of this node (its policies are
 // enforced here). 400 names the parameter that is wrong.
 HttpResponse policyCheck(const std::string& query, const workloads::Registry& registry,
-                         const policy::PolicySet& policies, std::string_view trust_domain);
+                         const policy::PolicySet& policies, std::string_view trust_domain, bool node_exempt);
 
 }  // namespace ferry::server

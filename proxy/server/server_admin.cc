@@ -162,6 +162,7 @@ json::object configJson(const config::Config& c) {
         {"bpffs", d.bpffs},
         {"capture", d.capture == config::Capture::kHbone ? "hbone" : "all"},
         {"failure_mode", d.failure_mode == config::FailureMode::kClosed ? "closed" : "open"},
+        {"exempt_node", d.exempt_node},
         {"mark", d.mark}}},
       {"identity",
        {{"source", config::identitySourceName(c.identity.source)},
@@ -373,7 +374,8 @@ void Server::routeAdmin() {
   });
   admin_.route("/policies", [this] { return policyDump(policies_); });
   admin_.routeWithQuery("/policy/check", [this](const std::string& query) {
-    return policyCheck(query, *workloads_.current(), *policies_.current(), config_.trust_domain);
+    return policyCheck(query, *workloads_.current(), *policies_.current(), config_.trust_domain,
+                       config_.datapath.enabled && config_.datapath.exempt_node);
   });
   admin_.routeWithQuery("/datapath", [this, datapathJson](const std::string& query) {
     auto json_form = wantsJson(query);

@@ -179,6 +179,65 @@ TEST_F(PodIngressTest, PermissivePodKeepsItsDirectPlaintextFlows) {
   expectPassed(runPodIngress(frame), frame, FERRY_REASON_NOT_CAPTURED);
 }
 
+// Rule 3b (docs/security.md, "Probes"). ferryd's lookups go to a netns id nobody has, so
+// only the node's own socket table (the netns the program runs in, the test's) holds the
+// test's sockets, as on a node where the kubelet probes a pod.
+class PodIngressNodeTest : public PodIngressTest {
+ protected:
+  static constexpr uint64_t kNoSuchNsid = 43;
+  void SetUp() override {
+    PodIngressTest::SetUp();
+    if (IsSkipped()) return;
+    ASSERT_NO_FATAL_FAILURE(reload([](Config& c) { c.proxy_netns_id = kNoSuchNsid; }));
+  }
+};
+
+TEST_F(PodIngressNodeTest, ProbeFromTheNodeToAStrictPodPasses) {
+  ASSERT_NO_FATAL_FAILURE(enroll(kPodA, FERRY_POD_STRICT));
+  Fd pod_listener = tcpListener(8080);
+  Fd kubelet = tcpConnection(kExternal, 50000, kPodA.ip, 8080);
+  const Bytes syn = tcpFrame(toPod(kExternal, kPodA), 50000, 8080, kSyn);
+  expectPassed(runPodIngress(syn), syn, FERRY_REASON_NODE_SYN);
+  // The probe's request: a segment of a flow the STRICT pod serves, which rule 4b would
+  // turn into a reset if the node held no socket of it.
+  const Bytes request = tcpFrame(toPod(kExternal, kPodA), 50000, 8080, kAck | kPsh, 80);
+  const RunResult result = runPodIngress(request);
+  EXPECT_EQ(result.data, request) << "the request reaches the pod intact, not as a reset";
+  EXPECT_EQ(packets(FERRY_PROG_POD_INGRESS, FERRY_VERDICT_PASS, FERRY_REASON_NODE_FLOW), 1u);
+  EXPECT_EQ(packets(FERRY_PROG_POD_INGRESS, FERRY_VERDICT_PASS, FERRY_REASON_STRICT_STALE), 0u);
+}
+
+TEST_F(PodIngressNodeTest, ForgedNodeAddressWithoutANodeSocketIsRefused) {
+  // A pod sending from the node's address owns no socket in the node's netns: its SYN
+  // goes to ferryd (15006) like any plaintext client's, and its segments become resets.
+  ASSERT_NO_FATAL_FAILURE(enroll(kPodA, FERRY_POD_STRICT));
+  Fd pod_listener = tcpListener(8080);
+  Fd other = tcpConnection(kExternal, 50001, kPodA.ip, 8080);  // same address, another port
+  expectIntoProxy(runPodIngress(tcpFrame(toPod(kExternal, kPodA), 50000, 8080, kSyn)), FERRY_REASON_STRICT_SYN);
+  EXPECT_EQ(runPodIngress(tcpFrame(toPod(kExternal, kPodA), 50000, 8080, kAck | kPsh, 80)).data.size(),
+            14u + 20u + 20u)
+      << "a reset in place of the segment";
+  EXPECT_EQ(packets(FERRY_PROG_POD_INGRESS, FERRY_VERDICT_PASS, FERRY_REASON_STRICT_STALE), 1u);
+  EXPECT_EQ(packets(FERRY_PROG_POD_INGRESS, FERRY_VERDICT_PASS, FERRY_REASON_NODE_SYN), 0u);
+}
+
+TEST_F(PodIngressNodeTest, PermissivePodTrafficFromTheNodeIsNotCountedAsExempt) {
+  ASSERT_NO_FATAL_FAILURE(enroll(kPodA));
+  Fd kubelet = tcpConnection(kExternal, 50000, kPodA.ip, 8080);
+  const Bytes syn = tcpFrame(toPod(kExternal, kPodA), 50000, 8080, kSyn);
+  expectPassed(runPodIngress(syn), syn, FERRY_REASON_NOT_CAPTURED);
+}
+
+TEST_F(PodIngressNodeTest, ExemptionTurnedOffSendsTheNodesProbeToFerryd) {
+  ASSERT_NO_FATAL_FAILURE(reload([](Config& c) {
+    c.proxy_netns_id = kNoSuchNsid;
+    c.exempt_node = 0;
+  }));
+  ASSERT_NO_FATAL_FAILURE(enroll(kPodA, FERRY_POD_STRICT));
+  Fd kubelet = tcpConnection(kExternal, 50000, kPodA.ip, 8080);
+  expectIntoProxy(runPodIngress(tcpFrame(toPod(kExternal, kPodA), 50000, 8080, kSyn)), FERRY_REASON_STRICT_SYN);
+}
+
 TEST_F(PodIngressTest, Ipv6TcpToThePodIsDropped) {
   ASSERT_NO_FATAL_FAILURE(enroll(kPodA));
   EXPECT_EQ(runPodIngress(ipv6Frame(toPod(kExternal, kPodA), {}, 6)).verdict, kShot);

@@ -561,6 +561,7 @@ TEST(DatapathConfigTest, IsDisabledByDefault) {
   EXPECT_EQ(config->datapath.injection, Injection::kAuto);
   EXPECT_EQ(config->datapath.egress_flag, 32u);
   EXPECT_EQ(config->datapath.failure_mode, FailureMode::kClosed);
+  EXPECT_TRUE(config->datapath.exempt_node) << "the kubelet's probes pass, as the chart's default";
 }
 
 TEST(DatapathConfigTest, ParsesEveryKey) {
@@ -568,7 +569,7 @@ TEST(DatapathConfigTest, ParsesEveryKey) {
                                 "datapath:\n  enabled: true\n  injection: ingress-redirect\n"
                                 "  egress_flag: 64\n  proxy_netns: /run/netns/p\n  proxy_interface: veth0\n"
                                 "  host_proxy_interface: fy1-px\n  bpffs: /run/ferry/bpffs/n1\n"
-                                "  capture: all\n  failure_mode: open\n  mark: 4096\n",
+                                "  capture: all\n  failure_mode: open\n  mark: 4096\n  exempt_node: false\n",
                             "f.yaml");
   ASSERT_TRUE(config.ok()) << config.status();
   const auto& d = config->datapath;
@@ -581,6 +582,7 @@ TEST(DatapathConfigTest, ParsesEveryKey) {
   EXPECT_EQ(d.capture, Capture::kAll);
   EXPECT_EQ(d.failure_mode, FailureMode::kOpen);
   EXPECT_EQ(d.mark, 4096u);
+  EXPECT_FALSE(d.exempt_node);
 }
 
 TEST(DatapathConfigTest, AutoProxyNetnsNamesTheNodeSideDeviceItCreates) {
@@ -611,6 +613,7 @@ TEST(DatapathConfigTest, RejectsBadValuesWithKeyAndLine) {
       {"datapath:\n  egress_flag: 1\n", "datapath.egress_flag"},
       {"datapath:\n  capture: some\n", "datapath.capture"},
       {"datapath:\n  failure_mode: maybe\n", "datapath.failure_mode"},
+      {"datapath:\n  exempt_node: sometimes\n", "datapath.exempt_node"},
       {"datapath:\n  enabled: true\n  host_proxy_interface: fy1-px\n", "proxy_netns is required"},
       {"datapath:\n  enabled: true\n  proxy_netns: /run/netns/p\n", "host_proxy_interface is required"},
       {"datapath:\n  bogus: 1\n", "unknown key 'bogus'"},

@@ -70,8 +70,8 @@ class FerryctlPolicyRenderTest : public ::testing::Test {
     ASSERT_TRUE(result.refused.empty()) << result.refused.front();
   }
   // ferryd's answer to /policy/check?<query>.
-  server::HttpResponse ask(const std::string& query) {
-    return server::policyCheck(query, *registry_.current(), *policies_.current(), "cluster.local");
+  server::HttpResponse ask(const std::string& query, bool node_exempt = true) {
+    return server::policyCheck(query, *registry_.current(), *policies_.current(), "cluster.local", node_exempt);
   }
 
   workloads::Store registry_{"n2"};
@@ -103,6 +103,22 @@ TEST_F(FerryctlPolicyRenderTest, PlaintextToAStrictPortIsADenyFromAnAddressNoWor
                                        "source: 10.9.9.9 (no workload) plaintext (no peer identity)\n"));
   EXPECT_THAT(verdict->text, HasSubstr("mtls: STRICT (PeerAuthentication istio-system/mesh)\n"));
   EXPECT_THAT(verdict->text, HasSubstr("  DENY default/no-posts: rule 0 matched;")) << "the DENY would also refuse it";
+}
+
+TEST_F(FerryctlPolicyRenderTest, TheNodesOwnConnectionToAStrictPortPassesWithoutFerryd) {
+  // The kubelet's probe (docs/security.md, "Probes"): the same STRICT port, the same DENY.
+  auto verdict = renderCheck(ask("from=node&to=default%2Fs1&port=9090").body);
+  ASSERT_TRUE(verdict.ok()) << verdict.status();
+  EXPECT_TRUE(verdict->allowed);
+  EXPECT_EQ(verdict->text,
+            "verdict: allow (allowed: a socket of the node itself (the kubelet's probes) reaches the pod without "
+            "ferryd, whatever its mTLS mode and policies (datapath.exempt_node; docs/security.md, \"Probes\"))\n"
+            "source: the node itself (the kubelet's probes), plaintext\n"
+            "destination: default/s1 10.0.2.10 port 9090\n"
+            "mtls, policies: not applied (the connection does not pass through ferryd)\n");
+  auto refused = ask("from=node&to=default%2Fs1&port=9090", /*node_exempt=*/false);
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_THAT(errorMessage(refused.status, refused.body), HasSubstr("datapath.exempt_node is off"));
 }
 
 TEST_F(FerryctlPolicyRenderTest, ListShowsScopesPortsDryRunAndL7Fields) {
