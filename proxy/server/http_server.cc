@@ -21,6 +21,8 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "proxy/common/log.h"
@@ -67,7 +69,49 @@ auto askRoute(const HttpServer::Route& route, const HttpRequest& request, asio::
   };
 }
 
-asio::awaitable<void> serveOne(tcp::socket socket, const Routes* routes) {
+// The Host header names an address: an IP literal ([v6] bracketed) or localhost, with or
+// without a port. A name is what a DNS-rebinding page sends (its own name, now resolving
+// to 127.0.0.1); ferryctl, curl to an address, kubectl port-forward and probes send these.
+bool hostIsAnAddress(std::string_view host) {
+  std::string_view name = host;
+  if (!name.empty() && name.front() == '[') {
+    auto close = name.find(']');
+    if (close == std::string_view::npos) return false;
+    std::string_view rest = name.substr(close + 1);
+    if (!rest.empty() && (rest.front() != ':' || rest.size() == 1)) return false;
+    name = name.substr(1, close - 1);
+    return common::parseIp(std::string(name)).ok();
+  }
+  if (auto colon = name.find(':'); colon != std::string_view::npos) {
+    std::string_view port = name.substr(colon + 1);
+    if (port.empty() || port.find_first_not_of("0123456789") != std::string_view::npos) return false;
+    name = name.substr(0, colon);
+  }
+  return absl::AsciiStrToLower(std::string(name)) == "localhost" || common::parseIp(std::string(name)).ok();
+}
+
+// Why a request is refused before its route runs, or "" when it is not.
+std::string refusal(const http::request<http::string_body>& req, bool address_host_only) {
+  if (req.method() == http::verb::post) {
+    for (const char* header : {"Origin", "Sec-Fetch-Site", "Sec-Fetch-Mode"}) {
+      if (req.find(header) != req.end()) {
+        return absl::StrCat("a POST carrying ", header, " (a browser's) is refused: use ferryctl or curl\n");
+      }
+    }
+  }
+  if (address_host_only) {
+    auto host = req.find(http::field::host);
+    std::string_view value = host == req.end() ? std::string_view() : std::string_view(host->value());
+    if (!hostIsAnAddress(value)) {
+      return absl::StrCat("Host '", absl::CHexEscape(std::string(value.substr(0, 64))),
+                          "' is not an address: this endpoint answers requests to its address only\n");
+    }
+  }
+  return {};
+}
+
+asio::awaitable<void> serveOne(tcp::socket socket, const HttpServer::Options options) {
+  const Routes* routes = options.routes;
   boost::beast::flat_buffer buffer(8192);
   http::request_parser<http::string_body> parser;
   parser.header_limit(8192);
@@ -87,7 +131,10 @@ asio::awaitable<void> serveOne(tcp::socket socket, const Routes* routes) {
   auto it = routes->find(target);
   auto method = methodOf(req.method());
   std::function<void()> after_write;
-  if (it == routes->end()) {
+  if (std::string why = refusal(req, *options.address_host_only); !why.empty()) {
+    res.result(http::status::forbidden);
+    res.body() = std::move(why);
+  } else if (it == routes->end()) {
     res.result(http::status::not_found);
     std::string body = "not found; try:";
     for (const auto& [path, r] : *routes) absl::StrAppend(&body, " ", path);
@@ -113,7 +160,7 @@ asio::awaitable<void> serveOne(tcp::socket socket, const Routes* routes) {
   if (after_write) after_write();
 }
 
-asio::awaitable<void> acceptLoop(tcp::acceptor& acceptor, const Routes* routes) {
+asio::awaitable<void> acceptLoop(tcp::acceptor& acceptor, const HttpServer::Options options) {
   for (;;) {
     auto [ec, socket] = co_await acceptor.async_accept(kTuple);
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
@@ -122,7 +169,7 @@ asio::awaitable<void> acceptLoop(tcp::acceptor& acceptor, const Routes* routes) 
       co_await backoff.async_wait(kTuple);
       continue;
     }
-    asio::co_spawn(acceptor.get_executor(), serveOne(std::move(socket), routes), asio::detached);
+    asio::co_spawn(acceptor.get_executor(), serveOne(std::move(socket), options), asio::detached);
   }
 }
 }  // namespace
@@ -169,7 +216,7 @@ absl::Status HttpServer::listen(const common::HostPort& addr) {
                                                common::formatHostPort(addr), ": ", ec.message()));
   }
   acceptor_ = std::move(acceptor);
-  asio::co_spawn(io_, acceptLoop(*acceptor_, &routes_), asio::detached);
+  asio::co_spawn(io_, acceptLoop(*acceptor_, Options{&routes_, &address_host_only_}), asio::detached);
   return absl::OkStatus();
 }
 
@@ -184,7 +231,7 @@ absl::Status HttpServer::adopt(int fd) {
   acceptor->assign(ss.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), fd, ec);
   if (ec) return absl::InvalidArgumentError(absl::StrCat(name_, " listener handed over: ", ec.message()));
   acceptor_ = std::move(acceptor);
-  asio::co_spawn(io_, acceptLoop(*acceptor_, &routes_), asio::detached);
+  asio::co_spawn(io_, acceptLoop(*acceptor_, Options{&routes_, &address_host_only_}), asio::detached);
   return absl::OkStatus();
 }
 

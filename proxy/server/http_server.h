@@ -55,6 +55,13 @@ class HttpServer {
   // kRequestTimeout on the client's side only).
   void routeAsync(std::string path, AsyncHandler handler);
 
+  // Only requests whose Host is an address (an IP literal or `localhost`, with or without a
+  // port) are served; others get 403. For the admin endpoint: a page of a name that DNS
+  // rebinding pointed at 127.0.0.1 carries that name (docs/security.md, "The admin
+  // endpoint"). Whatever this says, a POST from a browser (Origin or Sec-Fetch-* present) is
+  // refused with 403 on every server: no tool of ours sends those.
+  void requireAddressHost() { address_host_only_ = true; }
+
   absl::Status listen(const common::HostPort& addr);
   // Serves on a listening socket received from the running ferryd (a handover).
   absl::Status adopt(int fd);
@@ -66,11 +73,18 @@ class HttpServer {
     std::set<HttpMethod> methods;
     AsyncHandler handler;
   };
+  // What the accept loop reads on each request (routes and the Host rule may be set after
+  // listen()).
+  struct Options {
+    const std::map<std::string, Route>* routes = nullptr;
+    const bool* address_host_only = nullptr;
+  };
 
  private:
   boost::asio::io_context& io_;
   std::string name_;
   std::map<std::string, Route> routes_;
+  bool address_host_only_ = false;
   std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;
 };
 

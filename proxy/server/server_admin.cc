@@ -231,6 +231,8 @@ int64_t Server::liveConnections() {
 }
 
 void Server::routeAdmin() {
+  // A page that DNS rebinding sent to 127.0.0.1 names itself in Host (docs/security.md).
+  admin_.requireAddressHost();
   // Sorted by namespace/name: the registry keeps no order.
   auto workloadsJson = [this] {
     auto reg = workloads_.current();

@@ -14,6 +14,8 @@
 #include <boost/json.hpp>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
+
 #include "proxy/config/config.h"
 #include "tests/integration/loopback_lab.h"
 
@@ -30,7 +32,9 @@ struct Answer {
 };
 
 // One HTTP/1.1 request to n1's or n2's admin endpoint (127.0.N.1:15000).
-Answer admin(const std::string& node_ip, const std::string& method, const std::string& target) {
+// `headers`: lines to send instead of the Host header ferryctl sends (the node's address).
+Answer admin(const std::string& node_ip, const std::string& method, const std::string& target,
+             const std::string& headers = "") {
   Answer out;
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};
@@ -41,8 +45,9 @@ Answer admin(const std::string& node_ip, const std::string& method, const std::s
     ::close(fd);
     return out;
   }
-  std::string request = method + " " + target + " HTTP/1.1\r\nHost: " + node_ip +
-                        "\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+  std::string request = method + " " + target + " HTTP/1.1\r\n" +
+                        (headers.empty() ? "Host: " + node_ip + ":15000\r\n" : headers) +
+                        "Content-Length: 0\r\nConnection: close\r\n\r\n";
   std::string response;
   setRecvTimeout(fd, std::chrono::seconds(10));
   bool ok = sendAll(fd, request.data(), request.size()) && recvAll(fd, response);
@@ -202,6 +207,34 @@ TEST_F(AdminApiTest, QuitQuitQuitIsPostOnlyAndDrainsBeforeExiting) {
   ::close(fd);
   EXPECT_TRUE(waitFor([&] { return admin("127.0.1.1", "GET", "/status").status == 0; }));
   EXPECT_EQ(httpGet("127.0.1.1", 15021, "/healthz/ready"), 0);
+}
+
+TEST_F(AdminApiTest, BrowsersCannotPostAndRebindingNamesAreRefused) {
+  // What a page elsewhere can make a browser on the node send: a "simple" cross-origin POST
+  // (no preflight), with its Origin and Sec-Fetch-* headers.
+  Answer cross = admin("127.0.1.1", "POST", "/quitquitquit",
+                       "Host: 127.0.1.1:15000\r\nOrigin: http://evil.example\r\nContent-Type: text/plain\r\n");
+  EXPECT_EQ(cross.status, 403);
+  EXPECT_EQ(cross.body, "a POST carrying Origin (a browser's) is refused: use ferryctl or curl\n");
+  Answer fetch = admin("127.0.1.1", "POST", "/logging?level=off", "Host: 127.0.1.1\r\nSec-Fetch-Site: same-origin\r\n");
+  EXPECT_EQ(fetch.status, 403);
+  // DNS rebinding: the attacker's name, now resolving to the node, is in Host; GETs too (the
+  // pages show ferryd's state).
+  for (const char* host : {"evil.example:15000", "127.0.1.1.nip.io", "", "[::1", "127.0.1.1:x"}) {
+    Answer rebound = admin("127.0.1.1", "GET", "/status", absl::StrCat("Host: ", host, "\r\n"));
+    EXPECT_EQ(rebound.status, 403) << host;
+    EXPECT_NE(rebound.body.find("is not an address"), std::string::npos) << rebound.body;
+  }
+  EXPECT_EQ(admin("127.0.1.1", "GET", "/status", "Connection: close\r\n").status, 403) << "no Host at all";
+  // What tools send: an address or localhost, with or without a port.
+  for (const char* host : {"127.0.1.1", "127.0.1.1:15000", "localhost:15000", "LOCALHOST", "[::1]:15000"}) {
+    EXPECT_EQ(admin("127.0.1.1", "GET", "/status", absl::StrCat("Host: ", host, "\r\n")).status, 200) << host;
+  }
+  // Still running and serving: nothing of the refused requests took effect.
+  Answer level = admin("127.0.1.1", "GET", "/logging");
+  EXPECT_EQ(level.status, 200);
+  EXPECT_EQ(level.body.find("\"off\""), std::string::npos) << level.body;
+  EXPECT_EQ(httpGet("127.0.1.1", 15021, "/healthz/ready"), 200);
 }
 
 TEST_F(AdminApiTest, StatusAndConfigDumpAreJsonWithTheLiveStateAndNoKeys) {
