@@ -51,7 +51,7 @@ constexpr char kEveryKey[] =
     "workloads_poll: 5s\n"
     "datapath: {enabled: true, injection: peer-egress, egress_flag: 64, proxy_netns: auto, proxy_address: 169.254.9.1,\n"
     "           proxy_interface: eth1, host_proxy_interface: px, bpffs: /bpf, capture: all, failure_mode: open,\n"
-    "           mark: 7}\n"
+    "           mark: 7, exempt_node: false}\n"
     "identity: {source: ca, ca_cert: /ca.pem, ca_key: /ca.key, leaf_lifetime: 1h, poll_interval: 2s,\n"
     "           cluster_ca: {address: \"ca.example:1\", server_name: ca.other, token_file: /t, request_timeout: 1s}}\n"
     "limits:\n"
