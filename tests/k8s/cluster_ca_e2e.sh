@@ -115,8 +115,11 @@ check "ferry-ca published its Secret's bundle as the ConfigMap ferryd mounts" \
   bash -c "kubectl -n $RNS get configmap ferry-ca-bundle -o jsonpath='{.data.bundle\\.pem}' | cmp -s - '$TMP/root/ca.pem'"
 check "ferry-ca's two replicas become ready (CA loaded, pod view synced)" \
   bash -c "[ \"\$(kubectl -n $RNS get deployment $REL-ca -o jsonpath='{.status.readyReplicas}' 2>/dev/null)\" = 2 ]"
+# ferryd's pod may start before ferry-ca has published the bundle: the kubelet brings the
+# ConfigMap to the node at its next sync of the pod, up to its sync period (1 min) plus its
+# ConfigMap cache's TTL (1 min) later (78 s on a busy run here).
 check "ferryd becomes ready (bundle loaded, ferry-ca answered)" \
-  kq -n "$RNS" wait --for=condition=Ready pod -l app.kubernetes.io/component=node-proxy --timeout=60s
+  kq -n "$RNS" wait --for=condition=Ready pod -l app.kubernetes.io/component=node-proxy --timeout=150s
 fpid=$(pgrep -f -- "ferryd --config /etc/ferry/config/ferry.yaml" | head -n 1)
 check "no signing key on the node: ferryd's identity folder holds the roots only ($(ls "/proc/$fpid/root/etc/ferry/identity" | tr '\n' ' '))" \
   bash -c "[ \"\$(ls /proc/$fpid/root/etc/ferry/identity)\" = bundle.pem ]"
