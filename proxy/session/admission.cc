@@ -70,13 +70,11 @@ const char* acceptErrorLabel(AcceptError e) {
   return "unknown";
 }
 
-AdmissionTicket::~AdmissionTicket() { admission_.release(listener_, source_, pending_); }
+AdmissionTicket::~AdmissionTicket() { admission_.release(*this); }
 
-void AdmissionTicket::handshakeDone() {
-  if (!pending_) return;
-  pending_ = false;
-  admission_.finishHandshake(listener_, source_);
-}
+void AdmissionTicket::handshakeDone() { admission_.finishHandshake(*this); }
+
+void AdmissionTicket::setEvictor(std::function<void()> evict) { admission_.setEvictor(*this, std::move(evict)); }
 
 bool LogThrottle::allow(uint64_t& suppressed) {
   int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
@@ -89,7 +87,10 @@ bool LogThrottle::allow(uint64_t& suppressed) {
   return true;
 }
 
-Admission::Admission(const config::Limits& limits) { setLimits(limits); }
+Admission::Admission(const config::Limits& limits, Clock clock)
+    : clock_(clock ? std::move(clock) : Clock([] { return std::chrono::steady_clock::now(); })) {
+  setLimits(limits);
+}
 
 void Admission::setLimits(const config::Limits& limits) {
   for (auto [listener, l] : {std::pair{Listener::kOutbound, &limits.outbound}, std::pair{Listener::kHbone, &limits.hbone},
@@ -116,7 +117,7 @@ Admitted Admission::admit(Listener listener, const common::IpAddress& source, Re
       why = Refusal::kPendingPerSource;
     } else if (s.connections >= l.max_connections) {
       why = Refusal::kConnections;
-    } else if (s.pending >= l.max_pending) {
+    } else if (s.pending - s.evicting >= l.max_pending && !evictOne(s, pending_from_source)) {
       why = Refusal::kPending;
     } else {
       auto& per = s.sources[key];
@@ -126,37 +127,96 @@ Admitted Admission::admit(Listener listener, const common::IpAddress& source, Re
       ++s.pending;
       s.connections_gauge.store(s.connections, std::memory_order_relaxed);
       s.pending_gauge.store(s.pending, std::memory_order_relaxed);
-      return std::make_shared<AdmissionTicket>(*this, listener, key);
+      auto ticket = std::make_shared<AdmissionTicket>(*this, listener, key);
+      ticket->since_ = clock_();
+      ticket->queue_pos_ = s.queue.insert(s.queue.end(), ticket.get());
+      ticket->queued_ = true;
+      return ticket;
     }
   }
   countRefusal(listener, why);
   return nullptr;
 }
 
-void Admission::finishHandshake(Listener listener, const std::array<uint8_t, 16>& source) {
-  auto& s = state_[static_cast<size_t>(listener)];
+// Under s.mu. The oldest pending ticket that may make room for a connection from a source
+// holding `newcomer_pending` pending ones: its connection can be ended (an evictor is set)
+// and its source holds more pending ones than the newcomer's; a source's only pending one
+// keeps its place for kEvictAfter (a client's handshake in progress), one of a source
+// holding several does not. A bounded walk from the oldest.
+bool Admission::evictOne(State& s, uint32_t newcomer_pending) {
+  constexpr int kMaxLooked = 64;
+  auto now = clock_();
+  int looked = 0;
+  for (auto it = s.queue.begin(); it != s.queue.end() && looked < kMaxLooked; ++it, ++looked) {
+    AdmissionTicket& t = **it;
+    if (!t.evict_) continue;
+    auto src = s.sources.find(t.source_);
+    if (src == s.sources.end() || src->second.pending <= newcomer_pending) continue;
+    if (src->second.pending < 2 && now - t.since_ < kEvictAfter) continue;
+    s.queue.erase(it);
+    t.queued_ = false;
+    t.evicted_ = true;
+    ++s.evicting;
+    s.evicted.fetch_add(1, std::memory_order_relaxed);
+    auto evict = std::move(t.evict_);
+    t.evict_ = nullptr;
+    evict();  // posts the close to the connection's worker
+    return true;
+  }
+  return false;
+}
+
+void Admission::setEvictor(AdmissionTicket& t, std::function<void()> evict) {
+  auto& s = state_[static_cast<size_t>(t.listener_)];
   std::lock_guard lock(s.mu);
-  if (auto it = s.sources.find(source); it != s.sources.end() && it->second.pending > 0) --it->second.pending;
+  if (t.queued_) t.evict_ = std::move(evict);
+}
+
+// Under s.mu: the ticket no longer counts as pending.
+void Admission::unqueue(State& s, AdmissionTicket& t) {
+  if (t.queued_) {
+    s.queue.erase(t.queue_pos_);
+    t.queued_ = false;
+  }
+  t.evict_ = nullptr;
+  if (t.evicted_) {
+    t.evicted_ = false;
+    if (s.evicting > 0) --s.evicting;
+  }
+  if (auto it = s.sources.find(t.source_); it != s.sources.end() && it->second.pending > 0) --it->second.pending;
   if (s.pending > 0) --s.pending;
   s.pending_gauge.store(s.pending, std::memory_order_relaxed);
 }
 
-void Admission::release(Listener listener, const std::array<uint8_t, 16>& source, bool pending) {
-  auto& s = state_[static_cast<size_t>(listener)];
+void Admission::finishHandshake(AdmissionTicket& t) {
+  auto& s = state_[static_cast<size_t>(t.listener_)];
+  std::lock_guard lock(s.mu);
+  if (!t.pending_) return;
+  t.pending_ = false;
+  unqueue(s, t);
+}
+
+void Admission::release(AdmissionTicket& t) {
+  auto& s = state_[static_cast<size_t>(t.listener_)];
   {
     std::lock_guard lock(s.mu);
-    if (auto it = s.sources.find(source); it != s.sources.end()) {
+    if (t.pending_) {
+      t.pending_ = false;
+      unqueue(s, t);
+    }
+    if (auto it = s.sources.find(t.source_); it != s.sources.end()) {
       auto& per = it->second;
       if (per.connections > 0) --per.connections;
-      if (pending && per.pending > 0) --per.pending;
       if (per.connections == 0) s.sources.erase(it);
     }
     if (s.connections > 0) --s.connections;
-    if (pending && s.pending > 0) --s.pending;
     s.connections_gauge.store(s.connections, std::memory_order_relaxed);
-    s.pending_gauge.store(s.pending, std::memory_order_relaxed);
   }
   released_.fetch_add(1, std::memory_order_relaxed);
+}
+
+uint64_t Admission::evicted(Listener listener) const {
+  return state_[static_cast<size_t>(listener)].evicted.load(std::memory_order_relaxed);
 }
 
 void Admission::countRefusal(Listener listener, Refusal why) {
@@ -207,6 +267,10 @@ void Admission::collect(telemetry::Exposition& out) const {
                     {"reason", refusalLabel(static_cast<Refusal>(r))}});
     }
   }
+  per_listener(out.counter("ferry_admission_evicted_total",
+                           "Pending connections ended to make room for a new one at max_pending_handshakes (held "
+                           "longest, by a source holding more pending ones than the newcomer's)"),
+               [&](Listener l) { return evicted(l); });
   auto errors = out.counter("ferry_accept_errors_total",
                             "accept() failures (each followed by a short back-off), by listener and kind");
   for (size_t l = 0; l < static_cast<size_t>(Listener::kCount); ++l) {

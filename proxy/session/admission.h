@@ -9,6 +9,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -65,12 +67,24 @@ class AdmissionTicket {
   AdmissionTicket& operator=(const AdmissionTicket&) = delete;
   // The connection finished its handshake (or had none): it no longer counts as pending.
   void handshakeDone();
+  // How to end this connection while it is pending, so that a new one can take its place
+  // when the listener's pending handshakes are at their limit (Admission::admit). Called at
+  // most once, from any thread, under the Admission's lock: it must only post the work.
+  void setEvictor(std::function<void()> evict);
 
  private:
+  friend class Admission;
   Admission& admission_;
   Listener listener_;
   std::array<uint8_t, 16> source_;
   bool pending_ = true;
+  // Under the listener's lock: in the pending queue (oldest first) until done, released or
+  // evicted.
+  std::chrono::steady_clock::time_point since_;
+  std::function<void()> evict_;
+  bool queued_ = false;
+  bool evicted_ = false;
+  std::list<AdmissionTicket*>::iterator queue_pos_;
 };
 // Shared so that it can ride in the copyable tasks that place a connection on a worker.
 using Admitted = std::shared_ptr<AdmissionTicket>;
@@ -91,20 +105,29 @@ class LogThrottle {
 
 class Admission {
  public:
-  explicit Admission(const config::Limits& limits);
+  using Clock = std::function<std::chrono::steady_clock::time_point()>;
+  // `clock`: steady_clock::now unless a test gives its own.
+  explicit Admission(const config::Limits& limits, Clock clock = {});
   // A reload's new limits (docs/configuration.md, "Reloading"). Connections counted under
   // the old ones stay counted and keep their tickets: a lowered limit refuses new
   // connections until enough of them have closed, it never cuts one.
   void setLimits(const config::Limits& limits);
 
   // Admits a connection from `source` on `listener`, pending until the ticket's
-  // handshakeDone(); null, counted, with `why` set, when a limit refuses it.
+  // handshakeDone(); null, counted, with `why` set, when a limit refuses it. At the
+  // listener's max_pending_handshakes, the oldest pending connection of a source holding
+  // more pending ones than this source does is ended to make room (counted as evicted); a
+  // source's only pending one is spared for kEvictAfter. Sources holding handshakes open
+  // cannot keep a new client out: at once when they hold several each, after kEvictAfter
+  // when each holds one (docs/security.md, "Admission limits").
   Admitted admit(Listener listener, const common::IpAddress& source, Refusal& why);
+  static constexpr std::chrono::milliseconds kEvictAfter{500};
   // Counts a refusal decided by the caller (the descriptor cap).
   void countRefusal(Listener listener, Refusal why);
   void countAcceptError(Listener listener, AcceptError error);
 
   uint64_t refused(Listener listener, Refusal why) const;
+  uint64_t evicted(Listener listener) const;
   uint64_t acceptErrors(Listener listener, AcceptError error) const;
   int64_t connections(Listener listener) const;
   int64_t pending(Listener listener) const;
@@ -114,8 +137,12 @@ class Admission {
 
  private:
   friend class AdmissionTicket;
-  void release(Listener listener, const std::array<uint8_t, 16>& source, bool pending);
-  void finishHandshake(Listener listener, const std::array<uint8_t, 16>& source);
+  void release(AdmissionTicket& ticket);
+  void finishHandshake(AdmissionTicket& ticket);
+  void setEvictor(AdmissionTicket& ticket, std::function<void()> evict);
+  struct State;
+  bool evictOne(State& s, uint32_t newcomer_pending);
+  void unqueue(State& s, AdmissionTicket& ticket);
 
   struct PerSource {
     uint32_t connections = 0;
@@ -129,12 +156,18 @@ class Admission {
     absl::flat_hash_map<std::array<uint8_t, 16>, PerSource> sources;
     uint32_t connections = 0;
     uint32_t pending = 0;
+    // Pending tickets, oldest first; `evicting` of the pending ones were told to end and
+    // have not yet given their ticket back (they no longer count against max_pending).
+    std::list<AdmissionTicket*> queue;
+    uint32_t evicting = 0;
+    std::atomic<uint64_t> evicted{0};
     // Copies for the metrics (read without the lock).
     std::atomic<int64_t> connections_gauge{0};
     std::atomic<int64_t> pending_gauge{0};
     std::array<std::atomic<uint64_t>, static_cast<size_t>(Refusal::kCount)> refused{};
     std::array<std::atomic<uint64_t>, static_cast<size_t>(AcceptError::kCount)> accept_errors{};
   };
+  Clock clock_;
   std::array<State, static_cast<size_t>(Listener::kCount)> state_;
   std::atomic<uint64_t> released_{0};
 };

@@ -10,6 +10,7 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -250,17 +251,28 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
   relayOnStream(worker, std::move(conn), *stream);
 }
 
+// A pending connection's socket, for Admission to end it (AdmissionTicket::setEvictor):
+// valid while `fd` >= 0, which the connection's own coroutine clears on its worker thread
+// when its handshake is over, before anything can close the socket and free the number.
+struct EvictableSocket {
+  int fd = -1;
+};
+
 // `load` counts the handshake on this worker, then the tunnel for its life; so does
 // `admitted` on the listener's limits, pending until the handshake is done.
 awaitable<void> handshakeAndServe(Worker& worker, Tcp::socket socket, LoadUnit load, Admitted admitted,
-                                  std::chrono::steady_clock::time_point deadline) {
+                                  std::chrono::steady_clock::time_point deadline,
+                                  std::shared_ptr<EvictableSocket> evictable) {
   auto& shared = worker.shared();
   auto settings = worker.config();
   const auto& cfg = *settings;
   boost::system::error_code ec;
   auto peer_ep = socket.remote_endpoint(ec);
   auto local_ep = socket.local_endpoint(ec);
-  if (ec) co_return;
+  if (ec) {
+    evictable->fd = -1;
+    co_return;
+  }
   auto client = toHostPort(peer_ep);
   auto local = toHostPort(local_ep);
 
@@ -272,6 +284,7 @@ awaitable<void> handshakeAndServe(Worker& worker, Tcp::socket socket, LoadUnit l
               common::formatHostPort(local), why);
   };
   if (workload == nullptr) {
+    evictable->fd = -1;
     fail(absl::StrCat(local.ip.to_string(), " is not a workload on node ", cfg.node));
     net::abortSocket(socket);
     co_return;
@@ -280,6 +293,7 @@ awaitable<void> handshakeAndServe(Worker& worker, Tcp::socket socket, LoadUnit l
                                                   workload->service_account.str());
   auto ctx = shared.tls.serverContext(local_id);
   if (!ctx.ok()) {
+    evictable->fd = -1;
     fail(absl::StrCat("no certificate for ", local_id.str(), ": ", ctx.status().message()));
     net::abortSocket(socket);
     co_return;
@@ -287,6 +301,7 @@ awaitable<void> handshakeAndServe(Worker& worker, Tcp::socket socket, LoadUnit l
   socket.set_option(Tcp::no_delay(true), ec);
   net::MtlsOptions mtls{cfg.trust_domain, {}, deadline};
   auto hs = co_await net::acceptMtls(std::move(socket), **ctx, mtls);
+  evictable->fd = -1;
   if (!hs.ok()) {
     if (hs.rejection) shared.stats.recordRejection(Direction::kInbound, *hs.rejection);
     fail(absl::StrCat("client ", hs.status.message()));
@@ -355,6 +370,15 @@ awaitable<void> serveHbone(Worker& worker, Tcp::socket socket, LoadUnit load, Ad
   auto settings = worker.config();
   const auto& cfg = *settings;
   auto deadline = std::chrono::steady_clock::now() + cfg.timeouts.handshake;
+  // Until its handshake is done, a newer client may take this connection's place when the
+  // pending handshakes are at their limit (Admission::admit): the socket is shut down on
+  // this worker, which ends the wait or the handshake at once.
+  auto evictable = std::make_shared<EvictableSocket>(EvictableSocket{socket.native_handle()});
+  admitted->setEvictor([&io = worker.io(), weak = std::weak_ptr<EvictableSocket>(evictable)] {
+    boost::asio::post(io, [weak] {
+      if (auto e = weak.lock(); e && e->fd >= 0) ::shutdown(e->fd, SHUT_RDWR);
+    });
+  });
   bool readable = false;
   {
     auto first = co_await net::withDeadline(socket.async_wait(Tcp::socket::wait_read, kTuple), deadline);
@@ -372,6 +396,7 @@ awaitable<void> serveHbone(Worker& worker, Tcp::socket socket, LoadUnit load, Ad
     if (n == 1 && byte != kTlsHandshakeRecord) why = "did not start a TLS handshake";
   }
   if (why != nullptr) {
+    evictable->fd = -1;
     shared.stats.hbone_handshake_failures.fetch_add(1, std::memory_order_relaxed);
     boost::system::error_code ec;
     auto peer = socket.remote_endpoint(ec);
@@ -381,7 +406,7 @@ awaitable<void> serveHbone(Worker& worker, Tcp::socket socket, LoadUnit load, Ad
     net::abortSocket(socket);
     co_return;
   }
-  co_await handshakeAndServe(worker, std::move(socket), std::move(load), std::move(admitted), deadline);
+  co_await handshakeAndServe(worker, std::move(socket), std::move(load), std::move(admitted), deadline, evictable);
 }
 
 }  // namespace

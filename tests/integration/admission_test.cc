@@ -254,6 +254,29 @@ TEST(AdmissionTest, PerSourceLimitRefusesTheExcessAtOnceWhileAnotherSourceIsServ
   closeAll(silent);
 }
 
+TEST(AdmissionTest, ANewClientIsServedWhileTenSourcesHoldEveryPendingPlace) {
+  // Issue 34's lockout: 2,100 silent connections from 10 sources, each under the per-source
+  // limit (256), fill max_pending_handshakes (2,048). Before, every new HBONE client was
+  // refused until the handshake timeout (10 s), again with each wave.
+  LabFiles files;
+  Node n1(files, "n1");
+  FerrydProcess n2(files, "n2");
+  ASSERT_TRUE(n1.ok() && n2.ready());
+  AppServer app("127.0.2.10", kAppPort, AppServer::echo);
+  size_t reset_at_connect = 0;
+  auto silent = silentConnections(2100, 10, "127.0.2.10", 15008, &reset_at_connect);
+  ASSERT_TRUE(waitFor([&] { return n2.metric("ferry_pending_handshakes{listener=\"hbone\"}") >= 2048; }));
+  // c2's tunnel is new: its handshake needs a pending place.
+  auto served = timeToServe("127.0.1.11");
+  ASSERT_TRUE(served.has_value()) << "a new client must get in";
+  std::printf("[ measure  ] new HBONE client served in %lld ms with every pending place held by 10 sources\n",
+              static_cast<long long>(served->count()));
+  EXPECT_LT(*served, kServedWithin * kSlack);
+  EXPECT_GE(n2.metric("ferry_admission_evicted_total{listener=\"hbone\"}"), 1)
+      << "a silent connection of a source holding many made room";
+  closeAll(silent);
+}
+
 TEST(AdmissionTest, AnotherSourceIsServedWhileOneFloodsWithALowDescriptorLimit) {
   // The issue's case: 1,024 descriptors, 2,000 silent connections from one source. Before,
   // every descriptor went to them and a legitimate client waited 7.3 s.

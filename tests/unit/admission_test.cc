@@ -4,6 +4,9 @@
 
 #include <sys/resource.h>
 
+#include <string>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 namespace ferry::session {
@@ -67,6 +70,87 @@ TEST(AdmissionLimitsTest, ReleasingATicketGivesItsPlaceBack) {
   held.clear();
   EXPECT_EQ(admission.connections(Listener::kHbone), 0);
   EXPECT_EQ(admission.pending(Listener::kHbone), 0);
+}
+
+// At max_pending_handshakes: a new client from a source holding fewer pending handshakes
+// takes the place of the oldest pending one of a heavier source, once that has waited
+// Admission::kEvictAfter (docs/security.md, "Admission limits").
+class AdmissionEvictionTest : public ::testing::Test {
+ protected:
+  static config::Limits limits() {
+    config::Limits l;
+    l.hbone = {/*max_connections=*/10, /*per_source=*/3, /*pending=*/3, /*pending_per_source=*/3};
+    return l;
+  }
+  Admitted admit(const char* source, bool evictable = true) {
+    Refusal why{};
+    auto t = admission_.admit(Listener::kHbone, ip(source), why);
+    last_refusal_ = why;
+    if (t && evictable) t->setEvictor([this, source] { evicted_.push_back(source); });
+    return t;
+  }
+  std::chrono::steady_clock::time_point now_{};
+  Admission admission_{limits(), [this] { return now_; }};
+  std::vector<std::string> evicted_;
+  Refusal last_refusal_{};
+};
+
+TEST_F(AdmissionEvictionTest, ASourceHoldingSeveralMakesRoomAtOnceTheOldestFirst) {
+  auto a1 = admit("10.0.0.1");
+  auto a2 = admit("10.0.0.1");
+  auto b1 = admit("10.0.0.2");
+  // Full. A holds two: its oldest goes for a newcomer that holds none, without waiting.
+  auto c1 = admit("10.0.0.3");
+  ASSERT_NE(c1, nullptr);
+  EXPECT_EQ(evicted_, std::vector<std::string>{"10.0.0.1"});
+  EXPECT_EQ(admission_.evicted(Listener::kHbone), 1u);
+  // The evicted connection still counts until it has gone, but not against the limit.
+  EXPECT_EQ(admission_.pending(Listener::kHbone), 4);
+  a1.reset();
+  EXPECT_EQ(admission_.pending(Listener::kHbone), 3);
+}
+
+TEST_F(AdmissionEvictionTest, ASourcesOnlyHandshakeIsSparedForEvictAfter) {
+  auto a1 = admit("10.0.0.1");
+  now_ += std::chrono::milliseconds(10);
+  auto b1 = admit("10.0.0.2");
+  auto c1 = admit("10.0.0.3");
+  // One each, all young: a newcomer is refused as before.
+  EXPECT_EQ(admit("10.0.0.4"), nullptr);
+  EXPECT_EQ(last_refusal_, Refusal::kPending);
+  EXPECT_TRUE(evicted_.empty());
+  now_ += Admission::kEvictAfter - std::chrono::milliseconds(5);
+  // a1 has waited long enough; b1 and c1 not yet.
+  auto d1 = admit("10.0.0.4");
+  ASSERT_NE(d1, nullptr);
+  EXPECT_EQ(evicted_, std::vector<std::string>{"10.0.0.1"});
+  EXPECT_EQ(admit("10.0.0.5"), nullptr) << "b1 and c1 are still young";
+}
+
+TEST_F(AdmissionEvictionTest, ASourceNeverTakesThePlaceOfOneHoldingNoMoreThanItself) {
+  auto a1 = admit("10.0.0.1");
+  auto b1 = admit("10.0.0.2");
+  auto b2 = admit("10.0.0.2");
+  now_ += Admission::kEvictAfter;
+  // B holds two: neither A's one nor its own are taken for a third of B's.
+  EXPECT_EQ(admit("10.0.0.2"), nullptr);
+  EXPECT_EQ(last_refusal_, Refusal::kPending);
+  EXPECT_TRUE(evicted_.empty());
+}
+
+TEST_F(AdmissionEvictionTest, DoneOrUnendableConnectionsAreNeverEvicted) {
+  auto a1 = admit("10.0.0.1", /*evictable=*/false);
+  auto a2 = admit("10.0.0.1");
+  auto a3 = admit("10.0.0.1");
+  a2->handshakeDone();  // an established tunnel: not pending, never evicted
+  auto b1 = admit("10.0.0.2");
+  now_ += Admission::kEvictAfter;
+  auto c1 = admit("10.0.0.3");
+  ASSERT_NE(c1, nullptr);
+  EXPECT_EQ(evicted_, std::vector<std::string>{"10.0.0.1"}) << "a3, A's first with an evictor";
+  a3->handshakeDone();  // the eviction raced a finished handshake: counts stay right
+  a3.reset();
+  EXPECT_EQ(admission_.pending(Listener::kHbone), 3);  // a1, b1, the newcomer
 }
 
 TEST(AdmissionLimitsTest, ListenersAreCountedApart) {
