@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "proxy/common/cgroup.h"
 #include "proxy/common/duration.h"
 #include "proxy/common/file.h"
 #include "proxy/common/strings.h"
@@ -699,19 +700,26 @@ class ConfigParser {
     auto map = reader_.map(*field, {"max_connections", "max_connections_per_source",
                                     "max_pending_handshakes", "max_pending_handshakes_per_source"});
     if (!map.ok()) return map.status();
-    auto read = [&](std::string_view name, uint32_t& value) -> absl::Status {
+    auto read = [&](std::string_view name, uint32_t& value, uint8_t bit) -> absl::Status {
       auto f = map->find(name);
       if (!f) return absl::OkStatus();
       // 0 would refuse everything; no limit at all is what the descriptor cap is for.
       auto v = reader_.integer(*f, 1, kMaxAdmissionLimit);
       if (!v.ok()) return v.status();
       value = static_cast<uint32_t>(*v);
+      out.written |= bit;
       return absl::OkStatus();
     };
-    if (auto s = read("max_connections", out.max_connections); !s.ok()) return s;
-    if (auto s = read("max_connections_per_source", out.max_connections_per_source); !s.ok()) return s;
-    if (auto s = read("max_pending_handshakes", out.max_pending); !s.ok()) return s;
-    if (auto s = read("max_pending_handshakes_per_source", out.max_pending_per_source); !s.ok()) return s;
+    if (auto s = read("max_connections", out.max_connections, kWrittenConnections); !s.ok()) return s;
+    if (auto s = read("max_connections_per_source", out.max_connections_per_source, kWrittenConnectionsPerSource);
+        !s.ok()) {
+      return s;
+    }
+    if (auto s = read("max_pending_handshakes", out.max_pending, kWrittenPending); !s.ok()) return s;
+    if (auto s = read("max_pending_handshakes_per_source", out.max_pending_per_source, kWrittenPendingPerSource);
+        !s.ok()) {
+      return s;
+    }
     // A per-source or pending limit above the one it is part of could never be reached:
     // written so, it is almost certainly a typo (say which); left at its default under a
     // lower written limit, it follows that limit down.
@@ -749,7 +757,7 @@ class ConfigParser {
   absl::Status parseLimits(const std::optional<YamlField>& field) {
     if (!field) return absl::OkStatus();
     auto map = reader_.map(*field, {"hbone", "outbound", "inbound_plaintext", "descriptor_reserve",
-                                    "preallocated_sockets", "trim_after_closes"});
+                                    "preallocated_sockets", "trim_after_closes", "memory"});
     if (!map.ok()) return map.status();
     Limits& l = config_.limits;
     if (auto s = parseListenerLimits(*map, "hbone", l.hbone); !s.ok()) return s;
@@ -764,6 +772,20 @@ class ConfigParser {
       auto v = reader_.integer(*f, 0, kMaxAdmissionLimit);
       if (!v.ok()) return v.status();
       l.preallocated_sockets = static_cast<uint32_t>(*v);
+    }
+    if (auto f = map->find("memory")) {
+      auto v = reader_.string(*f);
+      if (!v.ok()) return v.status();
+      if (*v == "auto") {
+        l.memory = MemorySetting{};
+      } else if (*v == "none") {
+        l.memory = MemorySetting{MemorySetting::Source::kNone, 0};
+      } else if (auto bytes = common::parseByteSize(*v); bytes && *bytes > 0) {
+        l.memory = MemorySetting{MemorySetting::Source::kBytes, *bytes};
+      } else {
+        return reader_.error(*f, absl::StrCat("'", common::toAbsl(*v),
+                                              "' is not auto, none or a size (bytes, or with Ki, Mi, Gi)"));
+      }
     }
     if (auto f = map->find("trim_after_closes")) {
       auto v = reader_.integer(*f, 0, kMaxAdmissionLimit);

@@ -132,12 +132,37 @@ struct Datapath {
 // not done yet: the TLS handshake on 15008, the PROXY header on 15001/15006 (none with
 // `original_destination: socket`). A limit only ever refuses a new connection; one that
 // was admitted is never cut by it.
+inline constexpr uint8_t kWrittenConnections = 1, kWrittenConnectionsPerSource = 2, kWrittenPending = 4,
+                         kWrittenPendingPerSource = 8;
 struct ListenerLimits {
   uint32_t max_connections = 0;             // open at once on this listener kind
   uint32_t max_connections_per_source = 0;  // from one source IP
   uint32_t max_pending = 0;                 // not yet past the handshake
   uint32_t max_pending_per_source = 0;      // of those, from one source IP
+  // Which were written in the file (kWritten*): the others are defaults, which ferryd lowers
+  // to fit its memory limit (proxy/config/memory_budget.h).
+  uint8_t written = 0;
   bool operator==(const ListenerLimits&) const = default;
+};
+
+// limits.memory: the cgroup's limit (auto), this many bytes, or none (no fitting).
+struct MemorySetting {
+  enum class Source { kAuto, kBytes, kNone };
+  Source source = Source::kAuto;
+  uint64_t bytes = 0;  // with kBytes
+  bool operator==(const MemorySetting&) const = default;
+};
+
+// What the admission limits were fitted to (proxy/config/memory_budget.h).
+struct MemoryBudget {
+  uint64_t limit = 0;        // bytes; 0: no limit (none found, or limits.memory: none)
+  std::string source;        // the cgroup file, "limits.memory" or "none"
+  uint64_t headroom = 0;     // kept for ferryd's own state
+  uint64_t available = 0;    // limit - headroom: what the admission limits may cost
+  uint64_t worst_case = 0;   // what the limits in force cost at worst
+  uint64_t default_worst_case = 0;  // what they would, left as the file has them
+  bool lowered = false;      // limits left at their defaults were lowered to fit
+  bool operator==(const MemoryBudget&) const = default;
 };
 
 struct Limits {
@@ -159,6 +184,8 @@ struct Limits {
   uint32_t preallocated_sockets = 16384;
   // malloc_trim() after this many closes (and the burst is over); 0 = never.
   uint32_t trim_after_closes = 32;
+  // The memory the admission limits must fit (docs/configuration.md, "Memory").
+  MemorySetting memory;
   bool operator==(const Limits&) const = default;
 };
 
@@ -318,6 +345,9 @@ struct Config {
   Datapath datapath;
   Identity identity;
   Limits limits;  // trust roots always come from cert_dir/bundle.pem
+  // Not read from the file: the memory limit the admission limits were fitted to, at start
+  // and at each reload (proxy/config/memory_budget.h).
+  MemoryBudget memory_budget;
   AccessLog access_log;
   Telemetry telemetry;
   bool operator==(const Config&) const = default;  // config/reload.h compares versions

@@ -15,6 +15,7 @@
 #include "proxy/common/log.h"
 #include "absl/strings/str_cat.h"
 #include "proxy/config/config.h"
+#include "proxy/config/memory_budget.h"
 #include "proxy/config/kubeconfig.h"
 #include "proxy/identity/dir_cert_source.h"
 #include "proxy/identity/watched_ca_source.h"
@@ -80,6 +81,11 @@ int main(int argc, char** argv) {
   ferry::common::WatchedFile config_file(config_path);
   auto config = ferry::config::loadConfigFile(config_file);
   if (!config.ok()) return fail(std::string(config.status().message()));
+  // The admission limits against the memory limit (docs/configuration.md, "Memory"): limits
+  // written too high for it refuse the start, naming both.
+  if (auto st = ferry::config::fitConfigToMemory(*config); !st.ok()) {
+    return fail(absl::StrCat(config_path, ": ", st.message()));
+  }
   if (check_only) {
     if (config->workload_source == ferry::config::WorkloadSourceKind::kKubernetes) {
       // The API server is not asked (it may not be reachable from where the file is
@@ -98,6 +104,7 @@ int main(int argc, char** argv) {
       std::printf("%s: OK (node %s, %zu workloads, %zu local)\n", config_path.c_str(),
                   config->node.c_str(), store.current()->size(), store.current()->localCount());
     }
+    std::printf("memory: %s\n", ferry::config::describeBudget(config->memory_budget).c_str());
     // Certificates and CA material may legitimately appear later (written by an agent), so
     // their absence is a warning here, not an error; ferryd itself starts not ready and fails
     // closed until they exist.

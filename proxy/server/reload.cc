@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "proxy/common/log.h"
+#include "proxy/config/memory_budget.h"
 #include "proxy/config/reload.h"
 #include "proxy/server/server.h"
 
@@ -42,6 +43,14 @@ void Server::reloadConfig(bool reread) {
   if (polled == common::WatchedFile::Result::kFailed) return rejectReload(config_file_->error());
   auto next = config::parseConfigFile(config_file_->content(), config_file_->path());
   if (!next.ok()) return rejectReload(next.status());
+  // Fitted again: the file's limits may have changed, and so may the cgroup's (a resize).
+  if (auto st = config::fitConfigToMemory(*next); !st.ok()) {
+    return rejectReload(absl::Status(st.code(), absl::StrCat(config_file_->path(), ": ", st.message())));
+  }
+  if (!(next->memory_budget == config_.memory_budget)) {
+    FERRY_LOG(kInfo, "memory: %s", config::describeBudget(next->memory_budget));
+    config_.memory_budget = next->memory_budget;
+  }
 
   auto change = config::diffConfig(config_, *next);
   // A new policy list (or root namespace, under which every file is judged again) is read

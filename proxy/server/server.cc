@@ -23,6 +23,7 @@
 #include "proxy/server/policy_admin.h"
 #include "proxy/session/common.h"
 #include "proxy/config/kubeconfig.h"
+#include "proxy/config/memory_budget.h"
 #include "proxy/k8s/client.h"
 #include "proxy/workloads/file_source.h"
 #include "proxy/workloads/kubernetes_source.h"
@@ -193,6 +194,7 @@ absl::Status Server::start() {
   if (auto st = startPolicies(); !st.ok()) return st;
   if (auto st = makeCertSource(); !st.ok()) return st;
   size_t n = config_.workers != 0 ? config_.workers : std::max(1u, std::thread::hardware_concurrency());
+  FERRY_LOG(kInfo, "memory: %s", config::describeBudget(config_.memory_budget));
   uint64_t descriptor_limit = session::raiseDescriptorLimit();
   auto cap = session::dataPlaneDescriptorCap(config_.limits.descriptor_reserve);
   if (!cap.ok()) return cap.status();
@@ -1014,6 +1016,12 @@ void Server::registerMetrics() {
               shared_ ? shared_->descriptor_cap : 0);
     out.counter("ferry_memory_trims_total", "Heap trims (malloc_trim) after bursts of closes",
                 static_cast<double>(memory_trims_.load(std::memory_order_relaxed)));
+    const auto& budget = config_.memory_budget;
+    out.gauge("ferry_memory_limit_bytes", "The memory limit the admission limits are fitted to (0: none)",
+              static_cast<double>(budget.limit));
+    out.gauge("ferry_memory_admission_worst_case_bytes",
+              "What the admission limits in force cost at worst (docs/configuration.md, \"Memory\")",
+              static_cast<double>(budget.worst_case));
   });
   add([this](telemetry::Exposition& out) {
     if (k8s_source_ != nullptr) k8s_source_->collect(out);

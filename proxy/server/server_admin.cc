@@ -181,7 +181,19 @@ json::object configJson(const config::Config& c) {
         {"inbound_plaintext", listenerLimitsJson(c.limits.inbound_plaintext)},
         {"descriptor_reserve", c.limits.descriptor_reserve},
         {"preallocated_sockets", c.limits.preallocated_sockets},
-        {"trim_after_closes", c.limits.trim_after_closes}}},
+        {"trim_after_closes", c.limits.trim_after_closes},
+        {"memory", c.limits.memory.source == config::MemorySetting::Source::kAuto   ? json::value("auto")
+                   : c.limits.memory.source == config::MemorySetting::Source::kNone ? json::value("none")
+                                                                                     : json::value(c.limits.memory.bytes)}}},
+      // Not a key: what the admission limits above were fitted to (docs/configuration.md, "Memory").
+      {"memory_budget",
+       {{"limit", c.memory_budget.limit},
+        {"source", c.memory_budget.source},
+        {"headroom", c.memory_budget.headroom},
+        {"available", c.memory_budget.available},
+        {"worst_case", c.memory_budget.worst_case},
+        {"default_worst_case", c.memory_budget.default_worst_case},
+        {"lowered", c.memory_budget.lowered}}},
       {"telemetry", {{"cluster_id", c.telemetry.cluster_id}, {"cluster_domain", c.telemetry.cluster_domain}}},
   };
 }

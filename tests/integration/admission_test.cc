@@ -24,6 +24,9 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+#include <openssl/ssl.h>
+
+#include <boost/json.hpp>
 
 #include "tests/integration/loopback_lab.h"
 
@@ -58,8 +61,9 @@ sockaddr_in address(const std::string& ip, uint16_t port) {
 // ferryd as a child process: its own RSS, its own descriptor limit.
 class FerrydProcess {
  public:
+  // `cgroup_procs`: a cgroup's cgroup.procs the child joins before it runs ferryd.
   FerrydProcess(const LabFiles& files, const std::string& node, const std::string& extra = "",
-                rlim_t nofile = 0)
+                rlim_t nofile = 0, const std::string& cgroup_procs = "")
       : ip_(node == "n1" ? "127.0.1.1" : "127.0.2.1") {
     std::string path = files.dir() + "/" + node + "-child.yaml";
     std::ofstream(path) << files.configYaml(node, extra);
@@ -70,6 +74,11 @@ class FerrydProcess {
       if (nofile != 0) {
         rlimit rl{nofile, nofile};
         ::setrlimit(RLIMIT_NOFILE, &rl);
+      }
+      if (!cgroup_procs.empty()) {
+        std::ofstream procs(cgroup_procs);
+        procs << ::getpid() << std::flush;
+        if (!procs) ::_exit(126);
       }
       ::execv(argv[0], argv.data());
       ::_exit(127);
@@ -446,6 +455,172 @@ TEST(AdmissionTest, MemoryComesBackAfter5000IdleProxiedConnectionsClose) {
   if (kAllocatorGivesMemoryBack) {
     EXPECT_LE(after2, base2 * 110 / 100) << "server node RSS must come back within 10 % of its baseline";
     EXPECT_LE(after1, base1 * 110 / 100) << "client node RSS must come back within 10 % of its baseline";
+  }
+}
+
+// A memory cgroup of its own under the v1 memory controller (this lab's hosts) or cgroup v2,
+// with a limit; removed at the end, once nothing is in it. Named fy-mem-<pid>.
+class MemoryCgroup {
+ public:
+  explicit MemoryCgroup(uint64_t limit) {
+    std::string name = "fy-mem-" + std::to_string(::getpid());
+    if (std::filesystem::exists("/sys/fs/cgroup/memory/cgroup.procs")) {
+      dir_ = "/sys/fs/cgroup/memory/" + name;
+      limit_file_ = "memory.limit_in_bytes";
+      events_file_ = "memory.oom_control";
+    } else if (std::filesystem::exists("/sys/fs/cgroup/cgroup.controllers")) {
+      dir_ = "/sys/fs/cgroup/" + name;
+      limit_file_ = "memory.max";
+      events_file_ = "memory.events";
+    } else {
+      return;
+    }
+    std::error_code ec;
+    std::filesystem::create_directory(dir_, ec);
+    std::ofstream(dir_ + "/" + limit_file_) << limit << std::flush;
+    ok_ = !ec && readFile(dir_ + "/" + limit_file_).find(std::to_string(limit)) == 0;
+  }
+  ~MemoryCgroup() {
+    if (!dir_.empty()) ::rmdir(dir_.c_str());
+  }
+  bool ok() const { return ok_; }
+  const std::string& dir() const { return dir_; }
+  std::string procs() const { return dir_ + "/cgroup.procs"; }
+  // OOM kills in the cgroup (v1 memory.oom_control and v2 memory.events both say oom_kill N).
+  long oomKills() const {
+    std::string text = readFile(dir_ + "/" + events_file_);
+    auto at = text.find("oom_kill ");
+    return at == std::string::npos ? -1 : std::strtol(text.c_str() + at + 9, nullptr, 10);
+  }
+
+ private:
+  static std::string readFile(const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  std::string dir_, limit_file_, events_file_;
+  bool ok_ = false;
+};
+
+// `n` connections to ip:15008 from `sources` addresses 127.0.4.x that each send a TLS
+// ClientHello and then nothing: the server holds a handshake halfway (~89 KB each) until its
+// timeout. Those ferryd refused at once are closed and not returned.
+std::vector<int> stalledHandshakes(size_t n, size_t sources, const std::string& ip) {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  std::vector<int> fds;
+  size_t per_source = (n + sources - 1) / sources;
+  for (size_t i = 0; i < n; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    auto src = address("127.0.4." + std::to_string(1 + i / per_source), 0);
+    auto dst = address(ip, 15008);
+    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof(src)) != 0 ||
+        ::connect(fd, reinterpret_cast<sockaddr*>(&dst), sizeof(dst)) != 0) {
+      if (fd >= 0) ::close(fd);
+      continue;
+    }
+    SSL* ssl = SSL_new(ctx);
+    BIO* rbio = BIO_new(BIO_s_mem());
+    BIO* wbio = BIO_new(BIO_s_mem());
+    SSL_set_bio(ssl, rbio, wbio);
+    SSL_set_connect_state(ssl);
+    SSL_do_handshake(ssl);  // wants to read: the ClientHello is in wbio
+    char* hello = nullptr;
+    long len = BIO_get_mem_data(wbio, &hello);
+    bool sent = len > 0 && sendAll(fd, hello, static_cast<size_t>(len));
+    SSL_free(ssl);
+    if (!sent) {
+      ::close(fd);
+      continue;
+    }
+    fds.push_back(fd);
+  }
+  SSL_CTX_free(ctx);
+  return fds;
+}
+
+TEST(AdmissionTest, UnderACgroupMemoryLimitTheLimitsFitAndFloodsAreRefusedNotOomKilled) {
+  if (::geteuid() != 0) {
+    if (std::getenv("CI") != nullptr && std::string(std::getenv("CI")) == "true") FAIL() << "CI runs as root";
+    GTEST_SKIP() << "a memory cgroup needs root";
+  }
+  // 192 MiB: 64 MiB kept (a quarter, 64 MiB at least), the default limits' 1.6 GiB worst
+  // case lowered to 128 MiB (hbone: 328 connections, 164 pending, 20 pending per source).
+  constexpr uint64_t kLimit = uint64_t{192} << 20;
+  MemoryCgroup cgroup(kLimit);
+  ASSERT_TRUE(cgroup.ok()) << "no memory cgroup could be made (" << cgroup.dir() << ")";
+  LabFiles files;
+  Node n1(files, "n1");
+  {
+    FerrydProcess n2(files, "n2", "", 0, cgroup.procs());
+    ASSERT_TRUE(n1.ok() && n2.ready());
+    AppServer app("127.0.2.10", kAppPort, AppServer::echo);
+
+    std::string dump;
+    ASSERT_EQ(httpGet("127.0.2.1", 15000, "/config_dump", &dump), 200);
+    boost::system::error_code ec;
+    auto parsed = boost::json::parse(dump, ec);
+    ASSERT_FALSE(ec) << dump.substr(0, 200);
+    const auto& config = parsed.at("config");
+    const auto& budget = config.at("memory_budget");
+    EXPECT_EQ(budget.at("limit").to_number<uint64_t>(), kLimit);
+    EXPECT_EQ(budget.at("source").as_string().find("cgroup v"), 0u) << "read from the cgroup, and named";
+    EXPECT_TRUE(budget.at("lowered").as_bool());
+    const auto max_pending = config.at("limits").at("hbone").at("max_pending_handshakes").to_number<double>();
+    EXPECT_LT(max_pending, 2048) << "the default came down";
+    const double worst = n2.metric("ferry_memory_admission_worst_case_bytes");
+    EXPECT_EQ(n2.metric("ferry_memory_limit_bytes"), static_cast<double>(kLimit));
+    EXPECT_GT(worst, 0);
+    EXPECT_LE(worst, static_cast<double>(kLimit) * 3 / 4);
+
+    ASSERT_TRUE(timeToServe().has_value());  // warm
+    const long baseline = n2.rssKb();
+    const std::string pending = "ferry_pending_handshakes{listener=\"hbone\"}";
+    double refused_before = 0;
+    for (const char* reason : {"connections", "connections_per_source", "pending_handshakes",
+                               "pending_handshakes_per_source"}) {
+      refused_before += std::max(0.0, n2.metric(std::string("ferry_admission_refused_total{listener=\"hbone\",reason=\"") +
+                                                reason + "\"}"));
+    }
+    // Beyond every lowered limit: 1,000 handshakes stalled after the ClientHello (the costly
+    // kind) from 50 sources, then 3,000 silent connections from 30 more, three rounds.
+    long peak = baseline;
+    for (int round = 0; round < 3; ++round) {
+      auto stalled = stalledHandshakes(1000, 50, "127.0.2.10");
+      size_t reset_at_connect = 0;
+      auto silent = silentConnections(3000, 30, "127.0.2.10", 15008, &reset_at_connect);
+      EXPECT_TRUE(waitFor([&] { return n2.metric(pending) > 0; }));
+      auto served = timeToServe("127.0.1.11");
+      EXPECT_TRUE(served.has_value()) << "round " << round << ": a legitimate client must be served";
+      long during = n2.rssKb();
+      peak = std::max(peak, during);
+      std::printf("[ measure  ] round %d: RSS %ld KB (limit %llu KB), %.0f pending handshakes held, legitimate "
+                  "client served in %lld ms\n",
+                  round, during, static_cast<unsigned long long>(kLimit / 1024), n2.metric(pending),
+                  served ? static_cast<long long>(served->count()) : -1LL);
+      EXPECT_LE(n2.metric(pending), max_pending) << "the lowered limit holds";
+      closeAll(silent);
+      closeAll(stalled);
+      ASSERT_TRUE(waitFor([&] { return n2.metric(pending) == 0; }, std::chrono::seconds(15)));
+    }
+    double refused = -refused_before;
+    for (const char* reason : {"connections", "connections_per_source", "pending_handshakes",
+                               "pending_handshakes_per_source"}) {
+      refused += std::max(0.0, n2.metric(std::string("ferry_admission_refused_total{listener=\"hbone\",reason=\"") +
+                                         reason + "\"}"));
+    }
+    EXPECT_GT(refused, 1000) << "the floods beyond the limits were refused and counted";
+    EXPECT_TRUE(waitFor([&] { return n2.metric("ferry_memory_trims_total") > 0; }, std::chrono::seconds(10)));
+    long after = n2.rssKb();
+    std::printf("[ measure  ] under a %llu MiB cgroup limit: RSS baseline %ld KB, peak %ld KB, after %ld KB (%+.1f %%); "
+                "%.0f refused\n",
+                static_cast<unsigned long long>(kLimit >> 20), baseline, peak, after,
+                100.0 * (after - baseline) / baseline, refused);
+    EXPECT_EQ(cgroup.oomKills(), 0) << "never OOM-killed";
+    EXPECT_EQ(::kill(n2.pid(), 0), 0) << "still running";
+    EXPECT_TRUE(timeToServe().has_value());
+    if (kAllocatorGivesMemoryBack) {
+      EXPECT_LE(after, baseline * 110 / 100) << "RSS must come back within 10 % of its baseline";
+    }
   }
 }
 

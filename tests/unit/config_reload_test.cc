@@ -61,7 +61,8 @@ constexpr char kEveryKey[] =
     "  inbound_plaintext: {max_connections: 12}\n"
     "  descriptor_reserve: 100\n"
     "  preallocated_sockets: 0\n"
-    "  trim_after_closes: 0\n";
+    "  trim_after_closes: 0\n"
+    "  memory: 512Mi\n";
 
 Config parse(const std::string& text) {
   auto config = parseConfig(text, "ferry.yaml");

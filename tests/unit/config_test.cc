@@ -762,6 +762,25 @@ TEST(ConfigLimitsTest, ParsesEveryKey) {
   EXPECT_EQ(c->limits.descriptor_reserve, 64u);
   EXPECT_EQ(c->limits.preallocated_sockets, 0u);
   EXPECT_EQ(c->limits.trim_after_closes, 0u);
+  // Which were written: those ferryd keeps when it fits the limits to its memory.
+  EXPECT_EQ(c->limits.hbone.written, kWrittenConnections | kWrittenConnectionsPerSource | kWrittenPending |
+                                         kWrittenPendingPerSource);
+  EXPECT_EQ(c->limits.outbound.written, kWrittenConnections);
+  EXPECT_EQ(c->limits.inbound_plaintext.written, kWrittenPendingPerSource);
+}
+
+TEST(ConfigLimitsTest, MemoryIsAutoNoneOrASize) {
+  auto c = parse(kMinimal);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->limits.memory.source, MemorySetting::Source::kAuto);
+  c = parse(withMinimal("limits:\n  memory: 768Mi\n"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->limits.memory, (MemorySetting{MemorySetting::Source::kBytes, uint64_t{768} << 20}));
+  c = parse(withMinimal("limits:\n  memory: none\n"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->limits.memory.source, MemorySetting::Source::kNone);
+  expectError(parse(withMinimal("limits:\n  memory: 1G\n")), 6, "limits.memory", "'1G' is not auto, none or a size");
+  expectError(parse(withMinimal("limits:\n  memory: 0\n")), 6, "limits.memory");
 }
 
 TEST(ConfigLimitsTest, RejectsZeroLimitsAndATinyReserve) {
