@@ -227,14 +227,20 @@ lines() { kq -n "$MESH" exec fy-client -- sh -c 'wc -l < /tmp/echo'; }
 grows() { local a b; a=$(lines); wait_for 5 "the echo to grow past $a" bash -c "[ \$(kubectl -n $MESH exec fy-client -- sh -c 'wc -l < /tmp/echo' 2>/dev/null) -gt $a ]"; }
 check "the long-lived connection echoes ($(lines) lines so far)" grows
 "$C" ca intermediate --ca "$TMP/root" --out "$TMP/signer2" --lifetime 720h >/dev/null
+# The same update starts a root rotation's overlap: a second root beside the first in the
+# Secret's bundle, which ferry-ca must carry into the ConfigMap (an update of it).
+"$C" ca init --dir "$TMP/root2" --trust-domain "$TD" >/dev/null
+cat "$TMP/root/ca.pem" "$TMP/root2/ca.pem" >"$TMP/bundle2.pem"
 kq -n "$RNS" create secret generic ferry-ca --from-file=ca.pem="$TMP/signer2/ca.pem" \
-  --from-file=ca.key="$TMP/signer2/ca.key" --from-file=bundle.pem="$TMP/root/ca.pem" \
+  --from-file=ca.key="$TMP/signer2/ca.key" --from-file=bundle.pem="$TMP/bundle2.pem" \
   --dry-run=client -o yaml | kq apply -f - >/dev/null
 # The kubelet rewrites the Secret's files at its next sync of each pod (up to a minute and a
 # half on the lab's defaults); each replica then reloads: its generation metric says so.
 for p in $(ca_pods); do
   check "ferry-ca $p took the new signing certificate" wait_for 180 "$p's reload" bash -c "[ \"\$(curl -sf --max-time 5 http://$(pod_ip "$RNS" "$p"):15014/metrics | awk '\$1 == \"ferry_ca_authority_generation\" {print \$2}')\" -ge 1 ]"
 done
+check "ferry-ca updated the bundle ConfigMap to the Secret's two roots" wait_for 30 "the ConfigMap's update" \
+  bash -c "kubectl -n $RNS get configmap ferry-ca-bundle -o jsonpath='{.data.bundle\\.pem}' | cmp -s - '$TMP/bundle2.pem'"
 new_issuer=$(openssl x509 -in "$TMP/signer2/ca.pem" -noout -serial | cut -d= -f2)
 pod_yaml fy-late "$MESH" fy-late "$serve" | kq apply -f - >/dev/null
 kq -n "$MESH" wait --for=condition=Ready pod fy-late --timeout=60s >/dev/null
