@@ -705,28 +705,38 @@ case_no_plaintext_escape() {
 
 # Finding 3: STRICT set at run time (a PeerAuthentication) reaches the pod's datapath (and
 # back), and TCP fragments from the node cannot reach the STRICT pod either. Plaintext from
-# an unenrolled pod is refused while STRICT and served while PERMISSIVE.
+# an unenrolled pod and from another node is refused while STRICT and served while
+# PERMISSIVE; the pod's own node passes (datapath.exempt_node: the kubelet's probes).
 case_strict_at_runtime() {
   local m2 rc marker src before
   start_httpd n2/p1 10.77.2.11
   assert "PERMISSIVE: plaintext from node n2 to n2/p1 is served" \
     "$LAB" exec n2 -- curl -sf --max-time 3 -o /dev/null http://10.77.2.11:8080/case11-permissive
-  # A plaintext connection opened now, while n2/p1 is PERMISSIVE, speaks again once it is STRICT.
+  # A plaintext connection opened now from another node, while n2/p1 is PERMISSIVE, speaks
+  # again once it is STRICT.
   local held_marker held_go=$TMP/case11b.go
   held_marker=$(new_marker case11b)
   start_echo 9191
-  bg n2 "$TMP/case11b.out" python3 -c "$STALE_CLIENT_PY" "$held_go" "$held_marker"
-  assert "a plaintext connection from node n2 to n2/p1:9191 echoes while PERMISSIVE" \
+  bg n1 "$TMP/case11b.out" python3 -c "$STALE_CLIENT_PY" "$held_go" "$held_marker"
+  assert "a plaintext connection from node n1 to n2/p1:9191 echoes while PERMISSIVE" \
     wait_for 10 "first echo" grep -q "first: hello" "$TMP/case11b.out"
   m2=$(flog_mark n2)
   peer_auth STRICT
   assert "n2 steers new plaintext to $(lab_workload n2-p1) through ferryd (STRICT)" \
     flog_wait n2 "$m2" "$(lab_workload n2-p1): new plaintext connections now go through ferryd"
   rc=0
-  "$LAB" exec n2 -- curl -sS --max-time 3 -o /dev/null http://10.77.2.11:8080/case11-strict >"$TMP/case11.out" 2>&1 || rc=$?
-  note "plaintext from node n2 to STRICT n2/p1: curl exit $rc ($(tr '\n' ' ' <"$TMP/case11.out"))"
-  assert "STRICT: plaintext from node n2 is refused" test "$rc" -ne 0
+  local refused
+  refused=$(strict_refused)
+  "$LAB" exec n1 -- curl -sS --max-time 3 -o /dev/null http://10.77.2.11:8080/case11-strict >"$TMP/case11.out" 2>&1 || rc=$?
+  note "plaintext from node n1 to STRICT n2/p1: curl exit $rc ($(tr '\n' ' ' <"$TMP/case11.out"))"
+  assert "STRICT: plaintext from another node (n1) is refused" test "$rc" -ne 0
+  assert "... by n2's ferryd (strict_plaintext)" wait_for 5 "the count" strict_refused_above "$refused"
   assert "... and the server never saw it" bash -c "! grep -q case11-strict '$(httpd_log n2/p1)'"
+  before=$(reason_count n2 NODE_SYN)
+  assert "STRICT: plaintext from the pod's own node (n2: the kubelet's probes) is served" \
+    "$LAB" exec n2 -- curl -sf --max-time 3 -o /dev/null http://10.77.2.11:8080/case11-strict-node
+  assert "... passed by the datapath as the node's (reason NODE_SYN)" \
+    wait_for 5 "NODE_SYN > $before" reason_reached n2 NODE_SYN $((before + 1))
   assert "mesh traffic to the STRICT pod still works" \
     "$LAB" exec n1/p1 -- curl -sf --max-time 5 -o /dev/null http://10.77.2.11:8080/case11-mesh
 
@@ -750,7 +760,7 @@ case_strict_at_runtime() {
   touch "$held_go"
   assert "n2 reset the pod's side instead of delivering (reason STRICT_STALE)" \
     wait_for 10 "STRICT_STALE > $before" reason_reached n2 STRICT_STALE $((before + 1))
-  assert "n2/p1 holds no connection from the node on :9191 any more" \
+  assert "n2/p1 holds no connection from node n1 on :9191 any more" \
     wait_for 10 "the pod's socket to go" bash -c "[ -z \"\$(ip netns exec fy-n2-p1 ss -Htn state established 'sport = :9191')\" ]"
   stop_pid "$cap" INT
   assert "nothing of the plaintext reached n2/p1's eth0" bash -c "! grep -q '$held_marker' '$TMP/case11b.pcap'"
@@ -759,7 +769,6 @@ case_strict_at_runtime() {
   note "an unenrolled pod (n1/p2 leaves the mesh) in plaintext to the STRICT pod"
   pod_leave n1-p2 label
   assert "n1 released n1-p2" wait_for 10 "1 enrolled" enrolled_pods_are n1 1
-  local refused
   refused=$(strict_refused)
   rc=0
   "$LAB" exec n1/p2 -- curl -sS --max-time 3 -o /dev/null http://10.77.2.11:8080/case11-unenrolled-strict >"$TMP/case11c.out" 2>&1 || rc=$?
