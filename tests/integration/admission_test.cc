@@ -545,7 +545,10 @@ TEST(AdmissionTest, UnderACgroupMemoryLimitTheLimitsFitAndFloodsAreRefusedNotOom
   }
   // 192 MiB: 64 MiB kept (a quarter, 64 MiB at least), the default limits' 1.6 GiB worst
   // case lowered to 128 MiB (hbone: 328 connections, 164 pending, 20 pending per source).
-  constexpr uint64_t kLimit = uint64_t{192} << 20;
+  // Under the sanitizers 1 GiB (768 MiB for connections, still below the defaults' worst
+  // case): ASan's quarantine alone keeps 256 MiB of freed heap, TSan's shadow a multiple of
+  // the heap, and either ferryd was OOM-killed in 192 MiB.
+  constexpr uint64_t kLimit = kAllocatorGivesMemoryBack ? uint64_t{192} << 20 : uint64_t{1} << 30;
   MemoryCgroup cgroup(kLimit);
   ASSERT_TRUE(cgroup.ok()) << "no memory cgroup could be made (" << cgroup.dir() << ")";
   LabFiles files;
@@ -597,7 +600,8 @@ TEST(AdmissionTest, UnderACgroupMemoryLimitTheLimitsFitAndFloodsAreRefusedNotOom
                   "client served in %lld ms\n",
                   round, during, static_cast<unsigned long long>(kLimit / 1024), n2.metric(pending),
                   served ? static_cast<long long>(served->count()) : -1LL);
-      EXPECT_LE(n2.metric(pending), max_pending) << "the lowered limit holds";
+      // Connections evicted to make room count until their worker has closed them.
+      EXPECT_TRUE(waitFor([&] { return n2.metric(pending) <= max_pending; })) << "the lowered limit holds";
       closeAll(silent);
       closeAll(stalled);
       ASSERT_TRUE(waitFor([&] { return n2.metric(pending) == 0; }, std::chrono::seconds(15)));
@@ -608,13 +612,19 @@ TEST(AdmissionTest, UnderACgroupMemoryLimitTheLimitsFitAndFloodsAreRefusedNotOom
       refused += std::max(0.0, n2.metric(std::string("ferry_admission_refused_total{listener=\"hbone\",reason=\"") +
                                          reason + "\"}"));
     }
-    EXPECT_GT(refused, 1000) << "the floods beyond the limits were refused and counted";
+    const double evicted = n2.metric("ferry_admission_evicted_total{listener=\"hbone\"}");
+    // 12,000 connections against a few hundred places: the excess was refused at accept, or
+    // took the place of a heavier source's (evicted); either way counted. Under the
+    // sanitizers ferryd accepts so slowly that the kernel's accept queue takes most of a
+    // round, closed before ferryd sees it (522 to 2,015 counted in four ASan runs).
+    EXPECT_GT(refused + evicted, kAllocatorGivesMemoryBack ? 1000 : 100)
+        << refused << " refused, " << evicted << " evicted";
     EXPECT_TRUE(waitFor([&] { return n2.metric("ferry_memory_trims_total") > 0; }, std::chrono::seconds(10)));
     long after = n2.rssKb();
     std::printf("[ measure  ] under a %llu MiB cgroup limit: RSS baseline %ld KB, peak %ld KB, after %ld KB (%+.1f %%); "
-                "%.0f refused\n",
+                "%.0f refused, %.0f evicted\n",
                 static_cast<unsigned long long>(kLimit >> 20), baseline, peak, after,
-                100.0 * (after - baseline) / baseline, refused);
+                100.0 * (after - baseline) / baseline, refused, evicted);
     EXPECT_EQ(cgroup.oomKills(), 0) << "never OOM-killed";
     EXPECT_EQ(::kill(n2.pid(), 0), 0) << "still running";
     EXPECT_TRUE(timeToServe().has_value());
