@@ -98,6 +98,7 @@ kq delete namespace "$MESH" "$OTHER" --ignore-not-found --wait=true --timeout=12
 # with an intermediate of it; nodes get the root only, in a ConfigMap.
 "$C" ca init --dir "$TMP/root" --trust-domain "$TD" >/dev/null
 "$C" ca intermediate --ca "$TMP/root" --out "$TMP/signer" --lifetime 720h >/dev/null
+wait_namespaces_gone "$RNS"
 kq create namespace "$RNS" >/dev/null
 kq -n "$RNS" create secret generic ferry-ca --from-file=ca.pem="$TMP/signer/ca.pem" \
   --from-file=ca.key="$TMP/signer/ca.key" --from-file=bundle.pem="$TMP/root/ca.pem" >/dev/null

@@ -161,6 +161,7 @@ done
 new_crds=
 for crd in $CRDS; do kq get crd "$crd" >/dev/null 2>&1 || new_crds="$new_crds $crd"; done
 kq delete namespace "$DEMO" --ignore-not-found --wait=true --timeout=120s >/dev/null
+wait_namespaces_gone "$RNS"
 
 kubectl_dir=$(dirname "$(command -v kubectl)")
 mkdir -p "$TMP/home"

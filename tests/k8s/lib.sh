@@ -17,6 +17,14 @@ wait_for() {
     sleep 0.2
   done
 }
+# wait_namespaces_gone NS...: a namespace the previous test deleted may still be terminating
+# (its pods' grace periods), and creating it again would fail "object is being deleted".
+wait_namespaces_gone() {
+  local ns
+  for ns in "$@"; do
+    wait_for 180 "namespace $ns to go" bash -c "! kubectl get namespace '$ns' >/dev/null 2>&1"
+  done
+}
 # ferryd's pod (the DaemonSet's; ferry-ca's pods carry another component) and its log.
 ferry_pod() {
   kq -n "$RNS" get pods -l app.kubernetes.io/name=ferry,app.kubernetes.io/component=node-proxy \

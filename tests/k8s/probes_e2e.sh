@@ -86,6 +86,7 @@ kq delete namespace "$MESH" "$PLAIN" --ignore-not-found --wait=true --timeout=12
 C=$build/proxy/ferryctl/ferryctl
 "$C" ca init --dir "$TMP/ca" --trust-domain cluster.local >/dev/null
 "$C" ca intermediate --ca "$TMP/ca" --out "$TMP/cluster-ca" --lifetime 720h >/dev/null
+wait_namespaces_gone "$RNS"
 kq create namespace "$RNS" >/dev/null
 kq -n "$RNS" create secret generic ferry-ca --from-file=ca.pem="$TMP/cluster-ca/ca.pem" \
   --from-file=ca.key="$TMP/cluster-ca/ca.key" --from-file=bundle.pem="$TMP/ca/ca.pem" >/dev/null
