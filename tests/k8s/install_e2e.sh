@@ -44,6 +44,38 @@ mkdir -p "$logs"
 transcript=$logs/install-transcript.log
 # shellcheck source=tests/k8s/lib.sh
 source "$here/lib.sh"
+# sh_blocks FILE HEADING N OUT: the sh blocks of FILE's section HEADING (a whole heading line,
+# up to the next heading of its level or above, outside code blocks) joined into OUT; exits
+# naming the section unless there are exactly N.
+sh_blocks() {
+  python3 - "$@" <<'PY'
+import sys
+path, heading, want, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+level = len(heading) - len(heading.lstrip("#"))
+blocks, block, inside, fenced = [], None, False, False
+for line in open(path).read().splitlines(keepends=True):
+    if line.startswith("```"):
+        fenced = not fenced
+        if inside and line.startswith("```sh") and fenced:
+            block = ""
+        elif inside and block is not None and not fenced:
+            blocks.append(block)
+            block = None
+        continue
+    if not fenced and line.startswith("#"):
+        hashes = len(line) - len(line.lstrip("#"))
+        if line.rstrip("\n") == heading:
+            inside = True
+            continue
+        if inside and hashes <= level:
+            break
+    if block is not None:
+        block += line
+if len(blocks) != want:
+    sys.exit(f"{path}: '{heading.lstrip('# ')}' must hold {want} sh block(s), not {len(blocks)}")
+open(out, "w").write("".join(blocks))
+PY
+}
 export -f kq ferry_pod flog flog_has
 export RNS
 
@@ -244,15 +276,7 @@ check "the later commit's image is another image" test "$next_digest" != "$diges
 
 # The section's sh blocks as written; the registry and the release's version are what a user
 # changes (the docs name 0.1.1).
-python3 - "$repo/docs/operations.md" "$TMP/upgrade.sh" <<'PY'
-import re, sys
-text = open(sys.argv[1]).read()
-m = re.search(r"^#### On Kubernetes 1\.20 and 1\.21\n(.*?)(?=^#)", text, flags=re.S | re.M)
-blocks = re.findall(r"^```sh\n(.*?)^```", m.group(1), flags=re.S | re.M) if m else []
-if len(blocks) != 2:
-    sys.exit("docs/operations.md: 'On Kubernetes 1.20 and 1.21' must hold two sh blocks")
-open(sys.argv[2], "w").write("".join(blocks))
-PY
+sh_blocks "$repo/docs/operations.md" "#### On Kubernetes 1.20 and 1.21" 2 "$TMP/upgrade.sh"
 check "the upgrade names one REGISTRY= line and one version" \
   test "$(grep -c '^REGISTRY=' "$TMP/upgrade.sh")" -eq 1 -a "$(grep -oE '\b[0-9]+\.[0-9]+\.[0-9]+\b' "$TMP/upgrade.sh" | sort -u | wc -l)" -eq 1
 sed -i -E "s|^REGISTRY=.*|REGISTRY=$REGISTRY_HOST/ferry|; s/\b[0-9]+\.[0-9]+\.[0-9]+\b/$next/g" "$TMP/upgrade.sh"
@@ -339,15 +363,7 @@ echo "== without a registry (docs/install.md): containerd loads the archive itse
 # the lab's containerd through CONTAINERD_ADDRESS. A pod then runs the image by the chart's
 # reference (tag and digest) without pulling: a pull would fail.
 noreg=fy-noreg.invalid/ferry
-python3 - "$repo/docs/install.md" "$TMP/noreg.sh" <<'PY'
-import re, sys
-text = open(sys.argv[1]).read()
-m = re.search(r"^### Without a registry\n(.*?)(?=^##)", text, flags=re.S | re.M)
-blocks = re.findall(r"^```sh\n(.*?)^```", m.group(1), flags=re.S | re.M) if m else []
-if len(blocks) != 1:
-    sys.exit("docs/install.md: 'Without a registry' must hold one sh block")
-open(sys.argv[2], "w").write(blocks[0])
-PY
+sh_blocks "$repo/docs/install.md" "### Without a registry" 1 "$TMP/noreg.sh"
 (
   cd "$dist"
   env -i PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin REGISTRY="$noreg" \
