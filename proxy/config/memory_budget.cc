@@ -76,8 +76,9 @@ absl::Status fitToMemory(Limits& limits, MemoryBudget& budget) {
         " for its own state; give it at least ", common::formatBytes(budget.headroom * 4 / 3 + (32ull << 20))));
   }
   budget.available = budget.limit - budget.headroom;
-  // What the limits written in the file cost, and what the defaults would.
-  uint64_t written = 0, defaults = 0;
+  // What the limits written in the file cost, what the defaults would, and what the
+  // defaults would at their floor.
+  uint64_t written = 0, defaults = 0, floor_cost = 0;
   std::vector<std::string> written_names;
   for (const auto& l : kListeners) {
     const ListenerLimits& ll = limits.*l.limits;
@@ -88,13 +89,10 @@ absl::Status fitToMemory(Limits& limits, MemoryBudget& budget) {
                                             common::formatBytes(l.cost)));
     } else {
       defaults += cost;
+      floor_cost += kMinFittedConnections * l.cost;
     }
   }
   if (written + defaults <= budget.available) return absl::OkStatus();
-  uint64_t floor_cost = 0;
-  for (const auto& l : kListeners) {
-    if (!((limits.*l.limits).written & kWrittenConnections)) floor_cost += kMinFittedConnections * l.cost;
-  }
   if (written + floor_cost > budget.available) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the admission limits written in the file cost up to ", common::formatBytes(written), " (",
