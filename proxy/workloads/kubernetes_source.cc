@@ -12,11 +12,6 @@
 namespace ferry::workloads {
 namespace {
 
-constexpr char kFerryLabel[] = "ferry.io/dataplane";
-constexpr char kIstioLabel[] = "istio.io/dataplane-mode";
-
-bool is(const std::string* value, const char* want) { return value != nullptr && *value == want; }
-
 // A pod's label value as one of the words enrolled() looks for, or as "another value": every
 // pod then points at one of five strings instead of holding its own copy.
 const std::string* labelKeyword(const std::string& value) {
@@ -29,16 +24,6 @@ const std::string* labelKeyword(const std::string& value) {
 }
 
 }  // namespace
-
-bool enrolled(const EnrolmentLabels& l, bool istio_ambient) {
-  // The pod's own word first: an explicit opt-out wins over its namespace.
-  if (is(l.pod_ferry, "disabled")) return false;
-  if (istio_ambient && is(l.pod_istio, "none")) return false;
-  if (is(l.pod_ferry, "enabled")) return true;
-  if (istio_ambient && is(l.pod_istio, "ambient")) return true;
-  if (is(l.namespace_ferry, "enabled")) return true;
-  return istio_ambient && is(l.namespace_istio, "ambient");
-}
 
 absl::Status podUnfit(const k8s::Pod& pod) {
   // Host-network pods have the node's IP: capturing it would capture the node.

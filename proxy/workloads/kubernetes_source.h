@@ -2,11 +2,8 @@
 // `workload_source: kubernetes`: the workloads are the cluster's enrolled pods, followed
 // through the API server (proxy/k8s informers on Pods and Namespaces; docs/kubernetes.md).
 //
-// Enrolment (docs/install.md): a pod is in the mesh when it carries
-// `ferry.io/dataplane: enabled`, or its namespace does and the pod does not say `disabled`.
-// With `kubernetes.istio_ambient`, `istio.io/dataplane-mode: ambient` on the pod or its
-// namespace counts as well, and `istio.io/dataplane-mode: none` on the pod opts it out, so
-// that an Istio ambient user can move over without relabelling. Only pods that can carry
+// Enrolment (docs/install.md): the labels decide as enrolment.h says (an Istio ambient user
+// can move over without relabelling). Only pods that can carry
 // traffic are workloads: scheduled, with an IP, not host-network (their IP is the node's),
 // not terminating and not finished.
 //
@@ -26,6 +23,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "proxy/k8s/client.h"
+#include "proxy/workloads/enrolment.h"
 #include "proxy/workloads/source.h"
 
 namespace ferry::telemetry {
@@ -45,15 +43,6 @@ struct KubernetesSourceOptions {
   // policy informers here: proxy/policy/kubernetes.h).
   std::function<void(k8s::ApiClient&)> add_informers;
 };
-
-// How the labels decide about one pod (pure: tests call it directly).
-struct EnrolmentLabels {
-  const std::string* pod_ferry = nullptr;       // ferry.io/dataplane on the pod
-  const std::string* pod_istio = nullptr;       // istio.io/dataplane-mode on the pod
-  const std::string* namespace_ferry = nullptr;
-  const std::string* namespace_istio = nullptr;
-};
-bool enrolled(const EnrolmentLabels& labels, bool istio_ambient);
 
 // Why a pod cannot carry traffic whatever its IPs ("host network", "terminating", ...).
 absl::Status podUnfit(const k8s::Pod& pod);
@@ -108,6 +97,8 @@ class KubernetesSource : public Source,
   CniDecision cniDecide(const Store& store, const std::string& key, const std::string& pod_uid) const override;
   CniDecision cniAdd(Store& store, const CniSandbox& sandbox) override;
   void cniDel(Store& store, const std::string& key, const std::string& container_id) override;
+  // The API server connection (null in tests): further requests with ferryd's credentials.
+  k8s::ApiClient* client() { return client_.get(); }
   // Control thread: whether a stop now is an uninstall (docs/install.md, Uninstall).
   bool uninstalling() const { return uninstalling_; }
 
