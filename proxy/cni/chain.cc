@@ -28,6 +28,8 @@ json::object entryObject(const ChainEntry& entry) {
   for (const auto& ns : entry.exclude_namespaces) excluded.emplace_back(view(ns));
   o["excludeNamespaces"] = std::move(excluded);
   o["timeoutMs"] = entry.timeout_ms;
+  if (!entry.kubeconfig.empty()) o["kubeconfig"] = view(entry.kubeconfig);
+  if (entry.istio_ambient) o["istioAmbient"] = true;
   return o;
 }
 

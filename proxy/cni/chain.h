@@ -14,6 +14,9 @@ namespace ferry::cni {
 
 // The plugin's executable name in the runtime's bin folder, and so its `type`.
 inline constexpr char kPluginType[] = "ferry-cni";
+// The plugin's own API server credentials, which ferryd keeps in the configuration folder
+// (proxy/server/cni_credentials.h). Not a configuration file name (isConfigFileName).
+inline constexpr char kPluginKubeconfig[] = "ferry-cni.kubeconfig";
 
 enum class FailurePolicy {
   kClosed,  // ferryd unreachable: ADD fails with "try again later"
@@ -26,10 +29,12 @@ struct ChainEntry {
   FailurePolicy failure_policy = FailurePolicy::kClosed;
   std::vector<std::string> exclude_namespaces;
   int64_t timeout_ms = 5'000;
+  std::string kubeconfig;  // the plugin's credentials as the node sees them; empty: none
+  bool istio_ambient = false;
 };
 
 // {"type":"ferry-cni","socket":...,"failurePolicy":"closed"|"open","excludeNamespaces":[...],
-// "timeoutMs":...}, compact.
+// "timeoutMs":...[,"kubeconfig":...][,"istioAmbient":true]}, compact.
 std::string chainEntryJson(const ChainEntry& entry);
 
 // An edit of one configuration file.

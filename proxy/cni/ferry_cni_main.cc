@@ -1,7 +1,9 @@
 // ferry-cni: the chained CNI plugin (docs/install.md, "The CNI chain"). The runtime runs it
 // once per call with the CNI_* environment and the plugin's configuration on stdin; it asks
-// ferryd over the node's enrolment socket and prints the result or a CNI error. Every call
-// is bounded by timeoutMs, connect to answer. Statically linked, Boost.JSON only.
+// ferryd over the node's enrolment socket and prints the result or a CNI error. While ferryd
+// is unreachable under failurePolicy closed it asks the API server whether ferry would enrol
+// the pod at all (api.h). The exchange with ferryd, and the API server's two answers, are
+// each bounded by timeoutMs. Statically linked: Boost.JSON and OpenSSL compiled in.
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -13,10 +15,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <iterator>
+#include <sstream>
 #include <string>
 
+#include "proxy/cni/api_fetch.h"
 #include "proxy/cni/plugin.h"
 
 namespace {
@@ -106,6 +111,31 @@ std::variant<Answer, Unreachable> exchange(const Request& req, const PluginOptio
   return *answer;
 }
 
+// Whether ferry would enrol the pod, from the API server with the plugin's kubeconfig.
+std::variant<Membership, Unreachable> lookup(const Request& req, const PluginOptions& options) {
+  auto deadline = Clock::now() + std::chrono::milliseconds(options.timeout_ms);
+  std::ifstream file(options.kubeconfig);
+  if (!file) {
+    return Unreachable{"no kubeconfig at " + options.kubeconfig + ": " + std::strerror(errno) +
+                       " (ferryd writes it once it has run on this node)"};
+  }
+  std::stringstream text;
+  text << file.rdbuf();
+  auto access = parseApiAccess(text.str());
+  if (const auto* why = std::get_if<std::string>(&access)) return Unreachable{options.kubeconfig + ": " + *why};
+  const ApiAccess& a = std::get<ApiAccess>(access);
+  if (!validObjectName(req.pod_namespace) || !validObjectName(req.pod_name)) {
+    return Unreachable{"the pod's namespace or name (CNI_ARGS) is not a Kubernetes name"};
+  }
+  auto pod = apiGet(a, podPath(req.pod_namespace, req.pod_name), deadline);
+  if (const auto* why = std::get_if<std::string>(&pod)) return Unreachable{"https://" + a.host + ":" + a.port + ": " + *why};
+  auto ns = apiGet(a, namespacePath(req.pod_namespace), deadline);
+  if (const auto* why = std::get_if<std::string>(&ns)) return Unreachable{"https://" + a.host + ":" + a.port + ": " + *why};
+  auto member = decideMembership(std::get<ApiReply>(pod), std::get<ApiReply>(ns), req.pod_uid, options.istio_ambient);
+  if (const auto* why = std::get_if<std::string>(&member)) return Unreachable{*why};
+  return std::get<Membership>(member);
+}
+
 int emit(const Outcome& o) {
   if (!o.out.empty()) std::cout << o.out << std::endl;
   if (!o.log.empty()) std::cerr << o.log << std::endl;
@@ -128,5 +158,7 @@ int main() {
   if (auto early = passWithoutFerryd(e, stdin_text, p)) return emit(*early);
   auto config = parseNetworkConfig(stdin_text, e.command != Command::kDel);
   if (!ok(config)) return emit(Outcome{1, errorJson(std::get<Error>(config), version), {}});
-  return emit(run(e, std::get<NetworkConfig>(config), p, [&](const Request& req) { return exchange(req, p); }));
+  Lookup api;
+  if (!p.kubeconfig.empty()) api = [&](const Request& req) { return lookup(req, p); };
+  return emit(run(e, std::get<NetworkConfig>(config), p, [&](const Request& req) { return exchange(req, p); }, api));
 }

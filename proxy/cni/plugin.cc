@@ -55,6 +55,14 @@ Result<PluginOptions> parsePluginOptions(std::string_view text) {
     }
     p.timeout_ms = static_cast<int>(t->get_int64());
   }
+  if (const auto* k = o.if_contains("kubeconfig")) {
+    if (!k->is_string()) return configError("kubeconfig must be a string");
+    p.kubeconfig = std::string(k->get_string());
+  }
+  if (const auto* a = o.if_contains("istioAmbient")) {
+    if (!a->is_bool()) return configError("istioAmbient must be true or false");
+    p.istio_ambient = a->get_bool();
+  }
   return p;
 }
 
@@ -101,7 +109,7 @@ std::optional<Outcome> passWithoutFerryd(const Environment& env, std::string_vie
 }
 
 Outcome run(const Environment& env, const NetworkConfig& config, const PluginOptions& options,
-            const Exchange& exchange) {
+            const Exchange& exchange, const Lookup& lookup) {
   if (!asksFerryd(env, options)) return pass(env, config);
   Request req;
   req.verb = env.command == Command::kAdd ? Verb::kAdd : env.command == Command::kDel ? Verb::kDel : Verb::kCheck;
@@ -128,9 +136,26 @@ Outcome run(const Environment& env, const NetworkConfig& config, const PluginOpt
       return pass(env, config, "ferry-cni: " + pod + " not enrolled: ferryd not reachable at " + options.socket + " (" +
                                    down->why + "); failurePolicy open lets it start unprotected");
     }
+    // Closed: only a pod ferry would enrol waits for ferryd. The API server's current labels
+    // decide; what cannot be read or decided waits too.
+    std::string api;
+    if (!lookup) {
+      api = "no API server credentials to tell whether ferry would enrol it (the chain entry names no kubeconfig)";
+    } else {
+      auto member = lookup(req);
+      if (const auto* m = std::get_if<Membership>(&member)) {
+        if (!m->enrolled) {
+          return pass(env, config, "ferry-cni: " + pod + " started without ferryd (" + down->why +
+                                       "): ferry would not enrol it (" + m->why + ")");
+        }
+        api = "ferry would enrol it (" + m->why + ")";
+      } else {
+        api = "the API server cannot tell whether ferry would enrol it: " + std::get<Unreachable>(member).why;
+      }
+    }
     return fail(config, static_cast<int>(ErrorCode::kTryAgainLater),
                 std::string("ferryd is not reachable to ") + (env.command == Command::kCheck ? "check " : "enrol ") + pod,
-                options.socket + ": " + down->why + " (failurePolicy closed: the pod starts once ferryd is up)");
+                options.socket + ": " + down->why + "; " + api + " (failurePolicy closed: the pod starts once ferryd is up)");
   }
   const Answer& a = std::get<Answer>(reply);
   if (env.command == Command::kDel) {

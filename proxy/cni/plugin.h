@@ -10,6 +10,7 @@
 #include <variant>
 #include <vector>
 
+#include "proxy/cni/api.h"
 #include "proxy/cni/protocol.h"
 #include "proxy/cni/spec.h"
 
@@ -25,6 +26,10 @@ struct PluginOptions {
   bool fail_open = false;  // failurePolicy: "open"
   std::vector<std::string> exclude_namespaces;
   int timeout_ms = 5'000;
+  // The plugin's own credentials for the API server (a kubeconfig ferryd keeps; empty: none),
+  // read only while ferryd is unreachable, and the enrolment rule's istio_ambient.
+  std::string kubeconfig;
+  bool istio_ambient = false;
 };
 // Code 7 for a key of the wrong type or an unknown failurePolicy.
 Result<PluginOptions> parsePluginOptions(std::string_view stdin_text);
@@ -34,6 +39,9 @@ struct Unreachable {
   std::string why;
 };
 using Exchange = std::function<std::variant<Answer, Unreachable>(const Request&)>;
+// While ferryd is unreachable under failurePolicy closed: whether ferry would enrol the pod,
+// from the API server (api.h), or why that cannot be told. Empty: no credentials.
+using Lookup = std::function<std::variant<Membership, Unreachable>(const Request&)>;
 
 struct Outcome {
   int exit_code = 0;
@@ -47,7 +55,9 @@ std::optional<Outcome> passWithoutFerryd(const Environment& env, std::string_vie
                                          const PluginOptions& options);
 // The configuration's cniVersion for an error object ("1.0.0" when it cannot be read).
 std::string cniVersionOf(std::string_view stdin_text);
+// With ferryd unreachable under `closed`, a pod `lookup` says ferry would not enrol starts;
+// every other pod fails with code 11 (try again later).
 Outcome run(const Environment& env, const NetworkConfig& config, const PluginOptions& options,
-            const Exchange& exchange);
+            const Exchange& exchange, const Lookup& lookup = {});
 
 }  // namespace ferry::cni

@@ -119,6 +119,163 @@ TEST(CniPlugin, UnreachableFerrydFailsClosedByDefaultAndPassesWhenThePolicyIsOpe
   EXPECT_NE(o.log.find("unprotected"), std::string::npos) << "said in the runtime's log: " << o.log;
 }
 
+// ferryd down under `closed`: the API server's labels decide which pods may start without it.
+struct FakeApi {
+  std::variant<Membership, Unreachable> reply = Membership{false, "pod ferry.io/dataplane=(none), namespace ferry.io/dataplane=(none)"};
+  int asked = 0;
+  Lookup lookup() {
+    return [this](const Request& r) {
+      ++asked;
+      EXPECT_EQ(r.pod_namespace, "shop");
+      EXPECT_EQ(r.pod_name, "web-0");
+      EXPECT_EQ(r.pod_uid, "u1");
+      return reply;
+    };
+  }
+};
+
+TEST(CniPlugin, WithFerrydDownAPodFerryWouldNotEnrolStartsAndAMeshPodWaits) {
+  FakeFerryd ferryd;
+  ferryd.reply = Unreachable{"connect: Connection refused"};
+  FakeApi api;
+  Outcome o = run(env(Command::kAdd), config(), options(), ferryd.exchange(), api.lookup());
+  EXPECT_EQ(o.exit_code, 0) << o.out;
+  EXPECT_EQ(boost::json::parse(o.out), boost::json::parse(kPtp100)) << "the previous result, unchanged";
+  EXPECT_NE(o.log.find("started without ferryd"), std::string::npos) << o.log;
+  EXPECT_NE(o.log.find("ferry.io/dataplane=(none)"), std::string::npos) << "the labels that decided: " << o.log;
+  o = run(env(Command::kCheck), config(), options(), ferryd.exchange(), api.lookup());
+  EXPECT_EQ(o.exit_code, 0) << "CHECK of a pod outside the mesh passes too";
+
+  api.reply = Membership{true, "pod ferry.io/dataplane=(none), namespace ferry.io/dataplane=enabled"};
+  o = run(env(Command::kAdd), config(), options(), ferryd.exchange(), api.lookup());
+  EXPECT_EQ(o.exit_code, 1);
+  EXPECT_EQ(errorCode(o), 11) << "the kubelet retries the sandbox";
+  EXPECT_NE(o.out.find("ferryd is not reachable to enrol shop/web-0"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("ferry would enrol it (pod ferry.io/dataplane=(none), namespace ferry.io/dataplane=enabled)"),
+            std::string::npos)
+      << o.out;
+
+  // What cannot be decided waits as a mesh pod does, and says why.
+  api.reply = Unreachable{"https://10.96.0.1:443: connect: Connection refused"};
+  o = run(env(Command::kAdd), config(), options(), ferryd.exchange(), api.lookup());
+  EXPECT_EQ(errorCode(o), 11);
+  EXPECT_NE(o.out.find("the API server cannot tell whether ferry would enrol it: https://10.96.0.1:443"),
+            std::string::npos)
+      << o.out;
+  o = run(env(Command::kAdd), config(), options(), ferryd.exchange());
+  EXPECT_EQ(errorCode(o), 11);
+  EXPECT_NE(o.out.find("no API server credentials"), std::string::npos) << o.out;
+
+  // Open lets every pod start and need not ask; DEL never asks.
+  int asked = api.asked;
+  o = run(env(Command::kAdd), config(), options(R"("failurePolicy":"open",)"), ferryd.exchange(), api.lookup());
+  EXPECT_EQ(o.exit_code, 0);
+  o = run(env(Command::kDel), config(), options(), ferryd.exchange(), api.lookup());
+  EXPECT_EQ(o.exit_code, 0);
+  EXPECT_EQ(api.asked, asked);
+  // A reachable ferryd decides: the API server is not asked.
+  ferryd.reply = Answer{Verdict::kNotEnrolled, "", ""};
+  o = run(env(Command::kAdd), config(), options(), ferryd.exchange(), api.lookup());
+  EXPECT_EQ(o.exit_code, 0);
+  EXPECT_EQ(api.asked, asked);
+}
+
+TEST(CniPlugin, TheKubeconfigAndTheEnrolmentRuleComeFromTheChainEntry) {
+  PluginOptions o = options(R"("kubeconfig":"/etc/cni/net.d/ferry-cni.kubeconfig","istioAmbient":true,)");
+  EXPECT_EQ(o.kubeconfig, "/etc/cni/net.d/ferry-cni.kubeconfig");
+  EXPECT_TRUE(o.istio_ambient);
+  EXPECT_TRUE(options().kubeconfig.empty());
+  EXPECT_FALSE(options().istio_ambient);
+  auto bad = parsePluginOptions(configText(R"("istioAmbient":"yes",)"));
+  ASSERT_FALSE(ok(bad));
+  EXPECT_EQ(std::get<Error>(bad).code, 7);
+  bad = parsePluginOptions(configText(R"("kubeconfig":7,)"));
+  ASSERT_FALSE(ok(bad));
+  EXPECT_EQ(std::get<Error>(bad).code, 7);
+}
+
+// The API server's answers as it sends them (kubectl get --raw of a pod and its namespace,
+// trimmed to the fields that matter).
+std::string podJson(const std::string& labels, const std::string& uid = "u1") {
+  return R"({"kind":"Pod","apiVersion":"v1","metadata":{"name":"web-0","namespace":"shop","uid":")" + uid +
+         R"(","labels":{)" + labels + R"(}},"spec":{"nodeName":"fy-node"},"status":{"phase":"Pending"}})";
+}
+std::string namespaceJson(const std::string& labels) {
+  return R"({"kind":"Namespace","apiVersion":"v1","metadata":{"name":"shop","labels":{"kubernetes.io/metadata.name":"shop")" +
+         (labels.empty() ? "" : "," + labels) + R"(}},"spec":{"finalizers":["kubernetes"]},"status":{"phase":"Active"}})";
+}
+
+TEST(CniApi, TheApiServersLabelsDecideWithFerrydsRule) {
+  auto decide = [](const std::string& pod_labels, const std::string& ns_labels, bool ambient = false) {
+    auto m = decideMembership({200, podJson(pod_labels)}, {200, namespaceJson(ns_labels)}, "u1", ambient);
+    EXPECT_TRUE(std::holds_alternative<Membership>(m)) << std::get<std::string>(m);
+    return std::holds_alternative<Membership>(m) && std::get<Membership>(m).enrolled;
+  };
+  EXPECT_FALSE(decide(R"("app":"web")", ""));
+  EXPECT_TRUE(decide(R"("app":"web")", R"("ferry.io/dataplane":"enabled")"));
+  EXPECT_FALSE(decide(R"("ferry.io/dataplane":"disabled")", R"("ferry.io/dataplane":"enabled")"));
+  EXPECT_TRUE(decide(R"("ferry.io/dataplane":"enabled")", ""));
+  EXPECT_FALSE(decide("", R"("istio.io/dataplane-mode":"ambient")"));
+  EXPECT_TRUE(decide("", R"("istio.io/dataplane-mode":"ambient")", true));
+  EXPECT_FALSE(decide(R"("istio.io/dataplane-mode":"none")", R"("istio.io/dataplane-mode":"ambient")", true));
+}
+
+TEST(CniApi, WhatCannotBeDecidedSaysWhy) {
+  auto why = [](ApiReply pod, ApiReply ns, std::string uid = "u1") {
+    auto m = decideMembership(pod, ns, uid, false);
+    return std::holds_alternative<std::string>(m) ? std::get<std::string>(m) : std::string("(decided)");
+  };
+  const ApiReply pod{200, podJson("")}, ns{200, namespaceJson("")};
+  EXPECT_NE(why({403, R"({"kind":"Status","code":403})"}, ns).find("credentials are expired or not allowed"), std::string::npos);
+  EXPECT_NE(why({401, ""}, ns).find("401"), std::string::npos);
+  EXPECT_NE(why({404, ""}, ns).find("not there"), std::string::npos);
+  EXPECT_NE(why(pod, {200, "<html>"}).find("not a Namespace"), std::string::npos);
+  EXPECT_NE(why(pod, ns, "u2").find("uid u1, the sandbox is for u2"), std::string::npos) << "another pod of that name";
+  std::string other_ns = namespaceJson("");
+  other_ns.replace(other_ns.find(R"("name":"shop")"), 13, R"("name":"shap")");
+  EXPECT_NE(why(pod, {200, other_ns}).find("do not match"), std::string::npos);
+}
+
+TEST(CniApi, TheKubeconfigGivesAnHttpsServerItsCaAndAToken) {
+  const std::string ok_text = R"({"clusters":[{"name":"c","cluster":{"server":"https://[fd00::1]:6443","certificate-authority-data":"LS0tLS1CRUdJTg=="}}],"users":[{"name":"u","user":{"token":"t"}}]})";
+  auto a = parseApiAccess(ok_text);
+  ASSERT_TRUE(std::holds_alternative<ApiAccess>(a)) << std::get<std::string>(a);
+  EXPECT_EQ(std::get<ApiAccess>(a).host, "fd00::1");
+  EXPECT_EQ(std::get<ApiAccess>(a).port, "6443");
+  EXPECT_EQ(std::get<ApiAccess>(a).ca_pem, "-----BEGIN");
+  auto a2 = parseApiAccess(R"({"clusters":[{"cluster":{"server":"https://api.example","certificate-authority-data":"QQ=="}}],"users":[{"user":{"token":"t"}}]})");
+  ASSERT_TRUE(std::holds_alternative<ApiAccess>(a2));
+  EXPECT_EQ(std::get<ApiAccess>(a2).host, "api.example");
+  EXPECT_EQ(std::get<ApiAccess>(a2).port, "443");
+  auto error = [](const std::string& text) {
+    auto r = parseApiAccess(text);
+    return std::holds_alternative<std::string>(r) ? std::get<std::string>(r) : std::string("(parsed)");
+  };
+  EXPECT_EQ(error("nope"), "not a JSON kubeconfig");
+  EXPECT_NE(error(R"({"clusters":[{"cluster":{"server":"http://10.0.0.1","certificate-authority-data":"QQ=="}}],"users":[{"user":{"token":"t"}}]})").find("not an https URL"), std::string::npos);
+  EXPECT_NE(error(R"({"clusters":[{"cluster":{"server":"https://10.0.0.1","certificate-authority-data":"!!"}}],"users":[{"user":{"token":"t"}}]})").find("base64"), std::string::npos);
+  EXPECT_EQ(error(R"({"clusters":[{"cluster":{"server":"https://10.0.0.1","certificate-authority-data":"QQ=="}}],"users":[{"user":{}}]})"), "no user token");
+  EXPECT_TRUE(validObjectName("shop-1.a"));
+  EXPECT_FALSE(validObjectName("../secrets"));
+  EXPECT_FALSE(validObjectName("a/b"));
+  EXPECT_FALSE(validObjectName(""));
+}
+
+TEST(CniApi, AnHttpAnswerIsReadWholeOrRefused) {
+  auto body = [](const std::string& raw) {
+    auto r = parseHttpResponse(raw);
+    return std::holds_alternative<ApiReply>(r) ? std::to_string(std::get<ApiReply>(r).status) + " " + std::get<ApiReply>(r).body
+                                               : "error: " + std::get<std::string>(r);
+  };
+  EXPECT_EQ(body("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"), "200 {}");
+  EXPECT_EQ(body("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{\"a\r\n4;x=y\r\n\":1}\r\n0\r\n\r\n"), "200 {\"a\":1}");
+  EXPECT_EQ(body("HTTP/1.1 403 Forbidden\r\nConnection: close\r\n\r\nno"), "403 no");
+  EXPECT_EQ(body("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{}"), "error: the body is shorter than its Content-Length");
+  EXPECT_EQ(body("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10\r\nabc"), "error: the chunked body is cut");
+  EXPECT_EQ(body("SSH-2.0-OpenSSH\r\n\r\n"), "error: not an HTTP answer");
+  EXPECT_EQ(body("HTTP/1.1 200 OK\r\nContent-Le"), "error: the answer's header is cut");
+}
+
 TEST(CniPlugin, DelSucceedsWhenFerrydIsDownAndCheckFailsWhenThePodIsNotAttached) {
   FakeFerryd ferryd;
   ferryd.reply = Unreachable{"connect: Connection refused"};
