@@ -491,7 +491,8 @@ class ConfigParser {
   absl::Status parseCni(const std::optional<YamlField>& field) {
     if (!field) return absl::OkStatus();
     auto map = reader_.map(*field, {"enabled", "socket", "state_dir", "pod_wait", "install", "bin_dir", "conf_dir",
-                                    "plugin_binary", "failure_policy", "exclude_namespaces", "plugin_timeout"});
+                                    "plugin_binary", "failure_policy", "exclude_namespaces", "plugin_timeout",
+                                    "node_conf_dir", "service_account", "token_lifetime"});
     if (!map.ok()) return map.status();
     Cni& cni = config_.cni;
     for (auto [key, out] : {std::pair{"enabled", &cni.enabled}, std::pair{"install", &cni.install}}) {
@@ -503,7 +504,8 @@ class ConfigParser {
     }
     for (auto [key, out] : {std::pair{"socket", &cni.socket}, std::pair{"state_dir", &cni.state_dir},
                             std::pair{"bin_dir", &cni.bin_dir}, std::pair{"conf_dir", &cni.conf_dir},
-                            std::pair{"plugin_binary", &cni.plugin_binary}}) {
+                            std::pair{"plugin_binary", &cni.plugin_binary},
+                            std::pair{"node_conf_dir", &cni.node_conf_dir}}) {
       if (auto f = map->find(key)) {
         auto text = reader_.string(*f);
         if (!text.ok()) return text.status();
@@ -545,6 +547,28 @@ class ConfigParser {
                                                 ") must be longer than pod_wait (", common::formatDuration(cni.pod_wait), ")"));
     }
     if (cni.install && !cni.enabled) return reader_.error(*field, "install needs enabled: true (the plugin talks to the endpoint)");
+    if (auto f = map->find("service_account")) {
+      auto text = reader_.string(*f);
+      if (!text.ok()) return text.status();
+      size_t slash = text->find('/');
+      if (!text->empty() && (slash == std::string::npos || !isObjectName(text->substr(0, slash)) ||
+                             !isObjectName(text->substr(slash + 1)))) {
+        return reader_.error(*f, absl::StrCat("'", *text, "' is not <namespace>/<serviceaccount>"));
+      }
+      cni.service_account = *std::move(text);
+      if (!cni.service_account.empty() && !cni.install) {
+        return reader_.error(*f, "needs install: true (ferryd writes the plugin's kubeconfig beside its chain entry)");
+      }
+      if (!cni.service_account.empty() && config_.workload_source != WorkloadSourceKind::kKubernetes) {
+        return reader_.error(*f, "needs workload_source: kubernetes (the token comes from the API server)");
+      }
+    }
+    if (auto s = optionalDuration(*map, "token_lifetime", cni.token_lifetime); !s.ok()) return s;
+    // The API server refuses a TokenRequest under 10 minutes.
+    if (cni.token_lifetime < Millis{600'000}) {
+      return reader_.error(*map->find("token_lifetime"), absl::StrCat(common::formatDuration(cni.token_lifetime),
+                                                                      " is shorter than the API server's minimum, 10m"));
+    }
     return absl::OkStatus();
   }
 

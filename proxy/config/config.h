@@ -286,6 +286,16 @@ struct Cni {
   // be able to start). kubernetes.daemonset's namespace is added to these.
   std::vector<std::string> exclude_namespaces{"kube-system"};
   Millis plugin_timeout{5'000};  // one plugin call, connect to answer
+  // conf_dir as the node sees it (ferryd may have it mounted elsewhere); empty: conf_dir.
+  std::string node_conf_dir;
+  // The plugin's own ServiceAccount, "<namespace>/<name>" (get pods and namespaces): with
+  // install and workload_source kubernetes, ferryd keeps a token of it in
+  // <conf_dir>/ferry-cni.kubeconfig, which the plugin uses while ferryd is unreachable to let
+  // pods ferry would not enrol start (docs/install.md, "When ferryd is down"). Empty: none;
+  // under `closed` every pod outside exclude_namespaces then waits for ferryd.
+  std::string service_account;
+  Millis token_lifetime{172'800'000};  // 48 h; renewed at half life
+  const std::string& nodeConfDir() const { return node_conf_dir.empty() ? conf_dir : node_conf_dir; }
   bool operator==(const Cni&) const = default;
 };
 

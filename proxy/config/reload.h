@@ -95,6 +95,9 @@ enum class Reload {
   X("cni.plugin_binary", kRestart, cni.plugin_binary)                          \
   X("cni.failure_policy", kRestart, cni.failure_policy)                        \
   X("cni.exclude_namespaces", kRestart, cni.exclude_namespaces)                \
+  X("cni.node_conf_dir", kRestart, cni.node_conf_dir)                          \
+  X("cni.service_account", kRestart, cni.service_account)                      \
+  X("cni.token_lifetime", kRestart, cni.token_lifetime)                        \
   X("cni.plugin_timeout", kRestart, cni.plugin_timeout)                        \
   X("limits.hbone", kLive, limits.hbone)                                       \
   X("limits.outbound", kLive, limits.outbound)                                 \

@@ -43,8 +43,10 @@ std::string pluginSource(const config::Cni& config) {
   return join(self.substr(0, self.rfind('/')), cni::kPluginType);
 }
 
-cni::ChainEntry chainEntry(const config::Cni& config, const std::vector<std::string>& extra) {
+cni::ChainEntry chainEntry(const config::Cni& config, const std::vector<std::string>& extra, bool istio_ambient) {
   cni::ChainEntry entry;
+  if (!config.service_account.empty()) entry.kubeconfig = join(config.nodeConfDir(), cni::kPluginKubeconfig);
+  entry.istio_ambient = istio_ambient;
   entry.socket = config.socket;
   entry.failure_policy =
       config.failure_policy == config::CniFailurePolicy::kOpen ? cni::FailurePolicy::kOpen : cni::FailurePolicy::kClosed;
@@ -88,12 +90,15 @@ mode_t modeOf(const std::string& path) {
 
 }  // namespace
 
-CniInstaller::CniInstaller(const config::Cni& config, const std::vector<std::string>& extra_excluded_namespaces)
+CniInstaller::CniInstaller(const config::Cni& config, const std::vector<std::string>& extra_excluded_namespaces,
+                           bool istio_ambient)
     : bin_dir_(config.bin_dir),
       conf_dir_(config.conf_dir),
       source_(pluginSource(config)),
       installed_(join(config.bin_dir, cni::kPluginType)),
-      entry_(chainEntry(config, extra_excluded_namespaces)) {}
+      entry_(chainEntry(config, extra_excluded_namespaces, istio_ambient)) {}
+
+std::string CniInstaller::kubeconfigPath() const { return join(conf_dir_, cni::kPluginKubeconfig); }
 
 absl::Status CniInstaller::install() {
   if (auto st = installPlugin(); !st.ok()) return absl::Status(st.code(), absl::StrCat("cni.install: ", st.message()));
@@ -232,10 +237,12 @@ void CniInstaller::uninstall() {
       }
     }
   }
-  if (::unlink(installed_.c_str()) == 0) {
-    FERRY_LOG(kInfo, "cni: uninstall: removed %s", installed_);
-  } else if (errno != ENOENT) {
-    FERRY_LOG(kWarn, "cni: uninstall: cannot remove %s: %s", installed_, common::errnoText(errno));
+  for (const std::string& path : {installed_, kubeconfigPath()}) {
+    if (::unlink(path.c_str()) == 0) {
+      FERRY_LOG(kInfo, "cni: uninstall: removed %s", path);
+    } else if (errno != ENOENT) {
+      FERRY_LOG(kWarn, "cni: uninstall: cannot remove %s: %s", path, common::errnoText(errno));
+    }
   }
 }
 

@@ -23,8 +23,12 @@ namespace ferry::server {
 class CniInstaller {
  public:
   // `extra_excluded_namespaces`: added to cni.exclude_namespaces (ferryd's own namespace: a
-  // ferryd that is down must be able to start).
-  CniInstaller(const config::Cni& config, const std::vector<std::string>& extra_excluded_namespaces);
+  // ferryd that is down must be able to start). `istio_ambient`: the enrolment rule the
+  // plugin applies itself while ferryd is down (kubernetes.istio_ambient).
+  CniInstaller(const config::Cni& config, const std::vector<std::string>& extra_excluded_namespaces,
+               bool istio_ambient = false);
+  // Where ferryd writes the plugin's kubeconfig (cni_credentials.h), in its view of conf_dir.
+  std::string kubeconfigPath() const;
 
   // Copies the plugin (errors are start-up errors: ferry's own files are missing or the
   // bin folder cannot be written), then chains it. A configuration folder without a
@@ -37,7 +41,8 @@ class CniInstaller {
   // became the first, and puts back a plugin someone removed. True when it wrote something.
   bool check();
   // Takes ferry's entry out of every configuration file of the folder that has one (and
-  // nothing else of those files), then removes the plugin. check() does nothing afterwards.
+  // nothing else of those files), then removes the plugin and its kubeconfig. check() does
+  // nothing afterwards.
   void uninstall();
 
   // ferry_cni_chain_installed, ferry_cni_rechained_total, ferry_cni_chain_errors_total.

@@ -14,7 +14,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "proxy/common/duration.h"
+#include "proxy/common/file.h"
 #include "proxy/common/log.h"
 #include "proxy/datapath/netlink.h"
 #include "proxy/datapath/proxy_netns.h"
@@ -283,8 +285,10 @@ absl::Status Server::start() {
 
   // After the endpoint is up: the chain makes every new pod's ADD call it.
   if (config_.cni.install) {
-    cni_installer_.emplace(config_.cni, std::vector<std::string>{config_.kubernetes.daemonset_namespace});
+    cni_installer_.emplace(config_.cni, std::vector<std::string>{config_.kubernetes.daemonset_namespace},
+                           config_.kubernetes.istio_ambient);
     if (auto st = cni_installer_->install(); !st.ok()) return st;
+    if (cni_credentials_) cni_credentials_->start();
   }
 
   signals_.add(SIGINT);
@@ -468,6 +472,12 @@ absl::Status Server::makeWorkloadSource() {
     where = absl::StrCat("the API server of ", kc.kubeconfig);
   }
   std::string describe = absl::StrCat("kubernetes ", access.server);
+  // ferry-cni's fallback reaches the same API server, from the node (ferryd's netns).
+  std::string plugin_server = access.server, plugin_ca = access.ca_pem;
+  if (plugin_ca.empty() && !access.ca_file.empty()) {
+    auto pem = common::readFile(access.ca_file);
+    if (pem.ok()) plugin_ca = *std::move(pem);
+  }
   auto client = k8s::ApiClient::create(control_, std::move(access), k8s::Options{});
   if (!client.ok()) return absl::FailedPreconditionError(absl::StrCat("kubernetes: ", client.status().message()));
   workloads::KubernetesSourceOptions options{kc.istio_ambient, kc.max_state_age, kc.daemonset_namespace,
@@ -484,6 +494,16 @@ absl::Status Server::makeWorkloadSource() {
   }
   auto source = std::make_unique<workloads::KubernetesSource>(*std::move(client), options, describe);
   k8s_source_ = source.get();
+  if (config_.cni.install && !config_.cni.service_account.empty()) {
+    if (plugin_ca.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cni.service_account: the API server's CA is not known (", where,
+          " names no certificate authority), and ferry-cni must verify the API server"));
+    }
+    cni_credentials_ = std::make_unique<CniCredentials>(
+        control_, *source->client(), plugin_server, plugin_ca, config_.cni.service_account, config_.cni.token_lifetime,
+        absl::StrCat(absl::StripSuffix(config_.cni.conf_dir, "/"), "/", cni::kPluginKubeconfig));
+  }
   source_ = std::move(source);
   FERRY_LOG(kInfo, "workloads: from %s (%s)", where, describe);
   return absl::OkStatus();
@@ -871,6 +891,7 @@ void Server::beginDrain() {
     FERRY_LOG(kInfo, "uninstall: ferryd's DaemonSet was deleted; every program and pin goes at exit");
     datapath_->removeEverythingAtExit();
   }
+  if (cni_credentials_) cni_credentials_->stop();
   if (cni_installer_ && k8s_source_ != nullptr && k8s_source_->uninstalling()) {
     // Before the drain: pods created from now on must not wait for a ferryd that is going.
     cni_installer_->uninstall();
@@ -1036,6 +1057,7 @@ void Server::registerMetrics() {
     if (datapath_) datapath_->collect(out);
     if (cni_endpoint_) cni_endpoint_->collect(out);
     if (cni_installer_) cni_installer_->collect(out);
+    if (cni_credentials_) cni_credentials_->collect(out);
   });
   add([this](telemetry::Exposition& out) {
     if (certs_) collectIdentityMetrics(out);

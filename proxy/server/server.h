@@ -36,6 +36,7 @@
 #include "proxy/policy/kubernetes.h"
 #include "proxy/policy/store.h"
 #include "proxy/server/cni_endpoint.h"
+#include "proxy/server/cni_credentials.h"
 #include "proxy/server/cni_enrolment.h"
 #include "proxy/server/cni_install.h"
 #include "proxy/server/handover.h"
@@ -294,6 +295,7 @@ class Server {
   bool stale_released_ = false;
   // cni.install: ferry-cni in the node's CNI configuration (docs/install.md, "The CNI chain").
   std::optional<CniInstaller> cni_installer_;
+  std::unique_ptr<CniCredentials> cni_credentials_;  // cni.service_account
   // The data-plane listeners, and the operator ones (readiness, metrics, admin) when
   // `operator_too`; bindOperatorListeners() does those alone.
   absl::Status bindListeners(bool operator_too);

@@ -2,6 +2,8 @@
 // /opt/cni/bin and /etc/cni/net.d: the plugin copied, the chain put in, kept through a
 // primary CNI's rewrites, and taken out again.
 #include "proxy/server/cni_install.h"
+#include "proxy/cni/api.h"
+#include "proxy/server/cni_credentials.h"
 
 #include <sys/stat.h>
 
@@ -244,9 +246,12 @@ TEST_F(CniInstallTest, UninstallLeavesTheOriginalPluginsAndNoBinary) {
   write(conf("20-old.conflist"),
         R"({"cniVersion": "0.3.1", "name": "old", "plugins": [{"type": "ptp"}, {"type": "ferry-cni", "socket": "/x"}]})");
   write(conf("30-other.conflist"), kCalico);
+  // The plugin's credentials (cni.service_account), which ferryd keeps beside the entry.
+  ASSERT_TRUE(common::writeFileAtomic(installer.kubeconfigPath(), "{}", 0600).ok());
 
   installer.uninstall();
   EXPECT_FALSE(fs::exists(installed()));
+  EXPECT_FALSE(fs::exists(installer.kubeconfigPath())) << "the credentials go with the entry";
   EXPECT_EQ(parse(read(conf("10-flannel.conflist"))), parse(kFlannel));
   json::array old = plugins("20-old.conflist");
   ASSERT_EQ(old.size(), 1u);
@@ -258,6 +263,54 @@ TEST_F(CniInstallTest, UninstallLeavesTheOriginalPluginsAndNoBinary) {
   EXPECT_FALSE(installer.check());
   EXPECT_FALSE(fs::exists(installed()));
   EXPECT_EQ(plugins("10-flannel.conflist").size(), 2u);
+}
+
+TEST_F(CniInstallTest, TheEntryNamesThePluginsKubeconfigAsTheNodeSeesItAndTheEnrolmentRule) {
+  write(conf("10-flannel.conflist"), kFlannel);
+  config_.service_account = "ferry/ferry-cni";
+  config_.node_conf_dir = "/etc/cni/net.d";  // ferryd's conf_dir is a mount of it
+  CniInstaller installer(config_, {"ferry"}, /*istio_ambient=*/true);
+  ASSERT_TRUE(installer.install().ok());
+  json::value entry = plugins("10-flannel.conflist").back();
+  EXPECT_EQ(entry.at("kubeconfig"), "/etc/cni/net.d/ferry-cni.kubeconfig");
+  EXPECT_EQ(entry.at("istioAmbient"), true);
+  EXPECT_EQ(installer.kubeconfigPath(), conf("ferry-cni.kubeconfig").string()) << "ferryd writes it in its own view";
+
+  // Without a ServiceAccount the plugin has no credentials and is told of none.
+  config_.service_account.clear();
+  CniInstaller plain(config_, {});
+  ASSERT_TRUE(plain.install().ok());
+  entry = plugins("10-flannel.conflist").back();
+  EXPECT_EQ(entry.as_object().if_contains("kubeconfig"), nullptr);
+  EXPECT_EQ(entry.as_object().if_contains("istioAmbient"), nullptr);
+}
+
+// What ferryd writes is what the plugin reads (proxy/cni/api.h), and kubectl's shape.
+TEST(CniCredentials, ThePluginReadsTheKubeconfigFerrydWrites) {
+  const std::string ca = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+  std::string text = pluginKubeconfig("https://10.96.0.1:443", ca, "eyJhbGciOi.x.y");
+  auto access = cni::parseApiAccess(text);
+  ASSERT_TRUE(std::holds_alternative<cni::ApiAccess>(access)) << std::get<std::string>(access);
+  const auto& a = std::get<cni::ApiAccess>(access);
+  EXPECT_EQ(a.host, "10.96.0.1");
+  EXPECT_EQ(a.port, "443");
+  EXPECT_EQ(a.ca_pem, ca);
+  EXPECT_EQ(a.token, "eyJhbGciOi.x.y");
+  json::value v = json::parse(text);
+  EXPECT_EQ(v.at("current-context"), "ferry-cni");
+  EXPECT_EQ(v.at("contexts").at(0).at("context").at("user"), "ferry-cni");
+}
+
+TEST(CniCredentials, ATokenRequestAnswerGivesTheTokenAndItsExpiry) {
+  // As the API server answers POST .../serviceaccounts/<name>/token (201).
+  auto t = parseTokenRequest(
+      R"({"kind":"TokenRequest","apiVersion":"authentication.k8s.io/v1","metadata":{"name":"ferry-cni","namespace":"ferry","creationTimestamp":null},"spec":{"audiences":["https://kubernetes.default.svc"],"expirationSeconds":172800,"boundObjectRef":null},"status":{"token":"eyJ.a.b","expirationTimestamp":"2026-12-08T23:09:37Z"}})");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->token, "eyJ.a.b");
+  EXPECT_EQ(t->expires_unix, 1796771377);
+  EXPECT_FALSE(parseTokenRequest(R"({"kind":"Status","status":"Failure","code":403})").ok());
+  EXPECT_FALSE(parseTokenRequest(R"({"kind":"TokenRequest","status":{"token":""}})").ok());
+  EXPECT_FALSE(parseTokenRequest(R"({"kind":"TokenRequest","status":{"token":"t","expirationTimestamp":"tomorrow"}})").ok());
 }
 
 }  // namespace

@@ -799,5 +799,30 @@ TEST(ConfigLimitsTest, RejectsUnknownLimitKeys) {
   expectError(parse(withMinimal("limits:\n  hbone: {max_conections: 1}\n")), 6, "limits.hbone.max_conections");
 }
 
+// ferry-cni's own API credentials (docs/install.md, "When ferryd is down").
+TEST(ConfigTest, TheCniServiceAccountNeedsTheInstallerAndTheApiServer) {
+  const std::string k8s = "node: n1\ntrust_domain: cluster.local\ncert_dir: certs\nworkload_source: kubernetes\n";
+  auto good = parse(k8s + "cni: {enabled: true, install: true, service_account: ferry/ferry-cni, node_conf_dir: /etc/cni/net.d}\n");
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_EQ(good->cni.service_account, "ferry/ferry-cni");
+  EXPECT_EQ(good->cni.nodeConfDir(), "/etc/cni/net.d");
+  EXPECT_EQ(good->cni.token_lifetime, Millis{172'800'000});
+  auto defaults = parse(k8s + "cni: {enabled: true, install: true, conf_dir: /host/net.d}\n");
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->cni.nodeConfDir(), "/host/net.d") << "the node sees the folder where ferryd does";
+  auto error = [&](const std::string& text) {
+    auto c = parse(text);
+    return c.ok() ? std::string("(accepted)") : std::string(c.status().message());
+  };
+  EXPECT_THAT(error(k8s + "cni: {enabled: true, install: true, service_account: ferry-cni}\n"),
+              testing::HasSubstr("'ferry-cni' is not <namespace>/<serviceaccount>"));
+  EXPECT_THAT(error(k8s + "cni: {enabled: true, service_account: ferry/ferry-cni}\n"), testing::HasSubstr("needs install: true"));
+  EXPECT_THAT(error(std::string(kMinimal) + "cni: {enabled: true, install: true, service_account: ferry/ferry-cni}\n"),
+              testing::HasSubstr("needs workload_source: kubernetes"));
+  EXPECT_THAT(error(k8s + "cni: {enabled: true, install: true, token_lifetime: 5m}\n"),
+              testing::HasSubstr("shorter than the API server's minimum, 10m"));
+  EXPECT_THAT(error(k8s + "cni: {enabled: true, node_conf_dir: etc/cni}\n"), testing::HasSubstr("must be an absolute path"));
+}
+
 }  // namespace
 }  // namespace ferry::config
