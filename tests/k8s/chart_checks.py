@@ -58,6 +58,10 @@ POLICY_CRDS = {
 POLICY_RESOURCES = {(POLICY_GROUP, r) for r in POLICY_CRDS}
 # Read by name only, in the release namespace (a Role with resourceNames): ferryd's own.
 OWN_RESOURCES = {("apps", "daemonsets")}
+# ferry-cni's own ServiceAccount (<fullname>-cni, cni.apiCredentials): get, exactly these
+# (docs/install.md, "When ferryd is down"); ferryd may create a token of it and of nothing else.
+CNI_GRANTS = {("", "pods"): {"get"}, ("", "namespaces"): {"get"}}
+CNI_TOKEN = ("", "serviceaccounts/token")
 # ferry-ca's grants, exactly: (apiGroup, resource) -> verbs (docs/ferry-ca.md, Node authorization).
 CA_GRANTS = {("authentication.k8s.io", "tokenreviews"): {"create"}, ("", "pods"): {"get", "list", "watch"}}
 # With clusterCa.manageBundleConfigMap, one Role in the release's namespace: create any
@@ -285,6 +289,12 @@ class Checker:
         granted = set()
         for rule in obj.get("rules", []):
             verbs = set(rule.get("verbs", []))
+            if [(g, r) for g in rule.get("apiGroups", []) for r in rule.get("resources", [])] == [CNI_TOKEN]:
+                # ferryd's one write: a token of ferry-cni's ServiceAccount, by name, in a Role.
+                self.expect(obj["kind"] == "Role" and verbs == {"create"} and rule.get("resourceNames") == [self.cni_name]
+                            and self.values["cni"]["enabled"] and self.values["cni"].get("apiCredentials"),
+                            f"{name}: serviceaccounts/token only create, only of {self.cni_name}, in a Role, with cni.apiCredentials")
+                continue
             self.expect(verbs and verbs <= READ_VERBS, f"{name}: verbs {sorted(verbs)} go beyond get/list/watch")
             self.expect(not rule.get("nonResourceURLs"), f"{name}: grants non-resource URLs")
             for group in rule.get("apiGroups", []):
@@ -419,6 +429,11 @@ class Checker:
             path = cni.get(key, "")
             self.expect(self.mounted_host_path(path) == path,
                         f"ConfigMap: cni.{key} {path} is not the same path on the node (the plugin dials it there)")
+        self.expect(cni.get("node_conf_dir") == v["confDir"], f"ConfigMap: cni.node_conf_dir {cni.get('node_conf_dir')} "
+                    f"is not cni.confDir {v['confDir']} (the chain entry names the plugin's kubeconfig there)")
+        want_sa = f"{self.own_ds[0]}/{self.cni_name}" if v.get("apiCredentials") else None
+        self.expect(cni.get("service_account") == want_sa,
+                    f"ConfigMap: cni.service_account is {cni.get('service_account')!r}, must be {want_sa!r}")
 
     def run(self, docs):
         kinds = [d["object"].get("kind") for d in docs]
@@ -450,7 +465,9 @@ class Checker:
                 # templates/_helpers.tpl ferry.caName: printf "%s-ca" | trunc 63 | trimSuffix "-"
                 self.ca_name = (meta["name"] + "-ca")[:63]
                 self.ca_name = self.ca_name[:-1] if self.ca_name.endswith("-") else self.ca_name
+                self.cni_name = (meta["name"] + "-cni")[:63].rstrip("-")
         self.ca_objects(docs)
+        self.cni_objects(docs)
         for d in docs:
             obj = d["object"]
             kind = obj.get("kind")
@@ -463,6 +480,8 @@ class Checker:
                                    "(and ferry-ca as the Deployment <fullname>-ca with identity.source cluster-ca)")
             elif kind in ("ClusterRole", "Role") and self.bound_to_ca(obj):
                 self.ca_rbac(obj)
+            elif kind in ("ClusterRole", "Role") and self.bound_to_cni(obj):
+                self.cni_rbac(obj)
             elif kind in ("ClusterRole", "Role"):
                 self.rbac(obj)
             elif kind in ("ClusterRoleBinding", "RoleBinding"):
@@ -498,6 +517,36 @@ class Checker:
         if dep:
             self.ca_pod_labels = dep["spec"]["template"]["metadata"].get("labels", {})
 
+    def cni_subject(self):
+        return {"kind": "ServiceAccount", "name": self.cni_name, "namespace": self.own_ds[0]}
+
+    def cni_objects(self, docs):
+        """ferry-cni's identity is rendered with cni.enabled and cni.apiCredentials, and only then."""
+        named = {(d["object"].get("kind"), d["object"]["metadata"]["name"]) for d in docs}
+        want = bool(self.values["cni"]["enabled"] and self.values["cni"].get("apiCredentials"))
+        for kind in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding"):
+            self.expect(((kind, self.cni_name) in named) == want,
+                        f"{kind}/{self.cni_name} rendered without cni.apiCredentials, or missing with it")
+
+    def bound_to_cni(self, role):
+        return any(b["roleRef"]["kind"] == role["kind"] and b["roleRef"]["name"] == role["metadata"]["name"]
+                   and self.cni_subject() in b.get("subjects", []) for b in self.bindings)
+
+    def cni_rbac(self, obj):
+        """ferry-cni's ClusterRole: get on pods and namespaces, nothing else."""
+        name = f"{obj['kind']}/{obj['metadata']['name']}"
+        self.expect(obj["kind"] == "ClusterRole" and obj["metadata"]["name"] == self.cni_name,
+                    f"{name}: ferry-cni's ServiceAccount is bound to something other than its own ClusterRole")
+        granted = {}
+        for rule in obj.get("rules", []):
+            self.expect(not rule.get("nonResourceURLs") and not rule.get("resourceNames"),
+                        f"{name}: a rule other than get on pods and namespaces")
+            for group in rule.get("apiGroups", []):
+                for res in rule.get("resources", []):
+                    granted.setdefault((group, res), set()).update(rule.get("verbs", []))
+        self.expect(granted == CNI_GRANTS, f"{name}: grants {sorted((g, r, sorted(v)) for (g, r), v in granted.items())}, "
+                    "must be exactly get on core pods and namespaces")
+
     def bound_to_ca(self, role):
         return any(b["roleRef"]["kind"] == role["kind"] and b["roleRef"]["name"] == role["metadata"]["name"]
                    and self.ca_subject() in b.get("subjects", []) for b in self.bindings)
@@ -505,6 +554,10 @@ class Checker:
     def binding(self, obj):
         name = f"{obj['kind']}/{obj['metadata']['name']}"
         subjects = obj.get("subjects", [])
+        if self.cni_subject() in subjects:
+            self.expect(obj["kind"] == "ClusterRoleBinding" and obj["roleRef"]["name"] == self.cni_name
+                        and subjects == [self.cni_subject()],
+                        f"{name}: ferry-cni's ServiceAccount is bound to {obj['roleRef']['name']} or with other subjects")
         if self.ca_subject() in subjects:
             own_role = obj["kind"] == "RoleBinding" and obj["roleRef"]["kind"] == "Role" and self.manages_bundle()
             self.expect((obj["kind"] == "ClusterRoleBinding" or own_role) and obj["roleRef"]["name"] == self.ca_name,
@@ -748,6 +801,13 @@ def mutate(docs, case):
         pod["terminationGracePeriodSeconds"] = 30
     elif case == "cni-conf-dir-not-mounted":
         pod["volumes"] = [vol for vol in pod["volumes"] if vol["name"] != "cni-conf"]
+    elif case == "cni-rbac-list":        # ferry-cni's token would list every pod of the cluster
+        role = next(d["object"] for d in docs if d["object"].get("kind") == "ClusterRole"
+                    and d["object"]["metadata"]["name"].endswith("-cni"))
+        role["rules"][0]["verbs"].append("list")
+    elif case == "token-any-serviceaccount":  # ferryd could mint a token of any ServiceAccount
+        rule = next(r for r in first("Role")["rules"] if r.get("resources") == ["serviceaccounts/token"])
+        del rule["resourceNames"]
     elif case == "rbac-any-daemonset":   # the Role must name ferry's own DaemonSet
         del first("Role")["rules"][0]["resourceNames"]
     elif case == "rbac-no-policies":     # ferryd watches them (policy.kubernetes), RBAC must say so

@@ -100,6 +100,8 @@ security_expect() {
     rbac-write) echo "verbs ['get', 'list', 'patch', 'watch'] go beyond get/list/watch" ;;
     rbac-secrets) echo "grants core/secrets, which ferryd does not read" ;;
     rbac-any-daemonset) echo "apps/daemonsets only by ferry's own name, in a Role" ;;
+    cni-rbac-list) echo "must be exactly get on core pods and namespaces" ;;
+    token-any-serviceaccount) echo "serviceaccounts/token only create, only of fy-ferry-cni, in a Role, with cni.apiCredentials" ;;
     rbac-no-policies) echo "grants no get/list/watch on security.istio.io/authorizationpolicies, which ferryd reads" ;;
     crd-storage-v1beta1) echo "CustomResourceDefinition/authorizationpolicies.security.istio.io: v1 must be the storage version" ;;
     crd-pruning-spec) echo "v1 spec must keep unknown fields" ;;
