@@ -116,6 +116,8 @@ asio::awaitable<milliseconds> CniCredentials::renew() {
                                               std::chrono::duration_cast<std::chrono::seconds>(lifetime_).count()}}}};
   std::string target = absl::StrCat("/api/v1/namespaces/", namespace_, "/serviceaccounts/", name_, "/token");
   auto answer = co_await client_.call("POST", target, json::serialize(request));
+  // Stopped meanwhile (a drain; an uninstall removes the file): write nothing.
+  if (stopped_) co_return milliseconds{0};
   std::string error;
   absl::StatusOr<IssuedToken> token = absl::UnknownError("");
   if (!answer.ok()) {
@@ -127,7 +129,6 @@ asio::awaitable<milliseconds> CniCredentials::renew() {
   } else if (auto st = common::writeFileAtomic(path_, pluginKubeconfig(server_, ca_pem_, token->token), 0600); !st.ok()) {
     error = std::string(st.message());
   }
-  if (stopped_) co_return milliseconds{0};
   if (!error.empty()) {
     errors_.fetch_add(1, std::memory_order_relaxed);
     if (error != last_error_) {

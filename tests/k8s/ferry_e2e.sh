@@ -118,6 +118,21 @@ for verb in "create pods" "delete pods" "get secrets -n $RNS" "update namespaces
   check "ferry's service account may not $verb" bash -c "! kubectl auth can-i $verb --as=$sa 2>/dev/null | grep -qx yes"
 done
 
+# ferry-cni's own ServiceAccount: a token of it is ferryd's one write; it may read a pod or a
+# namespace by name and nothing else (docs/install.md, "When ferryd is down").
+check "ferry's service account may create a token of $REL-cni, and of no other account" \
+  bash -c "kubectl auth can-i create serviceaccounts/$REL-cni --subresource=token -n $RNS --as=$sa 2>/dev/null | grep -qx yes &&
+           ! kubectl auth can-i create serviceaccounts/$REL --subresource=token -n $RNS --as=$sa 2>/dev/null | grep -qx yes"
+cni_sa=system:serviceaccount:$RNS:$REL-cni
+for verb in "get pods -n $MESH" "get namespaces"; do
+  # shellcheck disable=SC2086
+  check "ferry-cni's service account may $verb" bash -c "kubectl auth can-i $verb --as=$cni_sa 2>/dev/null | grep -qx yes"
+done
+for verb in "list pods -A" "watch pods -A" "get secrets -n $RNS" "get services -n $MESH" "create pods -n $MESH"; do
+  # shellcheck disable=SC2086
+  check "ferry-cni's service account may not $verb" bash -c "! kubectl auth can-i $verb --as=$cni_sa 2>/dev/null | grep -qx yes"
+done
+
 echo "== the CNI chain"
 # ferry-cni in containerd's plugin folder and chained last into the node's conflist.
 check "ferryd installed ferry-cni into containerd's plugin folder ($cni_bin)" \
@@ -128,6 +143,16 @@ import json, sys
 p = [x["type"] for x in json.load(open(sys.argv[1]))["plugins"]]
 sys.exit(0 if p == ["bridge", "ferry-cni"] else 1)' "$conflist"
 python3 -c 'import json, sys; print("  chain entry:", json.dumps(json.load(open(sys.argv[1]))["plugins"][-1]))' "$conflist"
+kcfg=$cni_conf/ferry-cni.kubeconfig
+check "ferryd wrote ferry-cni's kubeconfig beside the entry ($kcfg, mode 600), which the entry names" \
+  wait_for 20 "the kubeconfig" bash -c "[ \"\$(stat -c %a '$kcfg' 2>/dev/null)\" = 600 ] &&
+    python3 -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))[\"plugins\"][-1].get(\"kubeconfig\") != sys.argv[2])' '$conflist' '$kcfg'"
+check "... whose token the API server takes, for what ferry-cni's role allows (get pods: yes; list: no)" \
+  bash -c "kubectl --kubeconfig '$kcfg' auth can-i get pods -n kube-system 2>/dev/null | grep -qx yes &&
+           kubectl --kubeconfig '$kcfg' auth can-i list pods -A 2>/dev/null | grep -qx no"
+expiry=$(curl -sf --max-time 5 http://10.244.0.1:15020/metrics | awk '$1 == "ferry_cni_api_token_expiry_timestamp_seconds" {printf "%d", $2}')
+check "... and says when the token expires (ferry_cni_api_token_expiry_timestamp_seconds, $(( (${expiry:-0} - $(date +%s)) / 3600 )) h from now)" \
+  test "${expiry:-0}" -gt "$(( $(date +%s) + 3600 ))"
 
 echo "== enrolment"
 kq create namespace "$MESH" >/dev/null
@@ -266,7 +291,9 @@ if ! jq -e '.short_failed == 0 and .long_errors == 0' <<<"$report" >/dev/null; t
   done
 fi
 check "with nothing left to carry, the first ferryd exits and its pod goes (long before the grace period)" \
-  kq -n "$RNS" wait --for=delete "pod/$gen1" --timeout=60s
+  kq -n "$RNS" wait --for=delete "pod/$gen1" --timeout=60s ||
+  { echo "--- $gen1 (still there)"; kubectl -n "$RNS" logs "$gen1" 2>&1 | grep -v 'reason=ok' | tail -n 15
+    curl -s --max-time 5 http://127.0.0.1:15021/healthz/ready 2>&1 | head -3; }
 # Now the DaemonSet has no pod on the node: its controller makes one, which takes over from
 # the third ferryd, as a restart of the same binary would (the same host path).
 check "the DaemonSet's new pod takes over from the third ferryd and becomes ready" \
@@ -315,15 +342,32 @@ echo "== a pod created while ferryd is down"
 # an uninstall, so the chain stays and fails closed.
 kq -n "$RNS" patch daemonset "$REL" --type merge -p '{"spec":{"template":{"spec":{"nodeSelector":{"fy-nowhere":"true"}}}}}' >/dev/null
 check "ferryd's pod is gone" wait_for 60 "ferryd to stop" bash -c "! pgrep -f -- 'ferryd [-]-config /etc/ferry/config/ferry.yaml'"
+# Pods ferry would not enrol start without it: ferry-cni asks the API server with its own
+# credentials (docs/install.md, "When ferryd is down").
+t0=$(date +%s%N)
+{ pod_yaml fy-plain-late "$PLAIN" "exec sleep 3600"; echo ---
+  pod_yaml fy-optout "$MESH" "exec sleep 3600" | sed 's/labels: {app: fy-optout}/labels: {app: fy-optout, ferry.io\/dataplane: disabled}/'; } |
+  kq apply -f - >/dev/null
+check "a pod of a namespace ferry does not enrol starts with ferryd down" \
+  kq -n "$PLAIN" wait --for=condition=Ready pod fy-plain-late --timeout=60s
+echo "  created -> Ready with ferryd down: $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+check "... and so does a pod that opts out of the mesh namespace (ferry.io/dataplane: disabled)" \
+  kq -n "$MESH" wait --for=condition=Ready pod fy-optout --timeout=60s
 pod_yaml fy-late "$MESH" "exec sleep 3600" | kq apply -f - >/dev/null
-check "its sandbox is refused: ferry-cni says ferryd is not reachable (CNI error 11)" \
-  wait_for 60 "FailedCreatePodSandBox" bash -c "kubectl -n $MESH get events --field-selector involvedObject.name=fy-late -o jsonpath='{.items[*].message}' | grep -q 'ferryd is not reachable to enrol $MESH/fy-late'"
+late_events="kubectl -n $MESH get events --field-selector involvedObject.name=fy-late -o jsonpath='{.items[*].message}'"
+check "a mesh pod's sandbox is refused: ferry-cni says ferryd is not reachable (CNI error 11)" \
+  wait_for 60 "FailedCreatePodSandBox" bash -c "$late_events | grep -q 'ferryd is not reachable to enrol $MESH/fy-late'"
+check "... because the API server's labels put it in the mesh" \
+  bash -c "$late_events | grep -qF 'ferry would enrol it (pod ferry.io/dataplane=(none), namespace ferry.io/dataplane=enabled)'" ||
+  eval "$late_events" | head -c 2000
 check "... and the pod does not run meanwhile" bash -c "[ \"\$(kubectl -n $MESH get pod fy-late -o jsonpath='{.status.phase}')\" = Pending ]"
 kq -n "$RNS" patch daemonset "$REL" --type json -p '[{"op":"remove","path":"/spec/template/spec/nodeSelector"}]' >/dev/null
 kq -n "$RNS" rollout status daemonset "$REL" --timeout=90s >/dev/null
 check "once ferryd is back the kubelet's retry succeeds and the pod runs, enrolled" \
   kq -n "$MESH" wait --for=condition=Ready pod fy-late --timeout=120s
 check "... by ferry-cni's ADD" wait_for 10 "ADD fy-late" flog_has "cni: ADD $MESH/fy-late \(container [0-9a-f]*\): enrolled on veth"
+check "the pods that started without ferryd stay out of the mesh" \
+  bash -c "! flog_has 'enrolled $MESH/fy-optout|enrolled $PLAIN/fy-plain-late'"
 # That was a ferryd restart with pods in place: the new ferryd enrolled their recorded
 # sandboxes again (fy-server, fy-client, fy-first) and the mesh carries their traffic.
 check "the restarted ferryd enrolled the recorded sandboxes again" \
@@ -332,7 +376,8 @@ body=$(get "$MESH" fy-client "$server")
 check "after the restart the client still reaches the server through the mesh ($body)" test "$body" = fy-server
 check "... through the new ferryd" \
   wait_for 5 "outbound access line" flog_has "direction=outbound src=$client:[0-9]+ dst=$server:8080 peer=spiffe://cluster.local/ns/$MESH/sa/default reason=ok"
-kq -n "$MESH" delete pod fy-late --wait=false >/dev/null
+kq -n "$MESH" delete pod fy-late fy-optout --wait=false >/dev/null
+kq -n "$PLAIN" delete pod fy-plain-late --wait=false >/dev/null
 
 echo "== a Service in front of two enrolled pods"
 { pod_yaml fy-echo-1 "$MESH" "$serve"; echo ---; pod_yaml fy-echo-2 "$MESH" "$serve"; } \
@@ -450,6 +495,25 @@ check "... and let both go when they were deleted" wait_for 10 "the deletions" \
   bash -c "flog | grep -q 'policy: kubernetes AuthorizationPolicy $MESH/fy-beta deleted: removed' &&
            flog | grep -q 'policy: kubernetes PeerAuthentication $MESH/fy-pa deleted: removed'"
 
+echo "== failurePolicy open with ferryd down"
+# The values change rolls ferryd (a handover); the new one writes the entry with open.
+"$HELM" upgrade "$REL" "$repo/charts/ferry" -n "$RNS" --reuse-values --set cni.failurePolicy=open --wait --timeout 120s >/dev/null
+kq -n "$RNS" rollout status daemonset "$REL" --timeout=120s >/dev/null
+check "the new ferryd chained ferry-cni with failurePolicy open" wait_for 30 "the entry" python3 -c '
+import json, sys
+sys.exit(0 if json.load(open(sys.argv[1]))["plugins"][-1]["failurePolicy"] == "open" else 1)' "$conflist"
+kq -n "$RNS" patch daemonset "$REL" --type merge -p '{"spec":{"template":{"spec":{"nodeSelector":{"fy-nowhere":"true"}}}}}' >/dev/null
+check "ferryd's pod is gone" wait_for 60 "ferryd to stop" bash -c "! pgrep -f -- 'ferryd [-]-config /etc/ferry/config/ferry.yaml'"
+# A pod enrolled by its own label, in a namespace that is not.
+t0=$(date +%s%N)
+pod_yaml fy-open "$PLAIN" "exec sleep 3600" | sed 's/labels: {app: fy-open}/labels: {app: fy-open, ferry.io\/dataplane: enabled}/' |
+  kq apply -f - >/dev/null
+check "a mesh pod starts at once with ferryd down under open" kq -n "$PLAIN" wait --for=condition=Ready pod fy-open --timeout=60s
+echo "  created -> Ready with ferryd down (open): $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+kq -n "$RNS" patch daemonset "$REL" --type json -p '[{"op":"remove","path":"/spec/template/spec/nodeSelector"}]' >/dev/null
+kq -n "$RNS" rollout status daemonset "$REL" --timeout=90s >/dev/null
+check "... and is enrolled once ferryd is back" wait_for 60 "fy-open's enrolment" flog_has "enrolled $PLAIN/fy-open \("
+
 echo "== uninstall"
 # The programs this ferryd loaded: those using its pinned capture map (another ferryd on
 # this machine, a lab's or a benchmark's, has maps of its own; bpftool 7.1 here cannot name
@@ -485,6 +549,7 @@ check "no pin and no pin directory is left (/sys/fs/bpf/ferry)" test ! -e /sys/f
 check "ferry-cni is out of the node's conflist, which is as it was before the install" \
   python3 -c 'import json, sys; sys.exit(0 if json.load(open(sys.argv[1])) == json.load(open(sys.argv[2])) else 1)' "$conflist" "$TMP/conflist.before"
 check "... and out of containerd's plugin folder" test ! -e "$cni_bin/ferry-cni"
+check "... and ferry-cni's kubeconfig is gone from $cni_conf" test ! -e "$kcfg"
 # shellcheck disable=SC2086  # a list of names
 check "the CRDs stay (Helm never deletes crds/: they hold the cluster's policies)" \
   bash -c "[ \$(kubectl get crd $CRDS -o name 2>/dev/null | wc -l) -eq 2 ]"
