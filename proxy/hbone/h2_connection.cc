@@ -709,6 +709,7 @@ void H2Connection::countPrematureReset(bool premature) {
   ++window_ended_;
   if (premature) ++window_resets_;
   if (premature && window_resets_ >= limit && window_resets_ * 2 >= window_ended_) {
+    rapid_reset_ = true;
     terminate(kH2EnhanceYourCalm,
               absl::StrCat("rapid reset: the client reset ", window_resets_, " of ", window_ended_,
                            " streams before they were answered"));

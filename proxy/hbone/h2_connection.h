@@ -266,6 +266,9 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   // How many more streams this client connection takes (pool limit and peer's setting).
   size_t streamCapacity() const;
   const std::string& closeReason() const { return close_reason_; }
+  // Server: closed by the rapid reset rule (H2Options::max_premature_resets), not by
+  // another ENHANCE_YOUR_CALM (nghttp2's PING, SETTINGS or CONTINUATION flood limits).
+  bool closedForRapidReset() const { return rapid_reset_; }
   // The connection's TCP socket under TLS (tests write raw bytes to it).
   Tcp::socket& socket() { return tls_.socket(); }
   const boost::asio::any_io_executor& executor() const { return executor_; }
@@ -345,6 +348,7 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   bool terminating_ = false;    // terminate(): GOAWAY with an error queued, reading stopped
   std::chrono::steady_clock::time_point terminate_deadline_;
   std::optional<uint32_t> goaway_error_;
+  bool rapid_reset_ = false;  // closedForRapidReset()
   // Premature resets (H2Options::max_premature_resets) in the current window.
   uint32_t window_resets_ = 0;
   uint32_t window_ended_ = 0;

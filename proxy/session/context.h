@@ -23,6 +23,7 @@
 #include "proxy/session/istio_metrics.h"
 #include "proxy/session/placement.h"
 #include "proxy/session/relay.h"
+#include "proxy/session/reset_penalties.h"
 #include "proxy/session/self_addresses.h"
 #include "proxy/net/socket_factory.h"
 #include "proxy/session/stats.h"
@@ -64,6 +65,8 @@ struct Shared {
   AccessLogSettings access_log;
   // Istio's TCP metrics (session/istio_metrics.h); null: not kept (tests that need none).
   IstioMetrics* istio = nullptr;
+  // Peer identities closed for rapid reset, and the connect budget they share meanwhile.
+  ResetPenalties reset_penalties;
 };
 
 // One live proxied connection as /connections shows it (Worker::connections).

@@ -214,6 +214,15 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
     hbone::H2Stream& stream;
     ~AbortHandlerGuard() { stream.setAbortHandler(nullptr); }
   } abort_guard{*stream};
+  // An identity closed for rapid reset shares one connect budget across its connections.
+  if (auto budget = shared.reset_penalties.budgetOf(info->peer_id, std::chrono::steady_clock::now());
+      budget != nullptr && !budget->take(std::chrono::steady_clock::now())) {
+    shared.stats.hbone_streams_penalized.fetch_add(1, std::memory_order_relaxed);
+    reject(503, CloseReason::kBadRequest,
+           absl::StrCat(info->peer_id, " was closed for rapid reset: its upstream connects are limited to ",
+                        cfg.hbone.max_pending_connects, " a second for ", ResetPenalties::kPenalty.count(), " s"));
+    co_return;
+  }
   if (!co_await tunnel->connects.acquire(*stream, wake, shared.stats)) {
     resetBeforeAnswer();
     co_return;
@@ -339,7 +348,8 @@ awaitable<void> handshakeAndServe(Worker& worker, Tcp::socket socket, LoadUnit l
                                               common::formatHostPort(client));
   // The handshake's unit and admission stay with the tunnel for as long as it is open.
   conn->setCloseHandler([load = std::make_shared<LoadUnit>(std::move(load)), admitted = std::move(admitted),
-                         client, stats = &shared.stats](hbone::H2Connection& c) mutable {
+                         client, stats = &shared.stats, penalties = &shared.reset_penalties, peer = info->peer_id,
+                         rate = cfg.hbone.max_pending_connects](hbone::H2Connection& c) mutable {
     load->reset();
     admitted.reset();
     // One line per connection that ended in a connection error (never rate-limited: it is
@@ -348,6 +358,11 @@ awaitable<void> handshakeAndServe(Worker& worker, Tcp::socket socket, LoadUnit l
       stats->recordGoaway(*code);
       FERRY_LOG(kWarn, "hbone: closed connection from %s with GOAWAY %s: %s",
                 common::formatHostPort(client), hbone::h2ErrorName(*code), c.closeReason());
+      if (c.closedForRapidReset() && penalties->penalize(peer, rate, std::chrono::steady_clock::now())) {
+        FERRY_LOG(kWarn, "hbone: %s was closed for rapid reset: for %d s its upstream connects to this node, on "
+                  "every connection, are limited to %u a second",
+                  peer, static_cast<int>(ResetPenalties::kPenalty.count()), rate);
+      }
     }
   });
   Worker* w = &worker;

@@ -68,6 +68,7 @@ const char* directionLabel(Direction d);
   X(identity_spoofing_denied, "CONNECT streams answered 401: the client identity does not own the tunnel's source IP")\
   X(hbone_streams_reset_unanswered, "CONNECT streams the client reset before they were answered (upstream connect cancelled or never started)")\
   X(hbone_connect_waits, "CONNECT streams that waited for one of the connection's hbone.max_pending_connects upstream connects")\
+  X(hbone_streams_penalized, "CONNECT streams answered 503: their identity's connection was closed for rapid reset within 30 s and its shared connect budget was empty")\
   X(log_lines_suppressed, "warning lines a per-connection log rate limit did not write (their events are still counted)")\
   X(access_log_sampled_out, "access records of successful connections access_log.sample_success left out")\
   X(access_log_failures_suppressed, "access records of failed connections a worker's access_log.failures_per_second limit did not write (still counted in connections_closed)")\

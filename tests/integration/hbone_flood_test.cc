@@ -19,6 +19,7 @@
 #include <functional>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -306,6 +307,9 @@ class HboneFloodTest : public ::testing::Test {
     auto ctx = cache_->clientContext(identity::SpiffeId::forWorkload("cluster.local", "default", "client"));
     ASSERT_TRUE(ctx.ok()) << ctx.status();
     good_ctx_ = *ctx;
+    auto other = cache_->clientContext(identity::SpiffeId::forWorkload("cluster.local", "default", "other"));
+    ASSERT_TRUE(other.ok()) << other.status();
+    other_ctx_ = *other;
   }
 
   void startNode(const std::string& extra) {
@@ -321,10 +325,12 @@ class HboneFloodTest : public ::testing::Test {
     return c;
   }
 
-  // A well-formed, authorized request on its own connection is relayed end to end.
-  void expectServing() {
+  // A well-formed, authorized request on its own connection is relayed end to end; by
+  // default from the attackers' identity (sa client), `other`: from sa other at 127.0.1.11.
+  void expectServing(bool other = false) {
     RawH2Client c;
-    ASSERT_TRUE(c.connect("127.0.1.10", "127.0.2.10", good_ctx_->native_handle()));
+    ASSERT_TRUE(c.connect(other ? "127.0.1.11" : "127.0.1.10", "127.0.2.10",
+                          other ? other_ctx_->native_handle() : good_ctx_->native_handle()));
     std::string req = kPreface + frame(kSettings, 0, 0, "") +
                       frame(kHeaders, kEndHeaders, 1, connectBlock("127.0.2.10:8080"));
     c.pump(req, [&] { return c.firstHeaderByte(1).has_value(); });
@@ -351,7 +357,7 @@ class HboneFloodTest : public ::testing::Test {
   std::unique_ptr<AppServer> app_;
   std::unique_ptr<identity::DirCertSource> certs_;
   std::unique_ptr<identity::TlsContextCache> cache_;
-  std::shared_ptr<asio::ssl::context> good_ctx_;
+  std::shared_ptr<asio::ssl::context> good_ctx_, other_ctx_;
 };
 
 TEST_F(HboneFloodTest, RapidResetGetsEnhanceYourCalmAndSparesTheWorkload) {
@@ -393,6 +399,57 @@ TEST_F(HboneFloodTest, RapidResetGetsEnhanceYourCalmAndSparesTheWorkload) {
   std::printf("[ measure  ] rapid reset: RSS %ld KiB before, %ld KiB after; descriptors %zu before, "
               "%zu after\n", rss_before, rss_after, fds_before, openDescriptors());
   EXPECT_LT(rss_after - rss_before, 64 * 1024) << "RSS grew by more than 64 MiB";
+  // The attacker's identity is held to a shared connect budget for a while (the next test);
+  // another client is served at once.
+  expectServing(/*other=*/true);
+}
+
+// The attacker of the test above reconnects: each new connection used to get
+// hbone.max_pending_connects (16) upstream connects before it was closed too, about 480 a
+// second from one identity. Now the identity shares one budget of 16 connects a second
+// across its connections for 30 s after a close for rapid reset.
+TEST_F(HboneFloodTest, ReconnectingRapidResetIsBoundedPerIdentityAcrossConnections) {
+  expectServing();
+  const size_t accepted_before = app_->accepted();
+  constexpr int kConnections = 20;
+  constexpr uint32_t kPairs = 200;  // beyond hbone.max_premature_resets (100)
+  std::string flood = kPreface + frame(kSettings, 0, 0, "");
+  for (uint32_t i = 0; i < kPairs; ++i) {
+    flood += frame(kHeaders, kEndHeaders, 2 * i + 1, connectBlock("127.0.2.10:8080"));
+    flood += rstStream(2 * i + 1);
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  int calmed = 0;
+  for (int i = 0; i < kConnections; ++i) {
+    auto c = attacker();
+    c->pump(flood, nullptr);
+    c->readUntilClosed(std::chrono::milliseconds(100));
+    calmed += c->goawayCode() == kEnhanceYourCalm ? 1 : 0;
+  }
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(calmed, 1) << "the first connection was closed for rapid reset";
+  // The workload's accepts settle once the last connects ended.
+  size_t connects = 0;
+  waitFor([&] {
+    size_t now = app_->accepted() - accepted_before;
+    bool settled = now == connects;
+    connects = now;
+    return settled;
+  });
+  const double penalized = n2_->metric("ferry_hbone_streams_penalized_total");
+  std::printf("[ measure  ] rapid reset over %d connections in %.2f s: %zu upstream connects (%.0f a second), "
+              "%d closed with enhance_your_calm, %.0f streams refused by the identity's budget\n",
+              kConnections, elapsed, connects, connects / elapsed, calmed, penalized);
+  // The first connection's 16 in flight, then 16 a second shared by all the others (and the
+  // connects in flight at the moment the penalty began). Without it: 16 per connection.
+  EXPECT_LE(connects, 16 + 16 * (elapsed + 1) + 16) << "the identity's connects are not bounded across connections";
+  EXPECT_LT(connects, static_cast<size_t>(kConnections) * 16 / 2);
+  EXPECT_GT(penalized, 0);
+
+  // Another identity is not touched by the penalty; the attacker's own is served again at
+  // the budget's pace (16 a second).
+  expectServing(/*other=*/true);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // one token: 62.5 ms
   expectServing();
 }
 
