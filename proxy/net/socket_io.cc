@@ -1,5 +1,7 @@
 #include "proxy/net/socket_io.h"
 
+#include <vector>
+
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -77,6 +79,17 @@ size_t writeSome(asio::ip::tcp::socket& socket, const BufferChain& chain,
   size_t n = socket.write_some(gathered, ec);
   if (ec == asio::error::try_again) ec = asio::error::would_block;
   return ec ? 0 : n;
+}
+
+void warmSocketStates(boost::asio::io_context& io, size_t count) {
+  std::vector<boost::asio::ip::tcp::socket> sockets;
+  sockets.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    boost::system::error_code ec;
+    sockets.emplace_back(io);
+    sockets.back().open(boost::asio::ip::tcp::v4(), ec);
+    if (ec) break;
+  }
 }
 
 }  // namespace ferry::net

@@ -21,6 +21,7 @@
 #include "proxy/datapath/netlink.h"
 #include "proxy/datapath/proxy_netns.h"
 #include "proxy/net/buffer_chain.h"
+#include "proxy/net/socket_io.h"
 #include "proxy/policy/kubernetes.h"
 #include "proxy/server/policy_admin.h"
 #include "proxy/session/common.h"
@@ -115,23 +116,6 @@ constexpr auto kTrimCheckInterval = std::chrono::seconds(1);
 // this: malloc_trim() walks every arena under its lock, and workers allocating from that
 // arena wait for it (a few milliseconds after a flood; docs/security.md, Memory).
 constexpr auto kTrimMinInterval = std::chrono::seconds(10);
-
-// Asio's reactor keeps one state object (~200 bytes) per socket it has ever had open at
-// once, in a free list it never gives back to malloc. Grown during a flood, those objects
-// sit between the pages the flood's connections freed and keep them resident, where
-// malloc_trim() cannot reach them: 2,000 silent connections left RSS 40 % above its
-// baseline this way. Made at start, before anything else, they lie together in a few
-// pages and a flood of up to that many sockets per worker reuses them.
-void warmSocketStates(asio::io_context& io, size_t count) {
-  std::vector<tcp::socket> sockets;
-  sockets.reserve(count);
-  for (size_t i = 0; i < count; ++i) {
-    boost::system::error_code ec;
-    sockets.emplace_back(io);
-    sockets.back().open(tcp::v4(), ec);
-    if (ec) break;  // out of descriptors: fewer is only less memory given back later
-  }
-}
 
 std::vector<uint16_t> ferryPorts(const config::Config& c) {
   std::vector<uint16_t> ports = {c.hbone_port, c.listen.admin.port, c.listen.metrics.port,
@@ -342,7 +326,7 @@ absl::Status Server::start() {
 void Server::preallocateSocketStates(int descriptor_cap) {
   // Never more than half the data plane's descriptors: they are all open at once here.
   size_t total = std::min<size_t>(config_.limits.preallocated_sockets, static_cast<size_t>(descriptor_cap) / 2);
-  for (auto& w : workers_) warmSocketStates(w->io(), total / workers_.size());
+  for (auto& w : workers_) net::warmSocketStates(w->io(), total / workers_.size());
 }
 
 absl::Status Server::makeCertSource() {
