@@ -1,5 +1,10 @@
 #include "proxy/ca/https_server.h"
 
+#include <malloc.h>
+#include <sys/socket.h>
+
+#include <optional>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -16,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proxy/ca/protocol.h"
+#include "proxy/net/socket_io.h"
 #include "proxy/common/log.h"
 #include "proxy/telemetry/metrics.h"
 
@@ -36,6 +42,11 @@ constexpr uint32_t kMaxHeaderBytes = 8 * 1024;
 constexpr auto kAcceptBackoff = std::chrono::milliseconds(50);
 // The listen backlog: connections the kernel holds while the io thread is busy signing.
 constexpr int kBacklog = 1024;
+// When freed heap goes back to the system (HttpsServer::release).
+constexpr size_t kTrimAfterCloses = 512;
+constexpr size_t kTrimWhenIdleAfter = 16;
+// The first byte of a TLS handshake record (RFC 8446 §5.1).
+constexpr uint8_t kTlsHandshakeRecord = 0x16;
 
 using Stream = beast::ssl_stream<beast::tcp_stream>;
 
@@ -68,14 +79,21 @@ constexpr uint64_t kDrainLimit = 1u << 20;
 }  // namespace
 
 struct HttpsServer::Connection {
-  explicit Connection(tcp::socket socket, asio::ssl::context& tls) : stream(std::move(socket), tls) {}
-  Stream stream;
+  explicit Connection(tcp::socket socket) : raw(std::move(socket)) {}
+  // The socket until its first byte; then the TLS stream over it (TLS state only from there).
+  tcp::socket raw;
+  std::optional<Stream> stream;
   std::shared_ptr<asio::ssl::context> tls_keep;  // the context outlives the stream using it
   std::string client;
   std::string remote;
+  std::chrono::steady_clock::time_point deadline;  // of the handshake, from accept
   void close() {
     error_code ignored;
-    beast::get_lowest_layer(stream).socket().close(ignored);
+    if (stream) {
+      beast::get_lowest_layer(*stream).socket().close(ignored);
+    } else {
+      raw.close(ignored);
+    }
   }
 };
 
@@ -99,6 +117,9 @@ absl::Status HttpsServer::listen() {
   }
   port_ = acceptor->local_endpoint(ec).port();
   acceptor_ = std::move(acceptor);
+  // The reactor's per-socket states for as many connections as may be open, made now so that
+  // a flood leaves no heap behind that malloc_trim cannot give back.
+  net::warmSocketStates(io_, options_.max_connections + 1);
   stopped_ = false;
   asio::co_spawn(io_, acceptLoop(), asio::detached);
   return absl::OkStatus();
@@ -139,6 +160,15 @@ void HttpsServer::release(const std::string& client) {
   open_gauge_.store(static_cast<int64_t>(open_), std::memory_order_relaxed);
   auto it = per_client_.find(client);
   if (it != per_client_.end() && --it->second == 0) per_client_.erase(it);
+  // glibc keeps freed heap for reuse; after a flood that would be the flood's size for good.
+  // A trim costs about a millisecond: after every kTrimAfterCloses closes, or once the
+  // server is idle again after some.
+  ++closes_since_trim_;
+  if (closes_since_trim_ >= kTrimAfterCloses || (open_ == 0 && closes_since_trim_ >= kTrimWhenIdleAfter)) {
+    closes_since_trim_ = 0;
+    ::malloc_trim(0);
+    trims_.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 asio::awaitable<void> HttpsServer::acceptLoop() {
@@ -160,30 +190,58 @@ asio::awaitable<void> HttpsServer::acceptLoop() {
       if (refusal_log.allow()) FERRY_LOG(kWarn, "ferry-ca: refusing a connection from %s: connection cap reached", client);
       continue;
     }
-    std::shared_ptr<asio::ssl::context> tls = contexts_ ? contexts_() : nullptr;
-    if (tls == nullptr) {
-      refused_no_cert_.fetch_add(1, std::memory_order_relaxed);
-      release(client);
-      continue;
-    }
-    auto connection = std::make_shared<Connection>(std::move(socket), *tls);
-    connection->tls_keep = std::move(tls);
+    auto connection = std::make_shared<Connection>(std::move(socket));
     connection->client = std::move(client);
-    connection->remote = remoteOf(beast::get_lowest_layer(connection->stream).socket());
+    connection->remote = remoteOf(connection->raw);
     connections_[connection.get()] = connection;
-    asio::co_spawn(io_, serve(connection), asio::detached);
+    asio::co_spawn(io_, awaitFirstByte(std::move(connection)), asio::detached);
   }
 }
 
+// The first byte, within the handshake timeout, before any TLS state is made: a small frame
+// of its own, so that a silent connection does not hold serve()'s (a few KB: the parser, the
+// buffers), nor leave it behind as heap that cannot go back to the system.
+asio::awaitable<void> HttpsServer::awaitFirstByte(std::shared_ptr<Connection> c) {
+  c->deadline = std::chrono::steady_clock::now() + options_.handshake_timeout;
+  asio::steady_timer deadline(io_, c->deadline);
+  deadline.async_wait([c](const error_code& ec) {
+    if (!ec) {
+      error_code ignored;
+      c->raw.cancel(ignored);
+    }
+  });
+  auto [werr] = co_await c->raw.async_wait(tcp::socket::wait_read, kTuple);
+  deadline.cancel();
+  uint8_t first = 0;
+  ssize_t n = werr ? -1 : ::recv(c->raw.native_handle(), &first, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (werr || n != 1 || first != kTlsHandshakeRecord || stopped_) {
+    if (werr == asio::error::operation_aborted && !stopped_) timeouts_.fetch_add(1, std::memory_order_relaxed);
+    handshake_failures_.fetch_add(1, std::memory_order_relaxed);
+    c->close();
+    connections_.erase(c.get());
+    release(c->client);
+    co_return;
+  }
+  asio::co_spawn(io_, serve(std::move(c)), asio::detached);
+}
+
 asio::awaitable<void> HttpsServer::serve(std::shared_ptr<Connection> c) {
-  auto& tcp_layer = beast::get_lowest_layer(c->stream);
   const HttpsServerOptions& o = options_;
   auto finish = [this, &c] {
     connections_.erase(c.get());
     release(c->client);
   };
-  tcp_layer.expires_after(o.handshake_timeout);
-  auto [herr] = co_await c->stream.async_handshake(asio::ssl::stream_base::server, kTuple);
+  std::shared_ptr<asio::ssl::context> tls = contexts_ ? contexts_() : nullptr;
+  if (tls == nullptr) {
+    refused_no_cert_.fetch_add(1, std::memory_order_relaxed);
+    c->close();
+    co_return finish();
+  }
+  c->stream.emplace(std::move(c->raw), *tls);
+  c->tls_keep = std::move(tls);
+  auto& tcp_layer = beast::get_lowest_layer(*c->stream);
+  tcp_layer.expires_at(c->deadline);
+  auto [herr] = co_await c->stream->async_handshake(asio::ssl::stream_base::server, kTuple);
   if (herr) {
     if (isTimeout(herr)) timeouts_.fetch_add(1, std::memory_order_relaxed);
     handshake_failures_.fetch_add(1, std::memory_order_relaxed);
@@ -200,7 +258,7 @@ asio::awaitable<void> HttpsServer::serve(std::shared_ptr<Connection> c) {
     // arrive whole within header_timeout (a slow drip of bytes holds no slot for long).
     if (!first && buffer.size() == 0) {
       tcp_layer.expires_after(o.idle_timeout);
-      auto [perr, n] = co_await c->stream.async_read_some(buffer.prepare(kMaxHeaderBytes), kTuple);
+      auto [perr, n] = co_await c->stream->async_read_some(buffer.prepare(kMaxHeaderBytes), kTuple);
       if (perr) {
         if (isTimeout(perr)) timeouts_.fetch_add(1, std::memory_order_relaxed);
         break;
@@ -208,7 +266,7 @@ asio::awaitable<void> HttpsServer::serve(std::shared_ptr<Connection> c) {
       buffer.commit(n);
     }
     tcp_layer.expires_after(o.header_timeout);
-    auto [rerr, rn] = co_await http::async_read_header(c->stream, buffer, parser, kTuple);
+    auto [rerr, rn] = co_await http::async_read_header(*c->stream, buffer, parser, kTuple);
     std::optional<HttpsAnswer> answer;
     if (!rerr) {
       // The declared length is checked before a byte of body is read.
@@ -219,7 +277,7 @@ asio::awaitable<void> HttpsServer::serve(std::shared_ptr<Connection> c) {
           uint64_t left = *length - std::min<uint64_t>(*length, buffer.size());
           char scratch[4096];
           while (left > 0) {
-            auto [derr, dn] = co_await c->stream.async_read_some(
+            auto [derr, dn] = co_await c->stream->async_read_some(
                 asio::buffer(scratch, std::min<uint64_t>(left, sizeof(scratch))), kTuple);
             if (derr) break;
             left -= dn;
@@ -230,7 +288,7 @@ asio::awaitable<void> HttpsServer::serve(std::shared_ptr<Connection> c) {
                                   c->remote);
       } else {
         tcp_layer.expires_after(o.body_timeout);
-        std::tie(rerr, rn) = co_await http::async_read(c->stream, buffer, parser, kTuple);
+        std::tie(rerr, rn) = co_await http::async_read(*c->stream, buffer, parser, kTuple);
       }
     }
     if (rerr == http::error::body_limit) {
@@ -268,13 +326,13 @@ asio::awaitable<void> HttpsServer::serve(std::shared_ptr<Connection> c) {
     res.body() = std::move(answer->body);
     res.prepare_payload();
     tcp_layer.expires_after(o.write_timeout);
-    auto [werr, wn] = co_await http::async_write(c->stream, res, kTuple);
+    auto [werr, wn] = co_await http::async_write(*c->stream, res, kTuple);
     if (werr || !res.keep_alive()) break;
   }
   if (!stopped_) {
     // close_notify, bounded: a peer that does not read must not hold the slot.
     tcp_layer.expires_after(o.write_timeout);
-    co_await c->stream.async_shutdown(kTuple);
+    co_await c->stream->async_shutdown(kTuple);
   }
   c->close();
   finish();
@@ -294,6 +352,8 @@ void HttpsServer::collect(telemetry::Exposition& out) const {
               static_cast<double>(handshake_failures_.load(std::memory_order_relaxed)));
   out.counter("ferry_ca_timeouts_total", "Connections closed because a handshake, header, body or idle wait timed out",
               static_cast<double>(timeouts_.load(std::memory_order_relaxed)));
+  out.counter("ferry_ca_memory_trims_total", "Times freed heap was handed back to the system after connections closed",
+              static_cast<double>(trims_.load(std::memory_order_relaxed)));
 }
 
 }  // namespace ferry::ca

@@ -58,7 +58,8 @@ int reasonStatus(Reason reason) { return kReasons[static_cast<int>(reason)].stat
 
 SigningService::SigningService(SigningSettings settings, identity::WatchedCaSource& ca, const PodIndex& pods,
                                TokenReviewer& reviewer, NodeRateLimiter& limiter, AuditLog& audit)
-    : settings_(std::move(settings)), ca_(ca), pods_(pods), reviewer_(reviewer), limiter_(limiter), audit_(audit) {}
+    : settings_(std::move(settings)), ca_(ca), pods_(pods), reviewer_(reviewer), limiter_(limiter), audit_(audit),
+      gate_(settings_.review_gate) {}
 
 absl::Status SigningService::ready() const {
   if (auto st = ca_.status(); !st.ok()) return st;
@@ -124,21 +125,47 @@ asio::awaitable<HttpsAnswer> SigningService::handle(HttpsCall call) {
   auto csr = parseCsr(request->csr_pem);
   if (!csr.ok()) co_return finish(Reason::kBadCsr, std::move(record), std::string(csr.status().message()), began);
   record.identity = csr->id.str();
-
+  // What costs the API server nothing comes first (review_gate.h): a CSR of another trust
+  // domain, a token that cannot be a service account's, a review made lately, a client over
+  // its rate of reviews.
+  if (csr->id.trustDomain() != settings_.authorizer.trust_domain) {
+    co_return finish(Reason::kWrongTrustDomain, std::move(record),
+                     absl::StrCat(csr->id.str(), " is not of trust domain ", settings_.authorizer.trust_domain), began);
+  }
   std::string token = bearerToken(call.authorization);
   if (token.empty()) {
     co_return finish(Reason::kUnauthenticated, std::move(record), "no bearer token (Authorization: Bearer <token>)",
                      began);
   }
-  if (reviews_in_flight_ >= settings_.max_reviews_in_flight) {
-    co_return finish(Reason::kReviewFailed, std::move(record),
-                     absl::StrCat(reviews_in_flight_, " TokenReviews are in flight already; retry"), began);
+  if (std::string why = ReviewGate::shapeError(token); !why.empty()) {
+    co_return finish(Reason::kUnauthenticated, std::move(record), std::move(why), began);
   }
-  const auto review_began = Steady::now();
-  ++reviews_in_flight_;
-  auto review = co_await reviewer_.review(std::move(token));
-  --reviews_in_flight_;
-  review_seconds_.observe(Steady::now() - review_began);
+  absl::StatusOr<TokenReview> review = absl::UnknownError("");
+  if (auto reused = gate_.cached(token, Steady::now())) {
+    reviews_reused_.fetch_add(1, std::memory_order_relaxed);
+    review = *std::move(reused);
+  } else {
+    std::string client = call.remote.substr(0, call.remote.rfind(':'));
+    if (auto wait = gate_.takeReview(client, Steady::now())) {
+      co_return finish(Reason::kRateLimited, std::move(record),
+                       absl::StrCat(client, " is over its rate of token reviews (made-up tokens?); retry in ",
+                                    wait->count(), " s"),
+                       began, static_cast<int>(wait->count()));
+    }
+    if (reviews_in_flight_ >= settings_.max_reviews_in_flight) {
+      co_return finish(Reason::kReviewFailed, std::move(record),
+                       absl::StrCat(reviews_in_flight_, " TokenReviews are in flight already; retry"), began);
+    }
+    const auto review_began = Steady::now();
+    ++reviews_in_flight_;
+    reviews_made_.fetch_add(1, std::memory_order_relaxed);
+    std::string reviewed = token;
+    review = co_await reviewer_.review(std::move(reviewed));
+    --reviews_in_flight_;
+    review_seconds_.observe(Steady::now() - review_began);
+    // An answer, yes or no, is reused for a while; a review that could not be made is not.
+    if (review.ok()) gate_.remember(token, *review, Steady::now());
+  }
   if (!review.ok()) {
     co_return finish(Reason::kReviewFailed, std::move(record),
                      absl::StrCat("the token could not be reviewed: ", review.status().message()), began);
@@ -201,6 +228,10 @@ void SigningService::collect(telemetry::Exposition& out) const {
       .add(request_seconds_);
   out.histogram("ferry_ca_token_review_duration_seconds", "TokenReviews alone (an API server round trip)")
       .add(review_seconds_);
+  out.counter("ferry_ca_token_reviews_total",
+              "Bearer tokens judged: reviewed by the API server, or by a review of the same token made lately")
+      .add(static_cast<double>(reviews_made_.load(std::memory_order_relaxed)), {{"source", "api_server"}})
+      .add(static_cast<double>(reviews_reused_.load(std::memory_order_relaxed)), {{"source", "cache"}});
   out.gauge("ferry_ca_ready", "1 once the CA is loaded and the pod view has synced", ready().ok() ? 1 : 0);
   out.counter("ferry_ca_reloads_total", "CA or bundle file changes applied (the first load included)",
               static_cast<double>(ca_.reloads()));

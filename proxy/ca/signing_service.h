@@ -18,6 +18,7 @@
 #include "proxy/ca/authorizer.h"
 #include "proxy/ca/https_server.h"
 #include "proxy/ca/rate_limit.h"
+#include "proxy/ca/review_gate.h"
 #include "proxy/ca/token_reviewer.h"
 #include "proxy/common/histogram.h"
 #include "proxy/identity/watched_ca_source.h"
@@ -64,6 +65,9 @@ struct SigningSettings {
   // caller retries with back-off) without asking. Each is an API server request: a flood of
   // bad tokens must not become a flood on the API server.
   size_t max_reviews_in_flight = 256;
+  // Before any review: the token's shape, a short cache of reviews, a per-client rate
+  // (review_gate.h). The CSR's trust domain is checked before the token.
+  ReviewGateSettings review_gate;
 };
 
 class SigningService : public HttpsHandler {
@@ -96,6 +100,8 @@ class SigningService : public HttpsHandler {
   AuditLog& audit_;
 
   size_t reviews_in_flight_ = 0;  // io thread only
+  ReviewGate gate_;               // io thread only
+  std::atomic<uint64_t> reviews_made_{0}, reviews_reused_{0};
   std::atomic<uint64_t> counts_[static_cast<int>(Reason::kCount)] = {};
   // The whole request, from its last byte read to the answer made (TLS and the network are
   // not in it); from 100 µs (a refusal) to 10 s (a TokenReview at its timeout).

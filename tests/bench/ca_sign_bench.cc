@@ -78,7 +78,7 @@ Result run(int connections, double seconds) {
       }
       for (size_t i = 0; !stop.load(std::memory_order_relaxed); ++i) {
         auto t0 = Clock::now();
-        auto reply = client.post("token-a", bodies[c][i % bodies[c].size()]);
+        auto reply = client.post("hdr.token-a.sig", bodies[c][i % bodies[c].size()]);
         auto t1 = Clock::now();
         if (!reply || reply->status != 200) {
           ++failures[c];

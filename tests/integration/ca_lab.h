@@ -198,8 +198,8 @@ class CaLab {
     if (options_.list_pods) pods_.replace({pod(kAgentNamespace, "ferryd-a", "uid-a", "ferryd", "node-a"),
                    pod(kAgentNamespace, "ferryd-b", "uid-b", "ferryd", "node-b"),
                    pod("app", "web-1", "uid-web", "web", "node-a"), pod("app", "db-1", "uid-db", "db", "node-b")});
-    reviewer_.set("token-a", agentReview("ferryd-a", "uid-a"));
-    reviewer_.set("token-b", agentReview("ferryd-b", "uid-b"));
+    reviewer_.set("hdr.token-a.sig", agentReview("ferryd-a", "uid-a"));
+    reviewer_.set("hdr.token-b.sig", agentReview("ferryd-b", "uid-b"));
     if (auto st = server_->listen(); !st.ok()) std::abort();
     thread_ = std::thread([this] { io_.run(); });
   }

@@ -38,8 +38,8 @@ class ClusterCaRotationTest : public ::testing::Test {
       pods.push_back(ca::lab::pod("default", p.name, "uid-" + p.name, p.sa, p.node));
     for (const std::string node : {"n1", "n2"}) {
       pods.push_back(ca::lab::pod(ca::lab::kAgentNamespace, "ferryd-" + node, "uid-ferryd-" + node, "ferryd", node));
-      ca_.reviewer().set("token-" + node, ca::lab::agentReview("ferryd-" + node, "uid-ferryd-" + node));
-      writeFile(tokenFile(node), "token-" + node);
+      ca_.reviewer().set("hdr.token-" + node + ".sig", ca::lab::agentReview("ferryd-" + node, "uid-ferryd-" + node));
+      writeFile(tokenFile(node), "hdr.token-" + node + ".sig");
     }
     ca_.pods().replace(std::move(pods));
   }
