@@ -91,11 +91,14 @@ asio::awaitable<void> acceptLoop(session::Worker& worker, tcp::acceptor& accepto
       net::abortSocket(socket);  // gone already
       continue;
     }
-    if (socket.native_handle() >= shared.descriptor_cap) {
+    // Over the descriptor cap a newcomer takes the place of a pending connection of a source
+    // holding more of them (Admission::admit), within the slack; beyond it, refused.
+    const int fd = socket.native_handle();
+    if (fd >= shared.descriptor_cap + shared.descriptor_slack) {
       why = session::Refusal::kDescriptors;
       shared.admission.countRefusal(kind, why);
     } else {
-      admitted = shared.admission.admit(kind, session::toHostPort(peer).ip, why);
+      admitted = shared.admission.admit(kind, session::toHostPort(peer).ip, why, fd >= shared.descriptor_cap);
     }
     if (!admitted) {
       if (throttle.refusals.allow(suppressed)) {
@@ -192,6 +195,7 @@ absl::Status Server::start() {
                                     /*self=*/{}, /*draining=*/{}, session::Placement(n), /*workers=*/{}, admission_, *cap,
                                     /*policies_loaded=*/{!k8s_policies_ || k8s_policies_->synced()},
                                     session::AccessLogSettings(config_.access_log), istio_.get()});
+  shared_->descriptor_slack = static_cast<int>(config_.limits.descriptor_reserve / 4);
   auto worker_config = std::make_shared<const config::Config>(config_);
   for (size_t i = 0; i < n; ++i) {
     workers_.push_back(std::make_unique<session::Worker>(*shared_, i, worker_config));

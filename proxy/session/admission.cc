@@ -101,7 +101,7 @@ void Admission::setLimits(const config::Limits& limits) {
   }
 }
 
-Admitted Admission::admit(Listener listener, const common::IpAddress& source, Refusal& why) {
+Admitted Admission::admit(Listener listener, const common::IpAddress& source, Refusal& why, bool over_descriptor_cap) {
   auto& s = state_[static_cast<size_t>(listener)];
   auto key = sourceKey(source);
   {
@@ -115,6 +115,11 @@ Admitted Admission::admit(Listener listener, const common::IpAddress& source, Re
       why = Refusal::kConnectionsPerSource;
     } else if (pending_from_source >= l.max_pending_per_source) {
       why = Refusal::kPendingPerSource;
+    } else if (over_descriptor_cap && (from_source > 0 || !evictOne(s, pending_from_source))) {
+      // Only a source holding nothing here yet (a new client) may take an evicted one's
+      // place over the cap: the flooding sources would otherwise fill the slack themselves,
+      // their next sockets taking the descriptors the evicted ones gave back.
+      why = Refusal::kDescriptors;
     } else if (s.connections >= l.max_connections) {
       why = Refusal::kConnections;
     } else if (s.pending - s.evicting >= l.max_pending && !evictOne(s, pending_from_source)) {

@@ -120,7 +120,13 @@ class Admission {
   // source's only pending one is spared for kEvictAfter. Sources holding handshakes open
   // cannot keep a new client out: at once when they hold several each, after kEvictAfter
   // when each holds one (docs/security.md, "Admission limits").
-  Admitted admit(Listener listener, const common::IpAddress& source, Refusal& why);
+  //
+  // `over_descriptor_cap`: the accepted socket is numbered at or above the data plane's
+  // descriptor cap. It is admitted only when its source holds no connection on the listener
+  // yet (a new client) and the same rule ends one pending connection of a heavier source to
+  // make room; else it is refused (descriptors). A few sources holding every descriptor
+  // therefore cannot keep a new client out.
+  Admitted admit(Listener listener, const common::IpAddress& source, Refusal& why, bool over_descriptor_cap = false);
   static constexpr std::chrono::milliseconds kEvictAfter{500};
   // Counts a refusal decided by the caller (the descriptor cap).
   void countRefusal(Listener listener, Refusal why);

@@ -67,6 +67,10 @@ struct Shared {
   IstioMetrics* istio = nullptr;
   // Peer identities closed for rapid reset, and the connect budget they share meanwhile.
   ResetPenalties reset_penalties;
+  // How far above descriptor_cap a socket may be numbered when admission ended a pending
+  // connection to make room for it (Admission::admit): a part of the reserve, so that the
+  // operator endpoints keep the rest while evicted connections close.
+  int descriptor_slack = 0;
 };
 
 // One live proxied connection as /connections shows it (Worker::connections).

@@ -311,6 +311,37 @@ TEST(AdmissionTest, AnotherSourceIsServedWhileOneFloodsWithALowDescriptorLimit) 
   closeAll(silent);
 }
 
+TEST(AdmissionTest, ANewClientIsServedWhileTenSourcesHoldEveryDescriptor) {
+  // Issue 34's other lockout: with 1,024 descriptors (the data plane's cap 768), 1,500
+  // silent connections from 10 sources (150 each, under every per-source limit) take every
+  // descriptor. Before, every new client was refused (descriptors) until handshake timeouts
+  // freed some, 10 s later. Now a newcomer over the cap takes the place of a pending
+  // connection of a source holding more of them.
+  LabFiles files;
+  Node n1(files, "n1");
+  FerrydProcess n2(files, "n2", "", 1024);
+  ASSERT_TRUE(n1.ok() && n2.ready());
+  AppServer app("127.0.2.10", kAppPort, AppServer::echo);
+  size_t reset_at_connect = 0;
+  auto silent = silentConnections(1500, 10, "127.0.2.10", 15008, &reset_at_connect);
+  ASSERT_TRUE(waitFor([&] { return n2.openDescriptors() >= 760; })) << n2.openDescriptors();
+  auto served = timeToServe("127.0.1.11");
+  ASSERT_TRUE(served.has_value()) << "a new client must get in; refused (descriptors) "
+                                  << n2.metric("ferry_admission_refused_total{listener=\"hbone\",reason=\"descriptors\"}")
+                                  << ", evicted " << n2.metric("ferry_admission_evicted_total{listener=\"hbone\"}")
+                                  << ", closed connect_failed "
+                                  << n2.metric("ferry_connections_closed_total{direction=\"inbound\",reason=\"connect_failed\"}")
+                                  << ", descriptors " << n2.openDescriptors();
+  std::printf("[ measure  ] with RLIMIT_NOFILE 1024 and every descriptor held by 10 sources: new client served in "
+              "%lld ms, %zu descriptors open, %.0f evicted\n",
+              static_cast<long long>(served->count()), n2.openDescriptors(),
+              n2.metric("ferry_admission_evicted_total{listener=\"hbone\"}"));
+  EXPECT_LT(*served, kServedWithin * kSlack);
+  EXPECT_GE(n2.metric("ferry_admission_evicted_total{listener=\"hbone\"}"), 1);
+  EXPECT_EQ(httpGet("127.0.2.1", 15021, "/healthz/ready"), 200) << "the operator endpoints keep their reserve";
+  closeAll(silent);
+}
+
 TEST(AdmissionTest, ReadinessMetricsAndAdminAnswerWhileTheDataPlaneIsAtItsDescriptorCap) {
   LabFiles files;
   FerrydProcess n2(files, "n2", "", 1024);  // the data plane's cap: 1024 - 256 = 768
@@ -336,15 +367,24 @@ TEST(AdmissionTest, ReadinessMetricsAndAdminAnswerWhileTheDataPlaneIsAtItsDescri
   size_t open = n2.openDescriptors();
   std::printf("[ measure  ] at the cap: %zu descriptors open in ferryd, %.0f connections refused\n", open,
               n2.metric(refused));
-  EXPECT_LE(open, 768u + 8u) << "the reserve above the cap stays free";
+  // Over the cap only by newcomers that took an evicted connection's place, within a quarter
+  // of the reserve (64): the rest stays free.
+  EXPECT_LE(open, 768u + 64u + 8u) << "three quarters of the reserve above the cap stay free";
   // The refused ones were reset at once. Counted once ferryd has dealt with every one of
   // them (pending or refused): the accept loop may still be working through the backlog.
   const std::string pending = "ferry_pending_handshakes{listener=\"hbone\"}";
+  const std::string evicted = "ferry_admission_evicted_total{listener=\"hbone\"}";
   const double attempted = static_cast<double>(silent.size() + reset_at_connect);
-  EXPECT_TRUE(waitFor([&] { return n2.metric(refused) + n2.metric(pending) >= attempted; }))
-      << n2.metric(refused) << " refused, " << n2.metric(pending) << " pending of " << attempted;
-  const size_t reset_later = static_cast<size_t>(n2.metric(refused)) - reset_at_connect;
-  EXPECT_EQ(countReset(silent, reset_later), reset_later);
+  EXPECT_TRUE(waitFor([&] { return n2.metric(refused) + n2.metric(pending) + n2.metric(evicted) >= attempted; }))
+      << n2.metric(refused) << " refused, " << n2.metric(pending) << " pending, " << n2.metric(evicted)
+      << " evicted of " << attempted;
+  // Refused ones are reset; evicted ones were shut down first, so their client may read the
+  // end of the stream before the reset.
+  const size_t refused_later = static_cast<size_t>(n2.metric(refused)) - reset_at_connect;
+  const size_t ended = refused_later + static_cast<size_t>(n2.metric(evicted));
+  const size_t resets = countReset(silent, ended);
+  EXPECT_GE(resets, refused_later);
+  EXPECT_LE(resets, ended);
   closeAll(silent);
   EXPECT_TRUE(waitFor([&] { return n2.metric("ferry_pending_handshakes{listener=\"hbone\"}") == 0; }));
 }
