@@ -55,7 +55,8 @@ class KernelSocketFactory : public SocketFactory {
  public:
   explicit KernelSocketFactory(bool transparent) : transparent_(transparent) {}
   // Upstream sockets numbered at or above `cap` fail with EMFILE at once: the descriptors
-  // above it are kept for the operator endpoints (session/admission.h).
+  // above it are kept for the operator endpoints (session/admission.h). The server sets the
+  // data plane's cap plus the slack admission may lend to new clients.
   void setDescriptorCap(int cap) { descriptor_cap_ = cap; }
   absl::StatusOr<Tcp::acceptor> listen(const boost::asio::any_io_executor& ex,
                                        const HostPort& addr) override;

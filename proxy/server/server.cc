@@ -188,7 +188,9 @@ absl::Status Server::start() {
   auto cap = session::dataPlaneDescriptorCap(config_.limits.descriptor_reserve);
   if (!cap.ok()) return cap.status();
   descriptor_limit_ = descriptor_limit;
-  sockets_.setDescriptorCap(*cap);
+  // Upstream legs may reach into the quarter of the reserve that admission lends to new
+  // clients over the cap (Shared::descriptor_slack): a client let in there needs its own.
+  sockets_.setDescriptorCap(*cap + static_cast<int>(config_.limits.descriptor_reserve / 4));
   istio_ = std::make_unique<session::IstioMetrics>(n, config_);
   // access_log: a reload sets the new file's (applyConfig).
   shared_.reset(new session::Shared{workloads_, policies_, *tls_, sockets_, stats_, ferryPorts(config_),
