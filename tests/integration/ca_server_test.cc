@@ -469,8 +469,13 @@ TEST(CaServer, ASilentFloodCostsLittleAndItsMemoryGoesBack) {
   std::printf("[ measure  ] 3 rounds of %d silent connections: ferry-ca RSS baseline %ld KB, peak %ld KB, after %ld KB "
               "(%+.1f %%)\n",
               kSilent, baseline, peak, after, 100.0 * (after - baseline) / baseline);
+  // The sanitizers' allocators hold freed memory (ASan's quarantine, TSan's shadow) and give
+  // nothing back the way glibc's malloc_trim does: RSS is asserted in the plain build (make
+  // test) and only measured and printed under make test-asan / test-tsan.
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
   EXPECT_LT(peak - baseline, kSilent * 20) << "a silent connection must cost far less than its TLS state (~90 KB)";
   EXPECT_LE(after, baseline * 110 / 100) << "RSS back within 10 % of its baseline";
+#endif
   EXPECT_EQ(metrics.find("ferry_ca_memory_trims_total 0\n"), std::string::npos) << "ferry-ca trimmed by itself";
   EXPECT_EQ(sign(), 200);
 }
