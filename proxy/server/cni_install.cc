@@ -98,7 +98,7 @@ CniInstaller::CniInstaller(const config::Cni& config, const std::vector<std::str
       installed_(join(config.bin_dir, cni::kPluginType)),
       entry_(chainEntry(config, extra_excluded_namespaces, istio_ambient)) {}
 
-std::string CniInstaller::kubeconfigPath() const { return join(conf_dir_, cni::kPluginKubeconfig); }
+std::string CniInstaller::kubeconfigPathIn(const std::string& conf_dir) { return join(conf_dir, cni::kPluginKubeconfig); }
 
 absl::Status CniInstaller::install() {
   if (auto st = installPlugin(); !st.ok()) return absl::Status(st.code(), absl::StrCat("cni.install: ", st.message()));

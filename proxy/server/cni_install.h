@@ -28,7 +28,8 @@ class CniInstaller {
   CniInstaller(const config::Cni& config, const std::vector<std::string>& extra_excluded_namespaces,
                bool istio_ambient = false);
   // Where ferryd writes the plugin's kubeconfig (cni_credentials.h), in its view of conf_dir.
-  std::string kubeconfigPath() const;
+  static std::string kubeconfigPathIn(const std::string& conf_dir);
+  std::string kubeconfigPath() const { return kubeconfigPathIn(conf_dir_); }
 
   // Copies the plugin (errors are start-up errors: ferry's own files are missing or the
   // bin folder cannot be written), then chains it. A configuration folder without a

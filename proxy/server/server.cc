@@ -14,7 +14,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/strip.h"
 #include "proxy/common/duration.h"
 #include "proxy/common/file.h"
 #include "proxy/common/log.h"
@@ -188,16 +187,17 @@ absl::Status Server::start() {
   auto cap = session::dataPlaneDescriptorCap(config_.limits.descriptor_reserve);
   if (!cap.ok()) return cap.status();
   descriptor_limit_ = descriptor_limit;
-  // Upstream legs may reach into the quarter of the reserve that admission lends to new
-  // clients over the cap (Shared::descriptor_slack): a client let in there needs its own.
-  sockets_.setDescriptorCap(*cap + static_cast<int>(config_.limits.descriptor_reserve / 4));
+  // A quarter of the reserve is lent to new clients over the cap (Shared::descriptor_slack),
+  // and upstream legs may reach into it too: a client let in there needs its own.
+  const int descriptor_slack = static_cast<int>(config_.limits.descriptor_reserve / 4);
+  sockets_.setDescriptorCap(*cap + descriptor_slack);
   istio_ = std::make_unique<session::IstioMetrics>(n, config_);
   // access_log: a reload sets the new file's (applyConfig).
   shared_.reset(new session::Shared{workloads_, policies_, *tls_, sockets_, stats_, ferryPorts(config_),
                                     /*self=*/{}, /*draining=*/{}, session::Placement(n), /*workers=*/{}, admission_, *cap,
                                     /*policies_loaded=*/{!k8s_policies_ || k8s_policies_->synced()},
                                     session::AccessLogSettings(config_.access_log), istio_.get()});
-  shared_->descriptor_slack = static_cast<int>(config_.limits.descriptor_reserve / 4);
+  shared_->descriptor_slack = descriptor_slack;
   auto worker_config = std::make_shared<const config::Config>(config_);
   for (size_t i = 0; i < n; ++i) {
     workers_.push_back(std::make_unique<session::Worker>(*shared_, i, worker_config));
@@ -463,8 +463,9 @@ absl::Status Server::makeWorkloadSource() {
   }
   std::string describe = absl::StrCat("kubernetes ", access.server);
   // ferry-cni's fallback reaches the same API server, from the node (ferryd's netns).
+  const bool plugin_credentials = config_.cni.install && !config_.cni.service_account.empty();
   std::string plugin_server = access.server, plugin_ca = access.ca_pem;
-  if (plugin_ca.empty() && !access.ca_file.empty()) {
+  if (plugin_credentials && plugin_ca.empty() && !access.ca_file.empty()) {
     auto pem = common::readFile(access.ca_file);
     if (pem.ok()) plugin_ca = *std::move(pem);
   }
@@ -484,7 +485,7 @@ absl::Status Server::makeWorkloadSource() {
   }
   auto source = std::make_unique<workloads::KubernetesSource>(*std::move(client), options, describe);
   k8s_source_ = source.get();
-  if (config_.cni.install && !config_.cni.service_account.empty()) {
+  if (plugin_credentials) {
     if (plugin_ca.empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "cni.service_account: the API server's CA is not known (", where,
@@ -492,7 +493,7 @@ absl::Status Server::makeWorkloadSource() {
     }
     cni_credentials_ = std::make_unique<CniCredentials>(
         control_, *source->client(), plugin_server, plugin_ca, config_.cni.service_account, config_.cni.token_lifetime,
-        absl::StrCat(absl::StripSuffix(config_.cni.conf_dir, "/"), "/", cni::kPluginKubeconfig));
+        CniInstaller::kubeconfigPathIn(config_.cni.conf_dir));
   }
   source_ = std::move(source);
   FERRY_LOG(kInfo, "workloads: from %s (%s)", where, describe);
