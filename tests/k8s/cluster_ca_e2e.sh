@@ -63,7 +63,6 @@ spec:
     command: ["/bin/sh", "-c", "$4"]
 EOF
 }
-pod_ip() { kq -n "$1" get pod "$2" -o jsonpath='{.status.podIP}'; }
 serve='mkdir -p /www && hostname > /www/index.html && httpd -p 8080 -h /www && exec nc -ll -p 9000 -e cat'
 get() { kq -n "$1" exec "$2" -- sh -c "printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 $3 8080 | tail -n 1"; }
 admin() { curl -sf --max-time 5 "http://127.0.0.1:15000$1"; }

@@ -51,7 +51,6 @@ trap cleanup EXIT
 serve='mkdir -p /www && hostname > /www/index.html && exec httpd -f -vv -p 8080 -h /www'
 # GET / with busybox nc (its static wget crashes without NSS modules): the last line is the body.
 get() { kq -n "$1" exec "$2" -- sh -c "printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 $3 ${4:-8080} | tail -n 1"; }
-pod_ip() { kq -n "$1" get pod "$2" -o jsonpath='{.status.podIP}'; }
 
 echo "== install"
 # Leftovers of an interrupted run (a namespace still terminating would refuse creation).

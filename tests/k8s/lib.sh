@@ -35,6 +35,16 @@ flog() { kq -n "$RNS" logs "$(ferry_pod)"; }
 # SIGPIPE that kubectl then gets would fail a check that matched (a long log: thousands of
 # access lines).
 flog_has() { flog | grep -E -- "$1" >/dev/null; }
+# pod_ip NS NAME: the pod's IP. The kubelet reports it a moment after the pod's sandbox is up,
+# which may be after another pod of the same apply is Ready: waited for (60 s), never empty.
+pod_ip() {
+  local ip deadline=$((SECONDS + 60))
+  until ip=$(kq -n "$1" get pod "$2" -o jsonpath='{.status.podIP}') && [ -n "$ip" ]; do
+    ((SECONDS < deadline)) || { echo "pod $1/$2 has no IP after 60 s" >&2; return 1; }
+    sleep 0.2
+  done
+  echo "$ip"
+}
 
 # netns_of_ip IP: the pod network namespace (containerd's, in /run/netns) holding IP.
 netns_of_ip() {

@@ -2,7 +2,8 @@
 # The kubelet's probes under STRICT on a real cluster (issue 33; docs/security.md, "Probes"):
 # pods of a namespace with a STRICT PeerAuthentication, probed over HTTP and TCP, with no
 # change to their spec. First the negative control (datapath.exemptNode=false: ferryd
-# refuses the HTTP and the TCP probe as plaintext and the pods stay unready), then the
+# refuses the HTTP and the TCP probe as plaintext, the HTTP-probed pod stays unready and no
+# TCP probe reaches its pod), then the
 # chart's default: every pod Ready and still Ready a minute
 # later, while plaintext from another pod is still refused and an ALLOW policy naming one
 # caller still shuts the others out. Kubernetes 1.20 (the lab's) has no gRPC probes (beta
@@ -35,7 +36,9 @@ cleanup() {
   set +e
   if ((rc != 0 || failures != 0)); then
     echo "--- ferryd's log but its access lines (last 60 lines)"; flog 2>/dev/null | grep -v ' access ' | tail -n 60
+    echo "--- ferryd's last 30 access lines"; flog 2>/dev/null | grep ' access ' | tail -n 30
     echo "--- the previous ferryd's, before the upgrade (last 30 lines)"; grep -v ' access ' "$TMP/ferryd-1.log" 2>/dev/null | tail -n 30
+    echo "--- ... its last 20 access lines"; grep ' access ' "$TMP/ferryd-1.log" 2>/dev/null | tail -n 20
     kq get pods -A -o wide 2>/dev/null
     kq -n "$MESH" get events 2>/dev/null | tail -n 20
   fi
@@ -48,9 +51,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-serve='mkdir -p /www && hostname > /www/index.html && httpd -p 8080 -h /www && exec nc -ll -p 9000 -e cat'
+# The TCP echo on 9000 notes each connection it is handed in /hits: whether a probe reached
+# the pod itself, which the kubelet's TCP probe cannot tell (below).
+serve='mkdir -p /www && hostname > /www/index.html && httpd -p 8080 -h /www && printf \"#!/bin/sh\\necho hit >>/hits\\nexec cat\\n\" >/echo && chmod +x /echo && : >/hits && exec nc -ll -p 9000 -e /echo'
+hits() { kq -n "$MESH" exec "$1" -- sh -c 'wc -l </hits'; }
 get() { kq -n "$1" exec "$2" -- sh -c "printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 $3 8080 | tail -n 1"; }
-pod_ip() { kq -n "$1" get pod "$2" -o jsonpath='{.status.podIP}'; }
 ready() { [ "$(kubectl -n "$MESH" get pod "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]; }
 ready_since() { kq -n "$MESH" get pod "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].lastTransitionTime}'; }
 restarts() { kq -n "$MESH" get pod "$1" -o jsonpath='{.status.containerStatuses[0].restartCount}'; }
@@ -131,11 +136,13 @@ check "the kubelet's HTTP probe of the STRICT pod is refused: 'Readiness probe f
 check "... by ferryd, as plaintext to a STRICT port (from the node's $NODE_IP)" \
   wait_for 10 "ferryd's access line" flog_has "direction=inbound_plaintext src=$NODE_IP:[0-9]+ dst=$http:8080 .*reason=strict_plaintext"
 check "... and fy-http is not ready" bash -c "! ready fy-http"
-check "the kubelet's TCP probe is refused too: 'Readiness probe failed'" \
-  wait_for 30 "the probe's failure" probe_said fy-tcp 'Readiness probe failed'
-check "... by ferryd (strict_plaintext from $NODE_IP to :9000)" wait_for 10 "ferryd's access line" \
-  flog_has "direction=inbound_plaintext src=$NODE_IP:[0-9]+ dst=$tcp:9000 .*reason=strict_plaintext"
-check "... and fy-tcp is not ready" bash -c "! ready fy-tcp"
+check "the kubelet's TCP probes are refused too, by ferryd (strict_plaintext from $NODE_IP to :9000)" \
+  wait_for 30 "ferryd's access line" flog_has "direction=inbound_plaintext src=$NODE_IP:[0-9]+ dst=$tcp:9000 .*reason=strict_plaintext"
+# A TCP probe passes when its connect returns: ferryd completes the handshake before it
+# resets, so the kubelet sees the refusal only when the reset wins the race with its own
+# connect (the same holds for any proxy that accepts to judge). What is certain is where the
+# probes went: none reached the pod's own server.
+check "... none of them reached the pod ($(hits fy-tcp) connections at fy-tcp's server)" test "$(hits fy-tcp)" = 0
 check "no connection was let through as the node's ($NODE_SYN 0)" test "$(metric "$NODE_SYN")" = 0
 
 echo "== the chart's default: probes of STRICT pods let through"
@@ -148,6 +155,8 @@ check "ferryd runs with exempt_node: true" \
 check "fy-http (HTTP probes) becomes Ready with no change to its spec" \
   kq -n "$MESH" wait --for=condition=Ready pod fy-http --timeout=60s
 check "fy-tcp (TCP probes) is Ready" kq -n "$MESH" wait --for=condition=Ready pod fy-tcp --timeout=60s
+check "... its probes reach the pod's own server now" wait_for 10 "a probe at fy-tcp's server" \
+  bash -c "[ \"\$(kubectl -n $MESH exec fy-tcp -- sh -c 'wc -l </hits')\" -gt 0 ]"
 declare -A since=() restarted=()
 for p in fy-http fy-tcp; do since[$p]=$(ready_since "$p"); restarted[$p]=$(restarts "$p"); done
 syn0=$(metric "$NODE_SYN")
