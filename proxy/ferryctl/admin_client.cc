@@ -135,8 +135,11 @@ absl::StatusOr<AdminAnswer> adminCall(const common::HostPort& admin, absl::strin
     if (err != 0) return failed("connect", err);
   }
 
+  // Ferry-Admin: what a web page cannot send without a preflight; the endpoint's POSTs need
+  // it (docs/operations.md).
   std::string request = absl::StrCat(method, " ", target, " HTTP/1.1\r\nHost: ", at,
-                                     "\r\nUser-Agent: ferryctl\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+                                     "\r\nUser-Agent: ferryctl\r\nFerry-Admin: 1\r\n"
+                                     "Content-Length: 0\r\nConnection: close\r\n\r\n");
   for (size_t sent = 0; sent < request.size();) {
     ssize_t n = ::send(fd.get(), request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
     if (n > 0) {

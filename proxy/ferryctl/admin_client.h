@@ -1,6 +1,6 @@
 #pragma once
 // ferryctl's way to ferryd's admin endpoint (listen.admin, 127.0.0.1:15000 by default): one
-// HTTP/1.1 request (GET, or POST for what changes ferryd) per connection, as the endpoint
+// HTTP/1.1 request (GET, or POST for what changes ferryd, with the Ferry-Admin header) per connection, as the endpoint
 // serves them (proxy/server/http_server.h).
 // Hand-written over a blocking socket: ferryctl needs one request and must not link Beast.
 #include <string>

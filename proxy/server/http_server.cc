@@ -90,24 +90,48 @@ bool hostIsAnAddress(std::string_view host) {
   return absl::AsciiStrToLower(std::string(name)) == "localhost" || common::parseIp(std::string(name)).ok();
 }
 
-// Why a request is refused before its route runs, or "" when it is not.
-std::string refusal(const http::request<http::string_body>& req, bool address_host_only) {
+// A POST a web page can make a browser send without a CORS preflight is "simple": its
+// Content-Type is text/plain, a form's or none, and it carries no header of its own. One with
+// `Ferry-Admin` (any value) or a JSON Content-Type would need the preflight, which nothing
+// here answers, so a browser never sends it cross-origin (the Fetch standard's CORS rules).
+bool nonSimplePost(const http::request<http::string_body>& req) {
+  if (req.find("Ferry-Admin") != req.end()) return true;
+  auto type = req.find(http::field::content_type);
+  if (type == req.end()) return false;
+  std::string value = absl::AsciiStrToLower(std::string(type->value()));
+  return value == "application/json" || value.rfind("application/json;", 0) == 0;
+}
+
+struct Refused {
+  HttpServer::Refusal why;
+  std::string text;
+};
+
+// Why a request is refused before its route runs, if it is.
+std::optional<Refused> refusal(const http::request<http::string_body>& req, bool address_host_only) {
   if (req.method() == http::verb::post) {
     for (const char* header : {"Origin", "Sec-Fetch-Site", "Sec-Fetch-Mode"}) {
       if (req.find(header) != req.end()) {
-        return absl::StrCat("a POST carrying ", header, " (a browser's) is refused: use ferryctl or curl\n");
+        return Refused{HttpServer::Refusal::kBrowser,
+                       absl::StrCat("a POST carrying ", header, " (a browser's) is refused: use ferryctl or curl\n")};
       }
+    }
+    if (!nonSimplePost(req)) {
+      return Refused{HttpServer::Refusal::kSimplePost,
+                     "a POST needs the header 'Ferry-Admin: 1' (or Content-Type: application/json), which a web page "
+                     "cannot send without asking first: use ferryctl, or curl -H 'Ferry-Admin: 1'\n"};
     }
   }
   if (address_host_only) {
     auto host = req.find(http::field::host);
     std::string_view value = host == req.end() ? std::string_view() : std::string_view(host->value());
     if (!hostIsAnAddress(value)) {
-      return absl::StrCat("Host '", absl::CHexEscape(std::string(value.substr(0, 64))),
-                          "' is not an address: this endpoint answers requests to its address only\n");
+      return Refused{HttpServer::Refusal::kHost,
+                     absl::StrCat("Host '", absl::CHexEscape(std::string(value.substr(0, 64))),
+                                  "' is not an address: this endpoint answers requests to its address only\n")};
     }
   }
-  return {};
+  return std::nullopt;
 }
 
 asio::awaitable<void> serveOne(tcp::socket socket, const HttpServer::Options options) {
@@ -131,9 +155,10 @@ asio::awaitable<void> serveOne(tcp::socket socket, const HttpServer::Options opt
   auto it = routes->find(target);
   auto method = methodOf(req.method());
   std::function<void()> after_write;
-  if (std::string why = refusal(req, *options.address_host_only); !why.empty()) {
+  if (auto refused = refusal(req, *options.address_host_only)) {
+    (*options.refused)[static_cast<size_t>(refused->why)].fetch_add(1, std::memory_order_relaxed);
     res.result(http::status::forbidden);
-    res.body() = std::move(why);
+    res.body() = std::move(refused->text);
   } else if (it == routes->end()) {
     res.result(http::status::not_found);
     std::string body = "not found; try:";
@@ -182,6 +207,15 @@ const char* httpMethodName(HttpMethod method) {
   return "?";
 }
 
+const char* HttpServer::refusalName(Refusal r) {
+  switch (r) {
+    case Refusal::kBrowser: return "browser";
+    case Refusal::kSimplePost: return "simple_post";
+    case Refusal::kHost: return "host";
+  }
+  return "?";
+}
+
 void HttpServer::route(std::string path, Handler handler) {
   routeRequest(std::move(path), {HttpMethod::kGet},
                [handler = std::move(handler)](const HttpRequest&) { return handler(); });
@@ -216,7 +250,7 @@ absl::Status HttpServer::listen(const common::HostPort& addr) {
                                                common::formatHostPort(addr), ": ", ec.message()));
   }
   acceptor_ = std::move(acceptor);
-  asio::co_spawn(io_, acceptLoop(*acceptor_, Options{&routes_, &address_host_only_}), asio::detached);
+  asio::co_spawn(io_, acceptLoop(*acceptor_, Options{&routes_, &address_host_only_, &refused_}), asio::detached);
   return absl::OkStatus();
 }
 
@@ -231,7 +265,7 @@ absl::Status HttpServer::adopt(int fd) {
   acceptor->assign(ss.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), fd, ec);
   if (ec) return absl::InvalidArgumentError(absl::StrCat(name_, " listener handed over: ", ec.message()));
   acceptor_ = std::move(acceptor);
-  asio::co_spawn(io_, acceptLoop(*acceptor_, Options{&routes_, &address_host_only_}), asio::detached);
+  asio::co_spawn(io_, acceptLoop(*acceptor_, Options{&routes_, &address_host_only_, &refused_}), asio::detached);
   return absl::OkStatus();
 }
 

@@ -3,6 +3,9 @@
 // (15020) and admin (15000). One request per connection; each route names the methods it
 // serves (405 otherwise). It runs on the control thread and never touches the data plane:
 // a route that needs the workers asks them (routeAsync) and answers when they have.
+#include <array>
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -58,9 +61,17 @@ class HttpServer {
   // Only requests whose Host is an address (an IP literal or `localhost`, with or without a
   // port) are served; others get 403. For the admin endpoint: a page of a name that DNS
   // rebinding pointed at 127.0.0.1 carries that name (docs/security.md, "The admin
-  // endpoint"). Whatever this says, a POST from a browser (Origin or Sec-Fetch-* present) is
-  // refused with 403 on every server: no tool of ours sends those.
+  // endpoint"). Whatever this says, every server answers 403 to a POST from a browser
+  // (Origin or Sec-Fetch-* present: no tool sends those) and to a POST a page could send
+  // without a CORS preflight: one needs the `Ferry-Admin` header or a JSON Content-Type.
   void requireAddressHost() { address_host_only_ = true; }
+
+  // Why a request was answered 403 before its route ran.
+  enum class Refusal { kBrowser, kSimplePost, kHost };
+  static constexpr size_t kRefusals = 3;
+  static const char* refusalName(Refusal r);
+  // Requests refused for `r` since start (any thread).
+  uint64_t refused(Refusal r) const { return refused_[static_cast<size_t>(r)].load(std::memory_order_relaxed); }
 
   absl::Status listen(const common::HostPort& addr);
   // Serves on a listening socket received from the running ferryd (a handover).
@@ -78,6 +89,7 @@ class HttpServer {
   struct Options {
     const std::map<std::string, Route>* routes = nullptr;
     const bool* address_host_only = nullptr;
+    std::array<std::atomic<uint64_t>, kRefusals>* refused = nullptr;
   };
 
  private:
@@ -85,6 +97,7 @@ class HttpServer {
   std::string name_;
   std::map<std::string, Route> routes_;
   bool address_host_only_ = false;
+  std::array<std::atomic<uint64_t>, kRefusals> refused_{};
   std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;
 };
 

@@ -196,7 +196,8 @@ absl::Status Server::start() {
   shared_.reset(new session::Shared{workloads_, policies_, *tls_, sockets_, stats_, ferryPorts(config_),
                                     /*self=*/{}, /*draining=*/{}, session::Placement(n), /*workers=*/{}, admission_, *cap,
                                     /*policies_loaded=*/{!k8s_policies_ || k8s_policies_->synced()},
-                                    session::AccessLogSettings(config_.access_log), istio_.get()});
+                                    session::AccessLogSettings(config_.access_log), istio_.get(),
+                                    /*reset_penalties=*/{}});
   shared_->descriptor_slack = descriptor_slack;
   auto worker_config = std::make_shared<const config::Config>(config_);
   for (size_t i = 0; i < n; ++i) {
@@ -1034,6 +1035,14 @@ void Server::registerMetrics() {
     out.gauge("ferry_memory_admission_worst_case_bytes",
               "What the admission limits in force cost at worst (docs/configuration.md, \"Memory\")",
               static_cast<double>(budget.worst_case));
+  });
+  add([this](telemetry::Exposition& out) {
+    auto family = out.counter("ferry_admin_requests_refused_total",
+                               "Admin requests answered 403 before their route: a browser's POST, a POST a page "
+                               "could send without a preflight (simple_post), a Host that is not an address");
+    for (auto r : {HttpServer::Refusal::kBrowser, HttpServer::Refusal::kSimplePost, HttpServer::Refusal::kHost}) {
+      family.add(static_cast<double>(admin_.refused(r)), {{"reason", HttpServer::refusalName(r)}});
+    }
   });
   add([this](telemetry::Exposition& out) {
     if (k8s_source_ != nullptr) k8s_source_->collect(out);

@@ -45,8 +45,10 @@ Answer admin(const std::string& node_ip, const std::string& method, const std::s
     ::close(fd);
     return out;
   }
+  // By default what ferryctl sends: an address in Host, and Ferry-Admin on a POST.
   std::string request = method + " " + target + " HTTP/1.1\r\n" +
-                        (headers.empty() ? "Host: " + node_ip + ":15000\r\n" : headers) +
+                        (headers.empty() ? "Host: " + node_ip + ":15000\r\n" + (method == "POST" ? "Ferry-Admin: 1\r\n" : "")
+                                         : headers) +
                         "Content-Length: 0\r\nConnection: close\r\n\r\n";
   std::string response;
   setRecvTimeout(fd, std::chrono::seconds(10));
@@ -226,6 +228,25 @@ TEST_F(AdminApiTest, BrowsersCannotPostAndRebindingNamesAreRefused) {
     EXPECT_NE(rebound.body.find("is not an address"), std::string::npos) << rebound.body;
   }
   EXPECT_EQ(admin("127.0.1.1", "GET", "/status", "Connection: close\r\n").status, 403) << "no Host at all";
+  // A simple POST (text/plain, a form's, or no type; no header of its own) is what a page can
+  // send without a preflight, also from a browser that sends no Origin: refused. What needs
+  // the preflight passes: Ferry-Admin, or a JSON type.
+  for (const char* type : {"Content-Type: text/plain\r\n", "Content-Type: application/x-www-form-urlencoded\r\n", ""}) {
+    Answer simple = admin("127.0.1.1", "POST", "/logging?level=off", absl::StrCat("Host: 127.0.1.1\r\n", type));
+    EXPECT_EQ(simple.status, 403) << type;
+    EXPECT_EQ(simple.body,
+              "a POST needs the header 'Ferry-Admin: 1' (or Content-Type: application/json), which a web page cannot "
+              "send without asking first: use ferryctl, or curl -H 'Ferry-Admin: 1'\n");
+  }
+  EXPECT_EQ(admin("127.0.1.1", "POST", "/logging?level=info", "Host: 127.0.1.1\r\nContent-Type: application/json\r\n").status,
+            200);
+  EXPECT_EQ(admin("127.0.1.1", "POST", "/logging?level=info", "Host: 127.0.1.1\r\nFerry-Admin: yes\r\n").status, 200);
+  // Each refusal counted by its reason: 2 browsers, 3 simple POSTs, 6 Hosts.
+  std::string metrics;
+  ASSERT_EQ(httpGet("127.0.1.1", 15020, "/metrics", &metrics), 200);
+  EXPECT_NE(metrics.find("ferry_admin_requests_refused_total{reason=\"browser\"} 2"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("ferry_admin_requests_refused_total{reason=\"simple_post\"} 3"), std::string::npos);
+  EXPECT_NE(metrics.find("ferry_admin_requests_refused_total{reason=\"host\"} 6"), std::string::npos);
   // What tools send: an address or localhost, with or without a port.
   for (const char* host : {"127.0.1.1", "127.0.1.1:15000", "localhost:15000", "LOCALHOST", "[::1]:15000"}) {
     EXPECT_EQ(admin("127.0.1.1", "GET", "/status", absl::StrCat("Host: ", host, "\r\n")).status, 200) << host;
