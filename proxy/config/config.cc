@@ -547,6 +547,10 @@ class ConfigParser {
                                                 ") must be longer than pod_wait (", common::formatDuration(cni.pod_wait), ")"));
     }
     if (cni.install && !cni.enabled) return reader_.error(*field, "install needs enabled: true (the plugin talks to the endpoint)");
+    // The endpoint enrols pods into the tc datapath (parsed before this section).
+    if (cni.enabled && !config_.datapath.enabled) {
+      return reader_.error(*field, "enabled needs the tc datapath (datapath.enabled: true)");
+    }
     if (auto f = map->find("service_account")) {
       auto text = reader_.string(*f);
       if (!text.ok()) return text.status();

@@ -19,6 +19,8 @@
 #include "proxy/config/kubeconfig.h"
 #include "proxy/identity/dir_cert_source.h"
 #include "proxy/identity/watched_ca_source.h"
+#include "proxy/policy/files.h"
+#include "proxy/policy/store.h"
 #include "proxy/server/server.h"
 #include "proxy/workloads/file_source.h"
 
@@ -93,6 +95,12 @@ int main(int argc, char** argv) {
       if (!config->kubernetes.kubeconfig.empty()) {
         auto kc = ferry::config::loadKubeconfig(config->kubernetes.kubeconfig);
         if (!kc.ok()) return fail(absl::StrCat("kubernetes.kubeconfig: ", kc.status().message()));
+        // As ferryd's start does (Server::makeWorkloadSource): ferry-cni must verify the API server.
+        if (config->cni.install && !config->cni.service_account.empty() && kc->ca_pem.empty() && kc->ca_file.empty()) {
+          return fail(absl::StrCat("cni.service_account: the API server's CA is not known (",
+                                   config->kubernetes.kubeconfig,
+                                   " names no certificate authority), and ferry-cni must verify the API server"));
+        }
       }
       std::printf("%s: OK (node %s, workloads from the Kubernetes API: %s)\n", config_path.c_str(),
                   config->node.c_str(),
@@ -103,6 +111,15 @@ int main(int argc, char** argv) {
       if (auto st = source.start(store); !st.ok()) return fail(std::string(st.message()));
       std::printf("%s: OK (node %s, %zu workloads, %zu local)\n", config_path.c_str(),
                   config->node.c_str(), store.current()->size(), store.current()->localCount());
+    }
+    // Policy files: one that cannot be read or parsed as a whole stops ferryd's start
+    // (Server::startPolicies); a refused object in one does not, and is listed.
+    ferry::policy::Store policies(config->policy.root_namespace);
+    ferry::policy::PolicyFiles policy_files(config->policy.files);
+    if (auto st = policy_files.start(policies); !st.ok()) return fail(absl::StrCat("policy.files: ", st.message()));
+    for (const auto& refused : policies.refusals()) {
+      std::printf("warning: %s: %s %s refused: %s\n", refused.origin.c_str(), refused.kind.c_str(), refused.key.c_str(),
+                  refused.reason.c_str());
     }
     std::printf("memory: %s\n", ferry::config::describeBudget(config->memory_budget).c_str());
     // Certificates and CA material may legitimately appear later (written by an agent), so

@@ -503,6 +503,7 @@ absl::Status Server::makeWorkloadSource() {
 
 absl::Status Server::startCniEndpoint() {
   if (!config_.cni.enabled) return absl::OkStatus();
+  // The parser refuses cni.enabled without the datapath; a Config built in code may not.
   if (!datapath_) return absl::FailedPreconditionError("cni.enabled needs the tc datapath (datapath.enabled: true)");
   cni_enrolment_ = std::make_unique<PodEnrolment>(workloads_, *source_, *datapath_);
   cni_endpoint_ = std::make_unique<CniEndpoint>(control_, config_.cni, *cni_enrolment_);

@@ -295,5 +295,29 @@ TEST_F(LifecycleTest, KilledFerrydResetsEveryConnectionItCarried) {
       << "; mesh: reset " << mesh_app.ended_by_reset.load() << " fin " << mesh_app.ended_by_fin.load();
 }
 
+// `ferryd --check-config` refuses what ferryd's start refuses: a policy file that
+// does not parse as a whole, and cni.enabled without the datapath; it names the setting.
+TEST_F(LifecycleTest, CheckConfigRefusesWhatTheStartWouldRefuse) {
+  auto check = [&](const std::string& extra, std::string* out) {
+    std::string path = files_.dir() + "/check.yaml";
+    writeFile(path, files_.configYaml("n1", extra));
+    FILE* p = ::popen((std::string(FERRYD_BINARY) + " --check-config " + path + " 2>&1").c_str(), "r");
+    if (p == nullptr) return -1;
+    char buf[512];
+    out->clear();
+    while (size_t n = std::fread(buf, 1, sizeof(buf), p)) out->append(buf, n);
+    int status = ::pclose(p);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  std::string out;
+  EXPECT_EQ(check("", &out), 0) << out;
+  writeFile(files_.dir() + "/bad-policy.yaml", "apiVersion: security.istio.io/v1\nkind: [unclosed\n");
+  EXPECT_EQ(check("policy: {files: [" + files_.dir() + "/bad-policy.yaml]}\n", &out), 1) << out;
+  EXPECT_NE(out.find("policy.files:"), std::string::npos) << out;
+  EXPECT_NE(out.find("bad-policy.yaml"), std::string::npos) << out;
+  EXPECT_EQ(check("cni: {enabled: true}\n", &out), 1) << out;
+  EXPECT_NE(out.find("cni: enabled needs the tc datapath (datapath.enabled: true)"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace ferry::testing

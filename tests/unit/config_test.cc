@@ -801,7 +801,8 @@ TEST(ConfigLimitsTest, RejectsUnknownLimitKeys) {
 
 // ferry-cni's own API credentials (docs/install.md, "When ferryd is down").
 TEST(ConfigTest, TheCniServiceAccountNeedsTheInstallerAndTheApiServer) {
-  const std::string k8s = "node: n1\ntrust_domain: cluster.local\ncert_dir: certs\nworkload_source: kubernetes\n";
+  const std::string k8s = "node: n1\ntrust_domain: cluster.local\ncert_dir: certs\nworkload_source: kubernetes\n"
+                          "datapath: {enabled: true, proxy_netns: auto}\n";
   auto good = parse(k8s + "cni: {enabled: true, install: true, service_account: ferry/ferry-cni, node_conf_dir: /etc/cni/net.d}\n");
   ASSERT_TRUE(good.ok()) << good.status();
   EXPECT_EQ(good->cni.service_account, "ferry/ferry-cni");
@@ -817,8 +818,14 @@ TEST(ConfigTest, TheCniServiceAccountNeedsTheInstallerAndTheApiServer) {
   EXPECT_THAT(error(k8s + "cni: {enabled: true, install: true, service_account: ferry-cni}\n"),
               testing::HasSubstr("'ferry-cni' is not <namespace>/<serviceaccount>"));
   EXPECT_THAT(error(k8s + "cni: {enabled: true, service_account: ferry/ferry-cni}\n"), testing::HasSubstr("needs install: true"));
-  EXPECT_THAT(error(std::string(kMinimal) + "cni: {enabled: true, install: true, service_account: ferry/ferry-cni}\n"),
+  EXPECT_THAT(error(std::string(kMinimal) + "datapath: {enabled: true, proxy_netns: auto}\n" +
+                    "cni: {enabled: true, install: true, service_account: ferry/ferry-cni}\n"),
               testing::HasSubstr("needs workload_source: kubernetes"));
+  // The endpoint enrols into the datapath: without it ferryd cannot start, and the file is
+  // refused where --check-config sees it.
+  EXPECT_THAT(error("node: n1\ntrust_domain: cluster.local\ncert_dir: certs\nworkload_source: kubernetes\n"
+                    "cni: {enabled: true}\n"),
+              testing::HasSubstr("cni: enabled needs the tc datapath (datapath.enabled: true)"));
   EXPECT_THAT(error(k8s + "cni: {enabled: true, install: true, token_lifetime: 5m}\n"),
               testing::HasSubstr("shorter than the API server's minimum, 10m"));
   EXPECT_THAT(error(k8s + "cni: {enabled: true, node_conf_dir: etc/cni}\n"), testing::HasSubstr("must be an absolute path"));
