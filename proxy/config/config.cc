@@ -725,8 +725,8 @@ class ConfigParser {
   absl::Status parseListenerLimits(const YamlMap& limits, std::string_view key, ListenerLimits& out) {
     auto field = limits.find(key);
     if (!field) return absl::OkStatus();
-    auto map = reader_.map(*field, {"max_connections", "max_connections_per_source",
-                                    "max_pending_handshakes", "max_pending_handshakes_per_source"});
+    auto map = reader_.map(*field, {"max_connections", "max_connections_per_source", "max_pending_handshakes",
+                                    "max_pending_handshakes_per_source", "max_new_connections_per_source_per_second"});
     if (!map.ok()) return map.status();
     auto read = [&](std::string_view name, uint32_t& value, uint8_t bit) -> absl::Status {
       auto f = map->find(name);
@@ -747,6 +747,11 @@ class ConfigParser {
     if (auto s = read("max_pending_handshakes_per_source", out.max_pending_per_source, kWrittenPendingPerSource);
         !s.ok()) {
       return s;
+    }
+    if (auto f = map->find("max_new_connections_per_source_per_second")) {
+      auto v = reader_.integer(*f, 0, kMaxAdmissionLimit);  // 0: no rate
+      if (!v.ok()) return v.status();
+      out.max_new_per_source_per_second = static_cast<uint32_t>(*v);
     }
     // A per-source or pending limit above the one it is part of could never be reached:
     // written so, it is almost certainly a typo (say which); left at its default under a

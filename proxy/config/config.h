@@ -139,6 +139,9 @@ struct ListenerLimits {
   uint32_t max_connections_per_source = 0;  // from one source IP
   uint32_t max_pending = 0;                 // not yet past the handshake
   uint32_t max_pending_per_source = 0;      // of those, from one source IP
+  // New connections a second from one source IP (a token bucket holding up to
+  // max(this, max_connections_per_source)); 0: no rate.
+  uint32_t max_new_per_source_per_second = 0;
   // Which were written in the file (kWritten*): the others are defaults, which ferryd lowers
   // to fit its memory limit (proxy/config/memory_budget.h).
   uint8_t written = 0;
@@ -167,7 +170,7 @@ struct MemoryBudget {
 
 struct Limits {
   // 15008: sources are pods of any node (each pooled tunnel is one connection).
-  ListenerLimits hbone{4096, 512, 2048, 256};
+  ListenerLimits hbone{4096, 512, 2048, 256, 256};
   // 15001: sources are this node's pods (one connection per application connection). Its
   // pending phase is the PROXY header (original_destination: proxy_protocol); with the
   // datapath (socket) it ends at accept, and a pod's burst of connects must not be cut.

@@ -82,7 +82,8 @@ json::object listenerLimitsJson(const config::ListenerLimits& l) {
   return json::object{{"max_connections", l.max_connections},
                       {"max_connections_per_source", l.max_connections_per_source},
                       {"max_pending_handshakes", l.max_pending},
-                      {"max_pending_handshakes_per_source", l.max_pending_per_source}};
+                      {"max_pending_handshakes_per_source", l.max_pending_per_source},
+                      {"max_new_connections_per_source_per_second", l.max_new_per_source_per_second}};
 }
 
 json::array stringsJson(const std::vector<std::string>& items) {

@@ -2,7 +2,10 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cerrno>
+
+#include "absl/hash/hash.h"
 
 #include "absl/strings/str_cat.h"
 #include "proxy/telemetry/metrics.h"
@@ -98,7 +101,28 @@ void Admission::setLimits(const config::Limits& limits) {
     auto& s = state_[static_cast<size_t>(listener)];
     std::lock_guard lock(s.mu);
     s.limits = *l;
+    if (l->max_new_per_source_per_second == 0) {
+      std::vector<RateSlot>().swap(s.rates);
+    } else if (s.rates.empty()) {
+      s.rates.resize(kRateSlots);
+    }
   }
+}
+
+Admission::RateSlot* Admission::rateSlot(State& s, const std::array<uint8_t, 16>& key) {
+  const auto& l = s.limits;
+  if (l.max_new_per_source_per_second == 0 || s.rates.empty()) return nullptr;
+  const double burst = std::max(l.max_new_per_source_per_second, l.max_connections_per_source);
+  RateSlot& slot = s.rates[absl::Hash<std::array<uint8_t, 16>>{}(key) % s.rates.size()];
+  auto now = clock_();
+  if (!slot.used || slot.source != key) {
+    slot = RateSlot{key, true, burst, now};
+    return &slot;
+  }
+  double elapsed = std::chrono::duration<double>(now - slot.at).count();
+  slot.tokens = std::min(burst, slot.tokens + elapsed * l.max_new_per_source_per_second);
+  slot.at = now;
+  return &slot;
 }
 
 Admitted Admission::admit(Listener listener, const common::IpAddress& source, Refusal& why, bool over_descriptor_cap) {
@@ -110,11 +134,14 @@ Admitted Admission::admit(Listener listener, const common::IpAddress& source, Re
     auto it = s.sources.find(key);
     uint32_t from_source = it == s.sources.end() ? 0 : it->second.connections;
     uint32_t pending_from_source = it == s.sources.end() ? 0 : it->second.pending;
+    RateSlot* rate = rateSlot(s, key);
     // The most specific limit is the one to name: a flood from one source reads as such.
     if (from_source >= l.max_connections_per_source) {
       why = Refusal::kConnectionsPerSource;
     } else if (pending_from_source >= l.max_pending_per_source) {
       why = Refusal::kPendingPerSource;
+    } else if (rate != nullptr && rate->tokens < 1) {
+      why = Refusal::kRatePerSource;
     } else if (over_descriptor_cap && (from_source > 0 || !evictOne(s, pending_from_source))) {
       // Only a source holding nothing here yet (a new client) may take an evicted one's
       // place over the cap: the flooding sources would otherwise fill the slack themselves,
@@ -125,6 +152,7 @@ Admitted Admission::admit(Listener listener, const common::IpAddress& source, Re
     } else if (s.pending - s.evicting >= l.max_pending && !evictOne(s, pending_from_source)) {
       why = Refusal::kPending;
     } else {
+      if (rate != nullptr) rate->tokens -= 1;
       auto& per = s.sources[key];
       ++per.connections;
       ++per.pending;

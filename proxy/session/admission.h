@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include <boost/system/error_code.hpp>
 
@@ -38,7 +39,8 @@ const char* listenerLabel(Listener l);
   X(kConnectionsPerSource, "connections_per_source", "max_connections_per_source reached")         \
   X(kPending, "pending_handshakes", "max_pending_handshakes reached")                              \
   X(kPendingPerSource, "pending_handshakes_per_source", "max_pending_handshakes_per_source reached")\
-  X(kDescriptors, "descriptors", "the data plane's descriptor cap reached (RLIMIT_NOFILE - reserve)")
+  X(kDescriptors, "descriptors", "the data plane's descriptor cap reached (RLIMIT_NOFILE - reserve)")   \
+  X(kRatePerSource, "new_connections_per_source_rate", "max_new_connections_per_source_per_second reached")
 
 enum class Refusal {
 #define FERRY_X(name, label, help) name,
@@ -154,6 +156,19 @@ class Admission {
     uint32_t connections = 0;
     uint32_t pending = 0;
   };
+  // One source's token bucket of new connections (max_new_per_source_per_second). They
+  // live in a fixed table, a slot per hash of the address, so that their memory is bounded
+  // whatever the number of addresses: a source whose slot another took starts afresh (full),
+  // which only ever admits more, and every other limit still holds.
+  struct RateSlot {
+    std::array<uint8_t, 16> source{};
+    bool used = false;
+    double tokens = 0;
+    std::chrono::steady_clock::time_point at{};
+  };
+  static constexpr size_t kRateSlots = 4096;
+  // Under s.mu: the source's slot, its tokens brought up to now.
+  RateSlot* rateSlot(State& s, const std::array<uint8_t, 16>& key);
   struct State {
     config::ListenerLimits limits;
     std::mutex mu;
@@ -166,6 +181,8 @@ class Admission {
     // have not yet given their ticket back (they no longer count against max_pending).
     std::list<AdmissionTicket*> queue;
     uint32_t evicting = 0;
+    // Sized when a rate is set (kRateSlots), empty otherwise.
+    std::vector<RateSlot> rates;
     std::atomic<uint64_t> evicted{0};
     // Copies for the metrics (read without the lock).
     std::atomic<int64_t> connections_gauge{0};

@@ -263,6 +263,40 @@ TEST(AdmissionTest, PerSourceLimitRefusesTheExcessAtOnceWhileAnotherSourceIsServ
   closeAll(silent);
 }
 
+// limits.hbone.max_new_connections_per_source_per_second: a source that connects and
+// closes in a loop (a reconnecting flood holds nothing, so no cap on what it holds sees
+// it) is refused beyond its burst and rate, counted; another source is served meanwhile.
+TEST(AdmissionTest, ReconnectingSourceIsHeldToItsRateOfNewConnections) {
+  LabFiles files;
+  Node n1(files, "n1");
+  Node n2(files, "n2", "limits:\n  hbone: {max_connections_per_source: 20, max_new_connections_per_source_per_second: 10}\n");
+  ASSERT_TRUE(n1.ok() && n2.ok());
+  AppServer app("127.0.2.10", kAppPort, AppServer::echo);
+  const std::string refused =
+      "ferry_admission_refused_total{listener=\"hbone\",reason=\"new_connections_per_source_rate\"}";
+  auto start = Clock::now();
+  constexpr size_t kTries = 300;
+  for (size_t i = 0; i < kTries; ++i) {
+    size_t reset_at_connect = 0;
+    auto one = silentConnections(1, 1, "127.0.2.10", 15008, &reset_at_connect);
+    closeAll(one);
+  }
+  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  // Settled once ferryd has taken every try from its backlog: refused by the rate, or
+  // admitted and ended by the client's close before a handshake.
+  const std::string ended = "ferry_hbone_handshake_failures_total";
+  bool settled = waitFor([&] { return n2.metric(refused) + n2.metric(ended) == kTries; });
+  double refusals = n2.metric(refused), admitted = n2.metric(ended);
+  ASSERT_TRUE(settled) << refusals << " refused, " << admitted << " ended";
+  std::printf("reconnecting source: %zu connects in %.2f s: %.0f admitted, %.0f refused by the rate\n", kTries,
+              seconds, admitted, refusals);
+  EXPECT_LE(admitted, 20 + 10 * (seconds + 0.5)) << "burst 20, then 10 a second";
+  EXPECT_GE(admitted, 20);
+  auto served = timeToServe();
+  ASSERT_TRUE(served.has_value()) << "another source must be served";
+  EXPECT_LT(*served, kServedWithin * kSlack);
+}
+
 TEST(AdmissionTest, ANewClientIsServedWhileTenSourcesHoldEveryPendingPlace) {
   // Issue 34's lockout: 2,100 silent connections from 10 sources, each under the per-source
   // limit (256), fill max_pending_handshakes (2,048). Before, every new HBONE client was

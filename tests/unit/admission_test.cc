@@ -153,6 +153,42 @@ TEST_F(AdmissionEvictionTest, DoneOrUnendableConnectionsAreNeverEvicted) {
   EXPECT_EQ(admission_.pending(Listener::kHbone), 3);  // a1, b1, the newcomer
 }
 
+// max_new_connections_per_source_per_second: a source may open max(rate, per-source cap)
+// at once, then `rate` a second, whether or not it keeps them; another source is not
+// slowed; closing does not give tokens back.
+TEST(AdmissionLimitsTest, NewConnectionsPerSourceAreRateLimited) {
+  std::chrono::steady_clock::time_point now{};
+  config::Limits limits;
+  limits.hbone = {/*max_connections=*/100, /*per_source=*/8, /*pending=*/100, /*pending_per_source=*/8, /*rate=*/4};
+  Admission admission(limits, [&] { return now; });
+  Refusal why{};
+  for (int i = 0; i < 8; ++i) {
+    auto t = admission.admit(Listener::kHbone, ip("10.0.0.1"), why);
+    ASSERT_NE(t, nullptr) << i;  // closed at once: a reconnecting client
+  }
+  EXPECT_EQ(admission.admit(Listener::kHbone, ip("10.0.0.1"), why), nullptr);
+  EXPECT_EQ(why, Refusal::kRatePerSource);
+  EXPECT_EQ(admission.refused(Listener::kHbone, Refusal::kRatePerSource), 1u);
+  EXPECT_NE(admission.admit(Listener::kHbone, ip("10.0.0.2"), why), nullptr) << "another source is not slowed";
+  EXPECT_NE(admission.admit(Listener::kHbone, ip("::ffff:10.0.0.3"), why), nullptr);
+  // A quarter of a second later: one more (4 a second).
+  now += std::chrono::milliseconds(250);
+  EXPECT_NE(admission.admit(Listener::kHbone, ip("10.0.0.1"), why), nullptr);
+  EXPECT_EQ(admission.admit(Listener::kHbone, ip("10.0.0.1"), why), nullptr);
+  // Ten seconds of a client retrying every 10 ms: 40 admitted, the rest refused.
+  int admitted = 0, refused = 0;
+  for (int i = 0; i < 1000; ++i) {
+    now += std::chrono::milliseconds(10);
+    (admission.admit(Listener::kHbone, ip("10.0.0.1"), why) ? admitted : refused)++;
+  }
+  EXPECT_EQ(admitted, 40);
+  EXPECT_EQ(refused, 960);
+  // Other listeners have no rate by default; a reload that sets it to 0 lifts it.
+  limits.hbone.max_new_per_source_per_second = 0;
+  admission.setLimits(limits);
+  for (int i = 0; i < 20; ++i) EXPECT_NE(admission.admit(Listener::kHbone, ip("10.0.0.1"), why), nullptr);
+}
+
 TEST(AdmissionLimitsTest, ListenersAreCountedApart) {
   Admission admission(smallLimits());
   Refusal why{};
