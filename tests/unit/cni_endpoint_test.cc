@@ -184,6 +184,16 @@ TEST_F(CniEndpointTest, MalformedRequestsGetAnErrorAndTheEndpointKeepsServing) {
   ASSERT_TRUE(e);
   EXPECT_EQ(e->verdict, cni::Verdict::kError) << "a container id is never a path";
   EXPECT_EQ(fake_.adds, 0);
+  // A DEL's id names the record it removes: one climbing out of the state folder removes
+  // nothing there (the file beside the folder is still there).
+  std::string outside = (std::filesystem::path(config_.state_dir).parent_path() / "victim.json").string();
+  std::ofstream(outside) << "{}";
+  auto d = ask(request(cni::Verb::kDel, "../victim"));
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->verdict, cni::Verdict::kError);
+  EXPECT_EQ(d->reason, "ferryd does not understand the request: containerId is not a container id");
+  EXPECT_TRUE(std::filesystem::exists(outside));
+  std::filesystem::remove(outside);
   auto ok = ask(request(cni::Verb::kAdd, "c4"));
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->verdict, cni::Verdict::kEnrolled);
