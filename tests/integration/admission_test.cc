@@ -30,6 +30,7 @@
 
 #include "proxy/identity/dir_cert_source.h"
 #include "proxy/identity/tls_context.h"
+#include "tests/integration/h2_frames.h"
 #include "tests/integration/loopback_lab.h"
 
 namespace ferry::testing {
@@ -549,7 +550,7 @@ TEST(AdmissionTest, IdleTunnelsClosedByThePingTimeoutLeaveNoMemoryThatGrowsWithE
   identity::TlsContextCache cache(certs, "cluster.local");
   auto ctx = cache.clientContext(identity::SpiffeId::forWorkload("cluster.local", "default", "client"));
   ASSERT_TRUE(ctx.ok()) << ctx.status();
-  const std::string hello = std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") + std::string("\0\0\0\x04\0\0\0\0\0", 9);
+  const std::string hello = kPreface + frame(kSettings, 0, 0, "");
   struct Tunnel {
     int fd = -1;
     SSL* ssl = nullptr;
@@ -700,6 +701,44 @@ std::vector<int> stalledHandshakes(size_t n, size_t sources, const std::string& 
   return fds;
 }
 
+// `connections` HBONE connections from pod c1 (127.0.1.10, sa client: a valid certificate)
+// that each open and reset CONNECT streams to 127.0.2.10 as fast as the server takes them
+// (HTTP/2 rapid reset), until it closes the connection or `pairs` were sent. Returns how
+// many connections completed their handshake.
+size_t rapidResets(SSL_CTX* ctx, size_t connections, size_t pairs) {
+  std::string burst;
+  for (uint32_t id = 1; id < 2 * pairs; id += 2) {
+    burst += frame(kHeaders, kEndHeaders, id, connectBlock("127.0.2.10:8080")) + rstStream(id);
+  }
+  const std::string out = kPreface + frame(kSettings, 0, 0, "") + burst;
+  size_t handshaken = 0;
+  for (size_t i = 0; i < connections; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    auto src = address("127.0.1.10", 0);
+    auto dst = address("127.0.2.10", 15008);
+    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof(src)) != 0 ||
+        ::connect(fd, reinterpret_cast<sockaddr*>(&dst), sizeof(dst)) != 0) {
+      if (fd >= 0) ::close(fd);
+      continue;
+    }
+    timeval tv{2, 0};  // a server that stops reading ends the burst, not the test
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    SSL* ssl = SSL_new(ctx);
+    SSL_set_fd(ssl, fd);
+    if (SSL_connect(ssl) == 1) {
+      ++handshaken;
+      for (size_t off = 0; off < out.size();) {
+        int n = SSL_write(ssl, out.data() + off, static_cast<int>(std::min<size_t>(out.size() - off, 16384)));
+        if (n <= 0) break;  // closed by the server (GOAWAY, then the close)
+        off += static_cast<size_t>(n);
+      }
+    }
+    SSL_free(ssl);
+    ::close(fd);
+  }
+  return handshaken;
+}
+
 TEST(AdmissionTest, UnderACgroupMemoryLimitTheLimitsFitAndFloodsAreRefusedNotOomKilled) {
   if (::geteuid() != 0) {
     if (std::getenv("CI") != nullptr && std::string(std::getenv("CI")) == "true") FAIL() << "CI runs as root";
@@ -738,21 +777,31 @@ TEST(AdmissionTest, UnderACgroupMemoryLimitTheLimitsFitAndFloodsAreRefusedNotOom
     EXPECT_LE(worst, static_cast<double>(kLimit) * 3 / 4);
 
     ASSERT_TRUE(timeToServe().has_value());  // warm
+    ::signal(SIGPIPE, SIG_IGN);  // the rapid-reset client writes while ferryd closes
+    identity::DirCertSource certs(files.certDir(), "cluster.local");
+    identity::TlsContextCache cache(certs, "cluster.local");
+    auto client_ctx = cache.clientContext(identity::SpiffeId::forWorkload("cluster.local", "default", "client"));
+    ASSERT_TRUE(client_ctx.ok()) << client_ctx.status();
+    const std::string calm = "ferry_hbone_goaway_sent_total{code=\"enhance_your_calm\"}";
+    const double calm_before = std::max(0.0, n2.metric(calm));
+    const double penalized_before = std::max(0.0, n2.metric("ferry_hbone_streams_penalized_total"));
     const long baseline = n2.rssKb();
     const std::string pending = "ferry_pending_handshakes{listener=\"hbone\"}";
     double refused_before = 0;
     for (const char* reason : {"connections", "connections_per_source", "pending_handshakes",
-                               "pending_handshakes_per_source"}) {
+                               "pending_handshakes_per_source", "new_connections_per_source_rate"}) {
       refused_before += std::max(0.0, n2.metric(std::string("ferry_admission_refused_total{listener=\"hbone\",reason=\"") +
                                                 reason + "\"}"));
     }
     // Beyond every lowered limit: 1,000 handshakes stalled after the ClientHello (the costly
-    // kind) from 50 sources, then 3,000 silent connections from 30 more, three rounds.
+    // kind) from 50 sources, then 3,000 silent connections from 30 more, then 20 connections
+    // with a valid certificate resetting 500 streams each (rapid reset), three rounds.
     long peak = baseline;
     for (int round = 0; round < 3; ++round) {
       auto stalled = stalledHandshakes(1000, 50, "127.0.2.10");
       size_t reset_at_connect = 0;
       auto silent = silentConnections(3000, 30, "127.0.2.10", 15008, &reset_at_connect);
+      EXPECT_GT(rapidResets((*client_ctx)->native_handle(), 20, 500), 0u) << "round " << round;
       EXPECT_TRUE(waitFor([&] { return n2.metric(pending) > 0; }));
       auto served = timeToServe("127.0.1.11");
       EXPECT_TRUE(served.has_value()) << "round " << round << ": a legitimate client must be served";
@@ -770,7 +819,7 @@ TEST(AdmissionTest, UnderACgroupMemoryLimitTheLimitsFitAndFloodsAreRefusedNotOom
     }
     double refused = -refused_before;
     for (const char* reason : {"connections", "connections_per_source", "pending_handshakes",
-                               "pending_handshakes_per_source"}) {
+                               "pending_handshakes_per_source", "new_connections_per_source_rate"}) {
       refused += std::max(0.0, n2.metric(std::string("ferry_admission_refused_total{listener=\"hbone\",reason=\"") +
                                          reason + "\"}"));
     }
@@ -781,12 +830,18 @@ TEST(AdmissionTest, UnderACgroupMemoryLimitTheLimitsFitAndFloodsAreRefusedNotOom
     // round, closed before ferryd sees it (522 to 2,015 counted in four ASan runs).
     EXPECT_GT(refused + evicted, kAllocatorGivesMemoryBack ? 1000 : 100)
         << refused << " refused, " << evicted << " evicted";
+    // The first rapid-reset connection is ended by the rule (GOAWAY ENHANCE_YOUR_CALM); the
+    // identity's next ones, for 30 s, get 503 at once on a shared connect budget.
+    const double calmed = n2.metric(calm) - calm_before;
+    const double penalized = n2.metric("ferry_hbone_streams_penalized_total") - penalized_before;
+    EXPECT_GE(calmed, 1) << "rapid reset closed with ENHANCE_YOUR_CALM";
+    EXPECT_GT(penalized, 0) << "the identity's later streams answered 503";
     EXPECT_TRUE(waitFor([&] { return n2.metric("ferry_memory_trims_total") > 0; }, std::chrono::seconds(10)));
     long after = n2.rssKb();
     std::printf("[ measure  ] under a %llu MiB cgroup limit: RSS baseline %ld KB, peak %ld KB, after %ld KB (%+.1f %%); "
-                "%.0f refused, %.0f evicted\n",
+                "%.0f refused, %.0f evicted, %.0f rapid-reset connections calmed, %.0f streams penalized\n",
                 static_cast<unsigned long long>(kLimit >> 20), baseline, peak, after,
-                100.0 * (after - baseline) / baseline, refused, evicted);
+                100.0 * (after - baseline) / baseline, refused, evicted, calmed, penalized);
     EXPECT_EQ(cgroup.oomKills(), 0) << "never OOM-killed";
     EXPECT_EQ(::kill(n2.pid(), 0), 0) << "still running";
     EXPECT_TRUE(timeToServe().has_value());
