@@ -15,6 +15,9 @@
 #include <cstring>
 #include <memory>
 
+#include "proxy/cni/poll_wait.h"
+#include "proxy/common/unique_fd.h"
+
 namespace ferry::cni {
 namespace {
 
@@ -28,25 +31,6 @@ std::string sslError(const char* what) {
   ERR_clear_error();
   return std::string(what) + (e != 0 ? std::string(": ") + buf : std::string());
 }
-
-// Waits for `events` until the deadline; false on timeout or error.
-bool waitFor(int fd, short events, Clock::time_point deadline) {
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) return false;
-    pollfd p{fd, events, 0};
-    int n = ::poll(&p, 1, static_cast<int>(left));
-    if (n > 0) return true;
-    if (n < 0 && errno != EINTR) return false;
-  }
-}
-
-struct Closer {
-  int fd;
-  ~Closer() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 // A connected non-blocking socket to host:port, or why not.
 std::variant<int, std::string> connectTo(const ApiAccess& a, Clock::time_point deadline) {
@@ -70,7 +54,7 @@ std::variant<int, std::string> connectTo(const ApiAccess& a, Clock::time_point d
       why = std::string("socket: ") + std::strerror(errno);
       continue;
     }
-    Closer guard{fd};
+    common::UniqueFd guard(fd);
     if (::connect(fd, ai->ai_addr, ai->ai_addrlen) != 0 && errno != EINPROGRESS) {
       why = std::string("connect: ") + std::strerror(errno);
       continue;
@@ -83,8 +67,7 @@ std::variant<int, std::string> connectTo(const ApiAccess& a, Clock::time_point d
       why = std::string("connect: ") + std::strerror(err);
       continue;
     }
-    guard.fd = -1;
-    return fd;
+    return guard.release();
   }
   return why;
 }
@@ -128,10 +111,10 @@ std::variant<ApiReply, std::string> apiGet(const ApiAccess& a, const std::string
 
   auto connected = connectTo(a, deadline);
   if (auto* why = std::get_if<std::string>(&connected)) return *why;
-  Closer fd{std::get<int>(connected)};
+  common::UniqueFd fd(std::get<int>(connected));
   std::unique_ptr<SSL, void (*)(SSL*)> ssl(SSL_new(ctx.get()), SSL_free);
   if (!ssl) return sslError("SSL_new");
-  SSL_set_fd(ssl.get(), fd.fd);
+  SSL_set_fd(ssl.get(), fd.get());
   unsigned char ip[16];
   bool is_ip = ::inet_pton(AF_INET, a.host.c_str(), ip) == 1 || ::inet_pton(AF_INET6, a.host.c_str(), ip) == 1;
   if (is_ip) {
@@ -141,7 +124,7 @@ std::variant<ApiReply, std::string> apiGet(const ApiAccess& a, const std::string
     SSL_set1_host(ssl.get(), a.host.c_str());
   }
   int code = 0;
-  int rc = drive(ssl.get(), fd.fd, deadline, [&] { return SSL_connect(ssl.get()); }, &code);
+  int rc = drive(ssl.get(), fd.get(), deadline, [&] { return SSL_connect(ssl.get()); }, &code);
   if (rc == -2) return std::string("TLS handshake: no answer in time");
   if (rc < 0) {
     long verify = SSL_get_verify_result(ssl.get());
@@ -153,14 +136,14 @@ std::variant<ApiReply, std::string> apiGet(const ApiAccess& a, const std::string
   std::string request = "GET " + path + " HTTP/1.1\r\nHost: " + (a.host.find(':') != std::string::npos ? "[" + a.host + "]" : a.host) +
                         ":" + a.port + "\r\nAuthorization: Bearer " + a.token +
                         "\r\nAccept: application/json\r\nUser-Agent: ferry-cni\r\nConnection: close\r\n\r\n";
-  rc = drive(ssl.get(), fd.fd, deadline,
+  rc = drive(ssl.get(), fd.get(), deadline,
              [&] { return SSL_write(ssl.get(), request.data(), static_cast<int>(request.size())); }, &code);
   if (rc == -2) return std::string("sending the request: no progress in time");
   if (rc < 0) return sslError("sending the request");
   std::string answer;
   for (;;) {
     char buf[16384];
-    rc = drive(ssl.get(), fd.fd, deadline, [&] { return SSL_read(ssl.get(), buf, sizeof(buf)); }, &code);
+    rc = drive(ssl.get(), fd.get(), deadline, [&] { return SSL_read(ssl.get(), buf, sizeof(buf)); }, &code);
     if (rc > 0) {
       answer.append(buf, static_cast<size_t>(rc));
       if (answer.size() > kMaxAnswerBytes) return std::string("the answer is larger than 4 MiB");

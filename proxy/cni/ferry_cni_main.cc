@@ -23,45 +23,17 @@
 
 #include "proxy/cni/api_fetch.h"
 #include "proxy/cni/plugin.h"
+#include "proxy/cni/poll_wait.h"
+#include "proxy/common/unique_fd.h"
 
 namespace {
 
 using namespace ferry::cni;
 using Clock = std::chrono::steady_clock;
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-// Waits for `events` on fd until the deadline; false with *why set on timeout or error.
-bool waitFor(int fd, short events, Clock::time_point deadline, std::string* why) {
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) {
-      *why = "no answer within timeoutMs";
-      return false;
-    }
-    pollfd p{fd, events, 0};
-    int n = ::poll(&p, 1, static_cast<int>(left));
-    if (n > 0) return true;
-    if (n < 0 && errno != EINTR) {
-      *why = std::string("poll: ") + std::strerror(errno);
-      return false;
-    }
-  }
-}
-
 std::variant<Answer, Unreachable> exchange(const Request& req, const PluginOptions& options) {
   auto deadline = Clock::now() + std::chrono::milliseconds(options.timeout_ms);
-  Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  ferry::common::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (fd.get() < 0) return Unreachable{std::string("socket: ") + std::strerror(errno)};
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
