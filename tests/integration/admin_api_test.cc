@@ -15,8 +15,10 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 #include "proxy/config/config.h"
+#include "proxy/config/reload.h"
 #include "tests/integration/loopback_lab.h"
 
 namespace ferry::testing {
@@ -297,6 +299,20 @@ TEST_F(AdminApiTest, StatusAndConfigDumpAreJsonWithTheLiveStateAndNoKeys) {
   EXPECT_TRUE(d.at("policies").as_object().contains("policies"));
   EXPECT_EQ(d.at("datapath").as_object().at("enabled").as_bool(), false);
   EXPECT_EQ(d.at("reload").as_object().at("applied").to_number<int>(), 0);
+  // Every key of the configuration (reload.h's table, which its own test ties to Config) is
+  // in the dump, at its dotted path: the dump cannot drift from the keys again.
+#define FERRY_KEY_NAME(name, kind, member) name,
+  for (std::string key : {FERRY_CONFIG_KEYS(FERRY_KEY_NAME)}) {
+#undef FERRY_KEY_NAME
+    const json::object* at = &config;
+    std::string walked;
+    for (const std::string& part : std::vector<std::string>(absl::StrSplit(key, '.'))) {
+      walked = walked.empty() ? part : absl::StrCat(walked, ".", part);
+      const json::value* next = at == nullptr ? nullptr : at->if_contains(part);
+      ASSERT_NE(next, nullptr) << "/config_dump has no " << walked << " (key " << key << ")";
+      at = next->if_object();
+    }
+  }
 
   // The text pages scripts read stay text; their JSON is asked for.
   std::string text;
