@@ -21,6 +21,7 @@
 #include "proxy/identity/watched_ca_source.h"
 #include "proxy/policy/files.h"
 #include "proxy/policy/store.h"
+#include "proxy/server/cni_credentials.h"
 #include "proxy/server/server.h"
 #include "proxy/workloads/file_source.h"
 
@@ -96,10 +97,10 @@ int main(int argc, char** argv) {
         auto kc = ferry::config::loadKubeconfig(config->kubernetes.kubeconfig);
         if (!kc.ok()) return fail(absl::StrCat("kubernetes.kubeconfig: ", kc.status().message()));
         // As ferryd's start does (Server::makeWorkloadSource): ferry-cni must verify the API server.
-        if (config->cni.install && !config->cni.service_account.empty() && kc->ca_pem.empty() && kc->ca_file.empty()) {
-          return fail(absl::StrCat("cni.service_account: the API server's CA is not known (",
-                                   config->kubernetes.kubeconfig,
-                                   " names no certificate authority), and ferry-cni must verify the API server"));
+        if (config->cni.install && !config->cni.service_account.empty()) {
+          auto ca = ferry::server::pluginApiServerCa(kc->ca_pem, kc->ca_file,
+                                                     absl::StrCat("the API server of ", config->kubernetes.kubeconfig));
+          if (!ca.ok()) return fail(std::string(ca.status().message()));
         }
       }
       std::printf("%s: OK (node %s, workloads from the Kubernetes API: %s)\n", config_path.c_str(),

@@ -151,6 +151,21 @@ asio::awaitable<milliseconds> CniCredentials::renew() {
   co_return std::max(kRetry, milliseconds(left_s * 1000 / 2));
 }
 
+absl::StatusOr<std::string> pluginApiServerCa(const std::string& ca_pem, const std::string& ca_file,
+                                              const std::string& where) {
+  std::string pem = ca_pem;
+  if (pem.empty() && !ca_file.empty()) {
+    auto read = common::readFile(ca_file);
+    if (read.ok()) pem = *std::move(read);
+  }
+  if (pem.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("cni.service_account: the API server's CA is not known (", where,
+                                                      " names no certificate authority), and ferry-cni must verify the "
+                                                      "API server"));
+  }
+  return pem;
+}
+
 void CniCredentials::collect(telemetry::Exposition& out) const {
   out.gauge("ferry_cni_api_token_expiry_timestamp_seconds",
             "When ferry-cni's API server token (its fallback while ferryd is down) expires, Unix seconds; 0 until "

@@ -36,6 +36,12 @@ struct IssuedToken {
   int64_t expires_unix = 0;
 };
 absl::StatusOr<IssuedToken> parseTokenRequest(const std::string& body);
+// The CA the plugin verifies the API server with: the one ferryd's own access names
+// (`ca_pem`, else the file `ca_file`), from `where` (the kubeconfig or the in-cluster
+// account). None is an error: ferry-cni must verify the API server (ferryd's start and
+// --check-config alike).
+absl::StatusOr<std::string> pluginApiServerCa(const std::string& ca_pem, const std::string& ca_file,
+                                              const std::string& where);
 
 class CniCredentials {
  public:

@@ -465,10 +465,11 @@ absl::Status Server::makeWorkloadSource() {
   std::string describe = absl::StrCat("kubernetes ", access.server);
   // ferry-cni's fallback reaches the same API server, from the node (ferryd's netns).
   const bool plugin_credentials = config_.cni.install && !config_.cni.service_account.empty();
-  std::string plugin_server = access.server, plugin_ca = access.ca_pem;
-  if (plugin_credentials && plugin_ca.empty() && !access.ca_file.empty()) {
-    auto pem = common::readFile(access.ca_file);
-    if (pem.ok()) plugin_ca = *std::move(pem);
+  std::string plugin_server = access.server, plugin_ca;
+  if (plugin_credentials) {
+    auto ca = pluginApiServerCa(access.ca_pem, access.ca_file, where);
+    if (!ca.ok()) return ca.status();
+    plugin_ca = *std::move(ca);
   }
   auto client = k8s::ApiClient::create(control_, std::move(access), k8s::Options{});
   if (!client.ok()) return absl::FailedPreconditionError(absl::StrCat("kubernetes: ", client.status().message()));
@@ -487,11 +488,6 @@ absl::Status Server::makeWorkloadSource() {
   auto source = std::make_unique<workloads::KubernetesSource>(*std::move(client), options, describe);
   k8s_source_ = source.get();
   if (plugin_credentials) {
-    if (plugin_ca.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "cni.service_account: the API server's CA is not known (", where,
-          " names no certificate authority), and ferry-cni must verify the API server"));
-    }
     cni_credentials_ = std::make_unique<CniCredentials>(
         control_, *source->client(), plugin_server, plugin_ca, config_.cni.service_account, config_.cni.token_lifetime,
         CniInstaller::kubeconfigPathIn(config_.cni.conf_dir));
@@ -1041,7 +1037,8 @@ void Server::registerMetrics() {
     auto family = out.counter("ferry_admin_requests_refused_total",
                                "Admin requests answered 403 before their route: a browser's POST, a POST a page "
                                "could send without a preflight (simple_post), a Host that is not an address");
-    for (auto r : {HttpServer::Refusal::kBrowser, HttpServer::Refusal::kSimplePost, HttpServer::Refusal::kHost}) {
+    for (size_t i = 0; i < HttpServer::kRefusals; ++i) {
+      auto r = static_cast<HttpServer::Refusal>(i);
       family.add(static_cast<double>(admin_.refused(r)), {{"reason", HttpServer::refusalName(r)}});
     }
   });
