@@ -6,7 +6,6 @@
 #include <cerrno>
 
 #include "absl/hash/hash.h"
-
 #include "absl/strings/str_cat.h"
 #include "proxy/telemetry/metrics.h"
 
@@ -110,8 +109,8 @@ void Admission::setLimits(const config::Limits& limits) {
 }
 
 Admission::RateSlot* Admission::rateSlot(State& s, const std::array<uint8_t, 16>& key) {
+  if (s.rates.empty()) return nullptr;  // no rate (setLimits)
   const auto& l = s.limits;
-  if (l.max_new_per_source_per_second == 0 || s.rates.empty()) return nullptr;
   const double burst = std::max(l.max_new_per_source_per_second, l.max_connections_per_source);
   RateSlot& slot = s.rates[absl::Hash<std::array<uint8_t, 16>>{}(key) % s.rates.size()];
   auto now = clock_();
