@@ -61,6 +61,23 @@ sockaddr_in address(const std::string& ip, uint16_t port) {
   return a;
 }
 
+// A blocking TCP connection from `src_ip` (any port) to dst_ip:port; -1 with errno kept when
+// it fails.
+int connectFrom(const std::string& src_ip, const std::string& dst_ip, uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  auto src = address(src_ip, 0);
+  auto dst = address(dst_ip, port);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof(src)) != 0 ||
+      ::connect(fd, reinterpret_cast<sockaddr*>(&dst), sizeof(dst)) != 0) {
+    int err = errno;
+    ::close(fd);
+    errno = err;
+    return -1;
+  }
+  return fd;
+}
+
 // ferryd as a child process: its own RSS, its own descriptor limit.
 class FerrydProcess {
  public:
@@ -139,19 +156,13 @@ std::vector<int> silentConnections(size_t n, size_t sources, const std::string& 
   std::vector<int> fds;
   size_t per_source = (n + sources - 1) / sources;
   for (size_t i = 0; i < n; ++i) {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    auto src = address("127.0.3." + std::to_string(1 + i / per_source), 0);
-    auto dst = address(ip, port);
-    bool ok = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof(src)) == 0 &&
-              ::connect(fd, reinterpret_cast<sockaddr*>(&dst), sizeof(dst)) == 0;
-    if (!ok && errno == ECONNRESET) {
-      ::close(fd);
+    int fd = connectFrom("127.0.3." + std::to_string(1 + i / per_source), ip, port);
+    if (fd < 0 && errno == ECONNRESET) {
       if (reset_at_connect != nullptr) ++*reset_at_connect;
       continue;
     }
-    if (!ok) {
+    if (fd < 0) {
       ADD_FAILURE() << "silent connection " << i << ": " << std::strerror(errno);
-      if (fd >= 0) ::close(fd);
       break;
     }
     fds.push_back(fd);
@@ -559,13 +570,9 @@ TEST(AdmissionTest, IdleTunnelsClosedByThePingTimeoutLeaveNoMemoryThatGrowsWithE
     std::vector<Tunnel> out;
     for (size_t i = 0; i < n; ++i) {
       Tunnel t;
-      t.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      auto src = address("127.0.5." + std::to_string(1 + i % 4), 0);
-      auto dst = address("127.0.2.10", 15008);
-      if (t.fd < 0 || ::bind(t.fd, reinterpret_cast<sockaddr*>(&src), sizeof(src)) != 0 ||
-          ::connect(t.fd, reinterpret_cast<sockaddr*>(&dst), sizeof(dst)) != 0) {
+      t.fd = connectFrom("127.0.5." + std::to_string(1 + i % 4), "127.0.2.10", 15008);
+      if (t.fd < 0) {
         ADD_FAILURE() << "tunnel " << i << ": " << std::strerror(errno);
-        if (t.fd >= 0) ::close(t.fd);
         break;
       }
       t.ssl = SSL_new((*ctx)->native_handle());
@@ -673,14 +680,8 @@ std::vector<int> stalledHandshakes(size_t n, size_t sources, const std::string& 
   std::vector<int> fds;
   size_t per_source = (n + sources - 1) / sources;
   for (size_t i = 0; i < n; ++i) {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    auto src = address("127.0.4." + std::to_string(1 + i / per_source), 0);
-    auto dst = address(ip, 15008);
-    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof(src)) != 0 ||
-        ::connect(fd, reinterpret_cast<sockaddr*>(&dst), sizeof(dst)) != 0) {
-      if (fd >= 0) ::close(fd);
-      continue;
-    }
+    int fd = connectFrom("127.0.4." + std::to_string(1 + i / per_source), ip, 15008);
+    if (fd < 0) continue;
     SSL* ssl = SSL_new(ctx);
     BIO* rbio = BIO_new(BIO_s_mem());
     BIO* wbio = BIO_new(BIO_s_mem());
@@ -713,14 +714,8 @@ size_t rapidResets(SSL_CTX* ctx, size_t connections, size_t pairs) {
   const std::string out = kPreface + frame(kSettings, 0, 0, "") + burst;
   size_t handshaken = 0;
   for (size_t i = 0; i < connections; ++i) {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    auto src = address("127.0.1.10", 0);
-    auto dst = address("127.0.2.10", 15008);
-    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof(src)) != 0 ||
-        ::connect(fd, reinterpret_cast<sockaddr*>(&dst), sizeof(dst)) != 0) {
-      if (fd >= 0) ::close(fd);
-      continue;
-    }
+    int fd = connectFrom("127.0.1.10", "127.0.2.10", 15008);
+    if (fd < 0) continue;
     timeval tv{2, 0};  // a server that stops reading ends the burst, not the test
     ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     SSL* ssl = SSL_new(ctx);

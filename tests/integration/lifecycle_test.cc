@@ -301,13 +301,9 @@ TEST_F(LifecycleTest, CheckConfigRefusesWhatTheStartWouldRefuse) {
   auto check = [&](const std::string& extra, std::string* out) {
     std::string path = files_.dir() + "/check.yaml";
     writeFile(path, files_.configYaml("n1", extra));
-    FILE* p = ::popen((std::string(FERRYD_BINARY) + " --check-config " + path + " 2>&1").c_str(), "r");
-    if (p == nullptr) return -1;
-    char buf[512];
-    out->clear();
-    while (size_t n = std::fread(buf, 1, sizeof(buf), p)) out->append(buf, n);
-    int status = ::pclose(p);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    ProgramRun run = runProgram(files_.dir(), {FERRYD_BINARY, "--check-config", path});
+    *out = run.out + run.err;
+    return run.exit;
   };
   std::string out;
   EXPECT_EQ(check("", &out), 0) << out;

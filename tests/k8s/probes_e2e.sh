@@ -64,7 +64,7 @@ metric() {  # NAME{LABELS}: its value on the node's ferryd, 0 when absent
   curl -sf --max-time 5 http://$NODE_IP:15020/metrics | awk -v s="$1" '$1 == s {v = $2} END {print v + 0}'
 }
 readonly NODE_SYN='ferry_datapath_reason_packets_total{reason="NODE_SYN"}'
-export -f ready probe_said metric
+export -f ready probe_said metric hits
 export MESH NODE_IP
 
 # probed_pod NAME READINESS LIVENESS: a server pod (HTTP on 8080, TCP echo on 9000) whose
@@ -156,7 +156,7 @@ check "fy-http (HTTP probes) becomes Ready with no change to its spec" \
   kq -n "$MESH" wait --for=condition=Ready pod fy-http --timeout=60s
 check "fy-tcp (TCP probes) is Ready" kq -n "$MESH" wait --for=condition=Ready pod fy-tcp --timeout=60s
 check "... its probes reach the pod's own server now" wait_for 10 "a probe at fy-tcp's server" \
-  bash -c "[ \"\$(kubectl -n $MESH exec fy-tcp -- sh -c 'wc -l </hits')\" -gt 0 ]"
+  bash -c '[ "$(hits fy-tcp)" -gt 0 ]'
 declare -A since=() restarted=()
 for p in fy-http fy-tcp; do since[$p]=$(ready_since "$p"); restarted[$p]=$(restarts "$p"); done
 syn0=$(metric "$NODE_SYN")
