@@ -787,10 +787,23 @@ class ConfigParser {
     return absl::OkStatus();
   }
 
+  // auto, none or a size.
+  absl::StatusOr<MemorySetting> memorySetting(const YamlField& f) {
+    auto v = reader_.string(f);
+    if (!v.ok()) return v.status();
+    if (*v == "auto") return MemorySetting{};
+    if (*v == "none") return MemorySetting{MemorySetting::Source::kNone, 0};
+    if (auto bytes = common::parseByteSize(*v); bytes && *bytes > 0) {
+      return MemorySetting{MemorySetting::Source::kBytes, *bytes};
+    }
+    return reader_.error(f, absl::StrCat("'", common::toAbsl(*v),
+                                         "' is not auto, none or a size (bytes, or with Ki, Mi, Gi)"));
+  }
+
   absl::Status parseLimits(const std::optional<YamlField>& field) {
     if (!field) return absl::OkStatus();
     auto map = reader_.map(*field, {"hbone", "outbound", "inbound_plaintext", "descriptor_reserve",
-                                    "preallocated_sockets", "trim_after_closes", "memory"});
+                                    "preallocated_sockets", "trim_after_closes", "memory", "receive_buffer"});
     if (!map.ok()) return map.status();
     Limits& l = config_.limits;
     if (auto s = parseListenerLimits(*map, "hbone", l.hbone); !s.ok()) return s;
@@ -807,18 +820,14 @@ class ConfigParser {
       l.preallocated_sockets = static_cast<uint32_t>(*v);
     }
     if (auto f = map->find("memory")) {
-      auto v = reader_.string(*f);
+      auto v = memorySetting(*f);
       if (!v.ok()) return v.status();
-      if (*v == "auto") {
-        l.memory = MemorySetting{};
-      } else if (*v == "none") {
-        l.memory = MemorySetting{MemorySetting::Source::kNone, 0};
-      } else if (auto bytes = common::parseByteSize(*v); bytes && *bytes > 0) {
-        l.memory = MemorySetting{MemorySetting::Source::kBytes, *bytes};
-      } else {
-        return reader_.error(*f, absl::StrCat("'", common::toAbsl(*v),
-                                              "' is not auto, none or a size (bytes, or with Ki, Mi, Gi)"));
-      }
+      l.memory = *v;
+    }
+    if (auto f = map->find("receive_buffer")) {
+      auto v = memorySetting(*f);
+      if (!v.ok()) return v.status();
+      l.receive_buffer = *v;
     }
     if (auto f = map->find("trim_after_closes")) {
       auto v = reader_.integer(*f, 0, kMaxAdmissionLimit);

@@ -148,7 +148,8 @@ struct ListenerLimits {
   bool operator==(const ListenerLimits&) const = default;
 };
 
-// limits.memory: the cgroup's limit (auto), this many bytes, or none (no fitting).
+// limits.memory: the cgroup's limit (auto), this many bytes, or none (no fitting). The same
+// three for limits.receive_buffer.
 struct MemorySetting {
   enum class Source { kAuto, kBytes, kNone };
   Source source = Source::kAuto;
@@ -164,6 +165,7 @@ struct MemoryBudget {
   uint64_t available = 0;    // limit - headroom: what the admission limits may cost
   uint64_t worst_case = 0;   // what the limits in force cost at worst
   uint64_t default_worst_case = 0;  // what they would, left as the file has them
+  uint64_t receive_buffer = 0;      // the receive budget in force; 0: none (limits.receive_buffer)
   bool lowered = false;      // limits left at their defaults were lowered to fit
   bool operator==(const MemoryBudget&) const = default;
 };
@@ -189,6 +191,10 @@ struct Limits {
   uint32_t trim_after_closes = 32;
   // The memory the admission limits must fit (docs/configuration.md, "Memory").
   MemorySetting memory;
+  // Bytes received over HBONE and not yet written to the applications, all connections
+  // together (proxy/hbone/receive_budget.h): auto (an eighth of what the memory limit leaves
+  // for connections; 256 MiB without a limit), a size, or none (only the HTTP/2 windows).
+  MemorySetting receive_buffer;
   bool operator==(const Limits&) const = default;
 };
 

@@ -16,13 +16,26 @@ struct Listener {
   uint64_t cost;
 };
 constexpr Listener kListeners[] = {
-    {"hbone", &Limits::hbone, kHboneConnectionBytes},
+    {"hbone", &Limits::hbone, kHboneConnectionBytes + kHboneReceiveOvershootBytes},
     {"outbound", &Limits::outbound, kProxiedConnectionBytes},
     {"inbound_plaintext", &Limits::inbound_plaintext, kProxiedConnectionBytes},
 };
 
 uint32_t scaled(uint32_t value, double factor, uint32_t floor) {
   return std::max<uint32_t>(floor, static_cast<uint32_t>(static_cast<double>(value) * factor));
+}
+
+// limits.receive_buffer's bytes, `auto_bytes` for auto.
+uint64_t receiveBuffer(const MemorySetting& setting, uint64_t auto_bytes) {
+  switch (setting.source) {
+    case MemorySetting::Source::kBytes:
+      return setting.bytes;
+    case MemorySetting::Source::kNone:
+      return 0;
+    case MemorySetting::Source::kAuto:
+      break;
+  }
+  return auto_bytes;
 }
 
 }  // namespace
@@ -66,6 +79,7 @@ absl::Status fitToMemory(Limits& limits, MemoryBudget& budget) {
   budget.lowered = false;
   if (budget.limit == 0) {
     budget.headroom = budget.available = 0;
+    budget.receive_buffer = receiveBuffer(limits.receive_buffer, kDefaultReceiveBuffer);
     return absl::OkStatus();
   }
   budget.headroom = std::max(kMinHeadroomBytes, budget.limit / 4);
@@ -75,7 +89,16 @@ absl::Status fitToMemory(Limits& limits, MemoryBudget& budget) {
         ") leaves nothing for connections: ferryd keeps ", common::formatBytes(budget.headroom),
         " for its own state; give it at least ", common::formatBytes(budget.headroom * 4 / 3 + (32ull << 20))));
   }
-  budget.available = budget.limit - budget.headroom;
+  const uint64_t after_headroom = budget.limit - budget.headroom;
+  budget.receive_buffer = receiveBuffer(limits.receive_buffer, after_headroom / kReceiveBufferShare);
+  if (budget.receive_buffer >= after_headroom) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "limits.receive_buffer ", common::formatBytes(budget.receive_buffer), " does not fit the memory limit ",
+        common::formatBytes(budget.limit), " (", budget.source, "), which leaves ",
+        common::formatBytes(after_headroom), " after ", common::formatBytes(budget.headroom),
+        " for ferryd's own state: lower it (auto takes an eighth), or raise the memory limit"));
+  }
+  budget.available = after_headroom - budget.receive_buffer;
   // What the limits written in the file cost, what the defaults would, and what the
   // defaults would at their floor.
   uint64_t written = 0, defaults = 0, floor_cost = 0;
@@ -98,8 +121,9 @@ absl::Status fitToMemory(Limits& limits, MemoryBudget& budget) {
         "the admission limits written in the file cost up to ", common::formatBytes(written), " (",
         absl::StrJoin(written_names, ", "), ") and the memory limit ", common::formatBytes(budget.limit), " (",
         budget.source, ") leaves ", common::formatBytes(budget.available), " for connections after ",
-        common::formatBytes(budget.headroom), " for ferryd's own state: lower them, or raise the memory limit "
-        "(docs/configuration.md, \"Memory\")"));
+        common::formatBytes(budget.headroom), " for ferryd's own state and ",
+        common::formatBytes(budget.receive_buffer), " for received data (limits.receive_buffer): lower them, or "
+        "raise the memory limit (docs/configuration.md, \"Memory\")"));
   }
   // The defaults come down together, each dependent limit with the one it is part of.
   double factor = static_cast<double>(budget.available - written) / static_cast<double>(defaults);
@@ -124,16 +148,20 @@ absl::Status fitToMemory(Limits& limits, MemoryBudget& budget) {
 }
 
 std::string describeBudget(const MemoryBudget& b) {
+  std::string received =
+      b.receive_buffer == 0 ? std::string("; received data bounded by the HTTP/2 windows only")
+                            : absl::StrCat("; received data held to ", common::formatBytes(b.receive_buffer));
   if (b.limit == 0) {
     return absl::StrCat("no memory limit (", b.source, "): the admission limits cost at most ",
-                        common::formatBytes(b.worst_case), ", unchecked");
+                        common::formatBytes(b.worst_case), ", unchecked", received);
   }
   return absl::StrCat("limit ", common::formatBytes(b.limit), " (", b.source, "), ",
                       common::formatBytes(b.headroom), " kept for ferryd's own state; the admission limits cost at most ",
                       common::formatBytes(b.worst_case),
                       b.lowered ? absl::StrCat(" (lowered from ", common::formatBytes(b.default_worst_case),
                                                ": the defaults came down to fit)")
-                                : std::string());
+                                : std::string(),
+                      received);
 }
 
 absl::Status fitConfigToMemory(Config& config, const std::string& root) {

@@ -105,6 +105,7 @@ enum class Reload {
   X("limits.descriptor_reserve", kRestart, limits.descriptor_reserve)          \
   X("limits.preallocated_sockets", kRestart, limits.preallocated_sockets)      \
   X("limits.memory", kLive, limits.memory)                                     \
+  X("limits.receive_buffer", kLive, limits.receive_buffer)                     \
   X("limits.trim_after_closes", kLive, limits.trim_after_closes)
 
 // How `next` (a new version of the file) differs from `running`, key by key.

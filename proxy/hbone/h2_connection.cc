@@ -32,6 +32,10 @@ namespace {
 constexpr size_t kWriteBatch = 128 * 1024;
 // Ciphertext one read() may bring in: several records per syscall.
 constexpr size_t kSocketRead = 128 * 1024;
+// A connection whose reading the receive budget stopped looks at the process's total this
+// often (its own bytes written out wake it at once): a wake-up from the other workers'
+// writes would cost a cross-thread post per write.
+constexpr auto kPauseRecheck = std::chrono::milliseconds(20);
 // Plaintext out of SSL_read, handed to nghttp2 at once: one buffer per worker thread, as
 // nothing waits between the two (an idle connection holds no read buffer).
 constexpr size_t kPlainBuffer = 64 * 1024;
@@ -210,6 +214,7 @@ static int onDataChunk(nghttp2_session*, uint8_t, int32_t stream_id, const uint8
     return 0;
   }
   stream->received_.append(reinterpret_cast<const char*>(data), len);
+  self->hold(*stream, len);
   stream->bytes_received_ += len;
   self->data_moved_ = true;
   if (stream->sink_ == nullptr) {
@@ -302,6 +307,11 @@ static int sendData(nghttp2_session*, nghttp2_frame*, const uint8_t* framehd, si
 H2Stream::H2Stream(H2Connection& conn, const asio::any_io_executor& ex)
     : conn_(conn), send_signal_(ex), recv_signal_(ex) {}
 
+// What it still holds leaves the budget with it (keep_alive_ outlives this body).
+H2Stream::~H2Stream() {
+  if (held_ > 0) conn_.release(*this, held_);
+}
+
 size_t H2Stream::sendSpace() const {
   size_t queued = pending_.size();
   return queued >= kStreamSendBuffer ? 0 : kStreamSendBuffer - queued;
@@ -349,7 +359,9 @@ void H2Stream::markReset(uint32_t code) {
 }
 
 void H2Stream::consumed(size_t size) {
-  if (size > 0) conn_.consume(id_, size);
+  if (size == 0) return;
+  conn_.release(*this, size);
+  conn_.consume(id_, size);  // last: may flush, and a failed flush may end the connection
 }
 
 void H2Stream::discardReceived() {
@@ -386,7 +398,8 @@ H2Connection::H2Connection(Role role, std::unique_ptr<TlsStream> tls, H2Options 
       options_(options),
       executor_(tls_.socket().get_executor()),
       write_signal_(executor_),
-      keepalive_timer_(executor_) {
+      keepalive_timer_(executor_),
+      pause_timer_(executor_) {
   nghttp2_session_callbacks* cbs = nullptr;
   nghttp2_session_callbacks_new(&cbs);
   nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, &H2Callbacks::onBeginHeaders);
@@ -549,6 +562,36 @@ void H2Connection::resume(H2Stream& stream) {
   flush();
 }
 
+void H2Connection::hold(H2Stream& stream, size_t size) {
+  stream.held_ += size;
+  held_ += size;
+  if (options_.receive_budget) options_.receive_budget->add(size);
+}
+
+void H2Connection::release(H2Stream& stream, size_t size) {
+  size = std::min(size, stream.held_);
+  stream.held_ -= size;
+  held_ -= size;
+  if (options_.receive_budget) options_.receive_budget->release(size);
+  if (held_ == 0 && read_paused_) pause_timer_.cancel();
+}
+
+awaitable<void> H2Connection::pauseReading() {
+  auto self = shared_from_this();
+  auto& budget = *options_.receive_budget;
+  budget.countPause();
+  read_paused_ = true;
+  FERRY_LOG(kDebug, "hbone: receive budget of %llu bytes exceeded; connection holding %llu stops reading",
+            static_cast<unsigned long long>(budget.limit()), static_cast<unsigned long long>(held_));
+  while (!dead_ && held_ > 0 && budget.exceeded()) {
+    pause_timer_.expires_after(kPauseRecheck);
+    co_await pause_timer_.async_wait(asio::as_tuple(use_awaitable));  // cancelled by release()
+  }
+  read_paused_ = false;
+  // The peer was not silent: we did not listen (keepaliveLoop).
+  last_read_ = Clock::now();
+}
+
 void H2Connection::consume(int32_t stream_id, size_t size) {
   if (dead_) return;
   if (stream_id > 0 && nghttp2_session_find_stream(session_, stream_id) != nullptr) {
@@ -665,6 +708,7 @@ void H2Connection::fail(std::string_view why) {
   tls_.socket().shutdown(Tcp::socket::shutdown_both, ignored);
   tls_.socket().close(ignored);
   keepalive_timer_.cancel();
+  pause_timer_.cancel();
   write_signal_.notify();
   auto streams = std::move(streams_);
   streams_.clear();
@@ -746,6 +790,16 @@ awaitable<void> H2Connection::readLoop() {
     // (a KeyUpdate answer, an alert).
     if (tls_.hasCiphertextOut() || nghttp2_session_want_write(session_)) flushNow();
     if (dead_) co_return;
+    // Past the process's receive budget: a connection that holds unwritten bytes waits for
+    // its application; the others read one record at a time.
+    size_t read_size = kSocketRead;
+    if (options_.receive_budget && options_.receive_budget->exceeded()) {
+      if (held_ > 0) {
+        co_await pauseReading();
+        if (dead_) co_return;
+      }
+      if (options_.receive_budget->exceeded()) read_size = kPressuredRead;
+    }
     if (drained != net::Drained::kNo) {
       auto [wec] = co_await net::asyncReadable(socket, asio::as_tuple(use_awaitable));
       if (wec && !dead_) {
@@ -756,7 +810,7 @@ awaitable<void> H2Connection::readLoop() {
     }
     // More ciphertext: straight into the chain's blocks, several records per read().
     boost::system::error_code ec;
-    tls_.readCiphertext(kSocketRead, drained, ec);
+    tls_.readCiphertext(read_size, drained, ec);
     if (ec == asio::error::would_block) continue;
     if (ec) {
       // A close without close_notify is how HTTP/2 peers usually leave: not an error.
@@ -934,7 +988,7 @@ awaitable<void> H2Connection::keepaliveLoop() {
     if (dead_) co_return;
     if (terminating_) continue;
     auto now = Clock::now();
-    if (now - last_read_ >= options_.ping_timeout) {
+    if (!read_paused_ && now - last_read_ >= options_.ping_timeout) {
       fail("peer silent for longer than the ping timeout");
       co_return;
     }

@@ -6,7 +6,9 @@
 //                nghttp2 pulls it through a deferred data provider as the peer's window allows.
 //   peer -> TCP: DATA lands in H2Stream::received; the window is only given back
 //                (nghttp2_session_consume) after the bytes were written to the TCP socket, so
-//                the peer's sender stops when our application reads slowly.
+//                the peer's sender stops when our application reads slowly. What every
+//                connection holds so is bounded together by a ReceiveBudget
+//                (receive_budget.h): past it, a connection holding some stops reading.
 // TLS: net::dialMtls / acceptMtls do the handshake; after it, the connection drives the
 // same SSL object through a net::TlsChannel (TLS over buffer chains: several records per
 // read(), a whole write batch per writev()).
@@ -27,6 +29,7 @@
 #include "proxy/net/buffer_chain.h"
 #include "proxy/net/tls_channel.h"
 #include "proxy/hbone/h2_errors.h"
+#include "proxy/hbone/receive_budget.h"
 #include "proxy/net/signal.h"
 
 struct nghttp2_session;
@@ -92,6 +95,9 @@ class ReceiveSink {
 class H2Stream {
  public:
   H2Stream(H2Connection& conn, const boost::asio::any_io_executor& ex);
+  ~H2Stream();
+  H2Stream(const H2Stream&) = delete;
+  H2Stream& operator=(const H2Stream&) = delete;
 
   int32_t id() const { return id_; }
 
@@ -174,6 +180,7 @@ class H2Stream {
   bool local_eof_ = false;
   bool deferred_ = false;
   net::BufferChain received_;
+  size_t held_ = 0;  // received and not yet consumed(): counted in the connection's held_
   ReceiveSink* sink_ = nullptr;
   bool touched_ = false;  // in H2Connection::touched_
   bool remote_eof_ = false;
@@ -205,6 +212,8 @@ struct H2Options {
   // were answered and those are at least half of the streams that ended, per window of
   // 10x this many ended streams (config hbone.max_premature_resets). 0 = no limit.
   uint32_t max_premature_resets = 0;
+  // Shared by every connection of the process; null: no bound but the windows.
+  std::shared_ptr<ReceiveBudget> receive_budget;
 };
 
 class H2Connection : public std::enable_shared_from_this<H2Connection> {
@@ -266,6 +275,10 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   // How many more streams this client connection takes (pool limit and peer's setting).
   size_t streamCapacity() const;
   const std::string& closeReason() const { return close_reason_; }
+  // Bytes received on this connection's streams and not yet written out.
+  uint64_t heldReceived() const { return held_; }
+  // Reading stopped by the receive budget (H2Options::receive_budget).
+  bool readPaused() const { return read_paused_; }
   // Server: closed by the rapid reset rule (H2Options::max_premature_resets), not by
   // another ENHANCE_YOUR_CALM (nghttp2's PING, SETTINGS or CONTINUATION flood limits).
   bool closedForRapidReset() const { return rapid_reset_; }
@@ -317,6 +330,12 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   void countPrematureReset(bool premature);
   void closeAfterGoaway();
   void consume(int32_t stream_id, size_t size);
+  // Received bytes a stream keeps (DATA) and lets go (written out, discarded, destroyed).
+  void hold(H2Stream& stream, size_t size);
+  void release(H2Stream& stream, size_t size);
+  // The read loop's wait while the receive budget is exceeded and this connection holds
+  // bytes: until it holds none, the total is back under the budget, or the connection died.
+  boost::asio::awaitable<void> pauseReading();
   void resume(H2Stream& stream);
   bool submitData(H2Stream& stream, int status, const std::vector<Header>& extra, bool with_body);
 
@@ -349,6 +368,9 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   std::chrono::steady_clock::time_point terminate_deadline_;
   std::optional<uint32_t> goaway_error_;
   bool rapid_reset_ = false;  // closedForRapidReset()
+  uint64_t held_ = 0;          // heldReceived()
+  bool read_paused_ = false;   // readPaused(): the read loop waits on pause_timer_
+  boost::asio::steady_timer pause_timer_;
   // Premature resets (H2Options::max_premature_resets) in the current window.
   uint32_t window_resets_ = 0;
   uint32_t window_ended_ = 0;

@@ -50,6 +50,7 @@ void Server::reloadConfig(bool reread) {
   if (!(next->memory_budget == config_.memory_budget)) {
     FERRY_LOG(kInfo, "memory: %s", config::describeBudget(next->memory_budget));
     config_.memory_budget = next->memory_budget;
+    shared_->receive_budget->setLimit(config_.memory_budget.receive_buffer);
   }
 
   auto change = config::diffConfig(config_, *next);

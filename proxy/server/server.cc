@@ -26,11 +26,15 @@
 #include "proxy/session/common.h"
 #include "proxy/config/kubeconfig.h"
 #include "proxy/config/memory_budget.h"
+#include "proxy/hbone/receive_budget.h"
 #include "proxy/k8s/client.h"
 #include "proxy/workloads/file_source.h"
 #include "proxy/workloads/kubernetes_source.h"
 
 namespace ferry::server {
+
+// The memory budget counts what a tunnel may read past the receive budget as hbone reads it.
+static_assert(config::kHboneReceiveOvershootBytes == hbone::kPressuredRead);
 namespace asio = boost::asio;
 using asio::ip::tcp;
 
@@ -199,6 +203,7 @@ absl::Status Server::start() {
                                     session::AccessLogSettings(config_.access_log), istio_.get(),
                                     /*reset_penalties=*/{}});
   shared_->descriptor_slack = descriptor_slack;
+  shared_->receive_budget->setLimit(config_.memory_budget.receive_buffer);
   auto worker_config = std::make_shared<const config::Config>(config_);
   for (size_t i = 0; i < n; ++i) {
     workers_.push_back(std::make_unique<session::Worker>(*shared_, i, worker_config));
@@ -1032,6 +1037,19 @@ void Server::registerMetrics() {
     out.gauge("ferry_memory_admission_worst_case_bytes",
               "What the admission limits in force cost at worst (docs/configuration.md, \"Memory\")",
               static_cast<double>(budget.worst_case));
+    if (!shared_) return;
+    const auto& received = *shared_->receive_budget;
+    out.gauge("ferry_hbone_receive_budget_bytes",
+              "Bytes received over HBONE that may wait for the applications, all connections together "
+              "(limits.receive_buffer; 0: no bound but the HTTP/2 windows)",
+              static_cast<double>(received.limit()));
+    out.gauge("ferry_hbone_received_unwritten_bytes",
+              "Bytes received over HBONE and not yet written to the applications",
+              static_cast<double>(received.held()));
+    out.counter("ferry_hbone_read_pauses_total",
+                "Times an HBONE connection stopped reading because the receive budget was exceeded while it "
+                "held unwritten bytes",
+                static_cast<double>(received.pauses()));
   });
   add([this](telemetry::Exposition& out) {
     auto family = out.counter("ferry_admin_requests_refused_total",

@@ -78,6 +78,19 @@ json::object certJson(X509* cert) {
   };
 }
 
+// limits.memory and limits.receive_buffer as the file writes them.
+json::value memorySettingJson(const config::MemorySetting& s) {
+  switch (s.source) {
+    case config::MemorySetting::Source::kAuto:
+      return "auto";
+    case config::MemorySetting::Source::kNone:
+      return "none";
+    case config::MemorySetting::Source::kBytes:
+      break;
+  }
+  return s.bytes;
+}
+
 json::object listenerLimitsJson(const config::ListenerLimits& l) {
   return json::object{{"max_connections", l.max_connections},
                       {"max_connections_per_source", l.max_connections_per_source},
@@ -202,9 +215,8 @@ json::object configJson(const config::Config& c) {
         {"descriptor_reserve", c.limits.descriptor_reserve},
         {"preallocated_sockets", c.limits.preallocated_sockets},
         {"trim_after_closes", c.limits.trim_after_closes},
-        {"memory", c.limits.memory.source == config::MemorySetting::Source::kAuto   ? json::value("auto")
-                   : c.limits.memory.source == config::MemorySetting::Source::kNone ? json::value("none")
-                                                                                     : json::value(c.limits.memory.bytes)}}},
+        {"memory", memorySettingJson(c.limits.memory)},
+        {"receive_buffer", memorySettingJson(c.limits.receive_buffer)}}},
       // Not a key: what the admission limits above were fitted to (docs/configuration.md, "Memory").
       {"memory_budget",
        {{"limit", c.memory_budget.limit},
@@ -213,6 +225,7 @@ json::object configJson(const config::Config& c) {
         {"available", c.memory_budget.available},
         {"worst_case", c.memory_budget.worst_case},
         {"default_worst_case", c.memory_budget.default_worst_case},
+        {"receive_buffer", c.memory_budget.receive_buffer},
         {"lowered", c.memory_budget.lowered}}},
       {"telemetry", {{"cluster_id", c.telemetry.cluster_id}, {"cluster_domain", c.telemetry.cluster_domain}}},
   };

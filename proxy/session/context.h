@@ -15,6 +15,7 @@
 
 #include "proxy/config/config.h"
 #include "proxy/hbone/pool.h"
+#include "proxy/hbone/receive_budget.h"
 #include "proxy/identity/cert_source.h"
 #include "proxy/identity/tls_context.h"
 #include "proxy/policy/store.h"
@@ -71,6 +72,9 @@ struct Shared {
   // connection to make room for it (Admission::admit): a part of the reserve, so that the
   // operator endpoints keep the rest while evicted connections close.
   int descriptor_slack = 0;
+  // Bytes received over HBONE and not yet written out, every connection together; its limit
+  // is the config's (MemoryBudget::receive_buffer), set by the server at start and reload.
+  std::shared_ptr<hbone::ReceiveBudget> receive_budget = std::make_shared<hbone::ReceiveBudget>();
 };
 
 // One live proxied connection as /connections shows it (Worker::connections).

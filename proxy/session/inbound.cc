@@ -343,6 +343,7 @@ awaitable<void> handshakeAndServe(Worker& worker, Tcp::socket socket, LoadUnit l
   // that completes a handshake and then sends nothing cannot hold the connection forever.
   options.idle_release = cfg.pool.idle_release * 2;
   options.max_premature_resets = cfg.hbone.max_premature_resets;
+  options.receive_budget = shared.receive_budget;
   auto conn = hbone::H2Connection::create(hbone::H2Connection::Role::kServer, std::move(hs.tls), options);
   auto tunnel = std::make_shared<TunnelState>(cfg.hbone.max_pending_connects,
                                               common::formatHostPort(client));

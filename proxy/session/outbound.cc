@@ -97,6 +97,7 @@ awaitable<absl::StatusOr<std::shared_ptr<hbone::H2Connection>>> dialHbone(Worker
   options.ping_timeout = cfg.pool.ping_timeout;
   options.idle_release = cfg.pool.idle_release;
   options.max_streams = cfg.pool.max_streams;
+  options.receive_budget = shared.receive_budget;
   auto conn = hbone::H2Connection::create(hbone::H2Connection::Role::kClient, std::move(hs.tls), options);
   Stats* stats = &shared.stats;
   Worker* w = &worker;

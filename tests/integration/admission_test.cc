@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <atomic>
+#include <future>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -168,6 +169,22 @@ std::vector<int> silentConnections(size_t n, size_t sources, const std::string& 
     fds.push_back(fd);
   }
   return fds;
+}
+
+// ferryd's /config_dump at `ip`, parsed; null (and a failure) when it did not answer JSON.
+boost::json::value configDump(const std::string& ip) {
+  std::string body;
+  if (httpGet(ip, 15000, "/config_dump", &body) != 200) {
+    ADD_FAILURE() << "no /config_dump from " << ip;
+    return nullptr;
+  }
+  boost::system::error_code ec;
+  auto parsed = boost::json::parse(body, ec);
+  if (ec) {
+    ADD_FAILURE() << "/config_dump is not JSON: " << body.substr(0, 200);
+    return nullptr;
+  }
+  return parsed;
 }
 
 void closeAll(std::vector<int>& fds) {
@@ -638,10 +655,12 @@ class MemoryCgroup {
       dir_ = "/sys/fs/cgroup/memory/" + name;
       limit_file_ = "memory.limit_in_bytes";
       events_file_ = "memory.oom_control";
+      peak_file_ = "memory.max_usage_in_bytes";
     } else if (std::filesystem::exists("/sys/fs/cgroup/cgroup.controllers")) {
       dir_ = "/sys/fs/cgroup/" + name;
       limit_file_ = "memory.max";
       events_file_ = "memory.events";
+      peak_file_ = "memory.peak";
     } else {
       return;
     }
@@ -662,13 +681,16 @@ class MemoryCgroup {
     auto at = text.find("oom_kill ");
     return at == std::string::npos ? -1 : std::strtol(text.c_str() + at + 9, nullptr, 10);
   }
+  // The most the cgroup was charged (its processes' pages and their sockets' buffers); 0 if
+  // the kernel does not say.
+  uint64_t peakBytes() const { return std::strtoull(readFile(dir_ + "/" + peak_file_).c_str(), nullptr, 10); }
 
  private:
   static std::string readFile(const std::string& path) {
     std::ifstream in(path);
     return std::string(std::istreambuf_iterator<char>(in), {});
   }
-  std::string dir_, limit_file_, events_file_;
+  std::string dir_, limit_file_, events_file_, peak_file_;
   bool ok_ = false;
 };
 
@@ -754,12 +776,9 @@ TEST(AdmissionTest, UnderACgroupMemoryLimitTheLimitsFitAndFloodsAreRefusedNotOom
     ASSERT_TRUE(n1.ok() && n2.ready());
     AppServer app("127.0.2.10", kAppPort, AppServer::echo);
 
-    std::string dump;
-    ASSERT_EQ(httpGet("127.0.2.1", 15000, "/config_dump", &dump), 200);
-    boost::system::error_code ec;
-    auto parsed = boost::json::parse(dump, ec);
-    ASSERT_FALSE(ec) << dump.substr(0, 200);
-    const auto& config = parsed.at("config");
+    const auto dump = configDump("127.0.2.1");
+    ASSERT_TRUE(dump.is_object());
+    const auto& config = dump.at("config");
     const auto& budget = config.at("memory_budget");
     EXPECT_EQ(budget.at("limit").to_number<uint64_t>(), kLimit);
     EXPECT_EQ(budget.at("source").as_string().find("cgroup v"), 0u) << "read from the cgroup, and named";
@@ -843,6 +862,156 @@ TEST(AdmissionTest, UnderACgroupMemoryLimitTheLimitsFitAndFloodsAreRefusedNotOom
     if (kAllocatorGivesMemoryBack) {
       EXPECT_LE(after, baseline * 110 / 100) << "RSS must come back within 10 % of its baseline";
     }
+  }
+}
+
+// Issue 33: bytes received over HBONE for a workload that reads nothing. HTTP/2 flow
+// control lets each tunnel be sent 16 MiB (its connection window) before the sender stops;
+// 20 tunnels are 320 MiB, beyond ferryd's 192 MiB cgroup limit. The receive budget
+// (limits.receive_buffer, auto: 16 MiB here) stops the tunnels that hold bytes from reading,
+// TCP holds the sender back, and a tunnel that holds nothing is still served.
+TEST(AdmissionTest, DataForAWorkloadThatReadsNothingIsHeldToTheReceiveBudgetNotOomKilled) {
+  if (::geteuid() != 0) {
+    if (std::getenv("CI") != nullptr && std::string(std::getenv("CI")) == "true") FAIL() << "CI runs as root";
+    GTEST_SKIP() << "a memory cgroup needs root";
+  }
+  // Under the sanitizers 1 GiB (as above): the budget is then 96 MiB, and the senders push
+  // 80 x 6 MiB, still five times more.
+  constexpr uint64_t kLimit = kAllocatorGivesMemoryBack ? uint64_t{192} << 20 : uint64_t{1} << 30;
+  constexpr uint16_t kHoldPort = 8081;
+  constexpr size_t kSenders = 80;  // 20 tunnels of 4 streams (n1's pool.max_streams)
+  constexpr size_t kBytesEach = 6u << 20;
+  MemoryCgroup cgroup(kLimit);
+  ASSERT_TRUE(cgroup.ok()) << "no memory cgroup could be made (" << cgroup.dir() << ")";
+  LabFiles files;
+  // n2 first: a child forked later would inherit n1's listeners (Asio opens its sockets
+  // without SOCK_CLOEXEC), and n1 restarts below.
+  FerrydProcess n2(files, "n2", "", 0, cgroup.procs());
+  const std::string n1_config = "pool:\n  max_streams: 4\n";
+  std::optional<Node> n1(std::in_place, files, "n1", n1_config);
+  ASSERT_TRUE(n1->ok() && n2.ready());
+  AppServer echo("127.0.2.10", kAppPort, AppServer::echo);
+  // The workload that reads nothing until the test lets it, then reads everything.
+  std::promise<void> let_read;
+  std::shared_future<void> may_read = let_read.get_future().share();
+  std::atomic<uint64_t> drained{0};
+  AppServer hold("127.0.2.10", kHoldPort, [may_read, &drained](int fd) {
+    may_read.wait();
+    std::vector<char> buf(256 * 1024);
+    for (;;) {
+      ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
+      if (n <= 0) break;
+      drained += static_cast<uint64_t>(n);
+    }
+  });
+  // Lets the workload read even when an assertion below returns early (before `hold` and its
+  // threads are torn down, which joins them).
+  struct LetRead {
+    std::promise<void>& p;
+    bool done = false;
+    void now() {
+      if (!std::exchange(done, true)) p.set_value();
+    }
+    ~LetRead() { now(); }
+  } release{let_read};
+
+  const auto dump = configDump("127.0.2.1");
+  ASSERT_TRUE(dump.is_object());
+  const auto& config = dump.at("config");
+  EXPECT_EQ(config.at("limits").at("receive_buffer").as_string(), "auto");
+  const auto& budget_json = config.at("memory_budget");
+  const uint64_t budget = budget_json.at("receive_buffer").to_number<uint64_t>();
+  EXPECT_EQ(budget, (kLimit - budget_json.at("headroom").to_number<uint64_t>()) / 8)
+      << "auto: an eighth of what the headroom leaves";
+  EXPECT_EQ(n2.metric("ferry_hbone_receive_budget_bytes"), static_cast<double>(budget));
+  EXPECT_LE(budget_json.at("worst_case").to_number<uint64_t>() + budget,
+            budget_json.at("limit").to_number<uint64_t>() - budget_json.at("headroom").to_number<uint64_t>())
+      << "the connections and the received data fit together";
+
+  ASSERT_TRUE(timeToServe().has_value());  // warm
+  const long baseline = n2.rssKb();
+  const double pauses_before = std::max(0.0, n2.metric("ferry_hbone_read_pauses_total"));
+
+  // 80 application connections from c1, each sending 6 MiB to the workload that reads nothing:
+  // 480 MiB offered. Each sender blocks once ferry holds it back, and ends when the workload
+  // has read its share.
+  std::atomic<size_t> connected{0}, finished{0};
+  std::vector<std::thread> senders;
+  for (size_t i = 0; i < kSenders; ++i) {
+    senders.emplace_back([&] {
+      int fd = connectOutbound("127.0.1.10", "127.0.2.10", kHoldPort);
+      if (fd < 0) return;
+      ++connected;
+      std::vector<char> chunk(64 * 1024, 'x');
+      size_t sent = 0;
+      while (sent < kBytesEach && sendAll(fd, chunk.data(), chunk.size())) sent += chunk.size();
+      ::shutdown(fd, SHUT_WR);
+      char c;
+      while (::recv(fd, &c, 1, 0) > 0) {
+      }
+      ::close(fd);
+      if (sent >= kBytesEach) ++finished;
+    });
+  }
+  const std::string held = "ferry_hbone_received_unwritten_bytes";
+  // The budget is reached and the tunnels that hold bytes stopped reading.
+  EXPECT_TRUE(waitFor([&] {
+    return n2.metric(held) >= static_cast<double>(budget) &&
+           n2.metric("ferry_hbone_read_pauses_total") > pauses_before;
+  }, std::chrono::seconds(30)))
+      << n2.metric(held) << " bytes held of a budget of " << budget;
+  // And it stays there while the senders push: their bytes wait in n1 and in the kernels'
+  // buffers. A measurement window (there is no event to wait for): 40 samples, 50 ms apart.
+  double now = 0;
+  for (int i = 0; i < 40; ++i) {
+    now = std::max(now, n2.metric(held));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const uint64_t tunnels = kSenders / 4;
+  // Each tunnel may have read one record past the budget, and each worker one full read
+  // before it saw the budget exceeded.
+  const double bound = static_cast<double>(budget + tunnels * 16 * 1024 + 2 * 128 * 1024);
+  EXPECT_LE(now, bound) << "held up to " << now << " bytes; the budget is " << budget;
+  const long during = n2.rssKb();
+  // A tunnel that holds nothing is still served: c2's pool connection is its own.
+  auto served = timeToServe("127.0.1.11");
+  EXPECT_TRUE(served.has_value()) << "a legitimate client must be served while the budget is exhausted";
+  std::printf("[ measure  ] %zu senders to a workload that reads nothing, under a %llu MiB cgroup limit: "
+              "at most %.0f bytes held (budget %llu, HTTP/2 windows would allow %llu), RSS %ld KB (baseline %ld KB), "
+              "cgroup peak %llu KB, %.0f read pauses, legitimate client served in %lld ms\n",
+              connected.load(), static_cast<unsigned long long>(kLimit >> 20), now,
+              static_cast<unsigned long long>(budget), static_cast<unsigned long long>(tunnels * (16ull << 20)),
+              during, baseline, static_cast<unsigned long long>(cgroup.peakBytes() >> 10),
+              n2.metric("ferry_hbone_read_pauses_total") - pauses_before,
+              served ? static_cast<long long>(served->count()) : -1LL);
+  EXPECT_LT(static_cast<uint64_t>(during) * 1024, kLimit - kLimit / 4);
+
+  // The workload reads: every byte arrives, and what ferryd held is let go.
+  release.now();
+  for (auto& t : senders) t.join();
+  EXPECT_EQ(connected.load(), kSenders);
+  EXPECT_EQ(finished.load(), kSenders) << "every sender's bytes were taken";
+  EXPECT_TRUE(waitFor([&] { return drained.load() == kSenders * kBytesEach; }, std::chrono::seconds(30)))
+      << drained.load() << " of " << kSenders * kBytesEach << " bytes arrived";
+  EXPECT_TRUE(waitFor([&] { return n2.metric(held) == 0; }));
+  // n1's 20 tunnels stay open, idle, until its pool lets them go: ~175 KB each that the
+  // baseline (one tunnel) did not have. n1 restarts instead, and one tunnel is made again.
+  const std::string tunnels_open = "ferry_admitted_connections{listener=\"hbone\"}";
+  const double trims = n2.metric("ferry_memory_trims_total");
+  n1.reset();
+  EXPECT_TRUE(waitFor([&] { return n2.metric(tunnels_open) == 0; }));
+  EXPECT_TRUE(waitFor([&] { return n2.metric("ferry_memory_trims_total") > trims; }, std::chrono::seconds(15)));
+  n1.emplace(files, "n1", n1_config);
+  ASSERT_TRUE(n1->ok());
+  EXPECT_TRUE(timeToServe().has_value());
+  const long after = n2.rssKb();
+  std::printf("[ measure  ] after: RSS %ld KB (%+.1f %% of the baseline), cgroup peak %llu KB of %llu KB\n", after,
+              100.0 * (after - baseline) / baseline, static_cast<unsigned long long>(cgroup.peakBytes() >> 10),
+              static_cast<unsigned long long>(kLimit >> 10));
+  EXPECT_EQ(cgroup.oomKills(), 0) << "never OOM-killed";
+  EXPECT_EQ(::kill(n2.pid(), 0), 0) << "still running";
+  if (kAllocatorGivesMemoryBack) {
+    EXPECT_LE(after, baseline * 110 / 100) << "RSS must come back within 10 % of its baseline";
   }
 }
 

@@ -63,7 +63,8 @@ constexpr char kEveryKey[] =
     "  descriptor_reserve: 100\n"
     "  preallocated_sockets: 0\n"
     "  trim_after_closes: 0\n"
-    "  memory: 512Mi\n";
+    "  memory: 512Mi\n"
+    "  receive_buffer: 32Mi\n";
 
 Config parse(const std::string& text) {
   auto config = parseConfig(text, "ferry.yaml");

@@ -783,6 +783,20 @@ TEST(ConfigLimitsTest, MemoryIsAutoNoneOrASize) {
   expectError(parse(withMinimal("limits:\n  memory: 0\n")), 6, "limits.memory");
 }
 
+TEST(ConfigLimitsTest, ReceiveBufferIsAutoNoneOrASize) {
+  auto c = parse(kMinimal);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->limits.receive_buffer.source, MemorySetting::Source::kAuto);
+  c = parse(withMinimal("limits:\n  receive_buffer: 64Mi\n"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->limits.receive_buffer, (MemorySetting{MemorySetting::Source::kBytes, uint64_t{64} << 20}));
+  c = parse(withMinimal("limits:\n  receive_buffer: none\n"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->limits.receive_buffer.source, MemorySetting::Source::kNone);
+  expectError(parse(withMinimal("limits:\n  receive_buffer: lots\n")), 6, "limits.receive_buffer",
+              "'lots' is not auto, none or a size");
+}
+
 TEST(ConfigLimitsTest, RejectsZeroLimitsAndATinyReserve) {
   expectError(parse(withMinimal("limits:\n  hbone: {max_connections: 0}\n")), 6, "limits.hbone.max_connections");
   expectError(parse(withMinimal("limits:\n  descriptor_reserve: 4\n")), 6, "limits.descriptor_reserve");

@@ -151,7 +151,7 @@ TEST(MemoryBudgetTest, WrittenLimitsAreKeptAndTheDefaultsFitTheRest) {
   limits.hbone.max_connections = 1000;
   limits.hbone.written = config::kWrittenConnections;
   auto budget = limitOf(uint64_t{512} << 20);
-  ASSERT_TRUE(config::fitToMemory(limits, budget).ok()) << "1,000 tunnels cost 171 MiB of 384";
+  ASSERT_TRUE(config::fitToMemory(limits, budget).ok()) << "1,000 tunnels cost 187 MiB of 336";
   EXPECT_EQ(limits.hbone.max_connections, 1000u);
   EXPECT_LT(limits.outbound.max_connections, config::Limits{}.outbound.max_connections);
   EXPECT_LE(budget.worst_case, budget.available);
@@ -164,8 +164,9 @@ TEST(MemoryBudgetTest, WrittenLimitsThatCannotFitAreRefusedNamingThem) {
   auto budget = limitOf(uint64_t{512} << 20);
   auto st = config::fitToMemory(limits, budget);
   ASSERT_FALSE(st.ok());
-  EXPECT_THAT(st.message(), HasSubstr("limits.hbone.max_connections 4096 x 175 KiB"));
-  EXPECT_THAT(st.message(), HasSubstr("the memory limit 512 MiB (test) leaves 384 MiB for connections"));
+  EXPECT_THAT(st.message(), HasSubstr("limits.hbone.max_connections 4096 x 191 KiB"));
+  EXPECT_THAT(st.message(), HasSubstr("the memory limit 512 MiB (test) leaves 336 MiB for connections"));
+  EXPECT_THAT(st.message(), HasSubstr("48 MiB for received data (limits.receive_buffer)"));
   EXPECT_THAT(st.message(), HasSubstr("lower them, or raise the memory limit"));
 }
 
@@ -175,6 +176,46 @@ TEST(MemoryBudgetTest, ALimitTooSmallForAnythingIsRefused) {
   auto st = config::fitToMemory(limits, budget);
   ASSERT_FALSE(st.ok());
   EXPECT_THAT(st.message(), HasSubstr("leaves nothing for connections"));
+}
+
+TEST(MemoryBudgetTest, TheReceiveBufferTakesItsShareAndWhatIsWrittenIsKept) {
+  config::Limits limits;
+  auto budget = limitOf(uint64_t{1} << 30);
+  ASSERT_TRUE(config::fitToMemory(limits, budget).ok());
+  EXPECT_EQ(budget.receive_buffer, uint64_t{96} << 20) << "auto: an eighth of the 768 MiB after the headroom";
+  EXPECT_EQ(budget.available, uint64_t{672} << 20) << "the connections fit into the rest";
+  EXPECT_LE(budget.worst_case + budget.receive_buffer + budget.headroom, budget.limit);
+  EXPECT_THAT(config::describeBudget(budget), HasSubstr("received data held to 96 MiB"));
+
+  // Written: kept, and the connections make room for it.
+  config::Limits written;
+  written.receive_buffer = {config::MemorySetting::Source::kBytes, uint64_t{256} << 20};
+  auto b2 = limitOf(uint64_t{1} << 30);
+  ASSERT_TRUE(config::fitToMemory(written, b2).ok());
+  EXPECT_EQ(b2.receive_buffer, uint64_t{256} << 20);
+  EXPECT_LT(written.hbone.max_connections, limits.hbone.max_connections);
+  EXPECT_LE(b2.worst_case + b2.receive_buffer + b2.headroom, b2.limit);
+
+  // More than the limit leaves: refused, naming the key.
+  written.receive_buffer.bytes = uint64_t{768} << 20;
+  auto b3 = limitOf(uint64_t{1} << 30);
+  auto st = config::fitToMemory(written, b3);
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(st.message(), HasSubstr("limits.receive_buffer 768 MiB does not fit the memory limit 1.0 GiB"));
+
+  // None: only the HTTP/2 windows (the operator's choice, said in the log line).
+  config::Limits none;
+  none.receive_buffer = {config::MemorySetting::Source::kNone, 0};
+  auto b4 = limitOf(uint64_t{1} << 30);
+  ASSERT_TRUE(config::fitToMemory(none, b4).ok());
+  EXPECT_EQ(b4.receive_buffer, 0u);
+  EXPECT_THAT(config::describeBudget(b4), HasSubstr("bounded by the HTTP/2 windows only"));
+
+  // No memory limit: auto still bounds it.
+  config::Limits unlimited;
+  auto b5 = limitOf(0);
+  ASSERT_TRUE(config::fitToMemory(unlimited, b5).ok());
+  EXPECT_EQ(b5.receive_buffer, config::kDefaultReceiveBuffer);
 }
 
 TEST(MemoryBudgetTest, LimitsMemoryNamesTheSource) {
