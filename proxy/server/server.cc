@@ -61,6 +61,16 @@ struct AcceptLogThrottles {
   session::LogThrottle refusals{kAcceptLogInterval};
 };
 
+// On 15008 tunnels come from the clients' pod addresses: one the registry knows ranks before
+// an unknown address in the pending queue (Admission::admit). The other listeners' sources
+// are this node's pods (15001) or any client outside the mesh (15006): all of one kind.
+session::SourceKind sourceKind(const session::Shared& shared, session::Listener listener,
+                               const common::IpAddress& source) {
+  if (listener != session::Listener::kHbone) return session::SourceKind::kUnknown;
+  return shared.workloads.current()->findByIp(source) != nullptr ? session::SourceKind::kWorkload
+                                                              : session::SourceKind::kUnknown;
+}
+
 asio::awaitable<void> acceptLoop(session::Worker& worker, tcp::acceptor& acceptor, session::Listener kind,
                                  Handler handler) {
   auto& shared = worker.shared();
@@ -97,16 +107,17 @@ asio::awaitable<void> acceptLoop(session::Worker& worker, tcp::acceptor& accepto
     // Over the descriptor cap a newcomer takes the place of a pending connection of a source
     // holding more of them (Admission::admit), within the slack; beyond it, refused.
     const int fd = socket.native_handle();
+    const auto source = session::toHostPort(peer).ip;
     if (fd >= shared.descriptor_cap + shared.descriptor_slack) {
       why = session::Refusal::kDescriptors;
       shared.admission.countRefusal(kind, why);
     } else {
-      admitted = shared.admission.admit(kind, session::toHostPort(peer).ip, why, fd >= shared.descriptor_cap);
+      admitted = shared.admission.admit(kind, source, why, fd >= shared.descriptor_cap, sourceKind(shared, kind, source));
     }
     if (!admitted) {
       if (throttle.refusals.allow(suppressed)) {
         FERRY_LOG(kWarn, "refused a connection from %s on the %s listener: %s (%d more since the last warning)",
-                  session::toHostPort(peer).ip.to_string(), session::listenerLabel(kind), session::refusalLabel(why),
+                  source.to_string(), session::listenerLabel(kind), session::refusalLabel(why),
                   suppressed);
       }
       net::abortSocket(socket);

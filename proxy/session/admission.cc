@@ -124,7 +124,8 @@ Admission::RateSlot* Admission::rateSlot(State& s, const std::array<uint8_t, 16>
   return &slot;
 }
 
-Admitted Admission::admit(Listener listener, const common::IpAddress& source, Refusal& why, bool over_descriptor_cap) {
+Admitted Admission::admit(Listener listener, const common::IpAddress& source, Refusal& why, bool over_descriptor_cap,
+                          SourceKind kind) {
   auto& s = state_[static_cast<size_t>(listener)];
   auto key = sourceKey(source);
   {
@@ -141,14 +142,14 @@ Admitted Admission::admit(Listener listener, const common::IpAddress& source, Re
       why = Refusal::kPendingPerSource;
     } else if (rate != nullptr && rate->tokens < 1) {
       why = Refusal::kRatePerSource;
-    } else if (over_descriptor_cap && (from_source > 0 || !evictOne(s, pending_from_source))) {
+    } else if (over_descriptor_cap && (from_source > 0 || !evictOne(s, pending_from_source, kind))) {
       // Only a source holding nothing here yet (a new client) may take an evicted one's
       // place over the cap: the flooding sources would otherwise fill the slack themselves,
       // their next sockets taking the descriptors the evicted ones gave back.
       why = Refusal::kDescriptors;
     } else if (s.connections >= l.max_connections) {
       why = Refusal::kConnections;
-    } else if (s.pending - s.evicting >= l.max_pending && !evictOne(s, pending_from_source)) {
+    } else if (s.pending - s.evicting >= l.max_pending && !evictOne(s, pending_from_source, kind)) {
       why = Refusal::kPending;
     } else {
       if (rate != nullptr) rate->tokens -= 1;
@@ -160,6 +161,7 @@ Admitted Admission::admit(Listener listener, const common::IpAddress& source, Re
       s.connections_gauge.store(s.connections, std::memory_order_relaxed);
       s.pending_gauge.store(s.pending, std::memory_order_relaxed);
       auto ticket = std::make_shared<AdmissionTicket>(*this, listener, key);
+      ticket->kind_ = kind;
       ticket->since_ = clock_();
       ticket->queue_pos_ = s.queue.insert(s.queue.end(), ticket.get());
       ticket->queued_ = true;
@@ -171,31 +173,44 @@ Admitted Admission::admit(Listener listener, const common::IpAddress& source, Re
 }
 
 // Under s.mu. The oldest pending ticket that may make room for a connection from a source
-// holding `newcomer_pending` pending ones: its connection can be ended (an evictor is set)
-// and its source holds more pending ones than the newcomer's; a source's only pending one
+// holding `newcomer_pending` pending ones: its connection can be ended (an evictor is set),
+// and it is an unknown address's while the newcomer is a workload, or, of the same kind,
+// its source holds more pending ones than the newcomer's; a source's only pending one then
 // keeps its place for kEvictAfter (a client's handshake in progress), one of a source
-// holding several does not. A bounded walk from the oldest.
-bool Admission::evictOne(State& s, uint32_t newcomer_pending) {
+// holding several does not. A workload's is never ended for an unknown address. A bounded
+// walk from the oldest.
+bool Admission::evictOne(State& s, uint32_t newcomer_pending, SourceKind newcomer) {
   constexpr int kMaxLooked = 64;
   auto now = clock_();
   int looked = 0;
+  // The first ticket of the newcomer's kind that may go, kept while the walk looks on for
+  // one of a lower kind, which goes first.
+  auto victim = s.queue.end();
   for (auto it = s.queue.begin(); it != s.queue.end() && looked < kMaxLooked; ++it, ++looked) {
     AdmissionTicket& t = **it;
-    if (!t.evict_) continue;
+    if (!t.evict_ || t.kind_ > newcomer) continue;
+    if (t.kind_ < newcomer) {
+      victim = it;
+      break;
+    }
+    if (victim != s.queue.end()) continue;
     auto src = s.sources.find(t.source_);
     if (src == s.sources.end() || src->second.pending <= newcomer_pending) continue;
     if (src->second.pending < 2 && now - t.since_ < kEvictAfter) continue;
-    s.queue.erase(it);
-    t.queued_ = false;
-    t.evicted_ = true;
-    ++s.evicting;
-    s.evicted.fetch_add(1, std::memory_order_relaxed);
-    auto evict = std::move(t.evict_);
-    t.evict_ = nullptr;
-    evict();  // posts the close to the connection's worker
-    return true;
+    victim = it;
+    if (newcomer == SourceKind::kUnknown) break;  // nothing ranks lower
   }
-  return false;
+  if (victim == s.queue.end()) return false;
+  AdmissionTicket& t = **victim;
+  s.queue.erase(victim);
+  t.queued_ = false;
+  t.evicted_ = true;
+  ++s.evicting;
+  s.evicted.fetch_add(1, std::memory_order_relaxed);
+  auto evict = std::move(t.evict_);
+  t.evict_ = nullptr;
+  evict();  // posts the close to the connection's worker
+  return true;
 }
 
 void Admission::setEvictor(AdmissionTicket& t, std::function<void()> evict) {
@@ -300,8 +315,9 @@ void Admission::collect(telemetry::Exposition& out) const {
     }
   }
   per_listener(out.counter("ferry_admission_evicted_total",
-                           "Pending connections ended to make room for a new one at max_pending_handshakes (held "
-                           "longest, by a source holding more pending ones than the newcomer's)"),
+                           "Pending connections ended to make room for a new one at max_pending_handshakes or the "
+                           "descriptor cap (an unknown address's for a mesh workload's; else held longest, by a "
+                           "source holding more pending ones than the newcomer's)"),
                [&](Listener l) { return evicted(l); });
   auto errors = out.counter("ferry_accept_errors_total",
                             "accept() failures (each followed by a short back-off), by listener and kind");

@@ -50,6 +50,12 @@ enum class Refusal {
 };
 const char* refusalLabel(Refusal r);
 
+// What the workload registry says of a connection's source address. On 15008 a legitimate
+// client is a mesh workload (tunnels are opened from the pod's own address), so a pending
+// handshake of an address the registry does not know yields to one of a workload: however
+// many addresses a flood comes from, a workload's new tunnel gets a pending place at once.
+enum class SourceKind { kUnknown, kWorkload };
+
 // accept() failures, by what they mean for the operator.
 enum class AcceptError { kDescriptors, kMemory, kOther, kCount };
 AcceptError classifyAcceptError(const boost::system::error_code& ec);
@@ -79,6 +85,7 @@ class AdmissionTicket {
   Admission& admission_;
   Listener listener_;
   std::array<uint8_t, 16> source_;
+  SourceKind kind_ = SourceKind::kUnknown;
   bool pending_ = true;
   // Under the listener's lock: in the pending queue (oldest first) until done, released or
   // evicted.
@@ -117,18 +124,21 @@ class Admission {
 
   // Admits a connection from `source` on `listener`, pending until the ticket's
   // handshakeDone(); null, counted, with `why` set, when a limit refuses it. At the
-  // listener's max_pending_handshakes, the oldest pending connection of a source holding
-  // more pending ones than this source does is ended to make room (counted as evicted); a
-  // source's only pending one is spared for kEvictAfter. Sources holding handshakes open
-  // cannot keep a new client out: at once when they hold several each, after kEvictAfter
-  // when each holds one (docs/security.md, "Admission limits").
+  // listener's max_pending_handshakes, a pending connection is ended to make room (counted
+  // as evicted), the oldest that may: of an unknown address when `kind` is a workload, at
+  // once; never a workload's for an unknown address; else of a source holding more pending
+  // ones than this source does, a source's only pending one being spared for kEvictAfter.
+  // Sources holding handshakes open cannot keep a new client out: a workload at once,
+  // whatever the flood's spread; another address at once when they hold several each,
+  // after kEvictAfter when each holds one (docs/security.md, "Admission limits").
   //
   // `over_descriptor_cap`: the accepted socket is numbered at or above the data plane's
   // descriptor cap. It is admitted only when its source holds no connection on the listener
   // yet (a new client) and the same rule ends one pending connection of a heavier source to
   // make room; else it is refused (descriptors). A few sources holding every descriptor
   // therefore cannot keep a new client out.
-  Admitted admit(Listener listener, const common::IpAddress& source, Refusal& why, bool over_descriptor_cap = false);
+  Admitted admit(Listener listener, const common::IpAddress& source, Refusal& why, bool over_descriptor_cap = false,
+                 SourceKind kind = SourceKind::kUnknown);
   static constexpr std::chrono::milliseconds kEvictAfter{500};
   // Counts a refusal decided by the caller (the descriptor cap).
   void countRefusal(Listener listener, Refusal why);
@@ -149,7 +159,7 @@ class Admission {
   void finishHandshake(AdmissionTicket& ticket);
   void setEvictor(AdmissionTicket& ticket, std::function<void()> evict);
   struct State;
-  bool evictOne(State& s, uint32_t newcomer_pending);
+  bool evictOne(State& s, uint32_t newcomer_pending, SourceKind newcomer);
   void unqueue(State& s, AdmissionTicket& ticket);
 
   struct PerSource {

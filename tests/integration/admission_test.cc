@@ -148,7 +148,14 @@ class FerrydProcess {
   bool ready_ = false;
 };
 
-// `n` connections to ip:port that never send a byte, from `sources` addresses 127.0.3.x.
+// The k-th address of a flood: 127.0.3.1 to 127.0.3.250, then 127.0.20.1 onwards (none of
+// them a lab pod's, 127.0.{1,2,4}.x).
+std::string floodAddress(size_t k) {
+  if (k < 250) return "127.0.3." + std::to_string(1 + k);
+  return "127.0." + std::to_string(20 + (k - 250) / 250) + "." + std::to_string(1 + (k - 250) % 250);
+}
+
+// `n` connections to ip:port that never send a byte, from `sources` flood addresses.
 // ferryd may refuse one so fast that its RST reaches the socket before connect() returns:
 // connect() then says ECONNRESET. Those are counted in `reset_at_connect` (when given) and
 // closed; any other failure fails the test.
@@ -157,7 +164,7 @@ std::vector<int> silentConnections(size_t n, size_t sources, const std::string& 
   std::vector<int> fds;
   size_t per_source = (n + sources - 1) / sources;
   for (size_t i = 0; i < n; ++i) {
-    int fd = connectFrom("127.0.3." + std::to_string(1 + i / per_source), ip, port);
+    int fd = connectFrom(floodAddress(i / per_source), ip, port);
     if (fd < 0 && errno == ECONNRESET) {
       if (reset_at_connect != nullptr) ++*reset_at_connect;
       continue;
@@ -348,6 +355,38 @@ TEST(AdmissionTest, ANewClientIsServedWhileTenSourcesHoldEveryPendingPlace) {
   EXPECT_LT(*served, kServedWithin * kSlack);
   EXPECT_GE(n2.metric("ferry_admission_evicted_total{listener=\"hbone\"}"), 1)
       << "a silent connection of a source holding many made room";
+  closeAll(silent);
+}
+
+TEST(AdmissionTest, AWorkloadIsServedWhileThousandsOfAddressesHoldOnePendingHandshakeEach) {
+  // Issue 34, "whatever the attacker's spread": 2,100 silent connections from 2,100
+  // addresses, one each, fill max_pending_handshakes (2,048) with handshakes that no
+  // per-source rule makes room from (a source's only one is spared 500 ms). Before, a new
+  // client was refused until the oldest had been held 500 ms, and under a flood that keeps
+  // its connections younger than that, for good. A mesh workload's tunnel now takes an
+  // unknown address's place at once.
+  LabFiles files;
+  Node n1(files, "n1");
+  FerrydProcess n2(files, "n2");
+  ASSERT_TRUE(n1.ok() && n2.ready());
+  AppServer app("127.0.2.10", kAppPort, AppServer::echo);
+  ASSERT_TRUE(timeToServe().has_value());  // warm: c1's tunnel
+  const std::string evicted = "ferry_admission_evicted_total{listener=\"hbone\"}";
+  const double evicted_before = std::max(0.0, n2.metric(evicted));
+  size_t reset_at_connect = 0;
+  auto silent = silentConnections(2100, 2100, "127.0.2.10", 15008, &reset_at_connect);
+  ASSERT_TRUE(waitFor([&] { return n2.metric("ferry_pending_handshakes{listener=\"hbone\"}") >= 2048; }));
+  // c2's tunnel is new: its handshake needs a pending place, and every one is held by an
+  // address alone at its source (the old rule made room once one had been held 500 ms;
+  // AdmissionEvictionTest.AWorkloadTakesAnUnknownAddresssPlaceAtOnceWhateverTheSpread shows
+  // the rule without the clock).
+  auto served = timeToServe("127.0.1.11");
+  ASSERT_TRUE(served.has_value()) << "a workload's new tunnel must get in";
+  std::printf("[ measure  ] new HBONE client served in %lld ms with every pending place held by 2,048 addresses, "
+              "one each\n",
+              static_cast<long long>(served->count()));
+  EXPECT_LT(*served, kServedWithin * kSlack);
+  EXPECT_GE(n2.metric(evicted) - evicted_before, 1) << "an unknown address's silent connection made room";
   closeAll(silent);
 }
 

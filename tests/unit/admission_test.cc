@@ -82,9 +82,9 @@ class AdmissionEvictionTest : public ::testing::Test {
     l.hbone = {/*max_connections=*/10, /*per_source=*/3, /*pending=*/3, /*pending_per_source=*/3};
     return l;
   }
-  Admitted admit(const char* source, bool evictable = true) {
+  Admitted admit(const char* source, bool evictable = true, SourceKind kind = SourceKind::kUnknown) {
     Refusal why{};
-    auto t = admission_.admit(Listener::kHbone, ip(source), why);
+    auto t = admission_.admit(Listener::kHbone, ip(source), why, /*over_descriptor_cap=*/false, kind);
     last_refusal_ = why;
     if (t && evictable) t->setEvictor([this, source] { evicted_.push_back(source); });
     return t;
@@ -151,6 +151,45 @@ TEST_F(AdmissionEvictionTest, DoneOrUnendableConnectionsAreNeverEvicted) {
   a3->handshakeDone();  // the eviction raced a finished handshake: counts stay right
   a3.reset();
   EXPECT_EQ(admission_.pending(Listener::kHbone), 3);  // a1, b1, the newcomer
+}
+
+// Issue 34: however many addresses a flood comes from (each holding one young pending
+// handshake, so that no rule above makes room), a mesh workload's new tunnel gets a place at
+// once; an unknown address never takes a workload's.
+TEST_F(AdmissionEvictionTest, AWorkloadTakesAnUnknownAddresssPlaceAtOnceWhateverTheSpread) {
+  auto a1 = admit("10.0.0.1");
+  auto b1 = admit("10.0.0.2");
+  auto c1 = admit("10.0.0.3");
+  // One each, all young: an unknown newcomer is refused, a workload is not.
+  EXPECT_EQ(admit("10.0.0.4"), nullptr);
+  auto w1 = admit("10.1.0.1", true, SourceKind::kWorkload);
+  ASSERT_NE(w1, nullptr);
+  EXPECT_EQ(evicted_, std::vector<std::string>{"10.0.0.1"}) << "the oldest unknown one";
+  auto w2 = admit("10.1.0.2", true, SourceKind::kWorkload);
+  ASSERT_NE(w2, nullptr);
+  EXPECT_EQ(evicted_, (std::vector<std::string>{"10.0.0.1", "10.0.0.2"}));
+  // Now old and alone at their sources: still never taken for an unknown address.
+  now_ += Admission::kEvictAfter * 10;
+  auto d1 = admit("10.0.0.4");
+  ASSERT_NE(d1, nullptr) << "c1, unknown and old, makes room";
+  EXPECT_EQ(evicted_, (std::vector<std::string>{"10.0.0.1", "10.0.0.2", "10.0.0.3"}));
+  EXPECT_EQ(admit("10.0.0.5"), nullptr) << "d1 is young, w1 and w2 are workloads'";
+  EXPECT_EQ(last_refusal_, Refusal::kPending);
+  // A workload takes an unknown address's place before another workload's, even a younger
+  // one: d1 goes, not w1 (past kEvictAfter).
+  auto w3 = admit("10.1.0.3", true, SourceKind::kWorkload);
+  ASSERT_NE(w3, nullptr);
+  EXPECT_EQ(evicted_.back(), "10.0.0.4");
+  // Between workloads the rules above hold: the old ones alone at their sources make room,
+  // the young ones are spared.
+  auto w4 = admit("10.1.0.4", true, SourceKind::kWorkload);
+  auto w5 = admit("10.1.0.5", true, SourceKind::kWorkload);
+  ASSERT_NE(w4, nullptr);
+  ASSERT_NE(w5, nullptr);
+  EXPECT_EQ(evicted_, (std::vector<std::string>{"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.1.0.1",
+                                                "10.1.0.2"}));
+  EXPECT_EQ(admit("10.1.0.6", true, SourceKind::kWorkload), nullptr) << "w3, w4 and w5 are young";
+  EXPECT_EQ(admission_.evicted(Listener::kHbone), 6u);
 }
 
 // max_new_connections_per_source_per_second: a source may open max(rate, per-source cap)
