@@ -58,7 +58,14 @@ fuzz: bootstrap
 test-tsan:
 	@$(MAKE) --no-print-directory test PRESET=tsan CTEST_ARGS="-L 'unit|integration|k8s-replay' $(CTEST_ARGS)"
 
-demo: build
+# The packages and the build write to DEMO_LOG, not to the screen: the screen shows the
+# story. A failure prints the log's end.
+DEMO_LOG ?= build/demo-setup.log
+demo:
+	@mkdir -p build
+	@echo "make demo: installing what is needed and building ferry (output in $(DEMO_LOG))"
+	@if ! $(MAKE) --no-print-directory build >$(DEMO_LOG) 2>&1; then \
+	  echo "make demo: the setup failed; the end of $(DEMO_LOG):" >&2; tail -n 40 $(DEMO_LOG) >&2; exit 1; fi
 	@scripts/demo.sh
 
 # netkit pods and peer-egress on a kernel the project builds and boots under qemu
