@@ -104,15 +104,17 @@ asio::awaitable<void> acceptLoop(session::Worker& worker, tcp::acceptor& accepto
       net::abortSocket(socket);  // gone already
       continue;
     }
-    // Over the descriptor cap a newcomer takes the place of a pending connection of a source
-    // holding more of them (Admission::admit), within the slack; beyond it, refused.
+    // At the descriptor cap a newcomer takes the place of a pending connection (Admission::
+    // admit), within the slack; beyond it, refused. The cap counts descriptors: a socket
+    // numbered below it while others are open above it may still be at it (descriptorUse).
     const int fd = socket.native_handle();
     const auto source = session::toHostPort(peer).ip;
     if (fd >= shared.descriptor_cap + shared.descriptor_slack) {
       why = session::Refusal::kDescriptors;
       shared.admission.countRefusal(kind, why);
     } else {
-      admitted = shared.admission.admit(kind, source, why, fd >= shared.descriptor_cap, sourceKind(shared, kind, source));
+      admitted = shared.admission.admit(kind, source, why, shared.admission.descriptorUse(fd, shared.descriptor_cap),
+                                        sourceKind(shared, kind, source));
     }
     if (!admitted) {
       if (throttle.refusals.allow(suppressed)) {

@@ -1,6 +1,8 @@
 #include "proxy/session/admission.h"
 
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -124,8 +126,9 @@ Admission::RateSlot* Admission::rateSlot(State& s, const std::array<uint8_t, 16>
   return &slot;
 }
 
-Admitted Admission::admit(Listener listener, const common::IpAddress& source, Refusal& why, bool over_descriptor_cap,
+Admitted Admission::admit(Listener listener, const common::IpAddress& source, Refusal& why, DescriptorUse descriptors,
                           SourceKind kind) {
+  const bool at_cap = descriptors != DescriptorUse::kWithinCap;
   auto& s = state_[static_cast<size_t>(listener)];
   auto key = sourceKey(source);
   {
@@ -142,10 +145,10 @@ Admitted Admission::admit(Listener listener, const common::IpAddress& source, Re
       why = Refusal::kPendingPerSource;
     } else if (rate != nullptr && rate->tokens < 1) {
       why = Refusal::kRatePerSource;
-    } else if (over_descriptor_cap && (from_source > 0 || !evictOne(s, pending_from_source, kind))) {
+    } else if (at_cap && (from_source > 0 || !evictOne(s, pending_from_source, kind))) {
       // Only a source holding nothing here yet (a new client) may take an evicted one's
-      // place over the cap: the flooding sources would otherwise fill the slack themselves,
-      // their next sockets taking the descriptors the evicted ones gave back.
+      // place at the cap: the flooding sources would otherwise fill the slack themselves,
+      // or take back the descriptors the evicted ones gave back (kAtCap).
       why = Refusal::kDescriptors;
     } else if (s.connections >= l.max_connections) {
       why = Refusal::kConnections;
@@ -162,6 +165,10 @@ Admitted Admission::admit(Listener listener, const common::IpAddress& source, Re
       s.pending_gauge.store(s.pending, std::memory_order_relaxed);
       auto ticket = std::make_shared<AdmissionTicket>(*this, listener, key);
       ticket->kind_ = kind;
+      if (descriptors == DescriptorUse::kInSlack) {
+        ticket->in_slack_ = true;
+        in_slack_.fetch_add(1, std::memory_order_relaxed);
+      }
       ticket->since_ = clock_();
       ticket->queue_pos_ = s.queue.insert(s.queue.end(), ticket.get());
       ticket->queued_ = true;
@@ -259,7 +266,29 @@ void Admission::release(AdmissionTicket& t) {
     if (s.connections > 0) --s.connections;
     s.connections_gauge.store(s.connections, std::memory_order_relaxed);
   }
+  if (t.in_slack_) in_slack_.fetch_sub(1, std::memory_order_relaxed);
   released_.fetch_add(1, std::memory_order_relaxed);
+}
+
+DescriptorUse Admission::descriptorUse(int fd, int cap) const {
+  if (fd >= cap) return DescriptorUse::kInSlack;
+  const int above = in_slack_.load(std::memory_order_relaxed);
+  if (above <= 0) return DescriptorUse::kWithinCap;
+  // The kernel gives the lowest free number: count the free ones above `fd` and below the
+  // cap by taking them (F_DUPFD), until there are as many as are open above the cap. A
+  // socket another worker accepts meanwhile is numbered higher than it would be; it is
+  // judged by the same rule, so at worst it is held to the cap a moment early.
+  std::vector<int> taken;
+  int free_below = 0;
+  for (int from = fd + 1; free_below < above; ++free_below) {
+    int dup = ::fcntl(fd, F_DUPFD_CLOEXEC, from);
+    if (dup < 0) break;
+    taken.push_back(dup);
+    if (dup >= cap) break;
+    from = dup + 1;
+  }
+  for (int dup : taken) ::close(dup);
+  return free_below >= above ? DescriptorUse::kWithinCap : DescriptorUse::kAtCap;
 }
 
 uint64_t Admission::evicted(Listener listener) const {

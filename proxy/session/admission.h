@@ -56,6 +56,19 @@ const char* refusalLabel(Refusal r);
 // many addresses a flood comes from, a workload's new tunnel gets a pending place at once.
 enum class SourceKind { kUnknown, kWorkload };
 
+// Where an accepted socket stands against the data plane's descriptor cap
+// (dataPlaneDescriptorCap), which counts descriptors, not their numbers.
+enum class DescriptorUse {
+  kWithinCap,
+  // Numbered below the cap but filling a hole while sockets admitted above it are still
+  // open: with it the data plane holds at least cap descriptors. Without this, each
+  // connection a newcomer evicted over the cap was replaced by the flood at once (its
+  // descriptor numbered below the cap), and the newcomers used up the slack.
+  kAtCap,
+  // Numbered at or above the cap: in the slack lent to new clients.
+  kInSlack,
+};
+
 // accept() failures, by what they mean for the operator.
 enum class AcceptError { kDescriptors, kMemory, kOther, kCount };
 AcceptError classifyAcceptError(const boost::system::error_code& ec);
@@ -86,6 +99,7 @@ class AdmissionTicket {
   Listener listener_;
   std::array<uint8_t, 16> source_;
   SourceKind kind_ = SourceKind::kUnknown;
+  bool in_slack_ = false;
   bool pending_ = true;
   // Under the listener's lock: in the pending queue (oldest first) until done, released or
   // evicted.
@@ -132,13 +146,18 @@ class Admission {
   // whatever the flood's spread; another address at once when they hold several each,
   // after kEvictAfter when each holds one (docs/security.md, "Admission limits").
   //
-  // `over_descriptor_cap`: the accepted socket is numbered at or above the data plane's
-  // descriptor cap. It is admitted only when its source holds no connection on the listener
-  // yet (a new client) and the same rule ends one pending connection of a heavier source to
-  // make room; else it is refused (descriptors). A few sources holding every descriptor
-  // therefore cannot keep a new client out.
-  Admitted admit(Listener listener, const common::IpAddress& source, Refusal& why, bool over_descriptor_cap = false,
-                 SourceKind kind = SourceKind::kUnknown);
+  // `descriptors` (descriptorUse): at the data plane's descriptor cap (kAtCap, kInSlack) a
+  // connection is admitted only when its source holds no connection on the listener yet (a
+  // new client) and the same rule ends one pending connection to make room; else it is
+  // refused (descriptors). A few sources holding every descriptor therefore cannot keep a
+  // new client out, and cannot take back the descriptors their evicted connections freed.
+  Admitted admit(Listener listener, const common::IpAddress& source, Refusal& why,
+                 DescriptorUse descriptors = DescriptorUse::kWithinCap, SourceKind kind = SourceKind::kUnknown);
+  // Where a data-plane socket numbered `fd` stands against `cap`: kInSlack at or above it;
+  // kAtCap below it when the holes between `fd` and the cap are fewer than the admitted
+  // connections still open above it (found with F_DUPFD, at most that many probes, and only
+  // while some are open); else kWithinCap.
+  DescriptorUse descriptorUse(int fd, int cap) const;
   static constexpr std::chrono::milliseconds kEvictAfter{500};
   // Counts a refusal decided by the caller (the descriptor cap).
   void countRefusal(Listener listener, Refusal why);
@@ -203,6 +222,8 @@ class Admission {
   Clock clock_;
   std::array<State, static_cast<size_t>(Listener::kCount)> state_;
   std::atomic<uint64_t> released_{0};
+  // Admitted connections open on descriptors numbered at or above the cap (kInSlack).
+  std::atomic<int> in_slack_{0};
 };
 
 // The data plane's share of the descriptor table: RLIMIT_NOFILE's soft limit minus

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +21,7 @@
 #include <fstream>
 #include <atomic>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -444,6 +446,124 @@ TEST(AdmissionTest, ANewClientIsServedWhileTenSourcesHoldEveryDescriptor) {
   EXPECT_GE(n2.metric("ferry_admission_evicted_total{listener=\"hbone\"}"), 1);
   EXPECT_EQ(httpGet("127.0.2.1", 15021, "/healthz/ready"), 200) << "the operator endpoints keep their reserve";
   closeAll(silent);
+}
+
+// Keeps `per_source` silent connections from each of `sources` flood addresses open to
+// 127.0.2.10:15008 until stopped: any that ferryd closes or refuses is opened again at once,
+// as a flood that means it would. Counts the connections it made.
+class RefillingFlood {
+ public:
+  RefillingFlood(size_t sources, size_t per_source) : thread_([this, sources, per_source] { run(sources, per_source); }) {}
+  ~RefillingFlood() {
+    stop_ = true;
+    thread_.join();
+  }
+  uint64_t connects() const { return connects_.load(); }
+  size_t held() const { return held_.load(); }
+
+ private:
+  void run(size_t sources, size_t per_source) {
+    std::vector<int> fds(sources * per_source, -1);
+    std::vector<pollfd> polls(fds.size());
+    while (!stop_) {
+      size_t held = 0;
+      for (size_t i = 0; i < fds.size() && !stop_; ++i) {
+        if (fds[i] < 0) {
+          fds[i] = connectFrom(floodAddress(i / per_source), "127.0.2.10", 15008);
+          connects_.fetch_add(1);
+        }
+        held += fds[i] >= 0 ? 1 : 0;
+        polls[i] = {fds[i], POLLIN, 0};
+      }
+      held_ = held;
+      ::poll(polls.data(), polls.size(), 5);
+      for (size_t i = 0; i < fds.size(); ++i) {
+        if (fds[i] >= 0 && polls[i].revents != 0) {  // reset or closed by ferryd: it never sends
+          ::close(fds[i]);
+          fds[i] = -1;
+        }
+      }
+    }
+    for (int fd : fds) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> connects_{0};
+  std::atomic<size_t> held_{0};
+  std::thread thread_;
+};
+
+TEST(AdmissionTest, NewClientsKeepBeingServedWhileTenSourcesRefillEveryDescriptor) {
+  // Issue 34, "whatever the attacker's spread ... while the flood is held": 1,024
+  // descriptors (the data plane's cap 768, a slack of 64 above it), ten sources keeping 150
+  // silent connections each, reopening every one ferryd closes. One after the other, 200
+  // new clients, each from an address of its own, complete their TLS handshake and stay
+  // connected (a peer's pooled tunnel). Before, each newcomer over the cap took a slack
+  // descriptor and the connection it evicted was replaced by the flood at once: after 64,
+  // every newcomer was refused until the flood's handshakes timed out.
+  LabFiles files;
+  FerrydProcess n2(files, "n2", "", 1024);
+  ASSERT_TRUE(n2.ready());
+  identity::DirCertSource certs(files.certDir(), "cluster.local");
+  identity::TlsContextCache cache(certs, "cluster.local");
+  auto ctx = cache.clientContext(identity::SpiffeId::forWorkload("cluster.local", "default", "client"));
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+
+  auto flood = std::make_unique<RefillingFlood>(10, 150);
+  ASSERT_TRUE(waitFor([&] { return n2.openDescriptors() >= 768; })) << n2.openDescriptors();
+  constexpr size_t kClients = 200;
+  std::vector<std::pair<int, SSL*>> clients;
+  std::vector<long long> took_ms;
+  size_t refused = 0;
+  for (size_t i = 0; i < kClients; ++i) {
+    auto start = Clock::now();
+    int fd = connectFrom("127.0." + std::to_string(6 + i / 200) + "." + std::to_string(1 + i % 200), "127.0.2.10",
+                         15008);
+    SSL* ssl = fd < 0 ? nullptr : SSL_new((*ctx)->native_handle());
+    if (ssl != nullptr) {
+      setRecvTimeout(fd, std::chrono::seconds(2));
+      SSL_set_fd(ssl, fd);
+    }
+    if (ssl == nullptr || SSL_connect(ssl) != 1) {
+      ++refused;
+      if (ssl != nullptr) SSL_free(ssl);
+      if (fd >= 0) ::close(fd);
+      continue;
+    }
+    took_ms.push_back(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count());
+    clients.emplace_back(fd, ssl);
+  }
+  std::sort(took_ms.begin(), took_ms.end());
+  const size_t open = n2.openDescriptors();
+  std::printf("[ measure  ] RLIMIT_NOFILE 1024, 10 sources refilling 1,500 silent connections (%llu connects): "
+              "%zu of %zu new clients served (max %lld ms, median %lld ms), %zu refused; %zu descriptors open, "
+              "%.0f evicted\n",
+              static_cast<unsigned long long>(flood->connects()), clients.size(), kClients,
+              took_ms.empty() ? -1 : took_ms.back(), took_ms.empty() ? -1 : took_ms[took_ms.size() / 2], refused, open,
+              n2.metric("ferry_admission_evicted_total{listener=\"hbone\"}"));
+  EXPECT_EQ(clients.size(), kClients) << "every new client must get in while the flood refills";
+  if (!took_ms.empty()) {
+    EXPECT_LT(took_ms.back(), (kServedWithin * kSlack).count());
+  }
+  EXPECT_LE(open, 768u + 64u + 8u) << "the descriptors above the slack stay free for the operator endpoints";
+  EXPECT_EQ(httpGet("127.0.2.1", 15021, "/healthz/ready"), 200);
+  // The flood gone, a client that already holds a connection opens another: the cap no
+  // longer holds it back.
+  flood.reset();
+  ASSERT_TRUE(waitFor([&] { return n2.metric("ferry_pending_handshakes{listener=\"hbone\"}") == 0; }));
+  int again = connectFrom("127.0.6.1", "127.0.2.10", 15008);
+  ASSERT_GE(again, 0);
+  setRecvTimeout(again, std::chrono::seconds(2));
+  SSL* again_ssl = SSL_new((*ctx)->native_handle());
+  SSL_set_fd(again_ssl, again);
+  EXPECT_EQ(SSL_connect(again_ssl), 1) << "a second connection from a served client, after the flood";
+  SSL_free(again_ssl);
+  ::close(again);
+  for (auto& [fd, ssl] : clients) {
+    SSL_free(ssl);
+    ::close(fd);
+  }
 }
 
 TEST(AdmissionTest, ReadinessMetricsAndAdminAnswerWhileTheDataPlaneIsAtItsDescriptorCap) {

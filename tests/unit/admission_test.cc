@@ -2,7 +2,9 @@
 // back, and that a finished handshake frees only the pending place.
 #include "proxy/session/admission.h"
 
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <string>
 #include <vector>
@@ -84,7 +86,7 @@ class AdmissionEvictionTest : public ::testing::Test {
   }
   Admitted admit(const char* source, bool evictable = true, SourceKind kind = SourceKind::kUnknown) {
     Refusal why{};
-    auto t = admission_.admit(Listener::kHbone, ip(source), why, /*over_descriptor_cap=*/false, kind);
+    auto t = admission_.admit(Listener::kHbone, ip(source), why, DescriptorUse::kWithinCap, kind);
     last_refusal_ = why;
     if (t && evictable) t->setEvictor([this, source] { evicted_.push_back(source); });
     return t;
@@ -195,6 +197,64 @@ TEST_F(AdmissionEvictionTest, AWorkloadTakesAnUnknownAddresssPlaceAtOnceWhatever
 // max_new_connections_per_source_per_second: a source may open max(rate, per-source cap)
 // at once, then `rate` a second, whether or not it keeps them; another source is not
 // slowed; closing does not give tokens back.
+TEST(AdmissionLimitsTest, TheDescriptorCapCountsDescriptorsNotTheirNumbers) {
+  // A stretch of the table of our own: 600 to 607 taken, `cap` at 608 (the numbers above
+  // are free, and those below are not looked at).
+  int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(null, 0);
+  std::vector<int> fds;
+  for (int i = 0; i < 8; ++i) fds.push_back(::fcntl(null, F_DUPFD_CLOEXEC, 600));
+  ::close(null);
+  const int first = fds.front();
+  const int cap = first + 8;
+  ASSERT_EQ(fds.back(), cap - 1);
+  Admission admission(config::Limits{});
+  EXPECT_EQ(admission.descriptorUse(cap, cap), DescriptorUse::kInSlack);
+  EXPECT_EQ(admission.descriptorUse(cap - 1, cap), DescriptorUse::kWithinCap) << "nothing is open above the cap";
+
+  // A source flooding with pending connections, each of which can be ended.
+  Refusal why{};
+  int ended = 0;
+  std::vector<Admitted> flood;
+  for (int i = 0; i < 3; ++i) {
+    flood.push_back(admission.admit(Listener::kHbone, ip("10.0.0.1"), why));
+    ASSERT_NE(flood.back(), nullptr);
+    flood.back()->setEvictor([&] { ++ended; });
+  }
+  // A new client admitted above the cap (its connection in the slack) ends one of them.
+  auto newcomer = admission.admit(Listener::kHbone, ip("10.0.0.9"), why, DescriptorUse::kInSlack);
+  ASSERT_NE(newcomer, nullptr);
+  EXPECT_EQ(ended, 1);
+  // A socket accepted into the hole it left (fds[3]), no other hole below the cap: with it
+  // the data plane holds cap descriptors.
+  const int hole = fds[3];
+  EXPECT_EQ(admission.descriptorUse(hole, cap), DescriptorUse::kAtCap);
+  // Another hole: a socket in one of the two leaves the data plane within its cap.
+  const int hole2 = fds[5];
+  ::close(hole2);
+  fds[5] = -1;
+  EXPECT_EQ(admission.descriptorUse(hole, cap), DescriptorUse::kWithinCap);
+  EXPECT_EQ(::fcntl(hole2, F_GETFD), -1) << "the probe gave back what it took";
+
+  // At the cap the flooding source cannot take back the hole; another new client can, by
+  // ending one more of the flood's.
+  EXPECT_EQ(admission.admit(Listener::kHbone, ip("10.0.0.1"), why, DescriptorUse::kAtCap), nullptr);
+  EXPECT_EQ(why, Refusal::kDescriptors);
+  EXPECT_NE(admission.admit(Listener::kHbone, ip("10.0.0.2"), why, DescriptorUse::kAtCap), nullptr);
+  EXPECT_EQ(ended, 2);
+
+  // One hole again while the newcomer is open above the cap: at it. Once it closes, the
+  // hole is within the cap.
+  fds[5] = ::fcntl(first, F_DUPFD_CLOEXEC, hole2);
+  ASSERT_EQ(fds[5], hole2);
+  EXPECT_EQ(admission.descriptorUse(hole, cap), DescriptorUse::kAtCap);
+  newcomer.reset();
+  EXPECT_EQ(admission.descriptorUse(hole, cap), DescriptorUse::kWithinCap);
+  for (int fd : fds) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
 TEST(AdmissionLimitsTest, NewConnectionsPerSourceAreRateLimited) {
   std::chrono::steady_clock::time_point now{};
   config::Limits limits;
