@@ -160,25 +160,26 @@ size_t Worker::abortLive() {
 }
 
 void Worker::addTunnel(const std::shared_ptr<hbone::H2Connection>& tunnel) {
-  // Closed ones are swept when the list has doubled since the last sweep: amortised O(1).
-  if (tunnels_.size() >= 2 * tunnels_pruned_at_ + 16) {
-    std::erase_if(tunnels_, [](const auto& t) { return t.expired(); });
-    tunnels_pruned_at_ = tunnels_.size();
-  }
-  tunnels_.push_back(tunnel);
+  if (tunnel->dead()) return;  // closed already: its close handler has run
+  tunnels_.emplace(tunnel.get(), tunnel);
   if (tunnels_noticed_) tunnel->noticeShutdown();
+}
+
+void Worker::removeTunnel(const hbone::H2Connection* tunnel) {
+  tunnels_.erase(tunnel);
+  if (tunnels_.empty()) tunnels_ = {};  // the table's memory too, after a flood of them
 }
 
 size_t Worker::noticeShutdownToTunnels() {
   tunnels_noticed_ = true;
-  size_t n = 0;
-  for (const auto& weak : tunnels_) {
-    if (auto t = weak.lock()) {
-      t->noticeShutdown();
-      ++n;
-    }
+  // A notice may close a tunnel, whose close handler leaves the list: walk a copy.
+  std::vector<std::shared_ptr<hbone::H2Connection>> open;
+  open.reserve(tunnels_.size());
+  for (const auto& [key, weak] : tunnels_) {
+    if (auto t = weak.lock()) open.push_back(std::move(t));
   }
-  return n;
+  for (auto& t : open) t->noticeShutdown();
+  return open.size();
 }
 
 std::vector<ConnectionInfo> Worker::connections(size_t limit, size_t& total) const {

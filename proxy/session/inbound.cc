@@ -350,7 +350,8 @@ awaitable<void> handshakeAndServe(Worker& worker, Tcp::socket socket, LoadUnit l
   // The handshake's unit and admission stay with the tunnel for as long as it is open.
   conn->setCloseHandler([load = std::make_shared<LoadUnit>(std::move(load)), admitted = std::move(admitted),
                          client, stats = &shared.stats, penalties = &shared.reset_penalties, peer = info->peer_id,
-                         rate = cfg.hbone.max_pending_connects](hbone::H2Connection& c) mutable {
+                         rate = cfg.hbone.max_pending_connects, w = &worker](hbone::H2Connection& c) mutable {
+    w->removeTunnel(&c);
     load->reset();
     admitted.reset();
     // One line per connection that ended in a connection error (never rate-limited: it is

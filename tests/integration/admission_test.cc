@@ -724,12 +724,13 @@ TEST(AdmissionTest, MemoryComesBackAfter5000IdleProxiedConnectionsClose) {
 
 // Established HBONE connections that go silent (TLS done with a valid certificate, the
 // HTTP/2 preface sent, then nothing; ferryd's PINGs unanswered) are closed by
-// pool.ping_timeout: 1,000 of them from four addresses, three times. What stays is what the
-// first wave left, and it does not grow with each wave. What the first leaves is measured,
-// not asserted: about 2.5-3.5 MB (+16-19 % of a 15.7 MB baseline) of heap pages that free
-// chunks share with a few small live ones (malloc_stats: in-use bytes +70 KB, so nothing
-// per connection is kept), whatever glibc's mmap threshold or arena count.
-TEST(AdmissionTest, IdleTunnelsClosedByThePingTimeoutLeaveNoMemoryThatGrowsWithEachWave) {
+// pool.ping_timeout: 1,000 of them from four addresses, three times; after each wave RSS is
+// back within 10 % of the baseline. Before, each wave left +17-45 %: every closed tunnel's
+// shared_ptr control block (32 bytes) stayed in the worker's list of tunnels until a lazy
+// sweep, ~1,000 of them spread over the heap, each pinning a page of free memory that
+// malloc_trim could not give back (found by walking the heap: 975 live 32-byte chunks on 863
+// pages above the baseline's heap end; heaptrack named H2Connection::create).
+TEST(AdmissionTest, IdleTunnelsClosedByThePingTimeoutGiveTheirMemoryBack) {
   LabFiles files;
   FerrydProcess n2(files, "n2", "pool:\n  ping_interval: 500ms\n  ping_timeout: 2s\n");
   ASSERT_TRUE(n2.ready());
@@ -799,8 +800,9 @@ TEST(AdmissionTest, IdleTunnelsClosedByThePingTimeoutLeaveNoMemoryThatGrowsWithE
                 wave, kTunnels, base, during, after.back(), 100.0 * (after.back() - base) / base);
   }
   if (kAllocatorGivesMemoryBack) {
-    EXPECT_LE(after[2], after[0] * 110 / 100) << "a wave must not leave more behind than the first did";
-    EXPECT_LE(after[0], base * 130 / 100) << "the first wave leaves at most the pages measured above";
+    for (size_t i = 0; i < after.size(); ++i) {
+      EXPECT_LE(after[i], base * 110 / 100) << "wave " << i + 1 << ": RSS must come back within 10 % of its baseline";
+    }
   }
 }
 
