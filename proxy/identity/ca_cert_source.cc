@@ -214,6 +214,11 @@ uint64_t CaCertSource::authorityGeneration() {
   return authority_->generation;
 }
 
+system_clock::time_point CaCertSource::authorityNotAfter() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return authority_->not_after;
+}
+
 size_t CaCertSource::cachedCount() {
   std::lock_guard<std::mutex> lock(mu_);
   return entries_.size();

@@ -109,6 +109,8 @@ class CaCertSource : public CertSource {
 
   // Bumped by every accepted setAuthority / setAuthorityAndBundle (0 for the first CA).
   uint64_t authorityGeneration();
+  // When the issuing CA, or a certificate of its chain, expires: no SVID is issued after.
+  std::chrono::system_clock::time_point authorityNotAfter();
   // SVIDs held for identities now.
   size_t cachedCount();
   // The SVIDs held now (for the admin endpoint's /certs): never issues. An identity whose

@@ -209,4 +209,32 @@ absl::Status verifyChain(X509* leaf, const std::vector<X509*>& untrusted_certs,
   return absl::OkStatus();
 }
 
+namespace {
+void keepEarliest(std::optional<std::chrono::system_clock::time_point>& slot, std::chrono::system_clock::time_point t) {
+  if (!slot || t < *slot) slot = t;
+}
+}  // namespace
+
+void CertificateExpiry::addSvid(const Svid& svid) {
+  keepEarliest(workload, svid.not_after);
+  for (const auto& cert : svid.intermediates) addIssuer(asn1TimeToTimePoint(X509_get0_notAfter(cert.get())));
+}
+
+void CertificateExpiry::addIssuer(std::chrono::system_clock::time_point not_after) { keepEarliest(issuer, not_after); }
+
+void CertificateExpiry::addRoots(const TrustBundle& bundle) {
+  for (const auto& cert : bundle.roots) keepEarliest(root, asn1TimeToTimePoint(X509_get0_notAfter(cert.get())));
+}
+
+std::vector<std::pair<const char*, double>> CertificateExpiry::samples() const {
+  std::vector<std::pair<const char*, double>> out;
+  auto add = [&](const char* kind, const std::optional<std::chrono::system_clock::time_point>& t) {
+    if (t) out.emplace_back(kind, std::chrono::duration<double>(t->time_since_epoch()).count());
+  };
+  add("workload", workload);
+  add("issuer", issuer);
+  add("root", root);
+  return out;
+}
+
 }  // namespace ferry::identity

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -26,6 +27,24 @@ struct Svid {
 struct TrustBundle {
   std::string trust_domain;
   std::vector<X509Ptr> roots;
+};
+
+// The earliest notAfter of each kind of certificate a daemon holds, for the metric
+// ferry_certificate_expiry_timestamp_seconds{kind} (docs/operations.md) and the alerts
+// built on it. A kind the daemon holds none of is absent, not zero.
+struct CertificateExpiry {
+  static constexpr const char* kMetric = "ferry_certificate_expiry_timestamp_seconds";
+  static constexpr const char* kHelp =
+      "Earliest notAfter (Unix seconds) of the certificates held, by kind: workload (SVID leaves), issuer (the CAs "
+      "that sign them), root (the trust bundle)";
+  std::optional<std::chrono::system_clock::time_point> workload, issuer, root;
+
+  // The leaf as workload, its intermediates as issuer.
+  void addSvid(const Svid& svid);
+  void addIssuer(std::chrono::system_clock::time_point not_after);
+  void addRoots(const TrustBundle& bundle);
+  // (kind label, Unix seconds) of each kind present.
+  std::vector<std::pair<const char*, double>> samples() const;
 };
 
 // Why a peer certificate was refused: one label per rule, so that the metric

@@ -264,6 +264,15 @@ int main(int argc, char** argv) {
                 static_cast<double>(serving.issued()));
   }));
   registrations.push_back(registry.add([&client](telemetry::Exposition& out) { (*client)->collect(out); }));
+  // When the CA stops signing (its certificate or chain expires) and when the roots do: the
+  // chart's alerts warn ahead of both (docs/operations.md, "Alerts").
+  registrations.push_back(registry.add([&ca](telemetry::Exposition& out) {
+    identity::CertificateExpiry expiry;
+    if (auto source = ca.current()) expiry.addIssuer(source->authorityNotAfter());
+    if (auto bundle = ca.bundle(); bundle.ok()) expiry.addRoots(**bundle);
+    auto family = out.gauge(identity::CertificateExpiry::kMetric, identity::CertificateExpiry::kHelp);
+    for (const auto& [kind, at] : expiry.samples()) family.add(at, {{"kind", kind}});
+  }));
   // The trust bundle ConfigMap ferryd mounts, kept by ferry-ca (docs/ferry-ca.md).
   std::unique_ptr<ca::BundlePublisher> bundle;
   if (!f.bundle_config_map.empty()) {

@@ -985,6 +985,33 @@ void Server::finishDrain() {
   control_.stop();
 }
 
+std::vector<std::shared_ptr<const identity::Svid>> Server::heldSvids(
+    std::vector<std::pair<std::string, std::string>>* errors) {
+  if (ca_source_ != nullptr) {
+    auto ca = ca_source_->current();
+    return ca ? ca->held() : std::vector<std::shared_ptr<const identity::Svid>>{};
+  }
+  if (cluster_ca_ != nullptr) {
+    // ferry-ca: what it signed, and why each identity still waiting has nothing yet.
+    if (errors != nullptr) *errors = cluster_ca_->pending();
+    return cluster_ca_->held();
+  }
+  // Files: each local workload's identity, as the data plane would load it.
+  std::vector<std::shared_ptr<const identity::Svid>> held;
+  absl::flat_hash_set<std::string> seen;
+  for (const auto& w : workloads_.current()->local()) {
+    auto id = identity::SpiffeId::forWorkload(config_.trust_domain, w->namespace_name.str(), w->service_account.str());
+    if (!seen.insert(id.str()).second) continue;
+    auto svid = certs_->svid(id);
+    if (svid.ok()) {
+      held.push_back(*svid);
+    } else if (errors != nullptr) {
+      errors->emplace_back(id.str(), std::string(svid.status().message()));
+    }
+  }
+  return held;
+}
+
 void Server::collectIdentityMetrics(telemetry::Exposition& out) {
   bool identity_ready = ca_source_ != nullptr    ? ca_source_->status().ok()
                         : cluster_ca_ != nullptr ? cluster_ca_->status().ok()
@@ -994,6 +1021,14 @@ void Server::collectIdentityMetrics(telemetry::Exposition& out) {
   auto bundle = certs_->bundle();
   out.gauge("ferry_trust_bundle_roots", "Roots in the trust bundle in use (2 while a root rotates)",
             bundle.ok() ? static_cast<double>((*bundle)->roots.size()) : 0);
+  identity::CertificateExpiry expiry;
+  for (const auto& svid : heldSvids()) expiry.addSvid(*svid);
+  if (ca_source_ != nullptr) {
+    if (auto ca = ca_source_->current()) expiry.addIssuer(ca->authorityNotAfter());
+  }
+  if (bundle.ok()) expiry.addRoots(**bundle);
+  auto expiries = out.gauge(identity::CertificateExpiry::kMetric, identity::CertificateExpiry::kHelp);
+  for (const auto& [kind, at] : expiry.samples()) expiries.add(at, {{"kind", kind}});
   if (cluster_ca_ != nullptr) cluster_ca_->collect(out);
   if (ca_source_ == nullptr) return;
   auto ca = ca_source_->current();

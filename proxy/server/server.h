@@ -128,6 +128,11 @@ class Server {
   // Drops certificates and TLS contexts of identities no local workload has any more.
   void forgetUnusedIdentities();
   void collectIdentityMetrics(telemetry::Exposition& out);
+  // The SVIDs this node holds now, whatever the identity source: the built-in CA's and
+  // ferry-ca's cached ones; with files, each local workload's identity as the data plane
+  // would load it. `errors` (when given): identities that have none yet, and why.
+  std::vector<std::shared_ptr<const identity::Svid>> heldSvids(
+      std::vector<std::pair<std::string, std::string>>* errors = nullptr);
   void registerMetrics();
   void armSignals();
   // The admin endpoint's pages (server_admin.cc; docs/operations.md, "Endpoints").

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <iterator>
 #include <mutex>
-#include <set>
 
 #include <boost/asio/post.hpp>
 #include <unistd.h>
@@ -320,33 +319,12 @@ void Server::routeAdmin() {
       out["bundle_error"] = std::string(bundle.status().message());
     }
     out["roots"] = std::move(roots);
-    std::vector<std::shared_ptr<const identity::Svid>> held;
     std::vector<std::pair<std::string, std::string>> errors;  // identity, why
+    auto held = heldSvids(&errors);
     if (ca_source_ != nullptr) {
-      if (auto ca = ca_source_->current()) {
-        held = ca->held();
-        out["ca_generation"] = ca->authorityGeneration();
-      }
-    } else if (cluster_ca_ != nullptr) {
-      // ferry-ca: what it signed, and why each identity still waiting has nothing yet.
-      held = cluster_ca_->held();
-      errors = cluster_ca_->pending();
-      std::sort(errors.begin(), errors.end());
-    } else {
-      // Files: each local workload's identity, as the data plane would load it.
-      std::set<std::string> seen;
-      for (const auto& w : workloads_.current()->local()) {
-        auto id = identity::SpiffeId::forWorkload(config_.trust_domain, w->namespace_name.str(),
-                                                  w->service_account.str());
-        if (!seen.insert(id.str()).second) continue;
-        auto svid = certs_->svid(id);
-        if (svid.ok()) {
-          held.push_back(*svid);
-        } else {
-          errors.emplace_back(id.str(), std::string(svid.status().message()));
-        }
-      }
+      if (auto ca = ca_source_->current()) out["ca_generation"] = ca->authorityGeneration();
     }
+    std::sort(errors.begin(), errors.end());
     std::sort(held.begin(), held.end(), [](const auto& a, const auto& b) { return a->id.str() < b->id.str(); });
     json::array certs;
     for (const auto& svid : held) {

@@ -144,6 +144,46 @@ TEST_F(IdentityRotationTest, CertificateOfAWorkloadThatLeftIsForgotten) {
   EXPECT_EQ(n1_->metric("ferry_certificates_issued_total"), 2) << "c1's certificate was kept, not re-issued";
 }
 
+// ferry_certificate_expiry_timestamp_seconds{kind}: what the chart's expiry alerts read
+// (docs/operations.md, "Alerts"). It names the issuing intermediate's notAfter, follows a new
+// one, the roots', and the earliest workload SVID's.
+TEST_F(IdentityRotationTest, TheExpiryMetricNamesWhenEachKindOfCertificateRunsOut) {
+  removeLeafFiles();
+  CertificateAuthority root = loadLabRoot(files_);
+  std::optional<CertificateAuthority> inter;
+  writeIntermediate(files_, root, "n1", &inter);
+  writeIntermediate(files_, root, "n2");
+  n1_ = std::make_unique<Node>(files_, "n1", caIdentity(files_, "n1"));
+  n2_ = std::make_unique<Node>(files_, "n2", caIdentity(files_, "n2"));
+  ASSERT_TRUE(n1_->ok() && n2_->ok());
+  auto unix = [](const X509* cert) {
+    return static_cast<double>(std::chrono::duration_cast<std::chrono::seconds>(
+                                   identity::asn1TimeToTimePoint(X509_get0_notAfter(cert)).time_since_epoch())
+                                   .count());
+  };
+  const std::string workload = "ferry_certificate_expiry_timestamp_seconds{kind=\"workload\"}";
+  const std::string issuer = "ferry_certificate_expiry_timestamp_seconds{kind=\"issuer\"}";
+  const std::string roots = "ferry_certificate_expiry_timestamp_seconds{kind=\"root\"}";
+  EXPECT_EQ(n1_->metric(issuer), unix(inter->cert()));
+  EXPECT_EQ(n1_->metric(roots), unix(root.cert()));
+
+  AppServer app("127.0.2.10", kAppPort, AppServer::echo);
+  ASSERT_TRUE(echoOnce("127.0.1.10", "127.0.2.10", "from c1"));
+  // Leaves live 2 s and are re-issued at half life: the earliest ends within 2 s of now.
+  const double now = static_cast<double>(
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  double leaf = n1_->metric(workload);
+  EXPECT_GE(leaf, now - 1);
+  EXPECT_LE(leaf, now + 3);
+
+  // A new intermediate that ends sooner: the metric follows it once it is in use.
+  auto shorter = root.issueIntermediate(std::chrono::minutes(30));
+  ASSERT_TRUE(shorter.ok()) << shorter.status();
+  ASSERT_TRUE(shorter->writePem(caCertPath(files_, "n1"), caKeyPath(files_, "n1")).ok());
+  EXPECT_TRUE(waitFor([&] { return n1_->metric(issuer) == unix(shorter->cert()); })) << n1_->metric(issuer);
+  EXPECT_LT(n1_->metric(issuer), unix(inter->cert()));
+}
+
 // Leaves live 2 s (refreshed after 1 s) and every new tunnel handshakes with the current
 // certificate; pooled tunnels idle for 200 ms are released, so the paced short connections
 // keep making new handshakes. The root rotates in three file writes, each step waited for

@@ -239,6 +239,14 @@ kq -n "$RNS" create secret generic ferry-ca --from-file=ca.pem="$TMP/signer2/ca.
 for p in $(ca_pods); do
   check "ferry-ca $p took the new signing certificate" wait_for 180 "$p's reload" bash -c "[ \"\$(curl -sf --max-time 5 http://$(pod_ip "$RNS" "$p"):15014/metrics | awk '\$1 == \"ferry_ca_authority_generation\" {print \$2}')\" -ge 1 ]"
 done
+# The expiry the chart's FerryIssuingCaExpiresSoon alert reads: the new intermediate's.
+signer2_end=$(date -d "$(openssl x509 -in "$TMP/signer2/ca.pem" -noout -enddate | cut -d= -f2)" +%s)
+for p in $(ca_pods); do
+  issuer_end=$(curl -sf --max-time 5 "http://$(pod_ip "$RNS" "$p"):15014/metrics" |
+    awk '$1 == "ferry_certificate_expiry_timestamp_seconds{kind=\"issuer\"}" {printf "%d", $2}' || true)
+  check "ferry-ca $p reports its signing certificate's expiry ($issuer_end, notAfter $signer2_end)" \
+    test "$issuer_end" = "$signer2_end"
+done
 check "ferry-ca updated the bundle ConfigMap to the Secret's two roots" wait_for 30 "the ConfigMap's update" \
   bash -c "kubectl -n $RNS get configmap ferry-ca-bundle -o jsonpath='{.data.bundle\\.pem}' | cmp -s - '$TMP/bundle2.pem'"
 new_issuer=$(openssl x509 -in "$TMP/signer2/ca.pem" -noout -serial | cut -d= -f2)
