@@ -15,6 +15,10 @@
 #   chart_offline.sh security-negative CASE   the schema check / the security check
 #   chart_offline.sh broken-chart CASE        a copy of the chart broken on purpose must fail
 #                                             lint or render
+#   chart_offline.sh alerts                   the PrometheusRule of the production values:
+#                                             promtool check rules, then promtool test rules
+#                                             with alerts/ferry_alerts_test.yaml (each alert
+#                                             fires on trouble, stays silent otherwise)
 # Tools: scripts/k8s-tools/install.sh (run by scripts/bootstrap.sh); no network here.
 set -euo pipefail
 
@@ -200,6 +204,19 @@ case "${1:-}" in
     expect_failure "an object with $2" "$expected" \
       python3 "$here/chart_checks.py" recheck "$work/broken.json" "$chart" "$base_values" "${vf:--}"
     ;;
+  alerts)
+    render "$chart" production >/dev/null
+    python3 - "$work/production.json" "$work/rules.yaml" <<'PY'
+import json, sys, yaml
+rules = [d["object"]["spec"] for d in json.load(open(sys.argv[1])) if d["object"]["kind"] == "PrometheusRule"]
+if len(rules) != 1:
+    sys.exit(f"expected one PrometheusRule in the production render, found {len(rules)}")
+yaml.safe_dump(rules[0], open(sys.argv[2], "w"), sort_keys=False)
+PY
+    cp "$here/alerts/ferry_alerts_test.yaml" "$work/"
+    promtool check rules "$work/rules.yaml"
+    (cd "$work" && promtool test rules ferry_alerts_test.yaml)
+    ;;
   broken-chart)
     copy="$work/chart/ferry"
     mkdir -p "$work/chart"
@@ -211,7 +228,7 @@ case "${1:-}" in
       env FERRY_CHART_DIR="$copy" bash -c 'bash "$0" lint && bash "$0" render default && bash "$0" render cluster-ca' "$0"
     ;;
   *)
-    sed -n '2,16p' "$0" >&2
+    sed -n '2,20p' "$0" >&2
     exit 2
     ;;
 esac
