@@ -945,17 +945,28 @@ case_istio_metrics() {
   # the workload is the server (inbound panels) or the client (outbound panels), each reporter.
   local dash=$ROOT/charts/ferry/dashboards/ferry-workloads.json expr w answered
   assert "the shipped Grafana dashboard is JSON with queries" jq -e '[.. | .expr? // empty] | length > 0' "$dash"
+  local by label rows
   while IFS= read -r expr; do
-    answered=
+    answered= rows='[]'
     for w in "$dst" "$src"; do
       for rep in destination source; do
         q=$(dashboard_query "$expr" "$ns" "$w" "$rep")
         v=$(prom_query "$q") || die_case "Prometheus refused the dashboard query: $q"
         jqt "$v" '.status == "success"' >/dev/null || die_case "dashboard query failed: $q: $v"
-        jqt "$v" '(.data.result | length) > 0' >/dev/null && answered="$w/$rep"
+        if jqt "$v" '(.data.result | length) > 0' >/dev/null; then
+          answered="$w/$rep"
+          rows=$(jq -c --argjson r "$rows" '$r + [.data.result[].metric]' <<<"$v")
+        fi
       done
     done
     assert "dashboard query answers with data${answered:+ (workload/reporter $answered)}: ${expr:0:100}" test -n "$answered"
+    # A panel splits only on labels that tell rows apart: none is "-" in every row (one
+    # split on response_flags, which ferry always sets to "-").
+    by=$(sed -n 's/.*) by (\([^)]*\)).*/\1/p' <<<"$expr")
+    for label in ${by//,/ }; do
+      assert "... its split label $label is not \"-\" in every row" \
+        jqt "$rows" "[.[] | .$label] | any(. != \"-\" and . != null)"
+    done
   done < <(jq -r '[.. | .expr? // empty] | .[]' "$dash")
 }
 # dashboard_query EXPR NAMESPACE WORKLOAD REPORTER: a Grafana query with its variables set.
