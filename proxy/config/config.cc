@@ -625,10 +625,11 @@ class ConfigParser {
 
   absl::Status parseTelemetry(const std::optional<YamlField>& field) {
     if (!field) return absl::OkStatus();
-    auto map = reader_.map(*field, {"cluster_id", "cluster_domain"});
+    auto map = reader_.map(*field, {"cluster_id", "cluster_domain", "series_expiry"});
     if (!map.ok()) return map.status();
     if (auto s = optionalString(*map, "cluster_id", config_.telemetry.cluster_id); !s.ok()) return s;
-    return optionalString(*map, "cluster_domain", config_.telemetry.cluster_domain);
+    if (auto s = optionalString(*map, "cluster_domain", config_.telemetry.cluster_domain); !s.ok()) return s;
+    return optionalDuration(*map, "series_expiry", config_.telemetry.series_expiry);
   }
 
   absl::Status parseIdentity(const std::optional<YamlField>& field) {

@@ -241,6 +241,9 @@ struct Identity {
 struct Telemetry {
   std::string cluster_id = "Kubernetes";         // source_cluster, destination_cluster (Istio's default)
   std::string cluster_domain = "cluster.local";  // destination_service: <name>.<namespace>.svc.<domain>
+  // An Istio series whose pair of workloads has had no open connection and no new byte for
+  // this long is dropped (Deployment churn would grow them until restart).
+  Millis series_expiry{std::chrono::minutes(10)};
   friend bool operator==(const Telemetry&, const Telemetry&) = default;
 };
 

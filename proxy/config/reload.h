@@ -56,6 +56,7 @@ enum class Reload {
   X("access_log", kLive, access_log)                                           \
   X("telemetry.cluster_id", kRestart, telemetry.cluster_id)                    \
   X("telemetry.cluster_domain", kRestart, telemetry.cluster_domain)            \
+  X("telemetry.series_expiry", kRestart, telemetry.series_expiry)              \
   X("transparent", kRestart, transparent)                                      \
   X("original_destination", kRestart, original_destination)                    \
   X("hbone_port", kRestart, hbone_port)                                        \

@@ -616,6 +616,7 @@ void Server::scheduleMemoryTrim() {
   trim_timer_.expires_after(kTrimCheckInterval);
   trim_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec) return;
+    sweepIstioSeries();
     maybeTrimMemory();
     scheduleMemoryTrim();
   });
@@ -627,6 +628,23 @@ void Server::scheduleMemoryTrim() {
 // (madvise), which is what brings RSS back to its baseline after 2,000 silent connections
 // or 5,000 closed proxied ones (docs/security.md, Memory: M_ARENA_MAX alone did not).
 // It runs once a burst of closes is over, so a steady stream of connections is not taxed.
+// Each worker drops its Istio series that have been idle for telemetry.series_expiry; swept
+// every half of it (at most every 30 s), so a series goes between one and one and a half
+// expiries after its last connection closed.
+void Server::sweepIstioSeries() {
+  if (!istio_) return;
+  const auto now = std::chrono::steady_clock::now();
+  const auto every = std::min<std::chrono::steady_clock::duration>(config_.telemetry.series_expiry / 2,
+                                                                  std::chrono::seconds(30));
+  if (now - last_series_sweep_ < every) return;
+  last_series_sweep_ = now;
+  for (auto& w : workers_) {
+    asio::post(w->io(), [this, w = w.get(), now] {
+      istio_series_dropped_.fetch_add(istio_->sweep(w->index(), now), std::memory_order_relaxed);
+    });
+  }
+}
+
 void Server::maybeTrimMemory() {
   // Tickets (listener connections), proxied connections and pooled HBONE tunnels: a
   // tunnel's TLS and HTTP/2 state is the largest single thing a close frees.
@@ -1069,7 +1087,13 @@ void Server::registerMetrics() {
   };
   add([this](telemetry::Exposition& out) { stats_.collect(out); });
   add([this](telemetry::Exposition& out) {
-    if (istio_) istio_->collect(out);
+    if (!istio_) return;
+    istio_->collect(out);
+    out.gauge("ferry_istio_series", "Istio TCP metric series held (a pair on two workers counts twice)",
+              static_cast<double>(istio_->size()));
+    out.counter("ferry_istio_series_dropped_total",
+                "Istio TCP metric series dropped after telemetry.series_expiry without a connection or a byte",
+                static_cast<double>(istio_series_dropped_.load(std::memory_order_relaxed)));
   });
   add([this](telemetry::Exposition& out) { admission_.collect(out); });
   add([this](telemetry::Exposition& out) {

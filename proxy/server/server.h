@@ -274,6 +274,10 @@ class Server {
   uint64_t closes_at_trim_ = 0;
   uint64_t closes_at_check_ = 0;
   std::chrono::steady_clock::time_point last_trim_;
+  // Istio series of idle pairs dropped (telemetry.series_expiry): when the workers last swept.
+  std::chrono::steady_clock::time_point last_series_sweep_;
+  std::atomic<uint64_t> istio_series_dropped_{0};
+  void sweepIstioSeries();
   std::atomic<uint64_t> memory_trims_{0};
   std::chrono::steady_clock::time_point drain_deadline_;
   bool drain_aborted_ = false;  // the deadline passed and live connections were reset

@@ -226,7 +226,10 @@ json::object configJson(const config::Config& c) {
         {"default_worst_case", c.memory_budget.default_worst_case},
         {"receive_buffer", c.memory_budget.receive_buffer},
         {"lowered", c.memory_budget.lowered}}},
-      {"telemetry", {{"cluster_id", c.telemetry.cluster_id}, {"cluster_domain", c.telemetry.cluster_domain}}},
+      {"telemetry",
+       {{"cluster_id", c.telemetry.cluster_id},
+        {"cluster_domain", c.telemetry.cluster_domain},
+        {"series_expiry", ms(c.telemetry.series_expiry)}}},
   };
 }
 

@@ -83,14 +83,42 @@ IstioMetrics::IstioMetrics(size_t workers, const config::Config& config)
 TrafficSeries& IstioMetrics::series(size_t worker, TrafficKey key) {
   Shard& shard = *shards_[worker];
   auto it = shard.by_key.find(key);
-  if (it != shard.by_key.end()) return *it->second;
-  TrafficSeries* made;
+  if (it != shard.by_key.end()) return it->second->series;
+  std::list<Entry>::iterator made;
   {
     std::lock_guard lock(shard.mu);
-    made = &shard.entries.emplace_back(key).series;
+    shard.entries.emplace_back(key);
+    made = std::prev(shard.entries.end());
   }
   shard.by_key.emplace(std::move(key), made);
-  return *made;
+  return made->series;
+}
+
+size_t IstioMetrics::sweep(size_t worker, std::chrono::steady_clock::time_point now) {
+  Shard& shard = *shards_[worker];
+  size_t dropped = 0;
+  for (auto it = shard.entries.begin(); it != shard.entries.end();) {
+    auto& s = it->series;
+    const uint64_t opened = s.opened.load(std::memory_order_relaxed);
+    const uint64_t closed = s.closed.load(std::memory_order_relaxed);
+    const uint64_t sum = opened + closed + s.request_bytes.load(std::memory_order_relaxed) +
+                         s.response_bytes.load(std::memory_order_relaxed);
+    if (sum != it->seen || opened != closed) {
+      it->seen = sum;
+      it->still_since = now;
+      ++it;
+      continue;
+    }
+    if (now - it->still_since < telemetry_.series_expiry) {
+      ++it;
+      continue;
+    }
+    shard.by_key.erase(*it->key);
+    std::lock_guard lock(shard.mu);
+    it = shard.entries.erase(it);
+    ++dropped;
+  }
+  return dropped;
 }
 
 size_t IstioMetrics::size() const {
@@ -103,13 +131,16 @@ size_t IstioMetrics::size() const {
 }
 
 void IstioMetrics::collect(telemetry::Exposition& out) const {
-  // Sum each key over the workers. Entries are never removed, so the key pointers stay valid
-  // after each shard's lock is let go; the counters are atomics.
+  // Sum each key over the workers. A sweep may drop an entry once its shard's lock is let
+  // go: the keys are held here, shared; the counters are atomics.
   absl::flat_hash_map<const TrafficKey*, Sums, KeyPtrHash, KeyPtrEq> sums;
+  std::vector<std::shared_ptr<const TrafficKey>> held;
   for (const auto& shard : shards_) {
     std::lock_guard lock(shard->mu);
     for (const Entry& e : shard->entries) {
-      Sums& s = sums[&e.key];
+      auto [slot, made] = sums.try_emplace(e.key.get());
+      if (made) held.push_back(e.key);
+      Sums& s = slot->second;
       s.opened += e.series.opened.load(std::memory_order_relaxed);
       s.closed += e.series.closed.load(std::memory_order_relaxed);
       s.request_bytes += e.series.request_bytes.load(std::memory_order_relaxed);

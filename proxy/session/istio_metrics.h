@@ -7,12 +7,14 @@
 //
 // Hot path: a connection finds its series once (TrafficKey -> TrafficSeries in its worker's
 // own map, no lock) and then bumps relaxed atomics. Only the first connection of a key on a
-// worker takes that worker's shard lock, to publish the new series to scrapes. Series stay
-// until ferryd restarts (their counters are final once a workload is gone); the bound is the
-// pairs of workloads that actually talked through this node.
+// worker takes that worker's shard lock, to publish the new series to scrapes. A series
+// that has had no open connection and no new byte for telemetry.series_expiry is dropped
+// (sweep), so Deployment churn does not grow them until restart; the bound is the pairs of
+// workloads that talked through this node within that time.
 #include <atomic>
 #include <cstdint>
-#include <deque>
+#include <chrono>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -81,8 +83,14 @@ class IstioMetrics {
   IstioMetrics& operator=(const IstioMetrics&) = delete;
 
   // On worker `worker`'s thread only: the series of `key` there, made on first sight. It
-  // lives as long as this object.
+  // lives while a connection counts in it (opened, not yet closed), and until sweep() finds
+  // it unchanged for the expiry.
   TrafficSeries& series(size_t worker, TrafficKey key);
+  // On worker `worker`'s thread only (a connection bumps `opened` in the same step as it
+  // finds its series, and writes nothing after `closed`): drops that worker's series with
+  // no open connection whose counters have not moved since a sweep at least the expiry ago.
+  // Returns how many.
+  size_t sweep(size_t worker, std::chrono::steady_clock::time_point now);
 
   // Any thread (a scrape): the four families, each key once (summed over workers).
   void collect(telemetry::Exposition& out) const;
@@ -91,14 +99,18 @@ class IstioMetrics {
 
  private:
   struct Entry {
-    explicit Entry(TrafficKey k) : key(std::move(k)) {}
-    TrafficKey key;
+    explicit Entry(TrafficKey k) : key(std::make_shared<const TrafficKey>(std::move(k))) {}
+    // Shared with a scrape that is still naming the series after the lock is let go.
+    std::shared_ptr<const TrafficKey> key;
     TrafficSeries series;
+    // The worker's own (sweep): the counters' sum at the sweep that last saw them move.
+    uint64_t seen = 0;
+    std::chrono::steady_clock::time_point still_since{};
   };
   struct Shard {
-    absl::flat_hash_map<TrafficKey, TrafficSeries*> by_key;  // the worker's own: no lock
-    mutable std::mutex mu;                                   // entries: the worker appends, scrapes read
-    std::deque<Entry> entries;                               // stable addresses
+    absl::flat_hash_map<TrafficKey, std::list<Entry>::iterator> by_key;  // the worker's own: no lock
+    mutable std::mutex mu;  // entries: the worker adds and removes, scrapes read
+    std::list<Entry> entries;
   };
   std::vector<std::unique_ptr<Shard>> shards_;
   std::string trust_domain_;

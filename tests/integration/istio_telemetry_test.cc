@@ -114,6 +114,33 @@ TEST_F(IstioMetricsTest, BytesOfAnOpenConnectionShowBeforeItCloses) {
   ::close(fd);
 }
 
+// telemetry.series_expiry: a pair's series goes once it has been idle that long, on both
+// reporters, and comes back from zero when the pair talks again.
+TEST(IstioSeriesExpiryTest, AnIdlePairsSeriesIsDroppedAndComesBackFromZero) {
+  LabFiles files;
+  Node n1(files, "n1", "telemetry: {series_expiry: 1s}\n");
+  Node n2(files, "n2", "telemetry: {series_expiry: 1s}\n");
+  ASSERT_TRUE(n1.ok() && n2.ok());
+  AppServer app("127.0.2.10", kAppPort, answerAfterRequest);
+  ASSERT_TRUE(exchange("127.0.1.10", "127.0.2.10"));
+  const std::vector<std::string> pair = {"source_workload=\"c1\"", "destination_workload=\"s1\""};
+  for (Node* node : {&n1, &n2}) {
+    EXPECT_TRUE(waitFor([&] { return sumOf(*node, "istio_tcp_connections_closed_total", pair) == 1; }));
+    EXPECT_GE(node->metric("ferry_istio_series"), 1);
+  }
+  // Swept every half second: gone between 1 and 1.5 s after the close.
+  for (Node* node : {&n1, &n2}) {
+    EXPECT_TRUE(waitFor([&] { return node->metric("ferry_istio_series") == 0; }, std::chrono::seconds(5)))
+        << node->metric("ferry_istio_series");
+    EXPECT_EQ(sumOf(*node, "istio_tcp_connections_opened_total", pair), 0) << "the series is not exposed";
+    EXPECT_GE(node->metric("ferry_istio_series_dropped_total"), 1);
+  }
+  ASSERT_TRUE(exchange("127.0.1.10", "127.0.2.10"));
+  EXPECT_TRUE(waitFor([&] { return sumOf(n2, "istio_tcp_connections_closed_total", pair) == 1; }))
+      << "counted from zero again";
+  EXPECT_EQ(sumOf(n2, "istio_tcp_received_bytes_total", pair), kRequest);
+}
+
 // The exposition served on /metrics, after traffic, passes promtool's parser and linter.
 TEST_F(IstioMetricsTest, ExpositionPassesPromtoolCheckMetrics) {
   if (!std::filesystem::exists("/usr/bin/promtool")) GTEST_SKIP() << "promtool not installed (Debian: prometheus)";

@@ -45,7 +45,7 @@ constexpr char kEveryKey[] =
     "workers: 3\n"
     "log_level: debug\n"
     "access_log: {enabled: false, format: json, sample_success: 0.5, failures_per_second: 7, failures_burst: 9}\n"
-    "telemetry: {cluster_id: east, cluster_domain: example.local}\n"
+    "telemetry: {cluster_id: east, cluster_domain: example.local, series_expiry: 1h}\n"
     "transparent: false\n"
     "original_destination: proxy_protocol\n"
     "hbone_port: 16008\n"

@@ -121,6 +121,40 @@ TEST_F(IstioMetricsTest, OneKeyOnTwoWorkersIsOneSeriesWithTheSum) {
   EXPECT_EQ(metrics_.size(), 2u);
 }
 
+TEST_F(IstioMetricsTest, ASeriesIdleForTheExpiryIsDroppedAndOneInUseNeverIs) {
+  // telemetry.series_expiry is 10 min by default: Deployment churn must not grow the series
+  // until restart, and a pair with a connection open keeps its series however quiet.
+  using std::chrono::minutes;
+  const auto t0 = std::chrono::steady_clock::time_point{} + std::chrono::hours(1);
+  auto old_version = workload("client-1", "fy-a", "client", {"client", "client-app", "v1"});
+  auto new_version = workload("client-9", "fy-a", "client", {"client", "client-app", "v2"});
+  auto& gone = metrics_.series(0, TrafficKey(Reporter::kSource, true).from(&old_version).to(&server_));
+  gone.opened += 1;
+  gone.closed += 1;
+  auto& open = metrics_.series(0, TrafficKey(Reporter::kSource, true).from(&new_version).to(&server_));
+  open.opened += 1;  // still open
+  EXPECT_EQ(metrics_.sweep(0, t0), 0u);
+  EXPECT_EQ(metrics_.sweep(0, t0 + minutes(9)), 0u) << "idle for less than the expiry";
+  EXPECT_EQ(metrics_.sweep(0, t0 + minutes(10)), 1u);
+  EXPECT_EQ(metrics_.size(), 1u);
+  auto opened = lines(text(), "istio_tcp_connections_opened_total");
+  ASSERT_EQ(opened.size(), 1u);
+  EXPECT_TRUE(absl::StrContains(opened[0], "source_version=\"v2\"")) << opened[0];
+
+  // Bytes keep a series: it must be unchanged for the whole expiry.
+  open.closed += 1;
+  EXPECT_EQ(metrics_.sweep(0, t0 + minutes(11)), 0u);
+  open.response_bytes += 7;
+  EXPECT_EQ(metrics_.sweep(0, t0 + minutes(21)), 0u) << "its counters moved since the last sweep";
+  EXPECT_EQ(metrics_.sweep(0, t0 + minutes(30)), 0u);
+  EXPECT_EQ(metrics_.sweep(0, t0 + minutes(31)), 1u);
+  EXPECT_EQ(metrics_.size(), 0u);
+  // The pair talks again: a new series from zero (Prometheus reads it as a counter reset).
+  auto& again = metrics_.series(0, TrafficKey(Reporter::kSource, true).from(&new_version).to(&server_));
+  EXPECT_EQ(again.opened.load(), 0u);
+  EXPECT_EQ(metrics_.size(), 1u);
+}
+
 TEST_F(IstioMetricsTest, PodsOfOneWorkloadShareTheirSeries) {
   auto other_pod = workload("client-2", "fy-a", "client", {"client", "client-app", "v1"});
   auto& a = metrics_.series(0, TrafficKey(Reporter::kSource, false).from(&client_).to(&server_));
