@@ -3,7 +3,9 @@
 // long-lived connections echo and new ones keep coming; a successor that fails after taking
 // the listeners leaves the running ferryd serving.
 #include <signal.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -258,6 +260,81 @@ TEST_F(HandoverTest, ASuccessorThatDiesAfterTakingTheListenersLeavesTheRunningOn
   auto next = start("n2", "gen1");
   EXPECT_TRUE(servesAfter("n2", *next)) << next->log() << n2->log();
   EXPECT_EQ(n2->waitExit(std::chrono::seconds(20)), 0) << n2->log();
+}
+
+// Version skew on a node (docs/operations.md, "Before an upgrade"): a ferryd that speaks
+// another handover protocol version gets nothing, from either side. A successor's hello of
+// version 2 is refused and the running ferryd goes on serving; a new ferryd offered the
+// sockets in version 2 exits 1 without binding anything.
+TEST_F(HandoverTest, AnotherHandoverProtocolVersionIsRefusedAndNothingIsDropped) {
+  namespace ho = server::handover;
+  auto unixSocket = [](const std::string& path, bool listen) {
+    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
+    int rc = listen ? ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) | ::listen(fd, 1)
+                    : ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    EXPECT_EQ(rc, 0) << path << ": " << std::strerror(errno);
+    return fd;
+  };
+  auto soon = [] { return std::chrono::steady_clock::now() + std::chrono::seconds(5); };
+
+  // 1. The running side is the older one: a version-2 "ferryd" asks n2 for its sockets.
+  AppServer app(kServerPod, kAppPort, AppServer::echo);
+  auto n1 = start("n1", "gen0");
+  auto n2 = start("n2", "gen0");
+  ASSERT_TRUE(bothNodesReady()) << n1->log() << n2->log();
+  {
+    int link = unixSocket(files_.dir() + "/n2-handover.sock", false);
+    ho::Message hello;
+    hello.type = ho::Message::Type::kHello;
+    hello.version = 2;
+    hello.pid = ::getpid();
+    hello.name = "fy-handover-v2";
+    ASSERT_TRUE(ho::sendMessage(link, hello, soon()).ok());
+    ho::FrameReader reader;
+    auto offer = ho::receiveMessage(link, reader, soon());
+    EXPECT_FALSE(offer.ok()) << "no sockets for another protocol version";
+    ::close(link);
+  }
+  EXPECT_TRUE(waitFor([&] { return n2->log().find("handover protocol version 2 (this ferryd speaks 1)") !=
+                                   std::string::npos; }))
+      << n2->log();
+  EXPECT_EQ(servingPid("n2"), n2->pid());
+  EXPECT_EQ(metricOf("n2", "ferry_handovers_total{result=\"given\"}"), 0);
+  int fd = connectOutbound(kClientPod, kServerPod, kAppPort);
+  ASSERT_GE(fd, 0);
+  setRecvTimeout(fd, std::chrono::seconds(10));
+  char back[3];
+  EXPECT_TRUE(sendAll(fd, "abc", 3) && recvExact(fd, back, 3)) << "n2 still serves";
+  ::close(fd);
+
+  // 2. The new side is the older one: a version-2 "ferryd" runs on the node's handover
+  // socket and offers its sockets in version 2.
+  const std::string path = files_.dir() + "/fy-v2-handover.sock";
+  int listener = unixSocket(path, true);
+  std::thread old_side([&] {
+    pollfd p{listener, POLLIN, 0};
+    if (::poll(&p, 1, 20000) != 1) return;
+    int link = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    ho::FrameReader reader;
+    if (ho::receiveMessage(link, reader, soon()).ok()) {
+      ho::Message offer;
+      offer.type = ho::Message::Type::kOffer;
+      offer.version = 2;
+      offer.pid = ::getpid();
+      ho::sendMessage(link, offer, soon()).IgnoreError();
+    }
+    ::close(link);
+  });
+  FerrydProcess next(FERRYD_BINARY, files_, "n2",
+                     "handover: {socket: " + path + ", readiness_file: " + readinessFile("n2", "v2") + "}\n", "v2");
+  EXPECT_EQ(next.waitExit(std::chrono::seconds(20)), 1) << next.log();
+  old_side.join();
+  ::close(listener);
+  EXPECT_NE(next.log().find("handover protocol version 2 (this ferryd speaks 1)"), std::string::npos) << next.log();
+  EXPECT_EQ(servingPid("n2"), n2->pid()) << "the new one bound nothing";
 }
 
 // A successor accepts nothing before it is ready: here its CA is missing (identity.source ca),
