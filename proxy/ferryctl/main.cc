@@ -30,6 +30,7 @@
 #include "proxy/ferryctl/admin_client.h"
 #include "proxy/ferryctl/admin_render.h"
 #include "proxy/ferryctl/policy_render.h"
+#include "proxy/ferryctl/remote.h"
 #include "proxy/identity/ca.h"
 #include "proxy/identity/dir_cert_source.h"
 #include "proxy/identity/svid.h"
@@ -83,7 +84,10 @@ constexpr char kUsage[] =
     "probe reads ferryd's handover.readiness_file (a Kubernetes exec probe: it answers for the ferryd\n"
     "of its own container): 0 when the file is fresh and says ready (--live: fresh whatever it says).\n"
     "Every command but ca, link and probe asks ferryd's admin endpoint: --admin, else $FERRY_ADMIN, else\n"
-    "127.0.0.1:15000 (policy check: on the node that runs the destination workload). -o json prints\n"
+    "127.0.0.1:15000 (policy check: on the node that runs the destination workload). With --node NAME\n"
+    "or --pod NAMESPACE/NAME (the node that runs it) it asks that node's ferryd from anywhere instead,\n"
+    "through the API server of --kubeconfig FILE ($KUBECONFIG, ~/.kube/config): it runs in the node's\n"
+    "ferryd pod (--ferry-namespace, default ferry-system) as kubectl exec would. -o json prints\n"
     "ferryd's JSON answer as it is. Exit status: 0 done (policy check: allowed), 1 error (ferryd's\n"
     "error answer, or one ferryctl cannot read), 2 usage, 3 policy check: denied, 4 ferryd not\n"
     "running or not reachable at the admin address.\n";
@@ -482,6 +486,15 @@ int policyCheck(const std::vector<std::string>& argv) {
 
 int run(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
+  // --node / --pod: the same command, asked of that node's ferryd through the API server.
+  auto remote = takeRemoteFlags(args);
+  if (!remote.ok()) return usage(remote.status().message());
+  if (remote->has_value()) {
+    if (args.empty() || args[0] == "ca" || args[0] == "link" || args[0] == "probe") {
+      return usage("--node and --pod go with the commands that ask ferryd (status, workloads, certs, ...)");
+    }
+    return runRemote(**remote, args);
+  }
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::fputs(kUsage, args.empty() ? stderr : stdout);
     return args.empty() ? kExitUsage : kExitOk;

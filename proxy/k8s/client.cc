@@ -20,7 +20,10 @@
 #include <boost/json/stream_parser.hpp>
 #include <boost/json/value.hpp>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "proxy/common/file.h"
 #include "proxy/common/log.h"
@@ -116,12 +119,6 @@ class TokenSource {
   Stamp stamp_;
 };
 
-absl::StatusOr<std::string> pemOrFile(const std::string& pem, const std::string& file, std::string_view what) {
-  if (!pem.empty() || file.empty()) return pem;
-  auto text = common::readFile(file);
-  if (!text.ok()) return absl::NotFoundError(absl::StrCat("cannot read the ", common::toAbsl(what), ": ", text.status().message()));
-  return text;
-}
 
 }  // namespace
 
@@ -721,29 +718,7 @@ absl::StatusOr<std::unique_ptr<ApiClient>> ApiClient::create(asio::io_context& i
   impl->options = std::move(options);
   impl->clock = clock ? std::move(clock) : steadyClock(io);
 
-  SSL_CTX* ctx = impl->tls.native_handle();
-  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
-  impl->tls.set_verify_mode(asio::ssl::verify_peer);
-  error_code ec;
-  auto ca = pemOrFile(access.ca_pem, access.ca_file, "API server CA");
-  if (!ca.ok()) return ca.status();
-  if (ca->empty()) {
-    // A kubeconfig without a CA trusts the system store, as kubectl does.
-    impl->tls.set_default_verify_paths(ec);
-  } else {
-    impl->tls.add_certificate_authority(asio::buffer(*ca), ec);
-  }
-  if (ec) return absl::InvalidArgumentError(absl::StrCat("k8s: the API server CA: ", ec.message()));
-  auto cert = pemOrFile(access.client_cert_pem, access.client_cert_file, "client certificate");
-  if (!cert.ok()) return cert.status();
-  auto key = pemOrFile(access.client_key_pem, access.client_key_file, "client key");
-  if (!key.ok()) return key.status();
-  if (cert->empty() != key->empty()) return absl::InvalidArgumentError("k8s: a client certificate needs its key");
-  if (!cert->empty()) {
-    impl->tls.use_certificate_chain(asio::buffer(*cert), ec);
-    if (!ec) impl->tls.use_private_key(asio::buffer(*key), asio::ssl::context::pem, ec);
-    if (ec) return absl::InvalidArgumentError(absl::StrCat("k8s: the client certificate or key: ", ec.message()));
-  }
+  if (auto st = configureTls(impl->tls, access); !st.ok()) return st;
   if (auto st = impl->token.init(access.token, access.token_file); !st.ok()) return st;
   return std::unique_ptr<ApiClient>(new ApiClient(std::move(impl)));
 }

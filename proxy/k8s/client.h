@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "proxy/common/histogram.h"
 #include "proxy/k8s/objects.h"
+#include "proxy/k8s/session.h"
 
 namespace boost::asio {
 class io_context;
@@ -30,21 +31,6 @@ namespace ferry::k8s {
 
 using Millis = std::chrono::milliseconds;
 using TimePoint = std::chrono::steady_clock::time_point;
-
-// Where the API server is and how ferryd proves who it is. Both sources fill it: the
-// in-cluster service account (inClusterAccess) and a kubeconfig's current context
-// (config::Kubeconfig, mapped field by field by the caller). `*_pem` wins over `*_file`.
-struct ClusterAccess {
-  std::string server;  // https://host[:port]; host is the name (or IP) the certificate must carry
-  std::string ca_file;
-  std::string ca_pem;
-  std::string client_cert_file;  // client-certificate (mutual TLS), optional
-  std::string client_cert_pem;
-  std::string client_key_file;
-  std::string client_key_pem;
-  std::string token;       // a static bearer token
-  std::string token_file;  // a bearer token re-read when the file changes and after a 401
-};
 
 // KUBERNETES_SERVICE_HOST / _PORT and the projected service-account token and CA under
 // `sa_dir`. `getenv` is a seam for tests.
@@ -162,12 +148,6 @@ class Informer {
   virtual const ResourceMetrics& metrics() const = 0;
 };
 
-// An answer of ApiClient::call.
-struct ApiAnswer {
-  int status = 0;
-  std::string body;     // the JSON text answered (a Status object for an error)
-  std::string message;  // an error's Status message, "" on 2xx
-};
 
 // One API server connection setup shared by the informers made from it. All of it runs on
 // `io` (ferryd's control thread); none of it is thread-safe except the metrics.

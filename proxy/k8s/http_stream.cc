@@ -16,6 +16,8 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
+#include <boost/beast/websocket/ssl.hpp>
+#include <boost/beast/websocket/stream.hpp>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -25,6 +27,7 @@ namespace ferry::k8s::internal {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
+namespace websocket = beast::websocket;
 using boost::system::error_code;
 using tcp = asio::ip::tcp;
 
@@ -95,7 +98,7 @@ HttpStream::HttpStream(asio::io_context& io, asio::ssl::context& tls, const Serv
 
 HttpStream::~HttpStream() = default;
 
-asio::awaitable<error_code> HttpStream::open(const Request& request, std::chrono::milliseconds timeout) {
+asio::awaitable<error_code> HttpStream::connect(std::chrono::milliseconds timeout) {
   Impl& s = *impl_;
   auto& tcp_layer = beast::get_lowest_layer(s.stream);
   tcp_layer.expires_after(timeout);
@@ -117,15 +120,76 @@ asio::awaitable<error_code> HttpStream::open(const Request& request, std::chrono
     SSL_set1_host(ssl, s.server.host.c_str());
   }
   auto [herr] = co_await s.stream.async_handshake(asio::ssl::stream_base::client, kTuple);
-  if (herr) co_return herr;
+  co_return herr;
+}
+
+std::string HttpStream::hostHeader() const {
+  const ServerAddress& a = impl_->server;
+  return a.host_is_ip && a.host.find(':') != std::string::npos ? absl::StrCat("[", a.host, "]:", a.port)
+                                                               : absl::StrCat(a.host, ":", a.port);
+}
+
+asio::awaitable<HttpStream::Channels> HttpStream::channels(const Request& request, std::chrono::milliseconds timeout) {
+  Impl& s = *impl_;
+  Channels out;
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  if ((out.ec = co_await connect(timeout))) co_return out;
+  websocket::stream<beast::ssl_stream<beast::tcp_stream>&> ws(s.stream);
+  // The WebSocket's own timers from here (beast's rule: not both).
+  beast::get_lowest_layer(s.stream).expires_never();
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+  websocket::stream_base::timeout limits{left, left, false};
+  ws.set_option(limits);
+  ws.set_option(websocket::stream_base::decorator([&request](websocket::request_type& req) {
+    req.set(http::field::user_agent, request.user_agent);
+    req.set(http::field::sec_websocket_protocol, "v4.channel.k8s.io");
+    if (!request.bearer.empty()) req.set(http::field::authorization, absl::StrCat("Bearer ", request.bearer));
+  }));
+  websocket::response_type response;
+  auto [werr] = co_await ws.async_handshake(response, hostHeader(), request.target, kTuple);
+  if (werr) {
+    if (werr == websocket::error::upgrade_declined) out.refused_status = response.result_int();
+    out.ec = werr;
+    co_return out;
+  }
+  beast::flat_buffer buffer;
+  for (;;) {
+    auto [rerr, n] = co_await ws.async_read(buffer, kTuple);
+    // The server sends the status (channel 3) last and closes: once it is here, how the
+    // connection ends (a close frame, or a reset before beast could answer it) says nothing.
+    if (rerr == websocket::error::closed || (rerr && !out.status.empty())) break;
+    if (rerr) {
+      out.ec = rerr;
+      co_return out;
+    }
+    std::string_view message(static_cast<const char*>(buffer.data().data()), buffer.size());
+    if (!message.empty()) {
+      std::string_view bytes = message.substr(1);
+      switch (message[0]) {
+        case 1: out.out.append(bytes); break;
+        case 2: out.err.append(bytes); break;
+        case 3: out.status.append(bytes); break;
+        default: break;  // stdin (0) never comes back; resize (4) is ours to send
+      }
+    }
+    buffer.consume(buffer.size());
+    if (std::chrono::steady_clock::now() > until) {
+      out.ec = beast::error::timeout;
+      co_return out;
+    }
+  }
+  co_return out;
+}
+
+asio::awaitable<error_code> HttpStream::open(const Request& request, std::chrono::milliseconds timeout) {
+  Impl& s = *impl_;
+  if (auto err = co_await connect(timeout)) co_return err;
   http::verb verb = http::string_to_verb(request.method);
   if (verb != http::verb::get && verb != http::verb::post && verb != http::verb::put) {
     co_return make_error_code(boost::system::errc::invalid_argument);
   }
   http::request<http::string_body> req{verb, request.target, 11};
-  req.set(http::field::host, s.server.host_is_ip && s.server.host.find(':') != std::string::npos
-                                 ? absl::StrCat("[", s.server.host, "]:", s.server.port)
-                                 : absl::StrCat(s.server.host, ":", s.server.port));
+  req.set(http::field::host, hostHeader());
   req.set(http::field::user_agent, request.user_agent);
   req.set(http::field::accept, "application/json");
   if (!request.bearer.empty()) req.set(http::field::authorization, absl::StrCat("Bearer ", request.bearer));

@@ -63,7 +63,23 @@ class HttpStream {
   // Closes the socket at once (an in-flight read completes with operation_aborted).
   void close();
 
+  // A WebSocket in place of a request: the exec subresource's streams, as kubectl exec reads
+  // them with the v4.channel.k8s.io protocol (every message: one byte naming the channel,
+  // then its bytes). Connects as open() does, sends the upgrade with `request`'s target,
+  // bearer and user agent, and collects each channel until the server closes, all within
+  // `timeout`. `refused_status`: the HTTP status when the server refused the upgrade.
+  struct Channels {
+    boost::system::error_code ec;
+    int refused_status = 0;
+    std::string out, err, status;  // channels 1, 2 and 3 (a metav1.Status in JSON)
+  };
+  boost::asio::awaitable<Channels> channels(const Request& request, std::chrono::milliseconds timeout);
+
  private:
+  // Resolves, connects and completes the TLS handshake, verifying the server as open() says.
+  boost::asio::awaitable<boost::system::error_code> connect(std::chrono::milliseconds timeout);
+  std::string hostHeader() const;
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -189,9 +189,7 @@ absl::StatusOr<k8s::ClusterAccess> clusterAccess(const std::string& kubeconfig) 
   }
   auto file = config::loadKubeconfig(kubeconfig);
   if (!file.ok()) return absl::FailedPreconditionError(absl::StrCat("--kubeconfig: ", file.status().message()));
-  return k8s::ClusterAccess{file->server,         file->ca_file,         file->ca_pem,
-                            file->client_cert_file, file->client_cert_pem, file->client_key_file,
-                            file->client_key_pem, file->token,           file->token_file};
+  return k8s::accessFrom(*file);
 }
 
 void pollCa(asio::steady_timer& timer, identity::WatchedCaSource& ca, ca::BundlePublisher* bundle) {

@@ -475,9 +475,7 @@ absl::Status Server::makeWorkloadSource() {
   } else {
     auto file = config::loadKubeconfig(kc.kubeconfig);
     if (!file.ok()) return absl::FailedPreconditionError(absl::StrCat("kubernetes.kubeconfig: ", file.status().message()));
-    access = k8s::ClusterAccess{file->server, file->ca_file, file->ca_pem, file->client_cert_file,
-                                file->client_cert_pem, file->client_key_file, file->client_key_pem,
-                                file->token, file->token_file};
+    access = k8s::accessFrom(*file);
     where = absl::StrCat("the API server of ", kc.kubeconfig);
   }
   std::string describe = absl::StrCat("kubernetes ", access.server);

@@ -3,11 +3,15 @@
 // loopback lab, in both output forms (the JSON parsed and its fields checked), and against
 // an address where no ferryd runs (exit 4 and what it says).
 
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include <boost/json.hpp>
+
 #include <gtest/gtest.h>
+
+#include "absl/strings/str_join.h"
 
 #include "proxy/common/log.h"
 #include "tests/integration/loopback_lab.h"
@@ -179,6 +183,30 @@ TEST_F(FerryctlAdminTest, AdminAddressComesFromFerryAdminWhenNoFlagIsGiven) {
   // --admin wins over the environment.
   Outcome flag = run({"status", "--admin", kN2Admin}, {std::string("FERRY_ADMIN=") + kNoFerryd});
   EXPECT_EQ(flag.exit, 0) << flag.err;
+}
+
+// --node / --pod without a cluster: what is wrong is said, with the usual exit codes (the
+// way through a real API server is tests/k8s/ferry_e2e.sh's).
+TEST_F(FerryctlAdminTest, NodeAndPodFlagsSayWhatIsWrongWithoutACluster) {
+  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
+           {"--pod", "no-slash", "status"}, {"--node", "a", "--pod", "ns/b", "status"}, {"--node", "status"},
+           {"--kubeconfig", "x", "status"}, {"--node", "a", "ca", "show", "x"}, {"--node=", "status"}}) {
+    Outcome bad = run(args);
+    EXPECT_EQ(bad.exit, 2) << absl::StrJoin(args, " ") << ": " << bad.err;
+    EXPECT_EQ(bad.out, "");
+  }
+  Outcome missing = run({"--node", "n1", "--kubeconfig", files_.dir() + "/fy-none.kubeconfig", "status"});
+  EXPECT_EQ(missing.exit, 4) << missing.err;
+  EXPECT_NE(missing.err.find("fy-none.kubeconfig"), std::string::npos) << missing.err;
+  // An API server that is not there (nothing listens on n3's address).
+  const std::string kubeconfig = files_.dir() + "/fy-nowhere.kubeconfig";
+  std::ofstream(kubeconfig) << "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+                               "clusters: [{name: k, cluster: {server: 'https://127.0.4.1:6443'}}]\n"
+                               "users: [{name: u, user: {token: fy-token}}]\n"
+                               "contexts: [{name: c, context: {cluster: k, user: u}}]\n";
+  Outcome nowhere = run({"--pod", "default/fy-pod", "--kubeconfig", kubeconfig, "status"});
+  EXPECT_EQ(nowhere.exit, 4) << nowhere.err;
+  EXPECT_NE(nowhere.err.find("refused"), std::string::npos) << nowhere.err;
 }
 
 TEST_F(FerryctlAdminTest, EveryCommandSaysFerrydIsNotRunningAndExitsFourWhenNoneAnswers) {

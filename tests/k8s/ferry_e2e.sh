@@ -196,6 +196,23 @@ body=$(get "$PLAIN" fy-client "$plain_server")
 check "pods of the namespace that is not enrolled talk directly ($body)" test "$body" = fy-server
 check "... without ferryd" bash -c "! (flog | grep -q 'dst=$plain_server:8080')"
 
+echo "== ferryctl from outside the node: --node and --pod through the API server"
+node=$(kubectl get pods -n "$MESH" fy-server -o jsonpath='{.spec.nodeName}')
+remote() { "$C" --kubeconfig "$KUBECONFIG" --ferry-namespace "$RNS" "$@"; }
+out=$(remote --node "$node" status 2>&1 || true)
+check "ferryctl --node $node status answers from that node's ferryd ($(head -n 1 <<<"$out"))" \
+  grep -q "on node $node: ready" <<<"$out"
+out=$(remote --pod "$MESH/fy-server" workloads -o json 2>&1 || true)
+check "ferryctl --pod $MESH/fy-server workloads finds the pod's node and lists the pod ($server)" \
+  grep -q "\"$server\"" <<<"$out"
+# exited RC SAYS: the last remote command's exit status was RC and its output has SAYS.
+exited() { [ "$rc" -eq "$1" ] && grep -qF -- "$2" <<<"$out"; }
+rc=0; out=$(remote --node "$node" log-level fy-no-level 2>&1) || rc=$?
+check "... and passes on the remote command's exit status and its words (exit $rc: $(head -n 1 <<<"$out"))" \
+  exited 2 "unknown log level 'fy-no-level'"
+rc=0; out=$(remote --node fy-no-such-node status 2>&1) || rc=$?
+check "a node without a ferryd pod is exit 4, said so ($out)" exited 4 "no running ferryd pod on node fy-no-such-node"
+
 echo "== upgrades beside the running ferryd (handover through the node's /var/run/ferry)"
 # Kubernetes 1.20 (this lab's) has no DaemonSet maxSurge, so the test does what the
 # DaemonSet controller of 1.22+ does with the chart's maxSurge: a pod of the DaemonSet's own
