@@ -55,8 +55,8 @@ asio::awaitable<absl::StatusOr<json::value>> getJson(k8s::ApiSession& api, std::
 // run; both ask the same ferryd, the one serving the node's admin port).
 asio::awaitable<absl::StatusOr<std::string>> ferrydPodOn(k8s::ApiSession& api, const std::string& ns,
                                                          const std::string& node) {
-  auto list = co_await getJson(api, absl::StrCat("/api/v1/namespaces/", ns, "/pods?labelSelector=", kSelector,
-                                                 "&fieldSelector=spec.nodeName%3D", node));
+  auto list = co_await getJson(api, absl::StrCat("/api/v1/namespaces/", k8s::queryEscape(ns), "/pods?labelSelector=",
+                                                 kSelector, "&fieldSelector=spec.nodeName%3D", k8s::queryEscape(node)));
   if (!list.ok()) co_return list.status();
   const json::value* items = list->is_object() ? list->get_object().if_contains("items") : nullptr;
   std::string found, fallback;
@@ -81,8 +81,8 @@ asio::awaitable<absl::StatusOr<k8s::ExecOutput>> ask(k8s::ApiSession& api, Remot
   std::string node = target.node;
   if (node.empty()) {
     const size_t slash = target.pod.find('/');
-    auto pod = co_await getJson(api, absl::StrCat("/api/v1/namespaces/", target.pod.substr(0, slash), "/pods/",
-                                                  target.pod.substr(slash + 1)));
+    auto pod = co_await getJson(api, absl::StrCat("/api/v1/namespaces/", k8s::queryEscape(target.pod.substr(0, slash)),
+                                                  "/pods/", k8s::queryEscape(target.pod.substr(slash + 1))));
     if (!pod.ok()) co_return pod.status();
     auto decoded = k8s::internal::decodePod(*pod);
     if (!decoded.ok()) co_return decoded.status();

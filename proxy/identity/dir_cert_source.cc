@@ -124,6 +124,18 @@ absl::StatusOr<std::shared_ptr<const Svid>> DirCertSource::svid(const SpiffeId& 
   return serve();
 }
 
+std::shared_ptr<const Svid> DirCertSource::lastLoaded(const SpiffeId& id) {
+  std::shared_ptr<SvidEntry> entry;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = svids_.find(id);
+    if (it == svids_.end()) return nullptr;
+    entry = it->second;
+  }
+  std::lock_guard<std::mutex> lock(entry->mu);
+  return entry->svid;
+}
+
 absl::StatusOr<std::shared_ptr<const Svid>> DirCertSource::load(const SpiffeId& id,
                                                                 const std::string& cert_path,
                                                                 const std::string& key_path,

@@ -36,6 +36,9 @@ class DirCertSource : public CertSource {
 
   absl::StatusOr<std::shared_ptr<const Svid>> svid(const SpiffeId& id) override;
   absl::StatusOr<std::shared_ptr<const TrustBundle>> bundle() override;
+  // The certificate last loaded for `id` (by svid()), expired or not; null when none ever
+  // loaded. For the expiry metric, which must keep naming a certificate that ran out.
+  std::shared_ptr<const Svid> lastLoaded(const SpiffeId& id);
 
  private:
   struct BundleEntry {

@@ -148,7 +148,10 @@ asio::awaitable<HttpStream::Channels> HttpStream::channels(const Request& reques
   websocket::response_type response;
   auto [werr] = co_await ws.async_handshake(response, hostHeader(), request.target, kTuple);
   if (werr) {
-    if (werr == websocket::error::upgrade_declined) out.refused_status = response.result_int();
+    if (werr == websocket::error::upgrade_declined) {
+      out.refused_status = response.result_int();
+      out.refused_body = response.body();
+    }
     out.ec = werr;
     co_return out;
   }

@@ -71,6 +71,7 @@ class HttpStream {
   struct Channels {
     boost::system::error_code ec;
     int refused_status = 0;
+    std::string refused_body;  // the refusal's body (a metav1.Status in JSON)
     std::string out, err, status;  // channels 1, 2 and 3 (a metav1.Status in JSON)
   };
   boost::asio::awaitable<Channels> channels(const Request& request, std::chrono::milliseconds timeout);

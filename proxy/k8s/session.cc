@@ -34,7 +34,8 @@ absl::StatusOr<std::string> pemOrFile(const std::string& pem, const std::string&
   return text;
 }
 
-// RFC 3986 unreserved characters as they are, everything else %XX: a query value.
+}  // namespace
+
 std::string queryEscape(std::string_view value) {
   std::string out;
   for (unsigned char c : value) {
@@ -46,6 +47,8 @@ std::string queryEscape(std::string_view value) {
   }
   return out;
 }
+
+namespace {
 
 // The exit status a v4.channel.k8s.io Status names: Success is 0; a command that exited
 // non-zero is Failure, reason NonZeroExitCode, with a cause {reason: ExitCode, message: N}.
@@ -125,7 +128,10 @@ absl::StatusOr<std::unique_ptr<ApiSession>> ApiSession::create(asio::io_context&
   impl->bearer = access.token;
   if (!access.token_file.empty()) {
     auto token = common::readFile(access.token_file);
-    if (!token.ok()) return absl::FailedPreconditionError(absl::StrCat("cannot read the API token file ", access.token_file));
+    if (!token.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot read the API token file ", access.token_file, ": ", token.status().message()));
+    }
     impl->bearer = std::string(absl::StripAsciiWhitespace(*token));
   }
   impl->user_agent = std::move(user_agent);
@@ -167,7 +173,11 @@ asio::awaitable<absl::StatusOr<ExecOutput>> ApiSession::exec(std::string namespa
   auto got = co_await stream.channels(request, timeout);
   const std::string what = absl::StrCat("exec in pod ", namespace_name, "/", pod);
   if (got.refused_status != 0) {
+    error_code jec;
+    json::value parsed = json::parse(got.refused_body, jec);
+    std::string message = jec ? std::string() : internal::decodeStatus(parsed).message;
     co_return absl::UnavailableError(absl::StrCat(what, ": the API server answered HTTP ", got.refused_status,
+                                                  message.empty() ? "" : ": ", message,
                                                   got.refused_status == 403 ? " (RBAC: create on pods/exec?)" : ""));
   }
   if (got.ec) co_return absl::UnavailableError(absl::StrCat(what, ": ", got.ec.message()));

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <boost/asio/awaitable.hpp>
@@ -47,6 +48,10 @@ ClusterAccess accessFrom(const Kubeconfig& k) {
 // certificate, if any, on a TLS client context; TLS 1.2 at least, the peer verified. The
 // error names what could not be read or used.
 absl::Status configureTls(boost::asio::ssl::context& tls, const ClusterAccess& access);
+
+// RFC 3986's unreserved characters as they are, every other byte %XX: a path segment or a
+// query value.
+std::string queryEscape(std::string_view value);
 
 // An answer of ApiClient::call and ApiSession::get.
 struct ApiAnswer {

@@ -1021,9 +1021,12 @@ std::vector<std::shared_ptr<const identity::Svid>> Server::heldSvids(
     auto svid = certs_->svid(id);
     if (svid.ok()) {
       held.push_back(*svid);
-    } else if (errors != nullptr) {
-      errors->emplace_back(id.str(), std::string(svid.status().message()));
+      continue;
     }
+    if (errors != nullptr) errors->emplace_back(id.str(), std::string(svid.status().message()));
+    // One that expired (or whose renewal failed) is still held: the expiry metric keeps
+    // naming it, so that its alert does not resolve when the workload breaks.
+    if (auto last = dir_source_ != nullptr ? dir_source_->lastLoaded(id) : nullptr) held.push_back(last);
   }
   return held;
 }

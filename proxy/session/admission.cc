@@ -145,13 +145,14 @@ Admitted Admission::admit(Listener listener, const common::IpAddress& source, Re
       why = Refusal::kPendingPerSource;
     } else if (rate != nullptr && rate->tokens < 1) {
       why = Refusal::kRatePerSource;
+    } else if (s.connections >= l.max_connections) {
+      // Before any eviction: ending a pending handshake would not make this room.
+      why = Refusal::kConnections;
     } else if (at_cap && (from_source > 0 || !evictOne(s, pending_from_source, kind))) {
       // Only a source holding nothing here yet (a new client) may take an evicted one's
       // place at the cap: the flooding sources would otherwise fill the slack themselves,
       // or take back the descriptors the evicted ones gave back (kAtCap).
       why = Refusal::kDescriptors;
-    } else if (s.connections >= l.max_connections) {
-      why = Refusal::kConnections;
     } else if (s.pending - s.evicting >= l.max_pending && !evictOne(s, pending_from_source, kind)) {
       why = Refusal::kPending;
     } else {

@@ -161,7 +161,7 @@ size_t Worker::abortLive() {
 
 void Worker::addTunnel(const std::shared_ptr<hbone::H2Connection>& tunnel) {
   if (tunnel->dead()) return;  // closed already: its close handler has run
-  tunnels_.emplace(tunnel.get(), tunnel);
+  tunnels_.insert_or_assign(tunnel.get(), tunnel);
   if (tunnels_noticed_) tunnel->noticeShutdown();
 }
 

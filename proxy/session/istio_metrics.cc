@@ -48,10 +48,6 @@ void addSide(std::vector<telemetry::Label>& out, const SideLabels& names, const 
                          {names.cluster, meta ? std::string_view(cluster_id) : kUnknown}});
 }
 
-struct Sums {
-  uint64_t opened = 0, closed = 0, request_bytes = 0, response_bytes = 0;
-};
-
 struct KeyPtrHash {
   size_t operator()(const TrafficKey* k) const { return absl::HashOf(*k); }
 };
@@ -80,10 +76,30 @@ IstioMetrics::IstioMetrics(size_t workers, const config::Config& config)
   for (size_t i = 0; i < workers; ++i) shards_.push_back(std::make_unique<Shard>());
 }
 
+void IstioMetrics::Sums::add(const TrafficSeries& s) {
+  opened += s.opened.load(std::memory_order_relaxed);
+  closed += s.closed.load(std::memory_order_relaxed);
+  request_bytes += s.request_bytes.load(std::memory_order_relaxed);
+  response_bytes += s.response_bytes.load(std::memory_order_relaxed);
+}
+
+void IstioMetrics::Sums::add(const Sums& s) {
+  opened += s.opened;
+  closed += s.closed;
+  request_bytes += s.request_bytes;
+  response_bytes += s.response_bytes;
+}
+
 TrafficSeries& IstioMetrics::series(size_t worker, TrafficKey key) {
   Shard& shard = *shards_[worker];
   auto it = shard.by_key.find(key);
   if (it != shard.by_key.end()) return it->second->series;
+  {
+    std::lock_guard lock(keys_mu_);
+    Shared& shared = keys_[key];
+    if (!shared.key) shared.key = std::make_shared<const TrafficKey>(key);
+    ++shared.shards;
+  }
   std::list<Entry>::iterator made;
   {
     std::lock_guard lock(shard.mu);
@@ -114,7 +130,18 @@ size_t IstioMetrics::sweep(size_t worker, std::chrono::steady_clock::time_point 
       continue;
     }
     shard.by_key.erase(*it->key);
+    // Both under the shard's lock, which a scrape holds with keys_mu_ while it sums: it sees
+    // the counts in the entry or in `dropped`, never in both or in neither.
     std::lock_guard lock(shard.mu);
+    {
+      std::lock_guard keys_lock(keys_mu_);
+      auto shared = keys_.find(*it->key);
+      if (shared != keys_.end() && --shared->second.shards == 0) {
+        keys_.erase(shared);  // idle on every worker: the series goes
+      } else if (shared != keys_.end()) {
+        shared->second.dropped.add(s);  // another worker carries the pair: its sum stays
+      }
+    }
     it = shard.entries.erase(it);
     ++dropped;
   }
@@ -131,20 +158,29 @@ size_t IstioMetrics::size() const {
 }
 
 void IstioMetrics::collect(telemetry::Exposition& out) const {
-  // Sum each key over the workers. A sweep may drop an entry once its shard's lock is let
-  // go: the keys are held here, shared; the counters are atomics.
+  // Sum each key over the workers, and what dropped entries had counted, under every shard's
+  // lock and keys_mu_ at once (the order a sweep takes them: a shard's, then keys_mu_), so
+  // that a drop is seen whole. Workers wait on these only to make a new series. The keys
+  // are held shared for the rendering after; the counters are atomics.
   absl::flat_hash_map<const TrafficKey*, Sums, KeyPtrHash, KeyPtrEq> sums;
   std::vector<std::shared_ptr<const TrafficKey>> held;
-  for (const auto& shard : shards_) {
-    std::lock_guard lock(shard->mu);
-    for (const Entry& e : shard->entries) {
-      auto [slot, made] = sums.try_emplace(e.key.get());
-      if (made) held.push_back(e.key);
-      Sums& s = slot->second;
-      s.opened += e.series.opened.load(std::memory_order_relaxed);
-      s.closed += e.series.closed.load(std::memory_order_relaxed);
-      s.request_bytes += e.series.request_bytes.load(std::memory_order_relaxed);
-      s.response_bytes += e.series.response_bytes.load(std::memory_order_relaxed);
+  {
+    std::vector<std::unique_lock<std::mutex>> locks;
+    for (const auto& shard : shards_) locks.emplace_back(shard->mu);
+    std::lock_guard keys_lock(keys_mu_);
+    for (const auto& shard : shards_) {
+      for (const Entry& e : shard->entries) {
+        auto [slot, made] = sums.try_emplace(e.key.get());
+        if (made) held.push_back(e.key);
+        slot->second.add(e.series);
+      }
+    }
+    // What workers that let go of a key had counted, while another still carries it.
+    for (const auto& [key, shared] : keys_) {
+      if (shared.dropped.opened == 0) continue;  // none dropped (a dropped entry had opened one)
+      auto [slot, made] = sums.try_emplace(shared.key.get());
+      if (made) held.push_back(shared.key);
+      slot->second.add(shared.dropped);
     }
   }
   auto opened = out.counter("istio_tcp_connections_opened_total", "The total number of TCP connections opened");

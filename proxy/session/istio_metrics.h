@@ -112,7 +112,23 @@ class IstioMetrics {
     mutable std::mutex mu;  // entries: the worker adds and removes, scrapes read
     std::list<Entry> entries;
   };
+  struct Sums {
+    uint64_t opened = 0, closed = 0, request_bytes = 0, response_bytes = 0;
+    void add(const TrafficSeries& s);
+    void add(const Sums& s);
+  };
+  // Per key, over the workers: how many hold an entry, and what the entries a sweep dropped
+  // had counted while another worker still carries the pair, so that the sum a scrape
+  // exports never goes down (Prometheus would read a counter reset). The key goes when the
+  // last worker drops it.
+  struct Shared {
+    std::shared_ptr<const TrafficKey> key;
+    uint32_t shards = 0;
+    Sums dropped;
+  };
   std::vector<std::unique_ptr<Shard>> shards_;
+  mutable std::mutex keys_mu_;  // a worker's first entry of a key, a sweep's drop, a scrape
+  absl::flat_hash_map<TrafficKey, Shared> keys_;
   std::string trust_domain_;
   config::Telemetry telemetry_;
 };

@@ -64,6 +64,14 @@ void writeBundle(const LabFiles& files, const std::vector<const CertificateAutho
   ASSERT_TRUE(identity::writeFileAtomic(files.certDir() + "/bundle.pem", text, 0644).ok());
 }
 
+// A certificate's notAfter in Unix seconds, as the expiry metric states it.
+double unixNotAfter(const X509* cert) {
+  return static_cast<double>(std::chrono::duration_cast<std::chrono::seconds>(
+                                 identity::asn1TimeToTimePoint(X509_get0_notAfter(cert)).time_since_epoch())
+                                 .count());
+}
+constexpr char kWorkloadExpiry[] = "ferry_certificate_expiry_timestamp_seconds{kind=\"workload\"}";
+
 class IdentityRotationTest : public ::testing::Test {
  protected:
   void TearDown() override {
@@ -156,12 +164,8 @@ TEST_F(IdentityRotationTest, TheExpiryMetricNamesWhenEachKindOfCertificateRunsOu
   n1_ = std::make_unique<Node>(files_, "n1", caIdentity(files_, "n1"));
   n2_ = std::make_unique<Node>(files_, "n2", caIdentity(files_, "n2"));
   ASSERT_TRUE(n1_->ok() && n2_->ok());
-  auto unix = [](const X509* cert) {
-    return static_cast<double>(std::chrono::duration_cast<std::chrono::seconds>(
-                                   identity::asn1TimeToTimePoint(X509_get0_notAfter(cert)).time_since_epoch())
-                                   .count());
-  };
-  const std::string workload = "ferry_certificate_expiry_timestamp_seconds{kind=\"workload\"}";
+  const auto unix = unixNotAfter;
+  const std::string workload = kWorkloadExpiry;
   const std::string issuer = "ferry_certificate_expiry_timestamp_seconds{kind=\"issuer\"}";
   const std::string roots = "ferry_certificate_expiry_timestamp_seconds{kind=\"root\"}";
   EXPECT_EQ(n1_->metric(issuer), unix(inter->cert()));
@@ -182,6 +186,31 @@ TEST_F(IdentityRotationTest, TheExpiryMetricNamesWhenEachKindOfCertificateRunsOu
   ASSERT_TRUE(shorter->writePem(caCertPath(files_, "n1"), caKeyPath(files_, "n1")).ok());
   EXPECT_TRUE(waitFor([&] { return n1_->metric(issuer) == unix(shorter->cert()); })) << n1_->metric(issuer);
   EXPECT_LT(n1_->metric(issuer), unix(inter->cert()));
+}
+
+// With certificates from files, one that expires unrenewed is still what the workload kind
+// names: the alert on it must not resolve when the workload breaks (the next-earliest
+// certificate would take its place).
+TEST_F(IdentityRotationTest, AnExpiredCertificateFromFilesKeepsItsPlaceInTheExpiryMetric) {
+  CertificateAuthority root = loadLabRoot(files_);
+  auto id = identity::SpiffeId::forWorkload("cluster.local", "default", "client");
+  auto leaf = root.issueLeaf(id, std::chrono::seconds(3));
+  ASSERT_TRUE(leaf.ok()) << leaf.status();
+  ASSERT_TRUE(identity::writeSvidFiles(files_.certDir(), id, *leaf, {}).ok());
+  n1_ = std::make_unique<Node>(files_, "n1");
+  n2_ = std::make_unique<Node>(files_, "n2");
+  ASSERT_TRUE(n1_->ok() && n2_->ok());
+  AppServer app("127.0.2.10", kAppPort, AppServer::echo);
+  ASSERT_TRUE(echoOnce("127.0.1.10", "127.0.2.10", "from c1"));
+  const double expiry = unixNotAfter(leaf->cert.get());
+  EXPECT_EQ(n1_->metric(kWorkloadExpiry), expiry) << "c1's is the earliest of n1's (c2's lives an hour)";
+  ASSERT_TRUE(waitFor(
+      [&] {
+        return std::chrono::system_clock::now() > identity::asn1TimeToTimePoint(X509_get0_notAfter(leaf->cert.get())) +
+                                                       std::chrono::seconds(1);
+      },
+      std::chrono::seconds(10)));
+  EXPECT_EQ(n1_->metric(kWorkloadExpiry), expiry) << "expired, and still named";
 }
 
 // Leaves live 2 s (refreshed after 1 s) and every new tunnel handshakes with the current

@@ -155,6 +155,50 @@ TEST_F(IstioMetricsTest, ASeriesIdleForTheExpiryIsDroppedAndOneInUseNeverIs) {
   EXPECT_EQ(metrics_.size(), 1u);
 }
 
+TEST_F(IstioMetricsTest, AWorkerDroppingItsShareOfAPairNeverLowersTheExportedSum) {
+  // A pair carried by two workers: one goes idle and drops its entry while the other still
+  // carries the pair. The exported counters must not go down (Prometheus would read a reset
+  // and count the other worker's bytes again); the series goes when both have dropped it.
+  using std::chrono::minutes;
+  const auto t0 = std::chrono::steady_clock::time_point{} + std::chrono::hours(1);
+  auto key = TrafficKey(Reporter::kSource, true).from(&client_).to(&server_);
+  auto& idle = metrics_.series(0, key);
+  idle.opened += 1;
+  idle.closed += 1;
+  idle.request_bytes += 50;
+  auto& busy = metrics_.series(1, key);
+  busy.opened += 1;  // open
+  busy.request_bytes += 200;
+  auto received = [&] {
+    auto found = lines(text(), "istio_tcp_received_bytes_total");
+    return found.empty() ? std::string("none") : found[0].substr(found[0].rfind(' ') + 1);
+  };
+  EXPECT_EQ(received(), "250");
+  EXPECT_EQ(metrics_.sweep(0, t0), 0u);
+  EXPECT_EQ(metrics_.sweep(0, t0 + minutes(10)), 1u);
+  EXPECT_EQ(metrics_.size(), 1u);
+  EXPECT_EQ(received(), "250") << "worker 0's share is kept while worker 1 carries the pair";
+  busy.request_bytes += 1;
+  EXPECT_EQ(received(), "251");
+  // Worker 0 sees the pair again: its new entry counts on top.
+  auto& again = metrics_.series(0, key);
+  again.opened += 1;
+  again.closed += 1;
+  again.request_bytes += 9;
+  EXPECT_EQ(received(), "260");
+  auto opened = lines(text(), "istio_tcp_connections_opened_total");
+  ASSERT_EQ(opened.size(), 1u);
+  EXPECT_TRUE(absl::EndsWith(opened[0], "} 3")) << opened[0];
+  // Every worker idle for the expiry: the series goes.
+  busy.closed += 1;
+  EXPECT_EQ(metrics_.sweep(0, t0 + minutes(11)), 0u);
+  EXPECT_EQ(metrics_.sweep(1, t0 + minutes(11)), 0u);
+  EXPECT_EQ(metrics_.sweep(0, t0 + minutes(21)), 1u);
+  EXPECT_EQ(received(), "260") << "worker 1 still holds its entry";
+  EXPECT_EQ(metrics_.sweep(1, t0 + minutes(21)), 1u);
+  EXPECT_EQ(received(), "none");
+}
+
 TEST_F(IstioMetricsTest, PodsOfOneWorkloadShareTheirSeries) {
   auto other_pod = workload("client-2", "fy-a", "client", {"client", "client-app", "v1"});
   auto& a = metrics_.series(0, TrafficKey(Reporter::kSource, false).from(&client_).to(&server_));
