@@ -69,6 +69,29 @@ Family Exposition::histogram(std::string_view name, std::string_view help) {
   return begin(name, help, static_cast<int>(prometheus::MetricType::Histogram));
 }
 
+// Room for the families stated after a collector's own text, so that they do not copy the
+// text to grow it: every other family of ferryd together is a few KiB (a few dozen families,
+// per-worker and per-reason samples).
+constexpr size_t kRoomAfterText = 64 * 1024;
+
+std::string& Exposition::text(size_t more) {
+  flush();
+  text_.reserve(text_.size() + more + kRoomAfterText);
+  return text_;
+}
+
+void Exposition::flush() {
+  if (families_.empty()) return;
+  std::ostringstream out;
+  prometheus::TextSerializer().Serialize(out, families_);
+  if (text_.empty()) {
+    text_ = std::move(out).str();
+  } else {
+    text_ += std::move(out).str();
+  }
+  families_.clear();
+}
+
 Registry::Registration::Registration(Registration&& other) noexcept
     : registry_(std::exchange(other.registry_, nullptr)), it_(other.it_) {}
 
@@ -96,29 +119,20 @@ Registry::Registration Registry::add(Collector collector) {
   return Registration(this, std::prev(collectors_.end()));
 }
 
-namespace {
-std::string serialize(const std::vector<prometheus::MetricFamily>& families) {
-  std::ostringstream out;
-  prometheus::TextSerializer().Serialize(out, families);
-  return std::move(out).str();
-}
-}  // namespace
-
 std::string Registry::render() const {
-  std::vector<prometheus::MetricFamily> families;
-  Exposition out(families);
-  {
-    std::lock_guard lock(mu_);
+  std::lock_guard lock(mu_);
+  return renderText([&](Exposition& out) {
     for (const auto& collect : collectors_) collect(out);
-  }
-  return serialize(families);
+  });
 }
 
 std::string renderText(const Registry::Collector& collector) {
   std::vector<prometheus::MetricFamily> families;
-  Exposition out(families);
+  std::string text;
+  Exposition out(families, text);
   collector(out);
-  return serialize(families);
+  out.flush();
+  return text;
 }
 
 }  // namespace ferry::telemetry

@@ -2,8 +2,9 @@
 // The one metrics registry of ferryd (docs/operations.md, "Metrics"). Each part of the daemon
 // registers a collector: a function that, at scrape time, reads the part's own counters
 // (relaxed atomics the workers bump without a lock) and states them as metric families. The
-// registry serializes them with prometheus-cpp's TextSerializer; nothing else writes the
-// exposition format. prometheus-cpp's headers stay in metrics.cc.
+// registry serializes them with prometheus-cpp's TextSerializer; the one exception is a part
+// whose families are too large for its data model, which appends their text itself
+// (Exposition::text, written with text_format.h). prometheus-cpp's headers stay in metrics.cc.
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -44,10 +45,10 @@ class Family {
   size_t index_;
 };
 
-// What a collector writes into during one scrape.
+// What a collector writes into during one scrape: families it states, and text it writes.
 class Exposition {
  public:
-  explicit Exposition(std::vector<prometheus::MetricFamily>& families) : families_(families) {}
+  Exposition(std::vector<prometheus::MetricFamily>& families, std::string& text) : families_(families), text_(text) {}
   Family counter(std::string_view name, std::string_view help);
   Family gauge(std::string_view name, std::string_view help);
   Family histogram(std::string_view name, std::string_view help);
@@ -55,10 +56,18 @@ class Exposition {
   void counter(std::string_view name, std::string_view help, double value) { counter(name, help).add(value); }
   void gauge(std::string_view name, std::string_view help, double value) { gauge(name, help).add(value); }
 
+  // The text of the scrape so far, for a collector to append whole families to (text_format.h)
+  // in their place: after what was stated before, before what is stated after. `more`: the
+  // bytes it is about to append, reserved at once.
+  std::string& text(size_t more);
+  // Serializes the families stated since the last text() into the text (the registry, at the end).
+  void flush();
+
  private:
   friend class Family;
   Family begin(std::string_view name, std::string_view help, int type);  // type: prometheus::MetricType
   std::vector<prometheus::MetricFamily>& families_;
+  std::string& text_;
 };
 
 class Registry {

@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <utility>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -34,6 +38,91 @@ std::vector<std::string> lines(const std::string& text, std::string_view metric)
     if (absl::StartsWith(line, std::string(metric) + "{")) out.emplace_back(line);
   }
   return out;
+}
+
+// One sample of the text exposition: its metric, its labels in order (values unescaped), its value.
+struct Sample {
+  std::string metric;
+  std::vector<std::pair<std::string, std::string>> labels;
+  std::string value;
+  std::string label(std::string_view name) const {
+    for (const auto& [n, v] : labels) {
+      if (n == name) return v;
+    }
+    return "<none>";
+  }
+};
+struct Family {
+  std::string name, help;
+  std::vector<Sample> samples;
+};
+
+// Parses the text format strictly, as prometheus-cpp writes it (HELP, TYPE counter, samples
+// with every label quoted and escaped); anything else fails the test.
+bool consume(std::string_view& s, std::string_view prefix) {
+  if (!s.starts_with(prefix)) return false;
+  s.remove_prefix(prefix.size());
+  return true;
+}
+
+std::vector<Family> parse(const std::string& text) {
+  std::vector<Family> families;
+  for (auto piece : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    std::string_view line(piece.data(), piece.size());
+    if (consume(line, "# HELP ")) {
+      size_t space = line.find(' ');
+      families.push_back({std::string(line.substr(0, space)), std::string(line.substr(space + 1)), {}});
+      continue;
+    }
+    if (consume(line, "# TYPE ")) {
+      EXPECT_EQ(line, absl::StrCat(families.back().name, " counter"));
+      continue;
+    }
+    Sample s;
+    size_t brace = line.find('{');
+    s.metric = line.substr(0, brace);
+    EXPECT_EQ(s.metric, families.back().name) << line;
+    line.remove_prefix(brace + 1);
+    while (true) {
+      size_t eq = line.find("=\"");
+      if (eq == std::string_view::npos) {
+        ADD_FAILURE() << "no label in " << line;
+        return families;
+      }
+      std::string name(line.substr(0, eq)), value;
+      size_t i = eq + 2;
+      for (; i < line.size() && line[i] != '"'; ++i) {
+        if (line[i] != '\\') {
+          value.push_back(line[i]);
+          continue;
+        }
+        char escaped = line[++i];
+        EXPECT_TRUE(escaped == '\\' || escaped == '"' || escaped == 'n') << line;
+        value.push_back(escaped == 'n' ? '\n' : escaped);
+      }
+      s.labels.emplace_back(std::move(name), std::move(value));
+      line.remove_prefix(i + 1);
+      if (consume(line, "} ")) break;
+      EXPECT_TRUE(consume(line, ",")) << line;
+    }
+    s.value = line;
+    families.back().samples.push_back(std::move(s));
+  }
+  return families;
+}
+
+// The same families as prometheus-cpp's TextSerializer writes them.
+std::string reference(const std::vector<Family>& families) {
+  return telemetry::renderText([&](telemetry::Exposition& out) {
+    for (const Family& f : families) {
+      auto family = out.counter(f.name, f.help);
+      for (const Sample& s : f.samples) {
+        std::vector<telemetry::Label> labels;
+        for (const auto& [name, value] : s.labels) labels.push_back({name, value});
+        family.add(std::strtod(s.value.c_str(), nullptr), labels);
+      }
+    }
+  });
 }
 
 class IstioMetricsTest : public ::testing::Test {
@@ -197,6 +286,109 @@ TEST_F(IstioMetricsTest, AWorkerDroppingItsShareOfAPairNeverLowersTheExportedSum
   EXPECT_EQ(received(), "260") << "worker 1 still holds its entry";
   EXPECT_EQ(metrics_.sweep(1, t0 + minutes(21)), 1u);
   EXPECT_EQ(received(), "none");
+}
+
+// Label values with every character the text format escapes, and UTF-8.
+class IstioMetricsTextTest : public IstioMetricsTest {
+ protected:
+  IstioMetricsTextTest() {
+    auto& a = metrics_.series(0, TrafficKey(Reporter::kSource, true, workloads::intern("fy-b/server-svc"))
+                                     .from(&client_)
+                                     .to(&server_));
+    a.opened += 3;
+    a.request_bytes += (uint64_t{1} << 53) + 1;  // a double rounds it, as prometheus-cpp writes it
+    a.response_bytes += 18446744073709551615u;
+    // The tricky workload at either end, with others: its labels are written once, then repeated.
+    metrics_.series(0, TrafficKey(Reporter::kSource, true, workloads::intern("fy-\"q/svc\\\nü"))
+                           .from(&tricky_)
+                           .to(&server_))
+        .opened += 1;
+    metrics_.series(1, TrafficKey(Reporter::kDestination, false).from(&client_).to(&tricky_)).closed += 2;
+    metrics_.series(1, TrafficKey(Reporter::kSource, true).from(&tricky_)).opened += 4;
+    TrafficKey ghost(Reporter::kDestination, true);
+    ghost.to(&server_).source_principal = kGhostPrincipal;
+    metrics_.series(1, ghost).response_bytes += 9;
+  }
+
+  static constexpr std::string_view kGhostPrincipal = "spiffe://other/ns/a\"b/sa/c\\d\ne✓";
+  workloads::Workload tricky_ =
+      workload("tricky-1", "fy-ü\"", "sa\\\n", {"wl \"quoted\"", "back\\slash", "new\nline ✓"});
+};
+
+TEST_F(IstioMetricsTextTest, TrickyLabelValuesComeBackFromTheTextAsTheyWere) {
+  auto families = parse(text());
+  ASSERT_EQ(families.size(), 4u);
+  ASSERT_EQ(families[0].name, "istio_tcp_connections_opened_total");
+  std::vector<const Sample*> from_tricky, from_ghost;
+  for (const Sample& s : families[0].samples) {
+    EXPECT_EQ(s.labels.size(), 23u) << s.metric;  // as ztunnel reports them
+    if (s.label("source_workload") == "wl \"quoted\"") from_tricky.push_back(&s);
+    if (s.label("source_principal") == kGhostPrincipal) from_ghost.push_back(&s);
+  }
+  ASSERT_EQ(from_tricky.size(), 2u);
+  for (const Sample* s : from_tricky) {
+    EXPECT_EQ(s->label("source_canonical_service"), "back\\slash");
+    EXPECT_EQ(s->label("source_app"), "back\\slash");
+    EXPECT_EQ(s->label("source_canonical_revision"), "new\nline ✓");
+    EXPECT_EQ(s->label("source_version"), "new\nline ✓");
+    EXPECT_EQ(s->label("source_workload_namespace"), "fy-ü\"");
+    EXPECT_EQ(s->label("source_principal"), "spiffe://cluster.local/ns/fy-ü\"/sa/sa\\\n");
+    if (s->label("destination_workload") == "server") {
+      EXPECT_EQ(s->label("destination_service"), "svc\\\nü.fy-\"q.svc.cluster.local");
+      EXPECT_EQ(s->label("destination_service_namespace"), "fy-\"q");
+      EXPECT_EQ(s->label("destination_service_name"), "svc\\\nü");
+    } else {
+      EXPECT_EQ(s->label("destination_workload"), "unknown");
+    }
+  }
+  ASSERT_EQ(from_ghost.size(), 1u);
+  EXPECT_EQ(from_ghost[0]->label("source_workload"), "unknown");
+  EXPECT_EQ(from_ghost[0]->label("destination_workload"), "server");
+  // The tricky workload as the destination: the same values under the destination's names.
+  auto& closed = families[1].samples;
+  auto to_tricky = std::find_if(closed.begin(), closed.end(),
+                                [](const Sample& s) { return s.label("destination_workload") == "wl \"quoted\""; });
+  ASSERT_NE(to_tricky, closed.end());
+  EXPECT_EQ(to_tricky->label("destination_principal"), "spiffe://cluster.local/ns/fy-ü\"/sa/sa\\\n");
+  EXPECT_EQ(to_tricky->label("destination_version"), "new\nline ✓");
+  EXPECT_EQ(to_tricky->value, "2");
+}
+
+TEST_F(IstioMetricsTextTest, TheTextIsWhatTextSerializerWritesForTheSameSeries) {
+  // Byte for byte: the four families with their HELP and TYPE lines, series, label order,
+  // escapes and values as prometheus-cpp writes them, every key in all four families.
+  auto t = text();
+  auto families = parse(t);
+  ASSERT_EQ(families.size(), 4u);
+  for (const Family& f : families) EXPECT_EQ(f.samples.size(), 5u) << f.name;
+  EXPECT_EQ(t, reference(families));
+  auto received = lines(t, "istio_tcp_received_bytes_total");
+  EXPECT_TRUE(std::any_of(received.begin(), received.end(),
+                          [](const std::string& l) { return absl::EndsWith(l, "} 9007199254740992"); }))
+      << t;
+}
+
+TEST_F(IstioMetricsTextTest, OtherFamiliesKeepTheirPlaceAroundTheText) {
+  telemetry::Registry registry;
+  auto before = registry.add([](telemetry::Exposition& out) { out.gauge("fy_before", "Before", 1); });
+  auto istio = registry.add([&](telemetry::Exposition& out) { metrics_.collect(out); });
+  auto after = registry.add([](telemetry::Exposition& out) { out.gauge("fy_after", "After", 2); });
+  EXPECT_EQ(registry.render(), absl::StrCat("# HELP fy_before Before\n# TYPE fy_before gauge\nfy_before 1\n", text(),
+                                            "# HELP fy_after After\n# TYPE fy_after gauge\nfy_after 2\n"));
+}
+
+TEST_F(IstioMetricsTest, WithNoSeriesTheFamiliesAreStatedEmpty) {
+  EXPECT_EQ(text(),
+            "# HELP istio_tcp_connections_opened_total The total number of TCP connections opened\n"
+            "# TYPE istio_tcp_connections_opened_total counter\n"
+            "# HELP istio_tcp_connections_closed_total The total number of TCP connections closed\n"
+            "# TYPE istio_tcp_connections_closed_total counter\n"
+            "# HELP istio_tcp_sent_bytes_total The size of total bytes sent during response in case of a TCP "
+            "connection\n"
+            "# TYPE istio_tcp_sent_bytes_total counter\n"
+            "# HELP istio_tcp_received_bytes_total The size of total bytes received during request in case of a "
+            "TCP connection\n"
+            "# TYPE istio_tcp_received_bytes_total counter\n");
 }
 
 TEST_F(IstioMetricsTest, PodsOfOneWorkloadShareTheirSeries) {

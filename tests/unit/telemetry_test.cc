@@ -4,6 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "proxy/telemetry/text_format.h"
+
 namespace ferry::telemetry {
 namespace {
 
@@ -52,6 +59,79 @@ TEST(Registry, HistogramsAreCumulativeWithSumAndCount) {
                       "fy_apply_seconds_bucket{resource=\"pods\",le=\"+Inf\"} 3\n"),
             std::string::npos)
       << text;
+}
+
+// Label values and counts that the text format treats specially: escapes, UTF-8, the
+// integers a double holds exactly and those it rounds.
+const std::vector<std::string> kTrickyValues = {"plain", "", "q\"uote", "back\\slash", "new\nline",
+                                                "\\\"\n", "ünïcödé ✓", "a=\"b\",c"};
+const std::vector<uint64_t> kTrickyCounts = {0,
+                                             1,
+                                             4503599627370497,     // 2^52 + 1
+                                             9007199254740992,     // 2^53
+                                             9007199254740993,     // 2^53 + 1: rounds
+                                             9999999999999999,     // 16 digits
+                                             10000000000000000,    // 17 digits: exponent
+                                             1234567890123456789,  // rounds, exponent
+                                             std::numeric_limits<uint64_t>::max()};
+
+template <typename Out>
+void writeTricky(Out& out) {
+  counterHeader(out, "fy_tricky_total", "Tricky values");
+  for (size_t i = 0; i < kTrickyCounts.size(); ++i) {
+    out.raw("fy_tricky_total{kind=\"");
+    out.escaped(kTrickyValues[i % kTrickyValues.size()]);
+    out.raw("\",n=\"");
+    out.escaped(std::to_string(i));
+    out.raw("\"} ");
+    out.number(kTrickyCounts[i]);
+    out.raw("\n");
+  }
+}
+
+TEST(TextFormat, WritesTheBytesTextSerializerWritesForTheSameSamples) {
+  // The reference: the same samples stated through prometheus-cpp's data model.
+  std::string reference = renderText([](Exposition& out) {
+    auto family = out.counter("fy_tricky_total", "Tricky values");
+    for (size_t i = 0; i < kTrickyCounts.size(); ++i) {
+      family.add(static_cast<double>(kTrickyCounts[i]),
+                 {{"kind", kTrickyValues[i % kTrickyValues.size()]}, {"n", std::to_string(i)}});
+    }
+  });
+  std::string text;
+  TextWriter writer(text);
+  writeTricky(writer);
+  EXPECT_EQ(text, reference);
+  TextSize size;
+  writeTricky(size);
+  EXPECT_EQ(size.size(), text.size()) << "TextSize counts what TextWriter writes";
+}
+
+TEST(TextFormat, RepeatCopiesTextWrittenBefore) {
+  std::string text = "ab";
+  TextWriter writer(text);
+  writer.raw("cd");
+  writer.repeat(1, 2);
+  EXPECT_EQ(text, "abcdbc");
+  EXPECT_EQ(writer.size(), 6u);
+}
+
+TEST(Registry, TextACollectorWritesKeepsItsPlaceAmongTheFamilies) {
+  Registry registry;
+  auto first = registry.add([](Exposition& out) { out.gauge("fy_before", "Before", 1); });
+  auto writer = registry.add([](Exposition& out) {
+    out.gauge("fy_stated", "Stated", 2);
+    std::string& text = out.text(64);
+    text += "# HELP fy_written Written\n# TYPE fy_written gauge\nfy_written 3\n";
+    out.gauge("fy_after_written", "After", 4);
+  });
+  auto last = registry.add([](Exposition& out) { out.gauge("fy_last", "Last", 5); });
+  EXPECT_EQ(registry.render(),
+            "# HELP fy_before Before\n# TYPE fy_before gauge\nfy_before 1\n"
+            "# HELP fy_stated Stated\n# TYPE fy_stated gauge\nfy_stated 2\n"
+            "# HELP fy_written Written\n# TYPE fy_written gauge\nfy_written 3\n"
+            "# HELP fy_after_written After\n# TYPE fy_after_written gauge\nfy_after_written 4\n"
+            "# HELP fy_last Last\n# TYPE fy_last gauge\nfy_last 5\n");
 }
 
 }  // namespace
