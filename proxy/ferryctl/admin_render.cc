@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "proxy/ferryctl/json_read.h"
 
 namespace ferry::ferryctl {
@@ -153,10 +154,41 @@ absl::StatusOr<std::string> renderCerts(absl::string_view body) {
   return out;
 }
 
+static std::string clockTime(int64_t unix_ms) {
+  if (unix_ms <= 0) return "?";
+  return absl::FormatTime("%H:%M:%S", absl::FromUnixMillis(unix_ms), absl::UTCTimeZone());
+}
+
+std::string closedRows(const boost::json::array& closed) {
+  std::vector<std::vector<std::string>> rows = {
+      {"CLOSED", "DIRECTION", "REASON", "SOURCE", "DESTINATION", "LASTED", "SENT", "RECEIVED", "DETAIL"}};
+  for (const auto& item : closed) {
+    if (!item.is_object()) continue;
+    const auto& c = item.get_object();
+    std::string detail = text(c, "detail");
+    if (std::string policy = text(c, "policy"); !policy.empty()) detail = detail.empty() ? policy : detail + "; " + policy;
+    rows.push_back({clockTime(integer(c, "time_unix_ms")), text(c, "direction"), text(c, "reason"), text(c, "source"),
+                    text(c, "destination"), absl::StrCat(integer(c, "duration_ms"), "ms"),
+                    formatBytes(static_cast<uint64_t>(integer(c, "sent_bytes"))),
+                    formatBytes(static_cast<uint64_t>(integer(c, "received_bytes"))), detail.empty() ? "-" : detail});
+  }
+  return rows.size() > 1 ? table(rows) : "";
+}
+
+static absl::StatusOr<std::string> renderClosed(const boost::json::object& o) {
+  const auto& per_worker = member(o, "per_worker");
+  int64_t omitted = integer(o, "omitted");
+  return absl::StrCat(closedRows(list(o, "connections")), plural(integer(o, "total"), "connection", "connections"),
+                      " closed recently (each worker keeps its last ", number(per_worker, "failures"), " failed and ",
+                      number(per_worker, "successes"), " successful ones)",
+                      omitted > 0 ? absl::StrCat(", ", omitted, " not shown (--limit)") : "", "; times UTC\n");
+}
+
 absl::StatusOr<std::string> renderConnections(absl::string_view body) {
   auto o = parseObject(body, "/connections");
   if (!o.ok()) return o.status();
   if (!o->contains("connections")) return absl::DataLossError("ferryd's answer to /connections has no 'connections'");
+  if (text(*o, "state") == "closed") return renderClosed(*o);
   std::vector<std::vector<std::string>> rows = {
       {"DIRECTION", "SOURCE", "DESTINATION", "PEER", "AGE", "SENT", "RECEIVED"}};
   for (const auto& item : list(*o, "connections")) {

@@ -4,6 +4,9 @@
 // /certs?format=json, /connections, /config_dump, /logging; proxy/server/server_admin.cc)
 // read for people. Each returns an error when the answer is not the JSON it expects.
 #include <string>
+#include <vector>
+
+#include <boost/json/array.hpp>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -13,7 +16,10 @@ namespace ferry::ferryctl {
 absl::StatusOr<std::string> renderStatus(absl::string_view json);
 absl::StatusOr<std::string> renderWorkloads(absl::string_view json);
 absl::StatusOr<std::string> renderCerts(absl::string_view json);
+// Open connections, or (state "closed") the last ones closed.
 absl::StatusOr<std::string> renderConnections(absl::string_view json);
+// The rows of closed connections (/connections?state=closed, /explain's "closed") as a table.
+std::string closedRows(const boost::json::array& closed);
 absl::StatusOr<std::string> renderConfig(absl::string_view json);
 absl::StatusOr<std::string> renderLogLevel(absl::string_view json);
 

@@ -18,6 +18,8 @@
 #include <system_error>
 #include <vector>
 
+#include <boost/json/serialize.hpp>
+
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -29,6 +31,8 @@
 #include "proxy/datapath/netlink.h"
 #include "proxy/ferryctl/admin_client.h"
 #include "proxy/ferryctl/admin_render.h"
+#include "proxy/ferryctl/explain.h"
+#include "proxy/ferryctl/json_read.h"
 #include "proxy/ferryctl/policy_render.h"
 #include "proxy/ferryctl/remote.h"
 #include "proxy/identity/ca.h"
@@ -74,7 +78,10 @@ constexpr char kUsage[] =
     "  ferryctl status      [--admin HOST:PORT] [-o text|json]\n"
     "  ferryctl workloads   [--admin HOST:PORT] [-o text|json]\n"
     "  ferryctl certs       [--admin HOST:PORT] [-o text|json]\n"
-    "  ferryctl connections [--limit N] [--admin HOST:PORT] [-o text|json]\n"
+    "  ferryctl connections [--closed] [--limit N] [--admin HOST:PORT] [-o text|json]\n"
+    "  ferryctl explain --from NAMESPACE/POD --to NAMESPACE/NAME:PORT|IP:PORT [--kubeconfig FILE]\n"
+    "                   [--ferry-namespace NS] [-o text|json]\n"
+    "  ferryctl explain --from IP --to IP:PORT [--admin HOST:PORT] [-o text|json]\n"
     "  ferryctl config      [--admin HOST:PORT] [-o text|json]\n"
     "  ferryctl log-level   [trace|debug|info|warn|error|off] [--admin HOST:PORT] [-o text|json]\n"
     "  ferryctl policy check --from NAMESPACE/WORKLOAD|IP|node --to NAMESPACE/WORKLOAD:PORT [--plaintext]\n"
@@ -420,14 +427,16 @@ int simpleQuestion(const std::vector<std::string>& argv, const std::string& targ
 int connections(const std::vector<std::string>& argv) {
   Args args;
   std::string error;
-  if (!parseArgs(argv, {"admin", "output", "limit"}, {}, args, error)) return usage(error);
+  if (!parseArgs(argv, {"admin", "output", "limit"}, {"closed"}, args, error)) return usage(error);
   if (!args.positional.empty()) return usage(absl::StrCat("unexpected argument ", args.positional[0]));
   auto request = adminRequest(args);
   if (!request.ok()) return usage(request.status().message());
   std::string limit = args.values.count("limit") ? args.values["limit"] : kDefaultConnectionsLimit;
   uint64_t n = 0;
   if (!absl::SimpleAtoi(limit, &n) || n < 1) return usage(absl::StrCat("--limit '", limit, "' is not a positive number"));
-  return showAnswer(*request, absl::StrCat("/connections?limit=", n), &renderConnections);
+  // --closed: the last connections each worker closed, with their close reasons.
+  return showAnswer(*request, absl::StrCat("/connections?limit=", n, args.switches.count("closed") ? "&state=closed" : ""),
+                    &renderConnections);
 }
 
 // log-level: shows the level; log-level LEVEL sets it.
@@ -484,8 +493,94 @@ int policyCheck(const std::vector<std::string>& argv) {
   return verdict->allowed ? kExitOk : kExitDenied;
 }
 
+// explain: what happens to a connection, and why it fails (docs/troubleshooting.md).
+// --from NAMESPACE/POD asks the cluster (both nodes); --from IP asks the ferryd at --admin
+// alone. --node-view prints that ferryd's /explain answer as it is (what the cluster form
+// reads from each node).
+int explain(const std::vector<std::string>& argv) {
+  Args args;
+  std::string error;
+  if (!parseArgs(argv, {"from", "to", "admin", "output", "kubeconfig", "ferry-namespace"}, {"node-view"}, args, error)) {
+    return usage(error);
+  }
+  if (!args.positional.empty()) return usage(absl::StrCat("unexpected argument ", args.positional[0]));
+  for (const char* required : {"from", "to"}) {
+    if (args.values[required].empty()) return usage(absl::StrCat("explain needs --", required));
+  }
+  std::string output = args.values.count("output") ? args.values["output"] : "text";
+  if (output != "text" && output != "json") return usage(absl::StrCat("-o must be text or json, not '", output, "'"));
+  const std::string& from = args.values["from"];
+  const std::string& to = args.values["to"];
+  if (from.find('/') != std::string::npos) {
+    const size_t slash = from.find('/');
+    if (slash == 0 || slash + 1 == from.size() || from.find('/', slash + 1) != std::string::npos) {
+      return usage(absl::StrCat("--from ", from, ": NAMESPACE/POD or IP"));
+    }
+    if (args.values.count("admin") || args.switches.count("node-view")) {
+      return usage("--from NAMESPACE/POD asks the cluster: --admin and --node-view go with --from IP");
+    }
+    return runExplain(args.values["kubeconfig"], args.values["ferry-namespace"], from, to, output == "json");
+  }
+  if (args.values.count("kubeconfig") || args.values.count("ferry-namespace")) {
+    return usage("--kubeconfig and --ferry-namespace go with --from NAMESPACE/POD");
+  }
+  auto from_ip = common::parseIp(from);
+  if (!from_ip.ok()) return usage(absl::StrCat("--from ", from, ": NAMESPACE/POD or IP"));
+  auto to_address = common::parseHostPort(to);
+  if (!to_address.ok()) return usage(absl::StrCat("--to ", to, ": with --from IP, an IP:PORT"));
+  auto request = adminRequest(args);
+  if (!request.ok()) return usage(request.status().message());
+  auto ask = [&request](const std::string& source, const std::string& target) -> NodeAnswer {
+    NodeAnswer answer;
+    auto body = askFerryd(*request, absl::StrCat("/explain?from=", source, "&to=", target));
+    if (!body.ok()) {
+      answer.error = std::string(body.status().message());
+      return answer;
+    }
+    auto view = parseObject(*body, "/explain");
+    if (!view.ok()) {
+      answer.error = std::string(view.status().message());
+      return answer;
+    }
+    answer.reached = true;
+    answer.node = text(*view, "node");
+    answer.view = std::move(*view);
+    return answer;
+  };
+  ExplainEnds ends;
+  ends.from = ends.from_ip = from_ip->to_string();
+  ends.to = ends.to_address = common::formatHostPort(*to_address);
+  if (args.switches.count("node-view")) {
+    auto body = askFerryd(*request, absl::StrCat("/explain?from=", ends.from_ip, "&to=", ends.to_address));
+    if (!body.ok()) return failAsk(body.status());
+    std::printf("%s\n", body->c_str());
+    return kExitOk;
+  }
+  NodeAnswer source = ask(ends.from_ip, ends.to_address);
+  if (!source.reached) {
+    std::fprintf(stderr, "ferryctl: %s\n", source.error.c_str());
+    return kExitUnreachable;
+  }
+  // This ferryd alone: the destination's view only when it runs here too.
+  std::optional<NodeAnswer> destination;
+  if (auto endpoint = pickEndpoint(source.view); endpoint && endpoint->node == source.node) {
+    destination = ask(ends.from_ip, endpoint->address);
+  } else if (const auto& d = member(source.view, "destination"); flag(d, "known") && flag(d, "local")) {
+    destination = source;
+  }
+  Explanation e = explainConnection(ends, source, destination);
+  if (output == "json") {
+    std::printf("%s\n", boost::json::serialize(explanationJson(ends, e, source, destination)).c_str());
+  } else {
+    std::fputs(renderExplanation(ends, e).c_str(), stdout);
+  }
+  return e.exit_code;
+}
+
 int run(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
+  // explain takes --kubeconfig itself: it asks two nodes, not one.
+  if (!args.empty() && args[0] == "explain") return explain(std::vector<std::string>(args.begin() + 1, args.end()));
   // --node / --pod: the same command, asked of that node's ferryd through the API server.
   auto remote = takeRemoteFlags(args);
   if (!remote.ok()) return usage(remote.status().message());

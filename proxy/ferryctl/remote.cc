@@ -8,10 +8,15 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_future.hpp>
 #include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "proxy/common/net.h"
 #include "proxy/config/kubeconfig.h"
+#include "proxy/ferryctl/explain.h"
+#include "proxy/ferryctl/json_read.h"
 #include "proxy/k8s/session.h"
 #include "proxy/k8s/decode.h"
 
@@ -36,6 +41,23 @@ std::string kubeconfigPath(const std::string& flag) {
   }
   const char* home = std::getenv("HOME");
   return absl::StrCat(home != nullptr ? home : "", "/.kube/config");
+}
+
+// A session with the API server of the kubeconfig at `flag` (else $KUBECONFIG, else
+// ~/.kube/config); null, said on stderr why, when there is none.
+std::unique_ptr<k8s::ApiSession> openApi(asio::io_context& io, const std::string& flag) {
+  const std::string path = kubeconfigPath(flag);
+  auto kubeconfig = config::loadKubeconfig(path);
+  if (!kubeconfig.ok()) {
+    std::fprintf(stderr, "ferryctl: kubeconfig %s: %s\n", path.c_str(), std::string(kubeconfig.status().message()).c_str());
+    return nullptr;
+  }
+  auto api = k8s::ApiSession::create(io, k8s::accessFrom(*kubeconfig), "ferryctl");
+  if (!api.ok()) {
+    std::fprintf(stderr, "ferryctl: %s: %s\n", path.c_str(), std::string(api.status().message()).c_str());
+    return nullptr;
+  }
+  return std::move(*api);
 }
 
 // The JSON of a GET, or why there is none.
@@ -96,7 +118,142 @@ asio::awaitable<absl::StatusOr<k8s::ExecOutput>> ask(k8s::ApiSession& api, Remot
   co_return co_await api.exec(target.ferry_namespace, *ferryd, kContainer, std::move(command), kTimeout);
 }
 
+// One node's /explain answer, through `ferryctl explain --node-view` in its ferryd pod.
+asio::awaitable<NodeAnswer> askNode(k8s::ApiSession& api, std::string ferry_namespace, std::string node,
+                                    std::string from_ip, std::string to_address) {
+  NodeAnswer answer;
+  answer.node = node;
+  auto ferryd = co_await ferrydPodOn(api, ferry_namespace, node);
+  if (!ferryd.ok()) {
+    answer.error = std::string(ferryd.status().message());
+    co_return answer;
+  }
+  std::vector<std::string> command;
+  for (const char* word : {"ferryctl", "explain", "--node-view", "--from"}) command.emplace_back(word);
+  command.insert(command.end(), {from_ip, "--to", to_address});
+  auto output = co_await api.exec(ferry_namespace, *ferryd, kContainer, std::move(command), kTimeout);
+  if (!output.ok()) {
+    answer.error = absl::StrCat("pod ", *ferryd, ": ", output.status().message());
+    co_return answer;
+  }
+  if (output->exit_code != 0) {
+    std::string why = output->err.empty() ? output->out : output->err;
+    while (!why.empty() && why.back() == '\n') why.pop_back();
+    answer.error = absl::StrCat("pod ", *ferryd, ": ", why);
+    co_return answer;
+  }
+  auto view = parseObject(output->out, "/explain");
+  if (!view.ok()) {
+    answer.error = absl::StrCat("pod ", *ferryd, ": ", view.status().message());
+    co_return answer;
+  }
+  answer.reached = true;
+  answer.view = std::move(*view);
+  co_return answer;
+}
+
+struct ExplainResult {
+  ExplainEnds ends;
+  NodeAnswer source;
+  std::optional<NodeAnswer> destination;
+};
+
+asio::awaitable<absl::StatusOr<ExplainResult>> explainCluster(k8s::ApiSession& api, std::string ferry_namespace,
+                                                              std::string from, std::string to) {
+  ExplainResult r;
+  auto podPath = [](const std::string& ns, const std::string& name) {
+    return absl::StrCat("/api/v1/namespaces/", k8s::queryEscape(ns), "/pods/", k8s::queryEscape(name));
+  };
+  const size_t slash = from.find('/');
+  auto source_json = co_await getJson(api, podPath(from.substr(0, slash), from.substr(slash + 1)));
+  if (!source_json.ok()) co_return absl::NotFoundError(absl::StrCat("--from ", from, ": ", source_json.status().message()));
+  auto source_pod = k8s::internal::decodePod(*source_json);
+  if (!source_pod.ok()) co_return source_pod.status();
+  if (source_pod->node_name.empty() || source_pod->pod_ips.empty()) {
+    co_return absl::FailedPreconditionError(absl::StrCat("--from ", from, ": the pod has no node or no IP yet"));
+  }
+  r.ends.from = from;
+  r.ends.from_ip = source_pod->pod_ips.front();
+  std::string destination_node;  // of a destination pod named by the operator
+  if (auto address = common::parseHostPort(to); address.ok()) {
+    r.ends.to = r.ends.to_address = common::formatHostPort(*address);
+  } else {
+    const size_t colon = to.rfind(':');
+    const size_t to_slash = to.find('/');
+    int port = 0;
+    if (colon == std::string::npos || to_slash == std::string::npos || to_slash > colon ||
+        !absl::SimpleAtoi(to.substr(colon + 1), &port) || port < 1 || port > 65535) {
+      co_return absl::InvalidArgumentError(absl::StrCat("--to ", to, ": NAMESPACE/NAME:PORT or IP:PORT"));
+    }
+    std::string ns = to.substr(0, to_slash), name = to.substr(to_slash + 1, colon - to_slash - 1);
+    auto pod_json = co_await getJson(api, podPath(ns, name));
+    if (pod_json.ok()) {
+      auto pod = k8s::internal::decodePod(*pod_json);
+      if (!pod.ok()) co_return pod.status();
+      if (pod->pod_ips.empty()) co_return absl::FailedPreconditionError(absl::StrCat("--to ", to, ": the pod has no IP yet"));
+      r.ends.to = to;
+      r.ends.to_address = absl::StrCat(pod->pod_ips.front(), ":", port);
+      destination_node = pod->node_name;
+    } else {
+      auto service_json = co_await getJson(api, absl::StrCat("/api/v1/namespaces/", k8s::queryEscape(ns), "/services/",
+                                                             k8s::queryEscape(name)));
+      if (!service_json.ok()) co_return absl::NotFoundError(absl::StrCat("--to ", to, ": no pod and no Service ", ns, "/", name));
+      auto service = k8s::internal::decodeService(*service_json);
+      if (!service.ok()) co_return service.status();
+      if (service->cluster_ips.empty()) {
+        co_return absl::FailedPreconditionError(absl::StrCat("--to ", to, ": Service ", ns, "/", name,
+                                                             " has no ClusterIP (headless): name a pod instead"));
+      }
+      r.ends.to = absl::StrCat("Service ", ns, "/", name, ":", port);
+      r.ends.to_address = absl::StrCat(service->cluster_ips.front(), ":", port);
+      r.ends.to_is_service = true;
+    }
+  }
+  r.source = co_await askNode(api, ferry_namespace, source_pod->node_name, r.ends.from_ip, r.ends.to_address);
+  std::string destination_address = r.ends.to_address;
+  if (r.source.reached) {
+    if (auto endpoint = pickEndpoint(r.source.view)) {
+      destination_node = endpoint->node;
+      destination_address = endpoint->address;
+    } else if (const auto& d = member(r.source.view, "destination"); flag(d, "known")) {
+      destination_node = text(d, "node");
+    } else {
+      destination_node.clear();  // not a mesh workload: no ferryd of its own to ask
+    }
+  }
+  if (!destination_node.empty()) {
+    if (destination_node == r.source.node && destination_address == r.ends.to_address) {
+      r.destination = r.source;
+    } else {
+      r.destination = co_await askNode(api, ferry_namespace, destination_node, r.ends.from_ip, destination_address);
+    }
+  }
+  co_return r;
+}
+
 }  // namespace
+
+int runExplain(const std::string& kubeconfig_flag, const std::string& ferry_namespace, const std::string& from,
+               const std::string& to, bool json_output) {
+  asio::io_context io;
+  auto api = openApi(io, kubeconfig_flag);
+  if (!api) return kExitUnreachable;
+  auto done = asio::co_spawn(io, explainCluster(*api, ferry_namespace.empty() ? kDefaultNamespace : ferry_namespace, from, to),
+                             asio::use_future);
+  io.run();
+  auto result = done.get();
+  if (!result.ok()) {
+    std::fprintf(stderr, "ferryctl: %s\n", std::string(result.status().message()).c_str());
+    return absl::IsUnavailable(result.status()) ? kExitUnreachable : 1;
+  }
+  Explanation e = explainConnection(result->ends, result->source, result->destination);
+  if (json_output) {
+    std::printf("%s\n", json::serialize(explanationJson(result->ends, e, result->source, result->destination)).c_str());
+  } else {
+    std::fputs(renderExplanation(result->ends, e).c_str(), stdout);
+  }
+  return e.exit_code;
+}
 
 absl::StatusOr<std::optional<RemoteTarget>> takeRemoteFlags(std::vector<std::string>& args) {
   RemoteTarget t;
@@ -140,19 +297,10 @@ absl::StatusOr<std::optional<RemoteTarget>> takeRemoteFlags(std::vector<std::str
 }
 
 int runRemote(const RemoteTarget& target, const std::vector<std::string>& args) {
-  const std::string path = kubeconfigPath(target.kubeconfig);
-  auto kubeconfig = config::loadKubeconfig(path);
-  if (!kubeconfig.ok()) {
-    std::fprintf(stderr, "ferryctl: kubeconfig %s: %s\n", path.c_str(), std::string(kubeconfig.status().message()).c_str());
-    return kExitUnreachable;
-  }
   asio::io_context io;
-  auto api = k8s::ApiSession::create(io, k8s::accessFrom(*kubeconfig), "ferryctl");
-  if (!api.ok()) {
-    std::fprintf(stderr, "ferryctl: %s: %s\n", path.c_str(), std::string(api.status().message()).c_str());
-    return kExitUnreachable;
-  }
-  auto done = asio::co_spawn(io, ask(**api, target, args), asio::use_future);
+  auto api = openApi(io, target.kubeconfig);
+  if (!api) return kExitUnreachable;
+  auto done = asio::co_spawn(io, ask(*api, target, args), asio::use_future);
   io.run();
   auto output = done.get();
   if (!output.ok()) {

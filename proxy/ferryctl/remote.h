@@ -29,4 +29,12 @@ absl::StatusOr<std::optional<RemoteTarget>> takeRemoteFlags(std::vector<std::str
 // could not be reached.
 int runRemote(const RemoteTarget& target, const std::vector<std::string>& args);
 
+// `ferryctl explain --from NAMESPACE/POD --to ...` (docs/troubleshooting.md): finds the pods
+// and the Service through the API server, asks the /explain of the source's node and of the
+// destination's (`ferryctl explain --node-view` in their ferryd pods) and prints the story.
+// Exit status: 0 nothing wrong, 1 a cause found (or a name that does not resolve), 4 a ferryd
+// or the API server not reached.
+int runExplain(const std::string& kubeconfig, const std::string& ferry_namespace, const std::string& from,
+               const std::string& to, bool json_output);
+
 }  // namespace ferry::ferryctl

@@ -140,6 +140,8 @@ class Server {
   // /connections: asks every worker for its live connections (on its own thread) and
   // replies on the control thread once all have answered.
   void serveConnections(const HttpRequest& request, HttpServer::Reply reply);
+  // /explain?from=IP&to=IP:PORT (proxy/server/explain_admin.h).
+  void serveExplain(const HttpRequest& request, HttpServer::Reply reply);
   // The connections every worker carries now.
   int64_t liveConnections();
   // Reads the config file when it changed (or, `reread`, in any case: SIGHUP) and applies

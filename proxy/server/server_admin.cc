@@ -19,10 +19,12 @@
 #include "absl/strings/str_join.h"
 #include "proxy/common/duration.h"
 #include "proxy/common/log.h"
+#include "proxy/datapath/pod_sync.h"
 #include "proxy/identity/openssl_util.h"
 #include "proxy/identity/spiffe_id.h"
 #include "proxy/identity/svid.h"
 #include "proxy/server/admin_json.h"
+#include "proxy/server/explain_admin.h"
 #include "proxy/server/policy_admin.h"
 #include "proxy/server/server.h"
 #include "proxy/session/common.h"
@@ -460,6 +462,9 @@ void Server::routeAdmin() {
   admin_.routeAsync("/connections", [this](const HttpRequest& request, HttpServer::Reply reply) {
     serveConnections(request, std::move(reply));
   });
+  admin_.routeAsync("/explain", [this](const HttpRequest& request, HttpServer::Reply reply) {
+    serveExplain(request, std::move(reply));
+  });
   admin_.routeRequest("/logging", {HttpMethod::kGet, HttpMethod::kPost}, [](const HttpRequest& request) {
     std::string now(common::logLevelName(common::logLevel()));
     if (request.method == HttpMethod::kGet) return jsonResponse(200, json::object{{"level", now}});
@@ -490,6 +495,49 @@ void Server::routeAdmin() {
   });
 }
 
+namespace {
+
+// Runs `collect` on every worker's thread (what it returns is that worker's part) and then
+// `done` on the control thread with the parts together: no worker state is read elsewhere.
+template <class Part, class Collect, class Done>
+void askEveryWorker(const std::vector<std::unique_ptr<session::Worker>>& workers, asio::io_context& control,
+                    Collect collect, Done done) {
+  struct Gather {
+    std::mutex mu;
+    std::vector<Part> parts;
+    size_t waiting = 0;
+  };
+  auto gather = std::make_shared<Gather>();
+  gather->waiting = workers.size();
+  auto finish = [gather, done = std::move(done)]() mutable { done(std::move(gather->parts)); };
+  if (workers.empty()) {
+    finish();
+    return;
+  }
+  for (const auto& w : workers) {
+    asio::post(w->io(), [w = w.get(), gather, collect, finish, &control]() mutable {
+      Part mine = collect(*w);
+      bool last = false;
+      {
+        std::lock_guard<std::mutex> lock(gather->mu);
+        gather->parts.push_back(std::move(mine));
+        last = --gather->waiting == 0;
+      }
+      if (last) asio::post(control, std::move(finish));
+    });
+  }
+}
+
+// The workers' recent closes as one list, the newest first.
+std::vector<session::ClosedConnection> newestFirst(std::vector<std::vector<session::ClosedConnection>> parts) {
+  std::vector<session::ClosedConnection> all;
+  for (auto& part : parts) std::move(part.begin(), part.end(), std::back_inserter(all));
+  std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.time > b.time; });
+  return all;
+}
+
+}  // namespace
+
 void Server::serveConnections(const HttpRequest& request, HttpServer::Reply reply) {
   auto params = parseQuery(request.query);
   size_t limit = kDefaultConnectionsLimit;
@@ -499,45 +547,120 @@ void Server::serveConnections(const HttpRequest& request, HttpServer::Reply repl
       return;
     }
   }
-  // Each worker copies its own records on its own thread; the last to answer hands the
-  // whole to the control thread.
-  struct Gather {
-    std::mutex mu;
-    std::vector<session::ConnectionInfo> found;
-    size_t total = 0;
-    size_t waiting = 0;
-  };
-  auto gather = std::make_shared<Gather>();
-  gather->waiting = workers_.size();
-  auto render = [gather, limit, reply = std::move(reply)] {
-    auto& found = gather->found;
-    std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.age > b.age; });
-    if (found.size() > limit) found.resize(limit);
-    json::array list;
-    for (const auto& c : found) list.emplace_back(connectionJson(c));
-    reply(jsonResponse(200, json::object{{"total", gather->total},
-                                         {"shown", found.size()},
-                                         {"omitted", gather->total - found.size()},
-                                         {"connections", std::move(list)}}));
-  };
-  if (workers_.empty()) {
-    render();
+  const std::string state = params.count("state") != 0 ? params["state"] : "open";
+  if (state == "closed") {
+    // The last ones each worker closed (session/recent_closes.h), the newest first.
+    askEveryWorker<std::vector<session::ClosedConnection>>(
+        workers_, control_, [](session::Worker& w) { return w.recentCloses().snapshot(); },
+        [limit, reply = std::move(reply)](std::vector<std::vector<session::ClosedConnection>> parts) {
+          std::vector<session::ClosedConnection> all = newestFirst(std::move(parts));
+          size_t total = all.size();
+          if (all.size() > limit) all.resize(limit);
+          json::array list;
+          for (const auto& c : all) list.emplace_back(closedJson(c));
+          reply(jsonResponse(200, json::object{{"state", "closed"},
+                                               {"total", total},
+                                               {"shown", all.size()},
+                                               {"omitted", total - all.size()},
+                                               {"per_worker", json::object{{"failures", session::RecentCloses::kFailures},
+                                                                           {"successes", session::RecentCloses::kSuccesses}}},
+                                               {"connections", std::move(list)}}));
+        });
     return;
   }
-  for (auto& w : workers_) {
-    asio::post(w->io(), [this, w = w.get(), gather, limit, render] {
-      size_t total = 0;
-      auto mine = w->connections(limit, total);
-      bool last = false;
-      {
-        std::lock_guard<std::mutex> lock(gather->mu);
-        gather->total += total;
-        std::move(mine.begin(), mine.end(), std::back_inserter(gather->found));
-        last = --gather->waiting == 0;
-      }
-      if (last) asio::post(control_, render);
-    });
+  if (state != "open") {
+    reply(jsonError(400, absl::StrCat("state: '", state, "' is not open or closed")));
+    return;
   }
+  struct Part {
+    std::vector<session::ConnectionInfo> found;
+    size_t total = 0;
+  };
+  // Each worker copies its own records on its own thread; the control thread sorts them.
+  askEveryWorker<Part>(
+      workers_, control_,
+      [limit](session::Worker& w) {
+        Part part;
+        part.found = w.connections(limit, part.total);
+        return part;
+      },
+      [limit, reply = std::move(reply)](std::vector<Part> parts) {
+        std::vector<session::ConnectionInfo> found;
+        size_t total = 0;
+        for (auto& part : parts) {
+          total += part.total;
+          std::move(part.found.begin(), part.found.end(), std::back_inserter(found));
+        }
+        std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.age > b.age; });
+        if (found.size() > limit) found.resize(limit);
+        json::array list;
+        for (const auto& c : found) list.emplace_back(connectionJson(c));
+        reply(jsonResponse(200, json::object{{"state", "open"},
+                                             {"total", total},
+                                             {"shown", found.size()},
+                                             {"omitted", total - found.size()},
+                                             {"connections", std::move(list)}}));
+      });
+}
+
+void Server::serveExplain(const HttpRequest& request, HttpServer::Reply reply) {
+  auto query = parseExplainQuery(request.query);
+  if (!query.ok()) {
+    reply(jsonError(400, std::string(query.status().message())));
+    return;
+  }
+  auto registry = workloads_.current();
+  auto services = workloads_.services();
+  auto policies = policies_.current();
+  absl::Status ready = readiness();
+  json::object node{{"node", config_.node},
+                    {"ready", ready.ok()},
+                    {"datapath", datapath_ ? datapath::injectionName(datapath_->injection().mode) : "disabled"}};
+  if (!ready.ok()) node["reason"] = std::string(ready.message());
+  ExplainFacts facts{*registry, *services, *policies, config_.trust_domain,
+                     config_.datapath.enabled && config_.datapath.exempt_node, {}, {}, {}};
+  facts.node = std::move(node);
+  std::vector<std::pair<std::string, std::string>> errors;  // identity, why
+  auto now = std::chrono::system_clock::now();
+  for (const auto& svid : heldSvids(&errors)) {
+    auto not_after = identity::asn1TimeToTimePoint(X509_get0_notAfter(svid->leaf.get()));
+    facts.certificates[svid->id.str()] = json::object{
+        {"not_after", identity::formatTime(not_after)},
+        {"expires_in_seconds", std::chrono::duration_cast<std::chrono::seconds>(not_after - now).count()}};
+  }
+  for (auto& [id, why] : errors) facts.certificates[id] = json::object{{"error", why}};
+  if (datapath_) {
+    facts.capture = [this](const common::IpAddress& ip) {
+      json::object out;
+      if (!ip.is_v4()) return json::object{{"captured", false}, {"error", "IPv6 is not captured (docs/datapath.md, \"IPv6\")"}};
+      uint32_t key = datapath::ipv4Key(ip);
+      const std::string* device = datapath_->enrolledDevice(key);
+      out["captured"] = device != nullptr;
+      if (device != nullptr) out["device"] = *device;
+      if (std::string why = datapath_->enrolmentFailure(key); !why.empty()) out["error"] = why;
+      return out;
+    };
+  }
+  json::object view = explainView(*query, facts);
+  const workloads::ServiceBackends* backends = services->find({query->to.ip, query->to.port});
+  std::optional<workloads::ServiceBackends> service;
+  if (backends != nullptr) service = *backends;
+  askEveryWorker<std::vector<session::ClosedConnection>>(
+      workers_, control_,
+      [q = *query, service](session::Worker& w) {
+        std::vector<session::ClosedConnection> mine;
+        for (auto& c : w.recentCloses().snapshot()) {
+          if (concerns(c, q, service ? &*service : nullptr)) mine.push_back(std::move(c));
+        }
+        return mine;
+      },
+      [view = std::move(view), reply = std::move(reply)](std::vector<std::vector<session::ClosedConnection>> parts) mutable {
+        std::vector<session::ClosedConnection> all = newestFirst(std::move(parts));
+        json::array list;
+        for (const auto& c : all) list.emplace_back(closedJson(c));
+        view["closed"] = std::move(list);
+        reply(jsonResponse(200, view));
+      });
 }
 
 }  // namespace ferry::server

@@ -288,6 +288,22 @@ void relayOnStream(Worker& worker, std::unique_ptr<LiveConnection> conn, hbone::
                    [conn = std::move(conn)](RelayResult result) { conn->record.finish(result.reason); });
 }
 
+void ConnectionRecord::keep(ClosedConnection& slot, CloseReason reason, std::chrono::milliseconds duration,
+                            std::chrono::system_clock::time_point time) const {
+  slot.direction = direction_;
+  slot.reason = reason;
+  slot.src = src;  // assigned over: the slot's strings keep their capacity
+  slot.dst = dst;
+  slot.source_principal = source_principal;
+  slot.destination_principal = destination_principal;
+  slot.detail = detail;
+  slot.policy = policy;
+  slot.time = time;
+  slot.duration = duration;
+  slot.sent = requestBytes();
+  slot.received = responseBytes();
+}
+
 void ConnectionRecord::finish(CloseReason reason) {
   if (finished_) return;
   finished_ = true;
@@ -296,6 +312,10 @@ void ConnectionRecord::finish(CloseReason reason) {
   stats.recordClose(direction_, reason, requestBytes(), responseBytes());
   if (istio_ != nullptr) istio_->closed.fetch_add(1, std::memory_order_relaxed);  // bytes went in as they flowed
   bool success = reason == CloseReason::kOk;
+  auto now = std::chrono::steady_clock::now();
+  auto duration = std::chrono::duration_cast<std::chrono::milliseconds>(now - start_);
+  auto wall = std::chrono::system_clock::now();
+  keep(worker_.recentCloses().next(success), reason, duration, wall);
   auto level = success ? common::LogLevel::kInfo : common::LogLevel::kWarn;
   if (!common::logEnabled(level)) return;
   // The connection's own limit first (the streams of one HBONE connection), then the
@@ -304,7 +324,6 @@ void ConnectionRecord::finish(CloseReason reason) {
     stats.log_lines_suppressed.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  auto now = std::chrono::steady_clock::now();
   auto& access_log = worker_.accessLog();
   switch (access_log.admit(success, now)) {
     case AccessLogger::Admit::kWrite: break;
@@ -316,8 +335,7 @@ void ConnectionRecord::finish(CloseReason reason) {
       stats.access_log_failures_suppressed.fetch_add(1, std::memory_order_relaxed);
       return;
   }
-  AccessEntry entry{reason, std::chrono::duration_cast<std::chrono::milliseconds>(now - start_),
-                    std::chrono::system_clock::now()};
+  AccessEntry entry{reason, duration, wall};
   if (access_log.settings().format == config::AccessLogFormat::kJson) {
     common::writeRawLine(formatAccessJson(*this, entry));
   } else {

@@ -98,6 +98,9 @@ class ConnectionRecord {
   friend class WatchedSocket;
   friend class Worker;
   bool relaysServerSide() const { return direction_ == Direction::kInbound; }
+  // Writes this record, closed for `reason`, into a slot of the worker's recent closes.
+  void keep(ClosedConnection& slot, CloseReason reason, std::chrono::milliseconds duration,
+            std::chrono::system_clock::time_point time) const;
   Worker& worker_;
   Direction direction_;
   std::chrono::steady_clock::time_point start_;

@@ -24,6 +24,7 @@
 #include "proxy/session/admission.h"
 #include "proxy/session/istio_metrics.h"
 #include "proxy/session/placement.h"
+#include "proxy/session/recent_closes.h"
 #include "proxy/session/relay.h"
 #include "proxy/session/reset_penalties.h"
 #include "proxy/session/self_addresses.h"
@@ -105,6 +106,8 @@ class Worker {
   hbone::Pool& pool() { return pool_; }
   Scratch& scratch() { return scratch_; }
   AccessLogger& accessLog() { return access_log_; }
+  // The last connections this worker closed (worker thread only; /connections?state=closed).
+  RecentCloses& recentCloses() { return recent_closes_; }
   // Live proxied connections on this worker (drain waits for zero).
   std::atomic<int64_t>& live() { return live_; }
   // The ConnectionRecords alive on this worker, linked by themselves (worker thread only).
@@ -147,6 +150,7 @@ class Worker {
   absl::flat_hash_map<const hbone::H2Connection*, std::weak_ptr<hbone::H2Connection>> tunnels_;
   bool tunnels_noticed_ = false;  // noticeShutdownToTunnels ran
   AccessLogger access_log_;
+  RecentCloses recent_closes_;
 };
 
 // What runs a connection once its worker is chosen: a coroutine that owns the socket, and

@@ -1,4 +1,4 @@
-// `ferryctl status|workloads|certs|connections|config|log-level` (docs/operations.md,
+// `ferryctl status|workloads|certs|connections|config|log-level|explain` (docs/operations.md,
 // "ferryctl"): the built binary against n2's admin endpoint (127.0.2.1:15000) of the
 // loopback lab, in both output forms (the JSON parsed and its fields checked), and against
 // an address where no ferryd runs (exit 4 and what it says).
@@ -139,6 +139,72 @@ TEST_F(FerryctlAdminTest, ConnectionsShowTheLiveConnectionWithItsBytes) {
   EXPECT_EQ(c.at("received_bytes").to_number<int>(), 2048);
   EXPECT_EQ(run({"connections", "--admin", kN2Admin, "--limit", "0"}).exit, 2);
   ::close(fd);
+}
+
+TEST_F(FerryctlAdminTest, ClosedConnectionsAndExplainTellAWorkingConnectionFromAFailedOne) {
+  AppServer app("127.0.2.10", kAppPort, AppServer::echo);
+  int fd = connectOutbound("127.0.1.10", "127.0.2.10", kAppPort);
+  ASSERT_GE(fd, 0);
+  setRecvTimeout(fd, std::chrono::seconds(10));
+  std::string out(100, 'y'), in(100, '\0');
+  ASSERT_TRUE(sendAll(fd, out.data(), out.size()) && recvExact(fd, in.data(), in.size()));
+  ::close(fd);
+  // The destination's ferryd keeps the inbound leg once it closed.
+  Outcome closed;
+  ASSERT_TRUE(waitFor([&] {
+    closed = run({"connections", "--closed", "--admin", kN2Admin});
+    return closed.out.find(" inbound    ok      127.0.1.10:") != std::string::npos;
+  })) << closed.out << closed.err;
+  EXPECT_EQ(closed.out.rfind("CLOSED    DIRECTION  REASON", 0), 0u) << closed.out;
+  EXPECT_NE(closed.out.find("1 connection closed recently (each worker keeps its last 64 failed and 32 successful "
+                            "ones); times UTC\n"),
+            std::string::npos)
+      << closed.out;
+
+  Outcome ok = run({"explain", "--from", "127.0.1.10", "--to", "127.0.2.10:8080", "--admin", kN2Admin});
+  EXPECT_EQ(ok.exit, 0) << ok.out << ok.err;
+  expectParts(ok.out, {"127.0.1.10 (127.0.1.10) -> 127.0.2.10:8080\n", "source       info",
+                       "default/c1 runs on node n1, not on node n2",
+                       "destination  ok     default/s1 on node n2: datapath off, identity "
+                       "spiffe://cluster.local/ns/default/sa/server, certificate valid until",
+                       "mtls         ok     PERMISSIVE", "policy       ok     allowed",
+                       "no problem found: ferry carries such a connection"});
+
+  // Nothing listens on 9090: the destination's ferryd cannot connect; explain names it.
+  int refused = connectOutbound("127.0.1.10", "127.0.2.10", 9090);
+  if (refused >= 0) {
+    char byte = 0;
+    setRecvTimeout(refused, std::chrono::seconds(10));
+    EXPECT_LE(::recv(refused, &byte, 1, 0), 0);
+    ::close(refused);
+  }
+  Outcome failed;
+  ASSERT_TRUE(waitFor([&] {
+    failed = run({"explain", "--from", "127.0.1.10", "--to", "127.0.2.10:9090", "--admin", kN2Admin, "-o", "json"});
+    return failed.exit == 1;
+  })) << failed.out << failed.err;
+  json::object js = parsed(failed.out);
+  EXPECT_NE(std::string(js.at("cause").as_string()).find("the last connection closed with connect_failed"),
+            std::string::npos)
+      << failed.out;
+  EXPECT_EQ(js.at("closed").as_array().at(0).as_object().at("reason").as_string(), "connect_failed");
+  EXPECT_EQ(js.at("destination_node").as_object().at("view").as_object().at("node").as_string(), "n2");
+
+  // The source's node alone knows the source, not the destination's policies.
+  Outcome from_n1 = run({"explain", "--from", "127.0.1.10", "--to", "127.0.2.10:8080", "--admin", "127.0.1.1:15000"});
+  expectParts(from_n1.out, {"source       ok     default/c1 on node n1", "default/s1 runs on node n2: ask "
+                                                                                 "with --from NAMESPACE/POD"});
+  Outcome down = run({"explain", "--from", "127.0.1.10", "--to", "127.0.2.10:8080", "--admin", kNoFerryd});
+  EXPECT_EQ(down.exit, 4) << down.err;
+  EXPECT_EQ(down.err.rfind("ferryctl: ferryd is not running at 127.0.4.1:15000", 0), 0u) << down.err;
+  for (std::vector<std::string> bad : std::vector<std::vector<std::string>>{
+           {"explain", "--from", "127.0.1.10"}, {"explain", "--from", "pod", "--to", "127.0.2.10:8080"},
+           {"explain", "--from", "127.0.1.10", "--to", "default/server:8080"},
+           {"explain", "--from", "default/c", "--to", "x:1", "--admin", kN2Admin},
+           {"explain", "--from", "127.0.1.10", "--to", "127.0.2.10:8080", "--kubeconfig", "k"}}) {
+    Outcome usage = run(bad);
+    EXPECT_EQ(usage.exit, 2) << absl::StrJoin(bad, " ") << ": " << usage.err;
+  }
 }
 
 TEST_F(FerryctlAdminTest, ConfigShowsTheConfigurationInForce) {
