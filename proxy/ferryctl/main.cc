@@ -579,8 +579,18 @@ int explain(const std::vector<std::string>& argv) {
 
 int run(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  // explain takes --kubeconfig itself: it asks two nodes, not one.
-  if (!args.empty() && args[0] == "explain") return explain(std::vector<std::string>(args.begin() + 1, args.end()));
+  // explain takes --kubeconfig and --ferry-namespace itself, before or after the word: it
+  // asks two nodes, not one.
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "explain") {
+      std::vector<std::string> rest(args.begin() + i + 1, args.end());
+      rest.insert(rest.end(), args.begin(), args.begin() + i);
+      return explain(rest);
+    }
+    bool takes_value = args[i] == "--kubeconfig" || args[i] == "--ferry-namespace";
+    if (!takes_value && !absl::StartsWith(args[i], "--kubeconfig=") && !absl::StartsWith(args[i], "--ferry-namespace=")) break;
+    if (takes_value) ++i;
+  }
   // --node / --pod: the same command, asked of that node's ferryd through the API server.
   auto remote = takeRemoteFlags(args);
   if (!remote.ok()) return usage(remote.status().message());
