@@ -28,7 +28,10 @@ std::vector<Header> buildConnectHeaders(const ConnectParams& params) {
   std::vector<Header> headers;
   headers.push_back({":method", "CONNECT"});
   headers.push_back({":authority", common::formatHostPort(params.target)});
-  headers.push_back({"forwarded", absl::StrCat("for=\"", common::formatHostPort(params.client), "\"")});
+  headers.push_back({"forwarded", params.service_host.empty()
+                                      ? absl::StrCat("for=\"", common::formatHostPort(params.client), "\"")
+                                      : absl::StrCat("for=\"", common::formatHostPort(params.client), "\";host=",
+                                                     common::toAbsl(params.service_host))});
   if (!params.source_name.empty()) {
     // The keys ztunnel sends; metrics on the server side attribute traffic with them.
     headers.push_back(
@@ -38,6 +41,29 @@ std::vector<Header> buildConnectHeaders(const ConnectParams& params) {
   }
   headers.push_back({"traceparent", makeTraceparent()});
   return headers;
+}
+
+std::string_view forwardedHost(const std::vector<Header>& request) {
+  for (const auto& h : request) {
+    if (h.name != "forwarded") continue;
+    std::string_view value = h.value;
+    // RFC 7239: pairs separated by ';' (',' starts another hop: the first hop's is read).
+    value = value.substr(0, value.find(','));
+    while (!value.empty()) {
+      size_t end = value.find(';');
+      std::string_view pair = value.substr(0, end);
+      while (!pair.empty() && pair.front() == ' ') pair.remove_prefix(1);
+      if (pair.size() > 5 && (pair.substr(0, 5) == "host=" || pair.substr(0, 5) == "Host=")) {
+        std::string_view host = pair.substr(5);
+        if (host.size() >= 2 && host.front() == '"' && host.back() == '"') host = host.substr(1, host.size() - 2);
+        return host;
+      }
+      if (end == std::string_view::npos) break;
+      value.remove_prefix(end + 1);
+    }
+    return {};
+  }
+  return {};
 }
 
 namespace {

@@ -23,10 +23,17 @@ struct ConnectParams {
   // empty when unknown.
   std::string_view source_namespace;
   std::string_view source_name;
+  // The Service the application called, as its hostname ("cart.shop.svc.cluster.local"),
+  // when it called one: `forwarded: ...;host=`, as ztunnel sends it (docs/hbone.md). Empty:
+  // none.
+  std::string_view service_host;
 };
 
 // `:method CONNECT`, `:authority`, `forwarded`, `baggage`, `traceparent` (random).
 std::vector<Header> buildConnectHeaders(const ConnectParams& params);
+// The `host=` parameter of the request's `forwarded` header (quotes removed), or empty:
+// what the client says it called. A claim, never trusted alone (session/connect_target.h).
+std::string_view forwardedHost(const std::vector<Header>& request);
 // "00-<32 hex>-<16 hex>-00", random per call.
 std::string makeTraceparent();
 

@@ -160,8 +160,16 @@ awaitable<std::shared_ptr<hbone::H2Stream>> openStream(Worker& worker, Tcp::sock
       record.finish(reason);
       co_return nullptr;
     }
+    // The Service called, by its hostname: the destination counts the connection under it.
+    std::string service_host;
+    if (!plan.service.str().empty()) {
+      const std::string& key = plan.service.str();  // "<namespace>/<name>"
+      size_t slash = key.find('/');
+      service_host.append(key, slash + 1).append(".").append(key, 0, slash).append(".svc.");
+      service_host += worker.config()->telemetry.cluster_domain;
+    }
     hbone::ConnectParams params{plan.destination, plan.source, plan.source_workload->namespace_name.str(),
-                                plan.source_workload->name};
+                                plan.source_workload->name, service_host};
     auto stream = (*conn)->openStream(hbone::buildConnectHeaders(params));
     if (!stream) {
       record.detail = "could not open a stream on the pooled HBONE connection";

@@ -1,5 +1,6 @@
 #include "proxy/workloads/registry.h"
 
+#include <algorithm>
 #include <functional>
 #include <utility>
 
@@ -208,7 +209,16 @@ Store::Result Store::replaceAll(std::vector<Workload> all) {
 
 ServiceTable::ServiceTable() {
   static const auto* empty = new std::shared_ptr<const Shard>(std::make_shared<const Shard>());
+  static const auto* no_endpoints = new std::shared_ptr<const EndpointShard>(std::make_shared<const EndpointShard>());
   shards_.fill(*empty);
+  endpoint_shards_.fill(*no_endpoints);
+}
+
+const std::vector<InternedString>& ServiceTable::servicesOf(const ServicePort& endpoint) const {
+  static const std::vector<InternedString> kNone;
+  const EndpointShard& shard = *endpoint_shards_[shardOf(endpoint)];
+  auto it = shard.find(endpoint);
+  return it == shard.end() ? kNone : it->second;
 }
 
 size_t ServiceTable::shardOf(const ServicePort& port) {
@@ -225,6 +235,16 @@ void Store::applyServices(std::vector<ServiceUpdate> updates) {
   auto before = services();
   auto next = std::make_shared<ServiceTable>(*before);  // shares every shard
   std::array<std::shared_ptr<ServiceTable::Shard>, ServiceTable::kShards> copies;
+  std::array<std::shared_ptr<ServiceTable::EndpointShard>, ServiceTable::kShards> endpoint_copies;
+  // The reverse index follows: a shard of it is copied once per batch, on first touch.
+  auto endpoints = [&](const ServicePort& endpoint) -> std::vector<InternedString>& {
+    size_t s = ServiceTable::shardOf(endpoint);
+    if (!endpoint_copies[s]) {
+      endpoint_copies[s] = std::make_shared<ServiceTable::EndpointShard>(*next->endpoint_shards_[s]);
+      next->endpoint_shards_[s] = endpoint_copies[s];
+    }
+    return (*endpoint_copies[s])[endpoint];
+  };
   std::vector<ServiceChange> changes;
   for (auto& u : updates) {
     size_t s = ServiceTable::shardOf(u.port);
@@ -234,6 +254,18 @@ void Store::applyServices(std::vector<ServiceUpdate> updates) {
     if (!copies[s]) {
       copies[s] = std::make_shared<ServiceTable::Shard>(*next->shards_[s]);
       next->shards_[s] = copies[s];
+      auto again = copies[s]->find(u.port);
+      was = again != copies[s]->end() ? &again->second : nullptr;
+    }
+    if (was != nullptr) {
+      for (const auto& endpoint : was->endpoints) {
+        auto& names = endpoints(endpoint);
+        if (auto it = std::find(names.begin(), names.end(), was->name); it != names.end()) names.erase(it);
+        if (names.empty()) endpoint_copies[ServiceTable::shardOf(endpoint)]->erase(endpoint);
+      }
+    }
+    if (u.backends) {
+      for (const auto& endpoint : u.backends->endpoints) endpoints(endpoint).push_back(u.backends->name);
     }
     changes.push_back({u.port, was != nullptr, u.backends.has_value()});
     if (u.backends) {

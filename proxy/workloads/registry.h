@@ -108,12 +108,21 @@ class ServiceTable {
   const ServiceBackends* find(const ServicePort& port) const;
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
+  // The Services ("<namespace>/<name>") that list `endpoint` (pod ip, target port) among
+  // their backends, once per port that does (a Service may reach one endpoint port through
+  // several of its own); empty when none. What an inbound connection's claim to have called a
+  // Service is checked against: a bounded set, never a name taken on trust (the Istio
+  // metrics' destination_service at the destination reporter). Lives as long as this snapshot.
+  const std::vector<InternedString>& servicesOf(const ServicePort& endpoint) const;
 
  private:
   friend class Store;
   using Shard = absl::flat_hash_map<ServicePort, ServiceBackends>;
+  using EndpointShard = absl::flat_hash_map<ServicePort, std::vector<InternedString>>;
   static size_t shardOf(const ServicePort& port);
   std::array<std::shared_ptr<const Shard>, kShards> shards_;
+  // The reverse index, endpoint -> Services, sharded by the endpoint's IP as the registry is.
+  std::array<std::shared_ptr<const EndpointShard>, kShards> endpoint_shards_;
   size_t size_ = 0;
 };
 

@@ -212,6 +212,13 @@ check "... and passes on the remote command's exit status and its words (exit $r
   exited 2 "unknown log level 'fy-no-level'"
 rc=0; out=$(remote --node fy-no-such-node status 2>&1) || rc=$?
 check "a node without a ferryd pod is exit 4, said so ($out)" exited 4 "no running ferryd pod on node fy-no-such-node"
+# explain (docs/troubleshooting.md, "Start here"): the four cases of issue 37, each with its cause.
+explain() { rc=0; out=$(remote explain "$@" 2>&1) || rc=$?; sed 's/^/  explain| /' <<<"$out"; }
+explain --from "$MESH/fy-client" --to "$MESH/fy-server:8080"
+check "ferryctl explain: a working connection, nothing wrong (exit $rc)" exited 0 "no problem found: ferry carries such a connection"
+check "... every step of it ok, the last connection between them among the recent ones" \
+  bash -c "grep -qE '^source +ok +$MESH/fy-client on node $node: captured on ' <<<\"\$1\" && grep -qE '^policy +ok ' <<<\"\$1\" &&
+           grep -qE ' (outbound|inbound) +ok +$client:[0-9]+ +$server:8080 ' <<<\"\$1\"" _ "$out"
 
 echo "== upgrades beside the running ferryd (handover through the node's /var/run/ferry)"
 # Kubernetes 1.20 (this lab's) has no DaemonSet maxSurge, so the test does what the
@@ -360,6 +367,9 @@ echo "== a pod created while ferryd is down"
 # an uninstall, so the chain stays and fails closed.
 kq -n "$RNS" patch daemonset "$REL" --type merge -p '{"spec":{"template":{"spec":{"nodeSelector":{"fy-nowhere":"true"}}}}}' >/dev/null
 check "ferryd's pod is gone" wait_for 60 "ferryd to stop" bash -c "! pgrep -f -- 'ferryd [-]-config /etc/ferry/config/ferry.yaml'"
+explain --from "$MESH/fy-client" --to "$MESH/fy-server:8080"
+check "ferryctl explain: the destination's ferryd is down, said so (exit $rc)" exited 4 \
+  "cause: ferryd on the source's and the destination's node (node $node) is not running or not reachable: "
 # Pods ferry would not enrol start without it: ferry-cni asks the API server with its own
 # credentials (docs/install.md, "When ferryd is down").
 t0=$(date +%s%N)
@@ -416,6 +426,11 @@ for i in $(seq 1 12); do
 done
 echo "answered by: ${!seen[*]}"
 check "requests to $vip:80 reach both endpoints" bash -c "[ -n '${seen[fy-echo-1]:-}' ] && [ -n '${seen[fy-echo-2]:-}' ]"
+# The source names the Service in forwarded: host= (as ztunnel does); the destination counts
+# under it only because fy-echo lists the endpoint (docs/operations.md, "Istio TCP metrics").
+check "... counted by the destination's ferryd under the Service (reporter=destination, destination_service)" \
+  bash -c "curl -sf --max-time 5 http://10.244.0.1:15020/metrics | grep '^istio_tcp_connections_opened_total{' |
+           grep 'reporter=\"destination\"' | grep -q 'destination_service=\"fy-echo.$MESH.svc.cluster.local\"'"
 e1=$(pod_ip "$MESH" fy-echo-1)
 check "... over HBONE: ferryd logged the leg to the endpoint's target port with its identity" \
   wait_for 5 "the endpoint's access line" flog_has "direction=outbound src=$client:[0-9]+ dst=$e1:8080 peer=spiffe://cluster.local/ns/$MESH/sa/default reason=ok"
@@ -448,6 +463,14 @@ body=$(get "$MESH" fy-client "$server") || true
 check "another principal (sa default) is shut out (answer: '${body}')" test -z "$body"
 check "... refused by the destination's ferryd (policy_denied)" \
   wait_for 5 "the denied line" flog_has "direction=inbound src=$client:[0-9]+ dst=$server:8080 .*reason=policy_denied"
+explain --from "$MESH/fy-client" --to "$MESH/fy-server:8080"
+check "ferryctl explain names the denial (exit $rc)" exited 1 "cause: an authorization policy denies it: denied"
+check "... the ALLOW policy to change, and the last connection refused by it" \
+  bash -c "grep -q 'change the ALLOW policy $MESH/fy-server-callers or the caller' <<<\"\$1\" &&
+           grep -qE ' policy_denied +$client:[0-9]+ +$server:8080 ' <<<\"\$1\"" _ "$out"
+explain --from "$MESH/fy-caller" --to "$MESH/fy-server:8080" -o json
+check "... and the allowed caller's connection passes (exit $rc, -o json)" \
+  bash -c "[ $rc -eq 0 ] && jq -e '.cause == null and ([.steps[] | select(.step == \"policy\")][0].state == \"ok\")' <<<\"\$1\" >/dev/null" _ "$out"
 # A broken object is refused with its field and reason; the good one keeps applying.
 kq apply -f - >/dev/null <<EOF
 apiVersion: security.istio.io/v1
@@ -467,6 +490,27 @@ check "deleting the policies: none in force, none refused" wait_for 10 "the dele
 body=$(get "$MESH" fy-client "$server") || true
 check "... and fy-client reaches fy-server again ($body)" test "$body" = fy-server
 kq -n "$MESH" delete pod fy-caller --wait=false >/dev/null
+
+echo "== explain: plaintext to a STRICT port"
+kq apply -f - >/dev/null <<EOF
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: fy-strict, namespace: $MESH}
+spec:
+  selector: {matchLabels: {app: fy-server}}
+  mtls: {mode: STRICT}
+EOF
+check "ferryd applied the PeerAuthentication" wait_for 10 "the object" \
+  flog_has "policy: kubernetes PeerAuthentication $MESH/fy-strict added: applied"
+plain_client=$(pod_ip "$PLAIN" fy-client)
+body=$(get "$PLAIN" fy-client "$server") || true
+check "a pod outside the mesh is refused by the STRICT port (answer: '$body')" test -z "$body"
+check "... by ferryd (strict_plaintext)" wait_for 5 "the refusal" \
+  flog_has "direction=inbound_plaintext src=$plain_client:[0-9]+ dst=$server:8080 .*reason=strict_plaintext"
+explain --from "$PLAIN/fy-client" --to "$MESH/fy-server:8080"
+check "ferryctl explain names the STRICT refusal (exit $rc)" exited 1 \
+  "cause: plaintext refused: $PLAIN/fy-client is not in the mesh and port 8080 of $MESH/fy-server is STRICT (PeerAuthentication $MESH/fy-strict)"
+kq -n "$MESH" delete peerauthentications.security.istio.io fy-strict >/dev/null
 
 echo "== labels"
 t0=$(date +%s%N)

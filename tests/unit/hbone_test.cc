@@ -37,7 +37,7 @@ std::shared_ptr<const workloads::Registry> registry() {
 const std::vector<uint16_t> kFerryPorts = {15000, 15001, 15006, 15008, 15020, 15021};
 
 TEST(ConnectRequest, BuildsZtunnelCompatibleHeaders) {
-  auto hs = hbone::buildConnectHeaders({hp("10.0.2.10", 8080), hp("10.0.1.10", 40000), "default", "c1"});
+  auto hs = hbone::buildConnectHeaders({hp("10.0.2.10", 8080), hp("10.0.1.10", 40000), "default", "c1", {}});
   ASSERT_GE(hs.size(), 2u);
   EXPECT_EQ(hs[0].name, ":method");
   EXPECT_EQ(hs[0].value, "CONNECT");
@@ -49,7 +49,7 @@ TEST(ConnectRequest, BuildsZtunnelCompatibleHeaders) {
 }
 
 TEST(ConnectRequest, BracketsIpv6Authority) {
-  auto hs = hbone::buildConnectHeaders({hp("fd00::2:10", 80), hp("fd00::1:10", 5), {}, {}});
+  auto hs = hbone::buildConnectHeaders({hp("fd00::2:10", 80), hp("fd00::1:10", 5), {}, {}, {}});
   EXPECT_EQ(value(hs, ":authority"), "[fd00::2:10]:80");
   EXPECT_EQ(value(hs, "forwarded"), "for=\"[fd00::1:10]:5\"");
 }
