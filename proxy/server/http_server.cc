@@ -21,8 +21,9 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "proxy/common/log.h"
@@ -134,6 +135,32 @@ std::optional<Refused> refusal(const http::request<http::string_body>& req, bool
   return std::nullopt;
 }
 
+}  // namespace
+
+bool acceptsGzip(std::string_view accept_encoding) {
+  auto trim = [](std::string_view v) {
+    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+    while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+    return v;
+  };
+  while (!accept_encoding.empty()) {
+    size_t comma = accept_encoding.find(',');
+    std::string_view item = trim(accept_encoding.substr(0, comma));
+    accept_encoding = comma == std::string_view::npos ? std::string_view() : accept_encoding.substr(comma + 1);
+    std::string_view coding = trim(item.substr(0, item.find(';')));
+    if (!absl::EqualsIgnoreCase(absl::string_view(coding.data(), coding.size()), "gzip") && coding != "*") continue;
+    if (size_t q = item.find("q="); q != std::string_view::npos) {
+      std::string_view value = trim(item.substr(q + 2));
+      double weight = 1;
+      if (!absl::SimpleAtod(absl::string_view(value.data(), value.size()), &weight) || weight <= 0) return false;
+    }
+    return true;
+  }
+  return false;
+}
+
+namespace {
+
 asio::awaitable<void> serveOne(tcp::socket socket, const HttpServer::Options options) {
   const Routes* routes = options.routes;
   boost::beast::flat_buffer buffer(8192);
@@ -170,11 +197,13 @@ asio::awaitable<void> serveOne(tcp::socket socket, const HttpServer::Options opt
     res.body() = absl::StrCat(target, " serves ", allowed(it->second.methods), ", not ",
                               std::string(req.method_string()), "\n");
   } else {
-    HttpRequest request{*method, std::move(query)};
+    auto accept = req[http::field::accept_encoding];
+    HttpRequest request{*method, std::move(query), acceptsGzip(std::string_view(accept.data(), accept.size()))};
     HttpResponse r = co_await asio::async_initiate<const asio::use_awaitable_t<>, void(HttpResponse)>(
         askRoute(it->second, request, socket.get_executor()), asio::use_awaitable);
     res.result(static_cast<unsigned>(r.status));
     res.set(http::field::content_type, r.content_type);
+    if (!r.content_encoding.empty()) res.set(http::field::content_encoding, r.content_encoding);
     res.body() = std::move(r.body);
     after_write = std::move(r.after_write);
   }

@@ -23,15 +23,22 @@ namespace ferry::server {
 enum class HttpMethod { kGet, kPost };
 const char* httpMethodName(HttpMethod method);
 
+// Whether an Accept-Encoding value accepts gzip: the token, without ";q=0".
+bool acceptsGzip(std::string_view accept_encoding);
+
 struct HttpRequest {
   HttpMethod method = HttpMethod::kGet;
   std::string query;  // after '?', still %-encoded; "" when none
+  // Accept-Encoding names gzip (with a q-value above 0): the answer may be compressed.
+  bool accepts_gzip = false;
 };
 
 struct HttpResponse {
   int status = 200;
   std::string content_type = "text/plain; charset=utf-8";
   std::string body;
+  // Content-Encoding of the body ("gzip"); empty: none.
+  std::string content_encoding = {};
   // Runs on the control thread once the answer is written (or could not be): what must
   // happen after the client has its answer (/quitquitquit begins the drain).
   std::function<void()> after_write = nullptr;

@@ -63,12 +63,16 @@ class LabelText {
  public:
   LabelText(const std::string& trust_domain, const config::Telemetry& telemetry)
       : trust_domain_(trust_domain), telemetry_(telemetry) {}
+  // Keeps each part in a buffer of its own and copies it from there: for a text that is
+  // compressed and let go as it is written (Exposition::streaming), where an earlier part's
+  // bytes are no longer in the text to repeat.
+  void keepPartsApart() { apart_ = true; }
 
   template <typename Out>
   void write(Out& out, const TrafficKey& key) {
     label(out, "reporter", key.reporter == Reporter::kSource ? "source" : "destination", false);
     side(out, kSourceLabels, key.source, key.source_principal);
-    once(out, services_[&key.service.str()], [&] { service(out, key.service.str()); });
+    once(out, services_[&key.service.str()], [&](auto& o) { service(o, key.service.str()); });
     side(out, kDestinationLabels, key.destination, {});
     label(out, "request_protocol", "tcp");
     label(out, "response_flags", "-");
@@ -86,12 +90,24 @@ class LabelText {
   template <typename Out, typename Write>
   void once(Out& out, Part& part, Write&& write) {
     constexpr bool kWrites = std::is_same_v<Out, telemetry::TextWriter>;
+    if constexpr (kWrites) {
+      if (apart_) {
+        if (part.at == Part::kNowhere) {
+          telemetry::TextWriter parts(parts_);
+          part.at = parts_.size();
+          write(parts);
+          part.size = parts_.size() - part.at;
+        }
+        out.raw(std::string_view(parts_).substr(part.at, part.size));
+        return;
+      }
+    }
     if (kWrites ? part.at != Part::kNowhere : part.size != Part::kNowhere) {
       out.repeat(part.at, part.size);
       return;
     }
     size_t start = out.size();
-    write();
+    write(out);
     part.size = out.size() - start;
     if (kWrites) part.at = start;
   }
@@ -101,7 +117,7 @@ class LabelText {
   // when no service account is known (a peer that is no workload known here).
   template <typename Out>
   void side(Out& out, const SideLabels& names, const TrafficKey::Party& party, std::string_view peer_principal) {
-    auto write = [&] {
+    auto write = [&](auto& out) {
       const workloads::TelemetryMeta* meta = party.meta.get();
       std::string_view service = meta ? orUnknown(meta->canonical_service) : kUnknown;
       std::string_view revision = meta ? orUnknown(meta->canonical_revision) : kUnknown;
@@ -118,7 +134,7 @@ class LabelText {
       label(out, names.cluster, meta ? std::string_view(telemetry_.cluster_id) : kUnknown);
     };
     if (party.account.empty() && !peer_principal.empty()) {
-      write();  // labels of this key only
+      write(out);  // labels of this key only
       return;
     }
     once(out, sides_[{&names, party.meta.get(), &party.ns.str(), &party.account.str()}], write);
@@ -152,6 +168,8 @@ class LabelText {
   using SideKey = std::tuple<const SideLabels*, const workloads::TelemetryMeta*, const std::string*, const std::string*>;
   absl::flat_hash_map<SideKey, Part> sides_;
   absl::flat_hash_map<const std::string*, Part> services_;
+  bool apart_ = false;
+  std::string parts_;  // keepPartsApart(): every part once
 };
 
 // The four families, one line per key in each. Run with TextSize, then with TextWriter into
@@ -323,6 +341,28 @@ void IstioMetrics::collect(telemetry::Exposition& out) const {
   // hold each of the 23 labels of every series as two strings (docs/benchmarks/telemetry.md).
   // Measured first, so that it is reserved once.
   LabelText labels(trust_domain_, telemetry_);
+  if (out.streaming()) {
+    // Compressed as it is written: the families in parts that the exposition compresses and
+    // lets go (Exposition::drain), so that the whole text is never held; each series' labels
+    // written again in each family from the per-workload pieces LabelText keeps
+    // (docs/benchmarks/telemetry.md).
+    labels.keepPartsApart();
+    std::string& text = out.text(0);
+    telemetry::TextWriter writer(text);
+    for (size_t f = 0; f < kFamilies.size(); ++f) {
+      telemetry::counterHeader(writer, kFamilies[f].name, kFamilies[f].help);
+      for (const SeriesLine& line : lines) {
+        writer.raw(kFamilies[f].name);
+        writer.raw("{");
+        labels.write(writer, *line.key);
+        writer.raw("} ");
+        writer.number(line.values[f]);
+        writer.raw("\n");
+        out.drain();  // compresses once the text reaches the threshold
+      }
+    }
+    return;
+  }
   telemetry::TextSize size;
   writeFamilies(size, lines, labels);
   telemetry::TextWriter text(out.text(size.size()));

@@ -1,6 +1,10 @@
 #include "proxy/telemetry/metrics.h"
 
+#include <zlib.h>
+
+#include <algorithm>
 #include <limits>
+#include <new>
 #include <sstream>
 
 #include "prometheus/metric_family.h"
@@ -92,6 +96,55 @@ void Exposition::flush() {
   families_.clear();
 }
 
+void Exposition::drainAbove(size_t threshold) {
+  if (gzip_ == nullptr) return;
+  flush();
+  if (text_.size() < threshold) return;
+  gzip_->write(text_);
+  text_.clear();  // keeps its capacity: the next part is written into the same buffer
+}
+
+struct Gzip::State {
+  z_stream z{};
+};
+
+Gzip::Gzip() : state_(std::make_unique<State>()) {
+  // windowBits 15 + 16: a gzip header and trailer; level 1: the text repeats itself so much
+  // that the fastest level already shrinks it about twentyfold.
+  if (deflateInit2(&state_->z, 1, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+    throw std::bad_alloc();
+  }
+}
+
+Gzip::~Gzip() { deflateEnd(&state_->z); }
+
+void Gzip::run(std::string_view in, int flush) {
+  z_stream& z = state_->z;
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  z.avail_in = static_cast<uInt>(in.size());
+  do {
+    size_t used = out_.size();
+    size_t room = std::max<size_t>(deflateBound(&z, z.avail_in), 4096);
+    out_.resize(used + room);
+    z.next_out = reinterpret_cast<Bytef*>(out_.data() + used);
+    z.avail_out = static_cast<uInt>(room);
+    int rc = deflate(&z, flush);
+    out_.resize(used + room - z.avail_out);
+    if (rc == Z_STREAM_END) break;
+  } while (z.avail_in > 0 || (flush == Z_FINISH));
+}
+
+void Gzip::write(std::string_view text) {
+  // In parts below uInt's range (a part is a drain's worth: far below it anyway).
+  constexpr size_t kPart = 1u << 30;
+  for (size_t at = 0; at < text.size(); at += kPart) run(text.substr(at, kPart), Z_NO_FLUSH);
+}
+
+std::string Gzip::finish() {
+  run({}, Z_FINISH);
+  return std::move(out_);
+}
+
 Registry::Registration::Registration(Registration&& other) noexcept
     : registry_(std::exchange(other.registry_, nullptr)), it_(other.it_) {}
 
@@ -124,6 +177,23 @@ std::string Registry::render() const {
   return renderText([&](Exposition& out) {
     for (const auto& collect : collectors_) collect(out);
   });
+}
+
+std::string Registry::renderGzip() const {
+  std::lock_guard lock(mu_);
+  return telemetry::renderGzip([&](Exposition& out) {
+    for (const auto& collect : collectors_) collect(out);
+  });
+}
+
+std::string renderGzip(const Registry::Collector& collector, size_t drain_threshold) {
+  std::vector<prometheus::MetricFamily> families;
+  std::string text;
+  Gzip gzip;
+  Exposition out(families, text, &gzip, drain_threshold);
+  collector(out);
+  out.drainAbove(0);
+  return gzip.finish();
 }
 
 std::string renderText(const Registry::Collector& collector) {

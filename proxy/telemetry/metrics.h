@@ -31,6 +31,26 @@ struct Label {
 
 class Exposition;
 
+// A gzip stream (RFC 1952) written in parts: what a scrape sends a scraper that accepts it
+// (Prometheus always does), compressed as the text is written.
+class Gzip {
+ public:
+  Gzip();
+  ~Gzip();
+  Gzip(const Gzip&) = delete;
+  Gzip& operator=(const Gzip&) = delete;
+  // Compresses `text` onto the output.
+  void write(std::string_view text);
+  // Ends the stream: the output, whole.
+  std::string finish();
+
+ private:
+  void run(std::string_view in, int flush);
+  struct State;
+  std::unique_ptr<State> state_;
+  std::string out_;
+};
+
 // One metric family being stated: add a sample per label set.
 class Family {
  public:
@@ -48,7 +68,9 @@ class Family {
 // What a collector writes into during one scrape: families it states, and text it writes.
 class Exposition {
  public:
-  Exposition(std::vector<prometheus::MetricFamily>& families, std::string& text) : families_(families), text_(text) {}
+  Exposition(std::vector<prometheus::MetricFamily>& families, std::string& text, Gzip* gzip = nullptr,
+             size_t drain_threshold = kDrainThreshold)
+      : families_(families), text_(text), gzip_(gzip), drain_threshold_(drain_threshold) {}
   Family counter(std::string_view name, std::string_view help);
   Family gauge(std::string_view name, std::string_view help);
   Family histogram(std::string_view name, std::string_view help);
@@ -62,12 +84,23 @@ class Exposition {
   std::string& text(size_t more);
   // Serializes the families stated since the last text() into the text (the registry, at the end).
   void flush();
+  // Whether the scrape is compressed as it is written (the scraper accepts gzip): a collector
+  // that writes much text may then write it in parts, calling drain() between them, so that
+  // the whole text is never held (docs/benchmarks/telemetry.md).
+  bool streaming() const { return gzip_ != nullptr; }
+  // Streaming: compresses the text written so far once it is at least the drain threshold
+  // (256 KiB), leaving the text empty. Otherwise nothing.
+  void drain() { drainAbove(drain_threshold_); }
+  void drainAbove(size_t threshold);
+  static constexpr size_t kDrainThreshold = 256 * 1024;
 
  private:
   friend class Family;
   Family begin(std::string_view name, std::string_view help, int type);  // type: prometheus::MetricType
   std::vector<prometheus::MetricFamily>& families_;
   std::string& text_;
+  Gzip* gzip_;
+  size_t drain_threshold_;
 };
 
 class Registry {
@@ -99,6 +132,8 @@ class Registry {
 
   // The text exposition (version 0.0.4) of every collector, in registration order.
   std::string render() const;
+  // The same, gzip-compressed as it is written (Content-Encoding: gzip).
+  std::string renderGzip() const;
 
  private:
   mutable std::mutex mu_;  // collectors_ only: held while rendering, never by a worker
@@ -107,6 +142,9 @@ class Registry {
 
 // The text of one collector alone (tests, tools).
 std::string renderText(const Registry::Collector& collector);
+// The same text, gzip-compressed as it is written, the collectors draining what they write
+// (Exposition::drain) at `drain_threshold` bytes.
+std::string renderGzip(const Registry::Collector& collector, size_t drain_threshold = Exposition::kDrainThreshold);
 // The text of one part's `collect(Exposition&)` alone.
 template <typename Part>
 std::string textOf(const Part& part) {

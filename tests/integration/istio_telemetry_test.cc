@@ -6,12 +6,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -162,6 +164,40 @@ TEST_F(IstioMetricsTest, ExpositionPassesPromtoolCheckMetrics) {
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0 && output.empty())
         << ip << ": promtool check metrics said:\n" << output;
   }
+}
+
+// What a scraper that accepts gzip gets (Prometheus always asks for it): curl --compressed,
+// a real client, sees Content-Encoding: gzip and, unpacked, the same Istio series as a plain
+// scrape, which promtool parses.
+TEST_F(IstioMetricsTest, AGzipScrapeIsTheSameExpositionCompressed) {
+  AppServer app("127.0.2.10", kAppPort, answerAfterRequest);
+  ASSERT_TRUE(exchange("127.0.1.10", "127.0.2.10"));
+  auto run = [](const std::string& command) {
+    FILE* p = ::popen(command.c_str(), "r");
+    std::string output;
+    if (p == nullptr) return output;
+    char buf[65536];
+    for (size_t n; (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) output.append(buf, n);
+    ::pclose(p);
+    return output;
+  };
+  auto istioLines = [](const std::string& text) {
+    std::vector<std::string> out;
+    for (absl::string_view line : absl::StrSplit(text, '\n')) {
+      if (absl::StartsWith(line, "istio_tcp_")) out.emplace_back(line.data(), line.size());
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  std::string headers = run("curl -s --compressed -o /dev/null -D - http://127.0.2.1:15020/metrics");
+  EXPECT_NE(absl::AsciiStrToLower(headers).find("content-encoding: gzip"), std::string::npos) << headers;
+  std::string zipped = run("curl -s --compressed http://127.0.2.1:15020/metrics");
+  std::string plain;
+  ASSERT_EQ(httpGet("127.0.2.1", 15020, "/metrics", &plain), 200);
+  EXPECT_EQ(plain.find("\x1f\x8b"), std::string::npos) << "no Accept-Encoding: the text as it is";
+  auto zipped_lines = istioLines(zipped);
+  EXPECT_FALSE(zipped_lines.empty()) << zipped.substr(0, 200);
+  EXPECT_EQ(zipped_lines, istioLines(plain));
 }
 
 }  // namespace

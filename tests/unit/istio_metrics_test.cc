@@ -13,6 +13,8 @@
 #include "absl/strings/str_split.h"
 #include "proxy/telemetry/metrics.h"
 
+#include "tests/unit/gunzip.h"
+
 namespace ferry::session {
 namespace {
 
@@ -375,6 +377,41 @@ TEST_F(IstioMetricsTextTest, OtherFamiliesKeepTheirPlaceAroundTheText) {
   auto after = registry.add([](telemetry::Exposition& out) { out.gauge("fy_after", "After", 2); });
   EXPECT_EQ(registry.render(), absl::StrCat("# HELP fy_before Before\n# TYPE fy_before gauge\nfy_before 1\n", text(),
                                             "# HELP fy_after After\n# TYPE fy_after gauge\nfy_after 2\n"));
+}
+
+TEST_F(IstioMetricsTextTest, AGzipScrapeWritesTheSameTextInPartsWithoutHoldingItWhole) {
+  // Many more series than one part holds: a threshold of 1 KiB drains after every few lines.
+  for (int i = 0; i < 300; ++i) {
+    metrics_.series(i % 2, TrafficKey(Reporter::kSource, true, workloads::intern(absl::StrCat("fy-b/svc-", i)))
+                               .from(&client_)
+                               .to(&tricky_))
+        .opened += static_cast<uint64_t>(i);
+  }
+  size_t largest_part = 0;
+  std::string gz = telemetry::renderGzip(
+      [&](telemetry::Exposition& out) {
+        ASSERT_TRUE(out.streaming());
+        metrics_.collect(out);
+        largest_part = std::max(largest_part, out.text(0).size());
+      },
+      1024);
+  // The same lines, families in the same order (the series of a family come in the order of
+  // a hash map, which may differ from one scrape to the next).
+  auto sorted = [](const std::string& t) {
+    std::vector<std::string> all = absl::StrSplit(t, '\n');
+    std::vector<std::string> headers;
+    for (const auto& l : all) {
+      if (absl::StartsWith(l, "# ")) headers.push_back(l);
+    }
+    std::sort(all.begin(), all.end());
+    return std::make_pair(headers, all);
+  };
+  std::string plain = text();
+  std::string unzipped = ::ferry::testing::gunzip(gz);
+  EXPECT_EQ(unzipped.size(), plain.size());
+  EXPECT_TRUE(sorted(unzipped) == sorted(plain)) << "the same lines as the plain scrape";
+  EXPECT_EQ(parse(unzipped).size(), 4u);
+  EXPECT_LT(largest_part, 4096u) << "what is left at the end is one part, not the text";
 }
 
 TEST_F(IstioMetricsTest, WithNoSeriesTheFamiliesAreStatedEmpty) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "proxy/telemetry/text_format.h"
+#include "tests/unit/gunzip.h"
 
 namespace ferry::telemetry {
 namespace {
@@ -132,6 +133,38 @@ TEST(Registry, TextACollectorWritesKeepsItsPlaceAmongTheFamilies) {
             "# HELP fy_written Written\n# TYPE fy_written gauge\nfy_written 3\n"
             "# HELP fy_after_written After\n# TYPE fy_after_written gauge\nfy_after_written 4\n"
             "# HELP fy_last Last\n# TYPE fy_last gauge\nfy_last 5\n");
+}
+
+TEST(Registry, AGzipScrapeIsTheSameTextCompressedInPartsAsItIsWritten) {
+  size_t drains = 0;
+  Registry::Collector before = [](Exposition& out) { out.gauge("fy_before", "Before", 1); };
+  Registry::Collector writer = [&drains](Exposition& out) {
+    std::string& text = out.text(0);
+    for (int i = 0; i < 200; ++i) {
+      text += "fy_written{i=\"" + std::to_string(i) + "\"} 3\n";
+      size_t size = text.size();
+      out.drain();
+      if (out.streaming() && text.size() < size) ++drains;
+    }
+    out.gauge("fy_after_written", "After", 4);
+  };
+  Registry registry;
+  auto first = registry.add(before);
+  auto second = registry.add(writer);
+  std::string plain = registry.render();
+  EXPECT_EQ(drains, 0u) << "a plain scrape is never drained";
+  // A small threshold: the text goes out in many parts, the families stated after it too.
+  std::string gz = renderGzip(
+      [&](Exposition& out) {
+        before(out);
+        writer(out);
+      },
+      512);
+  EXPECT_EQ(::ferry::testing::gunzip(gz), plain);
+  EXPECT_GE(drains, 5u) << "compressed in parts (about 4 KiB of text, 512-byte parts), never whole";
+  EXPECT_LT(gz.size(), plain.size() / 4) << "the repeated text shrinks";
+  EXPECT_EQ(::ferry::testing::gunzip(registry.renderGzip()), plain);
+  EXPECT_EQ(::ferry::testing::gunzip(renderGzip([](Exposition&) {})), "") << "an empty scrape is a valid stream";
 }
 
 }  // namespace
