@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "proxy/common/net.h"
 #include "proxy/ferryctl/admin_render.h"
 #include "proxy/ferryctl/json_read.h"
 
@@ -127,7 +128,11 @@ std::optional<Endpoint> pickEndpoint(const json::object& view) {
   if (service == nullptr || !service->is_object()) return std::nullopt;
   const auto& endpoints = list(service->get_object(), "endpoints");
   auto endpointAt = [](const json::object& e) {
-    return Endpoint{absl::StrCat(text(e, "ip"), ":", integer(e, "port")), text(e, "node"), text(e, "workload")};
+    std::string ip = text(e, "ip");
+    uint16_t port = static_cast<uint16_t>(integer(e, "port"));
+    auto parsed = common::parseIp(ip);
+    return Endpoint{parsed.ok() ? common::formatHostPort(*parsed, port) : absl::StrCat(ip, ":", port), text(e, "node"),
+                    text(e, "workload")};
   };
   for (const auto& c : list(view, "closed")) {  // the newest first
     if (!c.is_object()) continue;
@@ -233,6 +238,8 @@ Explanation explainConnection(const ExplainEnds& ends, const NodeAnswer& source,
   } else if (!destination->reached) {
     unreachable("destination", *destination, "the destination's");
   } else {
+    // The source's node unheard: whether the source is a mesh workload, as the destination's knows.
+    if (!source.reached) source_in_mesh = flag(member(destination->view, "source"), "known");
     if (destination->node != source.node) notReady("destination", *destination);
     const auto& d = member(destination->view, "destination");
     if (!flag(d, "known")) {
@@ -304,6 +311,19 @@ Explanation explainConnection(const ExplainEnds& ends, const NodeAnswer& source,
   std::stable_sort(closed.begin(), closed.end(), [](const auto& a, const auto& b) {
     return integer(a, "time_unix_ms") > integer(b, "time_unix_ms");
   });
+  // One node asked twice (a Service and its endpoint there) lists the same records twice.
+  auto same = [](const json::object& a, const json::object& b) {
+    return integer(a, "time_unix_ms") == integer(b, "time_unix_ms") && text(a, "direction") == text(b, "direction") &&
+           text(a, "source") == text(b, "source") && text(a, "destination") == text(b, "destination") &&
+           text(a, "reason") == text(b, "reason");
+  };
+  std::vector<json::object> unique;
+  for (auto& c : closed) {
+    if (std::none_of(unique.begin(), unique.end(), [&](const json::object& u) { return same(u, c); })) {
+      unique.push_back(std::move(c));
+    }
+  }
+  closed = std::move(unique);
   if (closed.size() > kClosedShown) closed.resize(kClosedShown);
   for (auto& c : closed) e.closed.emplace_back(c);
   if (closed.empty()) {

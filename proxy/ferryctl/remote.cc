@@ -65,7 +65,11 @@ asio::awaitable<absl::StatusOr<json::value>> getJson(k8s::ApiSession& api, std::
   auto answer = co_await api.get(target, kTimeout);
   if (!answer.ok()) co_return answer.status();
   if (answer->status != 200) {
-    co_return absl::NotFoundError(absl::StrCat("GET ", target, ": HTTP ", answer->status, ": ", answer->message));
+    // 404: no such object; 401/403: not allowed; anything else: the API server did not answer.
+    std::string why = absl::StrCat("GET ", target, ": HTTP ", answer->status, ": ", answer->message);
+    if (answer->status == 404) co_return absl::NotFoundError(why);
+    if (answer->status == 401 || answer->status == 403) co_return absl::PermissionDeniedError(why);
+    co_return absl::UnavailableError(why);
   }
   boost::system::error_code ec;
   json::value v = json::parse(answer->body, ec);
@@ -152,6 +156,12 @@ asio::awaitable<NodeAnswer> askNode(k8s::ApiSession& api, std::string ferry_name
   co_return answer;
 }
 
+// "ip:port", "[v6]:port": as ferryd writes addresses (and the text itself when it is no IP).
+std::string addressOf(const std::string& ip, int port) {
+  auto parsed = common::parseIp(ip);
+  return parsed.ok() ? common::formatHostPort(*parsed, static_cast<uint16_t>(port)) : absl::StrCat(ip, ":", port);
+}
+
 struct ExplainResult {
   ExplainEnds ends;
   NodeAnswer source;
@@ -166,7 +176,9 @@ asio::awaitable<absl::StatusOr<ExplainResult>> explainCluster(k8s::ApiSession& a
   };
   const size_t slash = from.find('/');
   auto source_json = co_await getJson(api, podPath(from.substr(0, slash), from.substr(slash + 1)));
-  if (!source_json.ok()) co_return absl::NotFoundError(absl::StrCat("--from ", from, ": ", source_json.status().message()));
+  if (!source_json.ok()) {
+    co_return absl::Status(source_json.status().code(), absl::StrCat("--from ", from, ": ", source_json.status().message()));
+  }
   auto source_pod = k8s::internal::decodePod(*source_json);
   if (!source_pod.ok()) co_return source_pod.status();
   if (source_pod->node_name.empty() || source_pod->pod_ips.empty()) {
@@ -187,17 +199,26 @@ asio::awaitable<absl::StatusOr<ExplainResult>> explainCluster(k8s::ApiSession& a
     }
     std::string ns = to.substr(0, to_slash), name = to.substr(to_slash + 1, colon - to_slash - 1);
     auto pod_json = co_await getJson(api, podPath(ns, name));
+    if (!pod_json.ok() && !absl::IsNotFound(pod_json.status())) {
+      co_return absl::Status(pod_json.status().code(), absl::StrCat("--to ", to, ": ", pod_json.status().message()));
+    }
     if (pod_json.ok()) {
       auto pod = k8s::internal::decodePod(*pod_json);
       if (!pod.ok()) co_return pod.status();
       if (pod->pod_ips.empty()) co_return absl::FailedPreconditionError(absl::StrCat("--to ", to, ": the pod has no IP yet"));
       r.ends.to = to;
-      r.ends.to_address = absl::StrCat(pod->pod_ips.front(), ":", port);
+      r.ends.to_address = addressOf(pod->pod_ips.front(), port);
       destination_node = pod->node_name;
     } else {
       auto service_json = co_await getJson(api, absl::StrCat("/api/v1/namespaces/", k8s::queryEscape(ns), "/services/",
                                                              k8s::queryEscape(name)));
-      if (!service_json.ok()) co_return absl::NotFoundError(absl::StrCat("--to ", to, ": no pod and no Service ", ns, "/", name));
+      if (absl::IsNotFound(service_json.status())) {
+        co_return absl::NotFoundError(absl::StrCat("--to ", to, ": no pod and no Service ", ns, "/", name));
+      }
+      if (!service_json.ok()) {
+        co_return absl::Status(service_json.status().code(),
+                               absl::StrCat("--to ", to, ": ", service_json.status().message()));
+      }
       auto service = k8s::internal::decodeService(*service_json);
       if (!service.ok()) co_return service.status();
       if (service->cluster_ips.empty()) {
@@ -205,7 +226,7 @@ asio::awaitable<absl::StatusOr<ExplainResult>> explainCluster(k8s::ApiSession& a
                                                              " has no ClusterIP (headless): name a pod instead"));
       }
       r.ends.to = absl::StrCat("Service ", ns, "/", name, ":", port);
-      r.ends.to_address = absl::StrCat(service->cluster_ips.front(), ":", port);
+      r.ends.to_address = addressOf(service->cluster_ips.front(), port);
       r.ends.to_is_service = true;
     }
   }

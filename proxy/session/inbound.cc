@@ -197,9 +197,12 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
   }
   // Istio's metrics, as the server's node reports them (the client named by its workload, or
   // by its proven identity alone when its IP is no workload known here).
-  record.attribute(Reporter::kDestination, /*mutual_tls=*/true,
-                   calledService(hbone::forwardedHost(stream->headers()), cfg.telemetry.cluster_domain,
-                                 *shared.workloads.services(), {common::canonicalIp(verdict.target.ip), verdict.target.port}));
+  if (shared.istio != nullptr) {
+    record.attribute(Reporter::kDestination, /*mutual_tls=*/true,
+                     calledService(hbone::forwardedHost(stream->headers()), cfg.telemetry.cluster_domain,
+                                   *shared.workloads.services(),
+                                   {common::canonicalIp(verdict.target.ip), verdict.target.port}));
+  }
 
   // Connect before answering, so a refusal is a 503 and not a 200 followed by a reset.
   // A reset of the stream cancels the connect at once: the socket is closed (the workload

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 #include <new>
+#include <stdexcept>
 #include <sstream>
 
 #include "prometheus/metric_family.h"
@@ -131,6 +132,7 @@ void Gzip::run(std::string_view in, int flush) {
     int rc = deflate(&z, flush);
     out_.resize(used + room - z.avail_out);
     if (rc == Z_STREAM_END) break;
+    if (rc != Z_OK && rc != Z_BUF_ERROR) throw std::runtime_error("gzip: deflate failed");  // a bug, never input
   } while (z.avail_in > 0 || (flush == Z_FINISH));
 }
 

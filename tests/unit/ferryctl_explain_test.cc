@@ -194,6 +194,30 @@ TEST_F(FerryctlExplainTest, AServiceIsFollowedToTheEndpointOfTheLastConnection) 
   EXPECT_EQ(pickEndpoint(ask(n1_, "n1", "10.0.1.10", "10.96.0.10:80").view)->address, "10.0.2.10:8080");
 }
 
+TEST_F(FerryctlExplainTest, OneNodeAskedForAServiceAndItsEndpointListsEachCloseOnce) {
+  auto vip = common::canonicalIp(*common::parseIp("10.96.0.10"));
+  workloads::ServiceBackends backends{workloads::intern("default/web"),
+                                      {{common::canonicalIp(*common::parseIp("10.0.2.10")), 8080}}};
+  n2_.applyServices({workloads::ServiceUpdate{{vip, 80}, backends}});
+  // A client on n2 itself: its node holds both legs, and is asked for the VIP and for the endpoint.
+  json::array recent{closed("10.0.2.11:40005", "10.0.2.10:8080", "ok", 1'700'000'000'000, "outbound"),
+                     closed("10.0.2.11:40005", "10.0.2.10:8080", "ok", 1'700'000'000'000, "inbound")};
+  auto source = ask(n2_, "n2", "10.0.2.11", "10.96.0.10:80", recent);
+  auto destination = ask(n2_, "n2", "10.0.2.11", pickEndpoint(source.view)->address, recent);
+  ExplainEnds e_ends = ends("10.0.2.11", "10.96.0.10:80");
+  e_ends.to_is_service = true;
+  Explanation e = explainConnection(e_ends, source, destination);
+  EXPECT_EQ(e.closed.size(), 2u) << "each record once";
+  EXPECT_THAT(renderExplanation(e_ends, e), HasSubstr("2 closed recently (0 failed)"));
+}
+
+TEST_F(FerryctlExplainTest, AnIpv6EndpointIsBracketedAsFerrydWritesIt) {
+  json::object endpoint{{"ip", "fd00::2:10"}, {"port", 8080}, {"node", "n2"}};
+  json::object service{{"name", "default/web"}, {"endpoints", json::array{endpoint}}};
+  json::object view{{"service", service}};
+  EXPECT_EQ(pickEndpoint(view)->address, "[fd00::2:10]:8080");
+}
+
 TEST_F(FerryctlExplainTest, AServiceFerryDoesNotCaptureIsSaidToPassAsPlainTcp) {
   ExplainEnds e_ends = ends("10.0.1.10", "10.96.0.99:80");
   e_ends.to = "Service default/plain:80";
