@@ -234,6 +234,16 @@ teardown_netns_dir() {
   rm -f "$RUN/netns-dir"
 }
 
+# The lab's images, containerd's snapshots and etcd need a few GiB where STATE lives; the
+# kubelet evicts every pod below its threshold (evictionHard below), and a node under
+# DiskPressure rejects new pods one by one (each shows as Evicted): refuse to start instead.
+readonly LAB_MIN_FREE_GIB=6
+check_disk() {
+  local free_kib
+  free_kib=$(df -Pk "$(dirname "$STATE")" | awk 'NR == 2 {print $4}')
+  ((free_kib >= LAB_MIN_FREE_GIB * 1024 * 1024)) ||
+    die "$(dirname "$STATE") has $((free_kib / 1024 / 1024)) GiB free; the lab needs $LAB_MIN_FREE_GIB GiB (images, containerd, etcd): free some (an old checkout's build/ is the usual culprit)"
+}
 check_ranges() {
   local r
   r=$(ip -4 route show match "$API_SERVICE_IP" | grep -v '^default' || true)
@@ -358,8 +368,9 @@ cgroupsPerQOS: false
 enforceNodeAllocatable: []
 failSwapOn: false
 makeIPTablesUtilChains: false
-# The lab's node is this shared machine: no evictions for its disk or memory use.
-evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%"}
+# The lab's node is this shared machine: no evictions for its disk or memory use short of
+# the last GiB (a percentage of a large shared disk is many GiB that the lab never uses).
+evictionHard: {memory.available: "1Mi", nodefs.available: "1Gi", imagefs.available: "1Gi", nodefs.inodesFree: "1%"}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
@@ -430,6 +441,7 @@ up() {
   fi
   bin=$("$here/build-kubernetes.sh" build)
   check_ranges
+  check_disk
   # A failed earlier run may have left files: start from nothing.
   rm -rf "$STATE"
   mkdir -p "$STATE" "$RUN/pids" "$LOGS"

@@ -37,7 +37,7 @@ cleanup() {
   if ((rc != 0 || failures != 0)); then
     echo "--- ferryd's log (last 40 lines)"; flog 2>/dev/null | tail -n 40
     echo "--- ferry-ca's logs (last 20 lines each)"; for p in $(ca_pods); do kq -n "$RNS" logs "$p" 2>/dev/null | tail -n 20; done
-    kq get pods -A -o wide 2>/dev/null
+    lab_diagnose
   fi
   kq delete namespace "$MESH" "$OTHER" --wait=true --timeout=60s >/dev/null 2>&1
   "$HELM" uninstall "$REL" -n "$RNS" --wait --timeout 60s >/dev/null 2>&1

@@ -29,7 +29,7 @@ cleanup() {
   set +e
   if ((rc != 0 || failures != 0)); then
     echo "--- ferryd's log (last 40 lines)"; flog 2>/dev/null | tail -n 40
-    kq get pods -A -o wide 2>/dev/null
+    lab_diagnose
   fi
   [ -n "${tcpdump_pid:-}" ] && kill "$tcpdump_pid" 2>/dev/null
   # The upgrade section's load and echo server, then its pods: a ferryd that handed over

@@ -91,7 +91,7 @@ cleanup() {
   if ((rc != 0 || failures != 0)); then
     echo "--- the transcript's last 40 lines"; tail -n 40 "$transcript" 2>/dev/null
     echo "--- ferryd's log (last 30 lines)"; flog 2>/dev/null | tail -n 30
-    kq get pods -A -o wide 2>/dev/null
+    lab_diagnose
   fi
   [ -n "${tcpdump_pid:-}" ] && kill "$tcpdump_pid" 2>/dev/null
   for p in ${upgrade_pid:-} ${long_pid:-} ${short_pid:-} ${echo_pid:-}; do kill "$p" 2>/dev/null; done

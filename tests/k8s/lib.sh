@@ -25,6 +25,23 @@ wait_namespaces_gone() {
     wait_for 180 "namespace $ns to go" bash -c "! kubectl get namespace '$ns' >/dev/null 2>&1"
   done
 }
+# lab_diagnose: what a failed test prints about the cluster. The node's pressure conditions
+# and the pods that are not running, counted by phase and reason (a node under DiskPressure
+# rejects every new pod: listing each of hundreds of Evicted pods hid the one line that
+# said why), the newest warnings and the free space where the kubelet keeps its files.
+lab_diagnose() {
+  echo "--- node conditions"
+  kq get nodes -o jsonpath='{range .items[*]}{.metadata.name}{range .status.conditions[*]}{"  "}{.type}={.status}{end}{"\n"}{end}' 2>/dev/null
+  echo "--- pods by namespace, phase and reason (not Running)"
+  kq get pods -A -o jsonpath='{range .items[*]}{.metadata.namespace} {.status.phase} {.status.reason}{"\n"}{end}' 2>/dev/null |
+    grep -v ' Running $' | sort | uniq -c
+  echo "--- pods running"
+  kq get pods -A -o wide --field-selector=status.phase=Running 2>/dev/null
+  echo "--- newest warnings"
+  kq get events -A --field-selector=type=Warning --sort-by=.lastTimestamp 2>/dev/null | tail -n 15
+  echo "--- free space of the kubelet's filesystem"
+  df -h /var/lib 2>/dev/null | tail -n 1
+}
 # ferryd's pod (the DaemonSet's; ferry-ca's pods carry another component) and its log.
 ferry_pod() {
   kq -n "$RNS" get pods -l app.kubernetes.io/name=ferry,app.kubernetes.io/component=node-proxy \

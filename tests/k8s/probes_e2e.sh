@@ -39,7 +39,7 @@ cleanup() {
     echo "--- ferryd's last 30 access lines"; flog 2>/dev/null | grep ' access ' | tail -n 30
     echo "--- the previous ferryd's, before the upgrade (last 30 lines)"; grep -v ' access ' "$TMP/ferryd-1.log" 2>/dev/null | tail -n 30
     echo "--- ... its last 20 access lines"; grep ' access ' "$TMP/ferryd-1.log" 2>/dev/null | tail -n 20
-    kq get pods -A -o wide 2>/dev/null
+    lab_diagnose
     kq -n "$MESH" get events 2>/dev/null | tail -n 20
   fi
   kq delete namespace "$MESH" "$PLAIN" --wait=true --timeout=60s >/dev/null 2>&1
