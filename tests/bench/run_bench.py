@@ -39,7 +39,6 @@ already holds it (`flock /tmp/ferry-lab.lock make bench`).
 """
 import argparse
 import atexit
-import fcntl
 import json
 import os
 import platform
@@ -52,11 +51,12 @@ import sys
 import tempfile
 import time
 
+import lab_lock
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 HERE = os.path.join(ROOT, "tests", "bench")
 LAB = os.path.join(ROOT, "scripts", "ferry-lab")
 LAB_STATE = "/run/ferry-lab"
-LOCK = os.environ.get("FERRY_LAB_LOCK", "/tmp/ferry-lab.lock")
 
 CLIENT = "fy-n1-p1"
 SERVER = "fy-n2-p1"
@@ -162,45 +162,10 @@ def ns(netns, *argv):
 
 
 # ---------------------------------------------------------------------------------------
-# The lab lock: taken here unless an ancestor (flock(1) around make) holds it already.
+# The lab lock (lab_lock.py): taken here unless an ancestor (flock(1) around make) holds it.
 # ---------------------------------------------------------------------------------------
-def ancestors():
-    pids, pid = set(), os.getpid()
-    while pid > 1:
-        pids.add(pid)
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                pid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except OSError:
-            break
-    return pids
-
-
-def lock_held_by_ancestor():
-    ino = os.stat(LOCK).st_ino
-    mine = ancestors()
-    with open("/proc/locks") as f:
-        for line in f:
-            parts = line.split()
-            # "1: FLOCK  ADVISORY  WRITE 1234 00:1f:5678 0 EOF"
-            if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5].rsplit(":", 1)[-1] == str(ino):
-                if parts[4].isdigit() and int(parts[4]) in mine:
-                    return True
-    return False
-
-
 def take_lock():
-    fd = os.open(LOCK, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return fd
-    except BlockingIOError:
-        if lock_held_by_ancestor():
-            os.close(fd)
-            return None
-        log(f"waiting for {LOCK} (another lab run)")
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        return fd
+    return lab_lock.take(log)
 
 
 # ---------------------------------------------------------------------------------------

@@ -32,7 +32,6 @@ holds it (`flock /tmp/ferry-lab.lock make soak`).
 """
 import argparse
 import asyncio
-import fcntl
 import hashlib
 import json
 import os
@@ -44,9 +43,10 @@ import sys
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests", "bench"))
+import lab_lock  # noqa: E402 -- the lab lock of the benchmarks and the e2e tests
 LAB = os.path.join(ROOT, "scripts", "ferry-lab")
 STATE = "/run/ferry-lab"
-LOCK = os.environ.get("FERRY_LAB_LOCK", "/tmp/ferry-lab.lock")
 SERVER_IP, SERVER_PORT = "10.77.2.11", 7000
 IDLE_RELEASE = "20s"
 SETTLE_LIMIT = 20 + 100  # seconds: idle_release plus slack for what closes after it
@@ -206,35 +206,8 @@ async def client_main(a):
 # ---------------------------------------------------------------------------------------
 # Driver mode (root, the node side)
 # ---------------------------------------------------------------------------------------
-def ancestors():
-    pids, pid = set(), os.getpid()
-    while pid > 1:
-        pids.add(pid)
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                pid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except OSError:
-            break
-    return pids
-
-
 def take_lock():
-    fd = os.open(LOCK, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return fd
-    except BlockingIOError:
-        ino, mine = os.stat(LOCK).st_ino, ancestors()
-        with open("/proc/locks") as f:
-            for line in f:
-                p = line.split()
-                if len(p) >= 6 and p[1] == "FLOCK" and p[5].rsplit(":", 1)[-1] == str(ino) \
-                        and p[4].isdigit() and int(p[4]) in mine:
-                    os.close(fd)
-                    return None
-        log(f"waiting for {LOCK} (another lab run)")
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        return fd
+    return lab_lock.take(log)
 
 
 def lab(*args, check=True):
