@@ -24,61 +24,31 @@
 # Exit 0 all passed, 1 any failed, 77 skip (not root; under CI=true not being root fails).
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-HERE=$ROOT/tests/e2e
-LAB=$ROOT/scripts/ferry-lab
-STATE=/run/ferry-lab
+# shellcheck source=tests/e2e/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 ME=cni_e2e
 BUILD=${FERRY_BUILD_DIR:-$ROOT/build/default}
 export FERRY_LAB_CNI=${FERRY_LAB_CNI:-ptp}
-LAB_WAIT=${FERRY_E2E_LAB_WAIT:-180}
 
-if [ "$(id -u)" -ne 0 ]; then
-  if [ "${CI:-}" = true ]; then echo "$ME: FAIL: must run as root in CI" >&2; exit 1; fi
-  echo "$ME: SKIP: needs root (network namespaces, BPF)"
-  exit 77
-fi
+e2e_require_root "network namespaces, BPF"
 case $FERRY_LAB_CNI in ptp|bridge) ;; *) echo "$ME: FAIL: FERRY_LAB_CNI must be ptp or bridge" >&2; exit 1 ;; esac
-for c in ip curl python3 tcpdump jq ss flock setpriv; do
-  command -v "$c" >/dev/null || { echo "$ME: FAIL: '$c' missing (make bootstrap)" >&2; exit 1; }
-done
+e2e_require_tools ip curl python3 tcpdump jq ss flock setpriv
 for b in proxy/main/ferry-cni tests/e2e/fy_first_connect; do
   [ -x "$BUILD/$b" ] || { echo "$ME: FAIL: $BUILD/$b missing (make build)" >&2; exit 1; }
 done
-
-exec 8<"${BASH_SOURCE[0]}"
-flock -w 600 8 || { echo "$ME: FAIL: another $ME run holds the lock" >&2; exit 1; }
-
-TMP=$(mktemp -d /tmp/fy-cni-e2e.XXXXXX)
-PIDS=$TMP/pids
-: >"$PIDS"
-PASSED=0
-FAILED=0
-FAILED_NAMES=()
-CASE_PID=
+e2e_lock 600
+e2e_tmpdir cni-e2e
 EXTRA=(3 4)   # the pods the cases add: n1/p3, n1/p4
-
-cleanup() {
-  local rc=$? pid st p
-  set +e
-  if [ -n "${CASE_PID:-}" ]; then kill "$CASE_PID" 2>/dev/null; wait "$CASE_PID" 2>/dev/null; fi
-  while read -r pid st; do [ "$(starttime "$pid")" = "$st" ] && kill "$pid" 2>/dev/null; done <"$PIDS"
-  # The added pods: DEL through the plain chain (ferryd may be gone), then their netns.
+on_exit e2e_lab_down
+# The added pods: DEL through the plain chain (ferryd may be gone), then their netns.
+remove_extra_pods() {
+  local p
   for p in "${EXTRA[@]}"; do
     [ -f "$TMP/p$p.result.json" ] && chain "$p" plain DEL >/dev/null 2>&1
     ip netns del "fy-n1-p$p" 2>/dev/null
   done
-  "$LAB" down >/dev/null 2>&1 || echo "$ME: 'ferry-lab down' failed in cleanup" >&2
-  while read -r pid st; do wait "$pid" 2>/dev/null; done <"$PIDS"
-  rm -rf -- "$TMP"
-  exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# shellcheck source=tests/e2e/lib.sh
-source "$HERE/lib.sh"
+on_exit remove_extra_pods
 
 # ---------------------------------------------------------------------------------------
 # The added pods
@@ -351,9 +321,8 @@ case_check() {
 }
 
 # ---------------------------------------------------------------------------------------
-wait_no_lab
 echo "== $ME on $FERRY_LAB_CNI"
-if ! "$LAB" up 8<&- 2>&1 | sed 's/^/    /'; then echo "$ME: FAIL: ferry-lab up failed"; exit 1; fi
+e2e_lab_up
 
 run_case 1 "first packet of a pod made through the chain is captured" case_first_packet
 run_case 2 "negative control: without ferry-cni the first connection leaves in plaintext" case_negative_control

@@ -26,34 +26,17 @@
 # shellcheck disable=SC2016  # single-quoted programs for python3 -c are meant literally
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# shellcheck source=tests/e2e/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 HERE=$ROOT/tests/e2e
-LAB=$ROOT/scripts/ferry-lab
-STATE=/run/ferry-lab
-BPFFS=/run/ferry/bpffs
 LOSS_PIN=$BPFFS/e2e-fy-loss      # the wire-fault program's pins: $LOSS_PIN-<name>
 ME=faults_e2e
-LAB_WAIT=${FERRY_E2E_LAB_WAIT:-180}
 
-if [ "$(id -u)" -ne 0 ]; then
-  if [ "${CI:-}" = true ]; then echo "$ME: FAIL: must run as root in CI" >&2; exit 1; fi
-  echo "$ME: SKIP: needs root (network namespaces, BPF)"
-  exit 77
-fi
-for c in ip tc curl python3 tcpdump iperf3 clang bpftool jq ss flock; do
-  command -v "$c" >/dev/null || { echo "$ME: FAIL: '$c' missing (make bootstrap)" >&2; exit 1; }
-done
-
-exec 8<"${BASH_SOURCE[0]}"
-flock -w 600 8 || { echo "$ME: FAIL: another $ME run holds the lock" >&2; exit 1; }
-
-TMP=$(mktemp -d /tmp/fy-faults-e2e.XXXXXX)
-PIDS=$TMP/pids
-: >"$PIDS"
-PASSED=0
-FAILED=0
-FAILED_NAMES=()
-CASE_PID=
+e2e_require_root "network namespaces, BPF"
+e2e_require_tools ip tc curl python3 tcpdump iperf3 clang bpftool jq ss flock
+e2e_lock 600
+e2e_tmpdir faults-e2e
+on_exit e2e_lab_down
 
 # Wire faults: "<node> <name>" lines of the filters attached, for cleanup.
 WIRE_FAULTS=$TMP/wire-faults
@@ -66,24 +49,7 @@ wire_fault_off() {  # wire_fault_off NAME: its filters off both wire ends, its p
   rm -rf -- "$LOSS_PIN-$name"
   sed -i "/ $name\$/d" "$WIRE_FAULTS"
 }
-
-cleanup() {
-  local rc=$? pid st name
-  set +e
-  if [ -n "${CASE_PID:-}" ]; then kill "$CASE_PID" 2>/dev/null; wait "$CASE_PID" 2>/dev/null; fi
-  while read -r pid st; do [ "$(starttime "$pid")" = "$st" ] && kill "$pid" 2>/dev/null; done <"$PIDS"
-  while read -r _ name; do wire_fault_off "$name"; done < <(cat "$WIRE_FAULTS")
-  "$LAB" down >/dev/null 2>&1 || echo "$ME: 'ferry-lab down' failed in cleanup" >&2
-  while read -r pid st; do wait "$pid" 2>/dev/null; done <"$PIDS"
-  rm -rf -- "$TMP"
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# shellcheck source=tests/e2e/lib.sh
-source "$HERE/lib.sh"
+on_exit 'while read -r _ name; do wire_fault_off "$name"; done < <(cat "$WIRE_FAULTS")'
 
 # wire_fault_on NAME PER_MILLION: drop that share of the packets leaving either end of the
 # wire (1000000 = all: the wire is cut). The lab's clsact qdiscs on the wire are made here
@@ -107,29 +73,7 @@ wire_fault_stats() {  # "SEEN DROPPED" of a wire fault
   bpftool -j map dump pinned "$LOSS_PIN-$1/maps/fy_loss_stats" | jq -r '[.[] | .formatted.value] | "\(.[0]) \(.[1])"'
 }
 
-# An echo server in n2/p1 on 10.77.2.11:9292 (threads; half-close answered with close).
-ECHO_PORT=9292
-ECHO_PY='
-import socket, threading
-srv = socket.create_server(("10.77.2.11", 9292), backlog=128)
-def serve(c):
-    try:
-        while True:
-            d = c.recv(65536)
-            if not d:
-                break
-            c.sendall(d)
-    except OSError:
-        pass
-    c.close()
-while True:
-    c, _ = srv.accept()
-    threading.Thread(target=serve, args=(c,), daemon=True).start()'
-start_echo() {
-  listening n2/p1 "$ECHO_PORT" && return 0
-  bg n2/p1 "$TMP/echo.log" python3 -c "$ECHO_PY"
-  wait_for 10 "echo server on n2/p1:$ECHO_PORT" listening n2/p1 "$ECHO_PORT"
-}
+ECHO_PORT=9292   # the echo server's (start_echo) in n2/p1
 
 # A byte-exact stream through the echo server: TOTAL random bytes sent at RATE bytes/s
 # (0: as fast as it goes) while the echo is read back and hashed. Prints "progress N" as
@@ -226,7 +170,7 @@ mesh_works() {  # mesh_works TARGET PATH: one request, first try (no retry)
 case_peer_killed() {
   local pid t_kill t_out opened
   start_httpd n2/p1 10.77.2.11
-  start_echo
+  start_echo "$ECHO_PORT"
   assert "n1/p1 -> n2/p1 works before" mesh_works n1/p1 casea-before
   # 64 MiB at 1 MiB/s: still running whatever happens next.
   stream casea n1/p1 $((64 << 20)) $((1 << 20))
@@ -255,7 +199,7 @@ case_peer_killed() {
 case_wire_cut() {
   local st
   start_httpd n2/p1 10.77.2.11
-  start_echo
+  start_echo "$ECHO_PORT"
   assert "n1/p1 -> n2/p1 works before" mesh_works n1/p1 caseb-before
 
   note "a short cut (3 s, below the 20 s ping timeout): TCP retransmits"
@@ -293,7 +237,7 @@ case_wire_cut() {
 
 case_loss() {
   local st bytes retr spid
-  start_echo
+  start_echo "$ECHO_PORT"
   wire_fault_on loss 10000   # 1 %
   bg n2/p1 "$TMP/iperf3-s.log" iperf3 -s -1 -B 10.77.2.11 -p 5201
   spid=$BG_PID
@@ -320,7 +264,7 @@ case_loss() {
 case_own_restart() {
   local i rc
   start_httpd n2/p1 10.77.2.11
-  start_echo
+  start_echo "$ECHO_PORT"
   start_dl
   assert "n1/p1 -> n2/p1 works before" mesh_works n1/p1 cased-before
   python3 -c 'import sys; b = bytes(range(256)) * 256; open(sys.argv[1], "wb").write(b * 1024)' "$TMP/cased.expected"  # 64 MiB
@@ -406,10 +350,7 @@ case_detached() {
 # ---------------------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------------------
-T0=$SECONDS
-wait_no_lab
-echo "== ferry-lab up"
-if ! "$LAB" up 8<&- 2>&1 | sed 's/^/    /'; then echo "$ME: FAIL: ferry-lab up failed"; exit 1; fi
+e2e_lab_up
 
 run_case a "server-node ferryd SIGKILLed mid-transfer: reset within the keepalive bound, next connection at once" case_peer_killed
 run_case e "programs detached underneath ferryd: re-attached, the pod's traffic stays in the mesh" case_detached
@@ -418,5 +359,4 @@ run_case d "n1's ferryd restarted under transfers: complete or reset, never trun
 run_case b "the wire cut and restored: complete or reset, never truncated; new connections work" case_wire_cut
 
 echo
-echo "$ME: $PASSED passed, $FAILED failed ($((SECONDS - T0)) s)${FAILED_NAMES[*]:+; failed: ${FAILED_NAMES[*]}}"
-[ "$FAILED" -eq 0 ]
+e2e_summary

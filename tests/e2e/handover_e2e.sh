@@ -22,71 +22,32 @@
 # shellcheck disable=SC2016  # single-quoted programs for python3 -c are meant literally
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-HERE=$ROOT/tests/e2e
-LAB=$ROOT/scripts/ferry-lab
-LOAD=$HERE/handover_load.py
-STATE=/run/ferry-lab
+# shellcheck source=tests/e2e/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+LOAD=$ROOT/tests/e2e/handover_load.py
 ME=handover_e2e
-LAB_WAIT=${FERRY_E2E_LAB_WAIT:-180}
 BUILD=${FERRY_BUILD_DIR:-build/default}
 case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
 FERRYD=${FERRYD:-$BUILD/proxy/main/ferryd}
 
-if [ "$(id -u)" -ne 0 ]; then
-  if [ "${CI:-}" = true ]; then echo "$ME: FAIL: must run as root in CI" >&2; exit 1; fi
-  echo "$ME: SKIP: needs root (network namespaces, BPF)"
-  exit 77
-fi
-for c in ip curl python3 jq ss flock; do
-  command -v "$c" >/dev/null || { echo "$ME: FAIL: '$c' missing (make bootstrap)" >&2; exit 1; }
-done
-
-exec 8<"${BASH_SOURCE[0]}"
-flock -w 600 8 || { echo "$ME: FAIL: another $ME run holds the lock" >&2; exit 1; }
-
-TMP=$(mktemp -d /tmp/fy-handover-e2e.XXXXXX)
-PIDS=$TMP/pids
-: >"$PIDS"
-PASSED=0
-FAILED=0
-FAILED_NAMES=()
-CASE_PID=
-
-cleanup() {
-  local rc=$? pid st n
-  set +e
-  # The running case, the processes this test started (by PID, as recorded: the load, the
-  # echo server, the port holder, the half-way ferryd), then the lab, whose `down` also
-  # stops the retiring ferryds it lists.
-  if [ -n "${CASE_PID:-}" ]; then kill "$CASE_PID" 2>/dev/null; wait "$CASE_PID" 2>/dev/null; fi
-  while read -r pid st; do [ "$(starttime "$pid")" = "$st" ] && kill "$pid" 2>/dev/null; done <"$PIDS"
-  # FY_E2E_KEEP_LOGS=DIR: the ferryd logs (every generation writes to its node's) and the
-  # load's output are kept there (a developer's knob for a failure's timeline).
-  if [ -n "${FY_E2E_KEEP_LOGS:-}" ]; then
-    mkdir -p "$FY_E2E_KEEP_LOGS"
-    for n in 1 2; do cp "$STATE/n$n/ferryd.log" "$FY_E2E_KEEP_LOGS/n$n-ferryd.log" 2>/dev/null; done
-    cp "$TMP"/*.out "$TMP"/*.log "$FY_E2E_KEEP_LOGS/" 2>/dev/null
-    echo "$ME: logs kept in $FY_E2E_KEEP_LOGS"
-  fi
-  "$LAB" down >/dev/null 2>&1 || echo "$ME: 'ferry-lab down' failed in cleanup" >&2
-  while read -r pid st; do wait "$pid" 2>/dev/null; done <"$PIDS"
-  rm -rf -- "$TMP"
-  exit "$rc"
+e2e_require_root "network namespaces, BPF"
+e2e_require_tools ip curl python3 jq ss flock
+e2e_lock 600
+e2e_tmpdir handover-e2e
+# The lab's `down` also stops the retiring ferryds it lists.
+on_exit e2e_lab_down
+# FY_E2E_KEEP_LOGS=DIR: the ferryd logs (every generation writes to its node's) and the
+# load's output are kept there (a developer's knob for a failure's timeline).
+keep_logs() {
+  local n
+  mkdir -p "$FY_E2E_KEEP_LOGS"
+  for n in 1 2; do cp "$STATE/n$n/ferryd.log" "$FY_E2E_KEEP_LOGS/n$n-ferryd.log" 2>/dev/null; done
+  cp "$TMP"/*.out "$TMP"/*.log "$FY_E2E_KEEP_LOGS/" 2>/dev/null
+  echo "$ME: logs kept in $FY_E2E_KEEP_LOGS"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+on_exit '[ -z "${FY_E2E_KEEP_LOGS:-}" ] || keep_logs'
 
-# shellcheck source=tests/e2e/lib.sh
-source "$HERE/lib.sh"
-
-ECHO_PORT=9595
-start_echo() {
-  listening n2/p1 "$ECHO_PORT" && return 0
-  bg n2/p1 "$TMP/echo.log" python3 "$LOAD" serve --bind 10.77.2.11 --port "$ECHO_PORT"
-  wait_for 10 "echo server on n2/p1:$ECHO_PORT" listening n2/p1 "$ECHO_PORT"
-}
+ECHO_PORT=9595   # the echo server's (start_echo) in n2/p1
 
 # load NAME LONG: the load client in n1/p1 (log $TMP/NAME.out), stopped by $TMP/NAME.stop;
 # returns once its long-lived connections had their first echo.
@@ -142,7 +103,7 @@ not_ok_lines() { grep -hE "dst=10\.77\.2\.11:$ECHO_PORT " "$(flog n1)" "$(flog n
 # ---------------------------------------------------------------------------------------
 case_upgrades_under_load() {
   local g1 h1 m1 report pid left=() i
-  start_echo
+  start_echo "$ECHO_PORT"
   load casea 200
   more_short casea 20
 
@@ -208,7 +169,7 @@ case_upgrades_under_load() {
 
 case_halfway_failure() {
   local cfg=$STATE/n2/ferryd-halfway.yaml old failed0 pid rc m2 report
-  start_echo
+  start_echo "$ECHO_PORT"
   old=$(cat "$STATE/n2/ferryd.pid")
   failed0=$(metric n2 'ferry_handovers_total{result="failed"}')
   # The lab's operator endpoints live in the proxy netns (a proxy_netns given, not auto):
@@ -258,10 +219,7 @@ while True:
 # ---------------------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------------------
-T0=$SECONDS
-wait_no_lab
-echo "== ferry-lab up"
-if ! "$LAB" up 8<&- 2>&1 | sed 's/^/    /'; then echo "$ME: FAIL: ferry-lab up failed"; exit 1; fi
+e2e_lab_up
 
 run_case a "upgrades under load (3x n1, 3x n2, n1+n2 at once): no long-lived connection broken, no new one failed; the old generations exit" case_upgrades_under_load
 run_case b "a new ferryd that fails half-way (after taking the listeners) exits non-zero; the running one goes on serving" case_halfway_failure
@@ -273,5 +231,4 @@ fi
 if [ -s "$TMP/casea.json" ]; then
   jq -r '"under load: \(.long) long-lived connections, \(.long_errors) errors, \(.long_messages) messages echoed (slowest echo \(.long_max_rtt_ms) ms); \(.short_attempted) new connections, \(.short_failed) failed, longest wait \(.short_max_ms) ms, p99 \(.short_p99_ms) ms"' "$TMP/casea.json"
 fi
-echo "$ME: $PASSED passed, $FAILED failed ($((SECONDS - T0)) s)${FAILED_NAMES[*]:+; failed: ${FAILED_NAMES[*]}}"
-[ "$FAILED" -eq 0 ]
+e2e_summary

@@ -8,40 +8,18 @@
 # shellcheck disable=SC2016  # single-quoted scripts for bash -c are meant literally
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-LAB=$ROOT/scripts/ferry-lab
-BPFFS=/run/ferry/bpffs
-STATE=/run/ferry-lab
+# lab_ping, the tests' HTTP server (HTTPD_PY: GET answers "hello from NAME; you are
+# CLIENT-IP", each request logged as "CLIENT-IP:PORT METHOD PATH CODE"), the prelude and cleanup.
+# shellcheck source=tests/e2e/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+ME=lab_smoke
 
-if [ "$(id -u)" -ne 0 ]; then
-  if [ "${CI:-}" = true ]; then echo "lab_smoke: FAIL: must run as root in CI" >&2; exit 1; fi
-  echo "lab_smoke: SKIP: needs root (network namespaces)"
-  exit 77
-fi
-for c in ip curl python3 mountpoint flock; do
-  command -v "$c" >/dev/null || { echo "lab_smoke: FAIL: '$c' missing (make bootstrap)" >&2; exit 1; }
-done
-
-# The lab is one per machine: one smoke test at a time (ferry-lab itself serializes
-# single up/down calls, not a whole test).
-exec 8<"${BASH_SOURCE[0]}"
-flock -w 300 8 || { echo "lab_smoke: FAIL: another lab_smoke.sh holds the lock" >&2; exit 1; }
-
-TMP=$(mktemp -d /tmp/fy-lab-smoke.XXXXXX)
-SERVERS=()
+e2e_require_root "network namespaces"
+e2e_require_tools ip curl python3 mountpoint flock
+e2e_lock 300
+e2e_tmpdir lab-smoke
+on_exit e2e_lab_down
 FAILS=0
-
-cleanup() {
-  local rc=$? pid
-  for pid in ${SERVERS[@]+"${SERVERS[@]}"}; do kill "$pid" 2>/dev/null || true; done
-  for pid in ${SERVERS[@]+"${SERVERS[@]}"}; do wait "$pid" 2>/dev/null || true; done
-  "$LAB" down >/dev/null 2>&1 || echo "lab_smoke: 'ferry-lab down' failed in cleanup" >&2
-  rm -rf -- "$TMP"
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
 
 step() { printf '\n== %s\n' "$*"; }
 pass() { printf '  ok    %s\n' "$*"; }
@@ -51,16 +29,11 @@ check() {  # check DESCRIPTION CMD...
   if "$@" >"$TMP/out" 2>&1; then pass "$d"; else fail "$d"; sed 's/^/        /' "$TMP/out"; fi
 }
 
-# lab_ping and the tests' HTTP server (HTTPD_PY: GET answers "hello from NAME; you are
-# CLIENT-IP", each request logged as "CLIENT-IP:PORT METHOD PATH CODE").
-# shellcheck source=tests/e2e/lib.sh
-source "$ROOT/tests/e2e/lib.sh"
-
 start_server() {  # start_server TARGET IP PORT NAME; returns when it answers
   local t=$1 ip=$2 port=$3 name=$4 pid
   "$LAB" exec "$t" -- python3 -c "$HTTPD_PY" "$ip" "$port" "$name" >"$TMP/$name.log" 2>&1 8<&- &
   pid=$!
-  SERVERS+=("$pid")
+  track "$pid"
   for _ in $(seq 100); do
     if "$LAB" exec "$t" -- curl -sf --max-time 1 -o /dev/null "http://$ip:$port/"; then return 0; fi
     kill -0 "$pid" 2>/dev/null || break
@@ -132,9 +105,10 @@ else
   check "no bpffs left at $BPFFS" bash -c "! mountpoint -q $BPFFS"
 fi
 # down stops every process in a lab netns; ours are then zombies until reaped here.
+mapfile -t SERVERS < <(awk '{print $1}' "$PIDS")
 check "test servers gone" bash -c 'for p in "$@"; do st=$(awk "{print \$3}" /proc/$p/stat 2>/dev/null || true); [ -z "$st" ] || [ "$st" = Z ] || { echo "pid $p alive ($st)"; exit 1; }; done' _ ${SERVERS[@]+"${SERVERS[@]}"}
-for pid in ${SERVERS[@]+"${SERVERS[@]}"}; do wait "$pid" 2>/dev/null || true; done
-SERVERS=()
+e2e_reap
+: >"$PIDS"
 check "down again is a no-op" "$LAB" down
 
 echo

@@ -1,8 +1,131 @@
-# Helpers of the lab's e2e suites (tests/e2e/*_e2e.sh, tests/kernel-lab/netkit_e2e.sh),
-# sourced after the caller has set: LAB (scripts/ferry-lab), STATE (/run/ferry-lab), TMP (its
-# scratch directory), PIDS (file of "PID STARTTIME" lines its cleanup kills), and the counters
-# PASSED, FAILED, FAILED_NAMES that run_case updates.
-# shellcheck shell=bash disable=SC2016  # single-quoted programs for python3 -c are meant literally
+# The lab's test scripts share this file: the prelude and the cleanup of every script that
+# needs root, a tool set, the lab or a scratch directory (tests/e2e/*.sh, tests/k8s/*_e2e.sh,
+# tests/kernel-lab/netkit_e2e.sh, tests/interop/run_interop.sh), then the helpers of the
+# lab's e2e suites. A script sets ME (its name in messages), sources this file and calls what
+# it needs of the prelude:
+#
+#   e2e_require_root WHY      not root: SKIP (exit 77) naming WHY; under CI=true a FAIL
+#   e2e_skip_or_fail MSG      SKIP (77) with MSG; under CI=true a FAIL (exit 1)
+#   e2e_require_tools CMD...  a missing command fails the test ("make bootstrap")
+#   e2e_lock SECONDS          the lab lock (below), waited for at most SECONDS
+#   e2e_tmpdir NAME           TMP=/tmp/fy-NAME.XXXXXX and PIDS, both removed at exit
+#   on_exit CMD               a cleanup step: CMD is evaluated at exit
+#   on_failure CMD            a step that runs only when the test failed (e2e_failed)
+#
+# Cleanup is one EXIT trap: it ends the running case (run_case) and every process that
+# bg/track recorded (by PID and start time, never by name), then runs the on_exit steps, the
+# last registered first, and exits with the test's exit code. A script registers a step
+# when it creates what the step removes: `ferry-lab down` (e2e_lab_down) before the lab
+# goes up, a pin or a netns right after it is made.
+#
+# The suites' helpers expect LAB, STATE and BPFFS (set here), TMP and PIDS (e2e_tmpdir), and
+# keep the counters PASSED, FAILED, FAILED_NAMES that run_case updates.
+# SC2016: single-quoted programs for python3 -c are meant literally; SC2034: the variables
+# set here are for the scripts that source this file.
+# shellcheck shell=bash disable=SC2016,SC2034
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+LAB=$ROOT/scripts/ferry-lab
+STATE=/run/ferry-lab
+BPFFS=/run/ferry/bpffs
+LAB_WAIT=${FERRY_E2E_LAB_WAIT:-180}   # seconds to wait for a lab that someone started by hand
+PASSED=0
+FAILED=0
+FAILED_NAMES=()
+CASE_PID=
+
+e2e_require_root() {
+  if [ "$(id -u)" -ne 0 ]; then
+    if [ "${CI:-}" = true ]; then echo "$ME: FAIL: must run as root in CI" >&2; exit 1; fi
+    echo "$ME: SKIP: needs root ($1)"
+    exit 77
+  fi
+}
+e2e_skip_or_fail() {
+  if [ "${CI:-}" = true ]; then echo "$ME: FAIL: $*" >&2; exit 1; fi
+  echo "$ME: SKIP: $*"
+  exit 77
+}
+e2e_require_tools() {
+  local c
+  for c in "$@"; do
+    command -v "$c" >/dev/null || { echo "$ME: FAIL: '$c' missing (make bootstrap)" >&2; exit 1; }
+  done
+}
+
+# The lab lock. The netns lab is one per machine: every test, benchmark and soak that brings
+# it up holds LAB_LOCK for its whole run (here on fd 8, which no process of the lab inherits),
+# unless a process it descends from holds it already: flock(1) around the command
+# (`flock /tmp/ferry-lab.lock make test`: /proc/locks names that flock), or a test that runs
+# another and exported FERRY_LAB_LOCK_HOLDER (its PID) when it took the lock. The Python
+# programs (tests/bench/run_bench.py, bounds_bench.py, tests/soak/run_soak.py) take the same
+# lock the same way (tests/bench/lab_lock.py). ferry-lab's own lock only serializes its single
+# up/down calls.
+LAB_LOCK=${FERRY_LAB_LOCK:-/tmp/ferry-lab.lock}
+lab_lock_held_by_ancestor() {
+  local ino pid=$$ ancestors=" " holder
+  ino=$(stat -c %i "$LAB_LOCK")
+  while [ "$pid" -gt 1 ]; do
+    ancestors+="$pid "
+    pid=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | awk '{print $2}')   # after "(comm)": state, ppid
+    [ -n "$pid" ] || break
+  done
+  [[ -n ${FERRY_LAB_LOCK_HOLDER:-} && $ancestors == *" $FERRY_LAB_LOCK_HOLDER "* ]] && return 0
+  # /proc/locks: "1: FLOCK ADVISORY WRITE <pid> <maj>:<min>:<inode> 0 EOF"
+  while read -r holder; do
+    [[ $ancestors == *" $holder "* ]] && return 0
+  done < <(awk -v ino="$ino" '$2 == "FLOCK" { n = split($6, f, ":"); if (f[n] == ino) print $5 }' /proc/locks)
+  return 1
+}
+e2e_lock() {
+  local wait=$1
+  exec 8>>"$LAB_LOCK"
+  if ! flock -n 8; then
+    if lab_lock_held_by_ancestor; then exec 8>&-; return 0; fi
+    echo "$ME: waiting for $LAB_LOCK (another lab run)"
+    flock -w "$wait" 8 || { echo "$ME: FAIL: another lab run held $LAB_LOCK for ${wait}s" >&2; exit 1; }
+  fi
+  export FERRY_LAB_LOCK_HOLDER=$$
+}
+
+# e2e_tmpdir NAME: the test's scratch directory (TMP) and its file of started processes (PIDS).
+e2e_tmpdir() {
+  TMP=$(mktemp -d "/tmp/fy-$1.XXXXXX")
+  PIDS=$TMP/pids                  # every background process the test starts: "PID STARTTIME" lines
+  : >"$PIDS"
+  on_exit 'rm -rf -- "$TMP"'
+  on_exit e2e_reap
+}
+
+E2E_ON_EXIT=()
+on_exit() { E2E_ON_EXIT+=("$1"); }
+# e2e_failed: in an exit step, whether the test failed (its exit code, or a counted failure).
+e2e_failed() { [ "${E2E_RC:-0}" -ne 0 ] || [ "${FAILED:-0}" -ne 0 ] || [ "${failures:-0}" -ne 0 ]; }
+on_failure() { on_exit "if e2e_failed; then $1; fi"; }
+e2e_exit() {
+  E2E_RC=$?
+  local i pid st
+  set +e
+  if [ -n "${CASE_PID:-}" ]; then kill "$CASE_PID" 2>/dev/null; wait "$CASE_PID" 2>/dev/null; fi
+  if [ -n "${PIDS:-}" ] && [ -f "$PIDS" ]; then
+    while read -r pid st; do [ "$(starttime "$pid")" = "$st" ] && kill "$pid" 2>/dev/null; done <"$PIDS"
+  fi
+  for ((i = ${#E2E_ON_EXIT[@]} - 1; i >= 0; i--)); do eval "${E2E_ON_EXIT[i]}"; done
+  exit "$E2E_RC"
+}
+trap e2e_exit EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+# e2e_reap: waits for the recorded processes that are this shell's children (a killed one, or
+# one that `ferry-lab down` stopped, is a zombie until then).
+e2e_reap() {
+  local pid
+  [ -f "${PIDS:-}" ] || return 0
+  while read -r pid _; do wait "$pid" 2>/dev/null || true; done <"$PIDS"
+}
+# e2e_lab_down: the lab goes (an exit step: `on_exit e2e_lab_down` before it comes up).
+e2e_lab_down() { "$LAB" down >/dev/null 2>&1 || echo "$ME: 'ferry-lab down' failed in cleanup" >&2; }
+
 note() { printf '    %s\n' "$*"; }
 ok() { printf '    ok      %s\n' "$*"; }
 die_case() { printf '    NOT OK  %s\n' "$*"; exit 1; }   # ends the case (cases run in subshells)
@@ -33,6 +156,26 @@ wait_no_lab() {
     [ $((SECONDS % 15)) -eq 0 ] && echo "$ME: another lab is up; waiting (at most ${LAB_WAIT}s)"
     sleep 1   # no signal to wait on: another run's lab goes away when it is done
   done
+}
+
+# e2e_lab_up: once no other lab is up, the lab with ferryd on both nodes (its lines indented),
+# or the test fails. Sets T0 (for the summary) and, from lab.env, LAB_SOURCE (the workload
+# source), LAB_KUBECONFIG (for a leak check once lab.env is gone) and LAB_CNI (who made the
+# pods). Register `on_exit e2e_lab_down` before.
+e2e_lab_up() {
+  T0=$SECONDS
+  wait_no_lab
+  echo "== ferry-lab up${FERRY_LAB_SOURCE:+ (FERRY_LAB_SOURCE=$FERRY_LAB_SOURCE)}${FERRY_LAB_CNI:+ (FERRY_LAB_CNI=$FERRY_LAB_CNI)}"
+  if ! "$LAB" up 8<&- 2>&1 | sed 's/^/    /'; then echo "$ME: FAIL: ferry-lab up failed"; exit 1; fi
+  LAB_SOURCE=$(lab_env FERRY_LAB_SOURCE)
+  LAB_KUBECONFIG=$(lab_env FERRY_LAB_KUBECONFIG)
+  LAB_CNI=$(lab_env FERRY_LAB_CNI)
+}
+# e2e_summary: the suite's last line, with where the lab's workloads and pods came from;
+# fails when a case failed.
+e2e_summary() {
+  echo "$ME: $PASSED passed, $FAILED failed${SKIPPED_NAMES[*]:+, ${#SKIPPED_NAMES[@]} skipped} ($((SECONDS - T0)) s, workloads from $LAB_SOURCE, pods made by ${LAB_CNI:-?})${FAILED_NAMES[*]:+; failed: ${FAILED_NAMES[*]}}"
+  [ "$FAILED" -eq 0 ]
 }
 
 # track PID: recorded with its start time, so that cleanup never signals a recycled PID.
@@ -153,6 +296,31 @@ metric() {
   v=$("$LAB" exec "$1/proxy" -- curl -sf --max-time 2 http://127.0.0.1:15020/metrics | awk -v s="$2" '$1 == s {print $2; exit}') || true
   echo "${v:-0}"
 }
+
+# start_echo PORT: an echo server on n2/p1 (10.77.2.11:PORT; tests/e2e/handover_load.py
+# serve: one thread per connection, a half-close answered with a close), unless one already
+# listens there.
+start_echo() {
+  listening n2/p1 "$1" && return 0
+  bg n2/p1 "$TMP/echo$1.log" python3 "$ROOT/tests/e2e/handover_load.py" serve --bind 10.77.2.11 --port "$1"
+  wait_for 10 "echo server on n2/p1:$1" listening n2/p1 "$1"
+}
+
+# set_policies < YAML: the lab's policy file (security.istio.io objects, docs/policy.md),
+# atomically; returns once both ferryds have applied it (their policy generation moved).
+policy_generation_above() { [ "$(metric "$1" ferry_policy_generation)" -gt "$2" ]; }
+set_policies() {
+  local g1 g2
+  g1=$(metric n1 ferry_policy_generation); g2=$(metric n2 ferry_policy_generation)
+  cat >"$STATE/policies.yaml.tmp"
+  mv "$STATE/policies.yaml.tmp" "$STATE/policies.yaml"
+  wait_for 10 "n1 to apply the policies" policy_generation_above n1 "$g1" &&
+    wait_for 10 "n2 to apply the policies" policy_generation_above n2 "$g2"
+}
+# lab_selector POD (n2-p1): a selector of the lab's pod; lab_principal POD: its principal as
+# policies write it (the SPIFFE ID without spiffe://).
+lab_selector() { echo "{matchLabels: {app: $(lab_env FERRY_LAB_NAME_PREFIX)$1}}"; }
+lab_principal() { lab_id "$1" | sed 's|^spiffe://||'; }
 
 # Captures on node 1's end of the wire. cap_start NAME returns once tcpdump says it
 # listens; cap_stop NAME ends it (SIGINT: it flushes) and leaves $TMP/NAME.pcap.

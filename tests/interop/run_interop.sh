@@ -38,6 +38,10 @@ NGHTTPX_ECHO_PORT=18081
 CONNECT_PROXY_PORT=18090
 
 say() { printf '[interop %s] %s\n' "$CASE" "$*"; }
+# The prelude's skip-or-fail and the cleanup registry (on_exit) of the lab's tests.
+# shellcheck source=tests/e2e/lib.sh
+source "$ROOT/tests/e2e/lib.sh"
+ME="[interop $CASE]"
 
 usage() {
   echo "usage: $0 node|nghttpx" >&2
@@ -52,25 +56,11 @@ case "$CASE" in
   nghttpx) need_tools+=(nghttpx) ;;
 esac
 for t in "${need_tools[@]}"; do
-  if ! command -v "$t" >/dev/null 2>&1; then
-    if [[ "${CI:-}" == "true" ]]; then
-      say "FAIL: required tool '$t' not found (CI=true, so this is a failure)"
-      exit 1
-    fi
-    say "SKIP: required tool '$t' not found"
-    exit 77
-  fi
+  command -v "$t" >/dev/null 2>&1 || e2e_skip_or_fail "required tool '$t' not found"
 done
 if [[ "$CASE" == node ]]; then
   node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
-  if ((node_major < 20)); then
-    if [[ "${CI:-}" == "true" ]]; then
-      say "FAIL: node >= 20 required, found $(node --version 2>&1)"
-      exit 1
-    fi
-    say "SKIP: node >= 20 required, found $(node --version 2>&1)"
-    exit 77
-  fi
+  ((node_major >= 20)) || e2e_skip_or_fail "node >= 20 required, found $(node --version 2>&1)"
 fi
 for b in "$FERRYD" "$FERRYCTL"; do
   if [[ ! -x "$b" ]]; then
@@ -81,42 +71,43 @@ done
 
 # ---------------------------------------------------------------- process/cleanup
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/ferry-interop-$CASE.XXXXXX") || exit 1
-PIDS=()
-NAMES=()
+PROC_PIDS=()
+PROC_NAMES=()
 CLIENT_PID=
 
-cleanup() {
-  local rc=$? i pid n
-  trap - EXIT INT TERM
-  if [[ -n "$CLIENT_PID" ]]; then
-    kill -TERM "$CLIENT_PID" 2>/dev/null
-    wait "$CLIENT_PID" 2>/dev/null
-  fi
-  for i in "${!PIDS[@]}"; do
-    kill -TERM "${PIDS[$i]}" 2>/dev/null
-  done
-  for i in "${!PIDS[@]}"; do
-    pid=${PIDS[$i]}
-    for ((n = 0; n < 50; n++)); do # up to 5 s each
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    if kill -0 "$pid" 2>/dev/null; then
-      say "warning: ${NAMES[$i]} (pid $pid) ignored SIGTERM, sending SIGKILL"
-      kill -KILL "$pid" 2>/dev/null
-    fi
-    wait "$pid" 2>/dev/null
-  done
+# Exit steps, the last registered first: the client, the started processes (SIGTERM to all,
+# then up to 5 s each before SIGKILL), then the temp dir.
+remove_tmp() {
   if [[ "${FERRY_INTEROP_KEEP:-}" == 1 ]]; then
     say "keeping $TMP"
   else
     rm -rf "$TMP"
   fi
-  exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+stop_all() {
+  local i pid n
+  if [[ -n "$CLIENT_PID" ]]; then
+    kill -TERM "$CLIENT_PID" 2>/dev/null
+    wait "$CLIENT_PID" 2>/dev/null
+  fi
+  for i in "${!PROC_PIDS[@]}"; do
+    kill -TERM "${PROC_PIDS[$i]}" 2>/dev/null
+  done
+  for i in "${!PROC_PIDS[@]}"; do
+    pid=${PROC_PIDS[$i]}
+    for ((n = 0; n < 50; n++)); do # up to 5 s each
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      say "warning: ${PROC_NAMES[$i]} (pid $pid) ignored SIGTERM, sending SIGKILL"
+      kill -KILL "$pid" 2>/dev/null
+    fi
+    wait "$pid" 2>/dev/null
+  done
+}
+on_exit remove_tmp
+on_exit stop_all
 
 show_logs() {
   local f
@@ -139,8 +130,8 @@ start() {
   local name=$1
   shift
   "$@" >"$TMP/$name.log" 2>&1 &
-  PIDS+=("$!")
-  NAMES+=("$name")
+  PROC_PIDS+=("$!")
+  PROC_NAMES+=("$name")
   say "started $name (pid $!): $*"
 }
 
@@ -161,9 +152,9 @@ run_client() {
 # stop NAME: stops one started process (SIGTERM, bounded wait, SIGKILL) and forgets it.
 stop() {
   local i n pid
-  for i in "${!NAMES[@]}"; do
-    [[ "${NAMES[$i]}" == "$1" ]] || continue
-    pid=${PIDS[$i]}
+  for i in "${!PROC_NAMES[@]}"; do
+    [[ "${PROC_NAMES[$i]}" == "$1" ]] || continue
+    pid=${PROC_PIDS[$i]}
     kill -TERM "$pid" 2>/dev/null
     for ((n = 0; n < 50; n++)); do
       kill -0 "$pid" 2>/dev/null || break
@@ -171,15 +162,15 @@ stop() {
     done
     kill -KILL "$pid" 2>/dev/null
     wait "$pid" 2>/dev/null
-    unset 'PIDS[i]' 'NAMES[i]'
+    unset 'PROC_PIDS[i]' 'PROC_NAMES[i]'
     say "stopped $1 (pid $pid)"
   done
 }
 
 pid_of() {
   local i
-  for i in "${!NAMES[@]}"; do
-    [[ "${NAMES[$i]}" == "$1" ]] && echo "${PIDS[$i]}"
+  for i in "${!PROC_NAMES[@]}"; do
+    [[ "${PROC_NAMES[$i]}" == "$1" ]] && echo "${PROC_PIDS[$i]}"
   done
 }
 

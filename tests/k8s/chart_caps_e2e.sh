@@ -13,44 +13,19 @@
 # Exit 0 pass, 1 fail, 77 skip (not root; under CI=true not being root is a failure).
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-LAB=$ROOT/scripts/ferry-lab
-STATE=/run/ferry-lab
+# shellcheck source=tests/e2e/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../e2e/lib.sh"
 ME=chart_caps_e2e
 
-if [ "$(id -u)" -ne 0 ]; then
-  if [ "${CI:-}" = true ]; then echo "$ME: FAIL: must run as root in CI" >&2; exit 1; fi
-  echo "$ME: SKIP: needs root (network namespaces, capabilities)"
-  exit 77
-fi
-for c in ip curl python3 setpriv flock; do
-  command -v "$c" >/dev/null || { echo "$ME: FAIL: '$c' missing (make bootstrap)" >&2; exit 1; }
-done
+e2e_require_root "network namespaces, capabilities"
+e2e_require_tools ip curl python3 setpriv flock
 BUILD=${FERRY_BUILD_DIR:-$ROOT/build/default}
 FERRYD_BIN=$BUILD/proxy/main/ferryd
 [ -x "$FERRYD_BIN" ] || { echo "$ME: FAIL: no $FERRYD_BIN (make build)" >&2; exit 1; }
 helm="$("$ROOT/scripts/k8s-tools/install.sh" --dir)/bin/helm"
-
-exec 8<"${BASH_SOURCE[0]}"
-flock -w 600 8 || { echo "$ME: FAIL: another $ME run holds the lock" >&2; exit 1; }
-
-TMP=$(mktemp -d /tmp/fy-chart-caps.XXXXXX)
-PIDS=$TMP/pids
-: >"$PIDS"
-PASSED=0
-FAILED=0
-cleanup() {
-  local rc=$? pid st
-  while read -r pid st; do
-    [ "$(awk '{print $22}' "/proc/$pid/stat" 2>/dev/null)" = "$st" ] && kill "$pid" 2>/dev/null
-  done <"$PIDS"
-  "$LAB" down >/dev/null 2>&1 || echo "$ME: 'ferry-lab down' failed in cleanup" >&2
-  rm -rf -- "$TMP"
-  exit "$rc"
-}
-trap cleanup EXIT
-# shellcheck source=tests/e2e/lib.sh
-source "$ROOT/tests/e2e/lib.sh"
+e2e_lock 600
+e2e_tmpdir chart-caps
+on_exit e2e_lab_down
 
 # The capabilities the chart's DaemonSet adds (default values), lower case for setpriv.
 mapfile -t CAPS < <("$helm" template fy "$ROOT/charts/ferry" --values "$ROOT/tests/k8s/values/registry.yaml" \

@@ -21,12 +21,12 @@
 #      engage kTLS on this kernel at all (tests/kernel-lab/ktls_probe)
 #
 # Writes $FY_RESULTS/summary.txt (the facts the closing note quotes). Exit 0 all passed.
+# shellcheck disable=SC2016  # exit steps are single-quoted: evaluated at exit
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-LAB=$ROOT/scripts/ferry-lab
-STATE=/run/ferry-lab
-BPFFS=/run/ferry/bpffs
+# The prelude, the cleanup and the host suite's helpers.
+# shellcheck source=tests/e2e/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../e2e/lib.sh"
 CNI_PIN=$BPFFS/kl-cni
 ME=netkit_e2e
 BUILD=${FERRY_BUILD_DIR:-$ROOT/build/default}
@@ -44,36 +44,16 @@ export FY_WAIT_SCALE=${FY_WAIT_SCALE:-6}
 [ "$(id -u)" -eq 0 ] || { echo "$ME: must run as root (in the kernel lab's guest)" >&2; exit 1; }
 case $EXPECTED in peer-egress|ingress-redirect) ;; *) echo "$ME: unknown mode $EXPECTED" >&2; exit 2 ;; esac
 
-TMP=$(mktemp -d /tmp/fy-netkit-e2e.XXXXXX)
-PIDS=$TMP/pids
-: >"$PIDS"
-PASSED=0
-FAILED=0
-FAILED_NAMES=()
-CASE_PID=
+e2e_tmpdir netkit-e2e
 SUMMARY=$RESULTS/summary.txt
 : >"$SUMMARY"
 fact() { echo "$*" | tee -a "$SUMMARY"; }
-
-cleanup() {
-  local rc=$? pid st
-  set +e
-  if [ -n "${CASE_PID:-}" ]; then kill "$CASE_PID" 2>/dev/null; wait "$CASE_PID" 2>/dev/null; fi
-  while read -r pid st; do [ "$(starttime "$pid")" = "$st" ] && kill "$pid" 2>/dev/null; done <"$PIDS"
-  rm -rf -- "$CNI_PIN"
-  # The guest's /run goes with it: keep ferryd's logs beside output.log when a case failed.
-  if [ "$FAILED" -gt 0 ]; then
-    for n in n1 n2; do cp -- "$STATE/$n/ferryd.log" "$RESULTS/ferryd-$n.log" 2>/dev/null; done
-  fi
-  "$LAB" down >/dev/null 2>&1 || echo "$ME: 'ferry-lab down' failed in cleanup" >&2
-  while read -r pid st; do wait "$pid" 2>/dev/null; done <"$PIDS"
-  rm -rf -- "$TMP"
-  exit "$rc"
-}
-trap cleanup EXIT
-
-# shellcheck source=tests/e2e/lib.sh
-source "$ROOT/tests/e2e/lib.sh"
+on_exit e2e_lab_down
+# The guest's /run goes with it: keep ferryd's logs beside output.log when a case failed.
+on_exit 'if [ "$FAILED" -gt 0 ]; then
+  for n in n1 n2; do cp -- "$STATE/$n/ferryd.log" "$RESULTS/ferryd-$n.log" 2>/dev/null; done
+fi'
+on_exit 'rm -rf -- "$CNI_PIN"'
 
 tls_stat() { cat /proc/net/tls_stat 2>/dev/null || echo "(no /proc/net/tls_stat: CONFIG_TLS off)"; }
 tls_counter() { awk -v k="$1" '$1 == k {print $2}' /proc/net/tls_stat 2>/dev/null || echo 0; }
