@@ -21,7 +21,7 @@
 #include "bpf/shared/datapath.h"
 #include "ferry_datapath.skel.h"
 #include "proxy/common/log.h"
-#include "proxy/datapath/netlink.h"
+#include "proxy/rtnetlink/rtnetlink.h"
 #include "proxy/telemetry/metrics.h"
 
 namespace ferry::datapath {
@@ -111,7 +111,7 @@ absl::StatusOr<std::unique_ptr<Datapath>> Datapath::create(const config::Config&
   dp->pin_dir_ = cfg.bpffs;
   if (auto st = ensureBpffsDir(dp->pin_dir_); !st.ok()) return st;
 
-  auto host_proxy = linkByName(cfg.host_proxy_interface);
+  auto host_proxy = rtnetlink::linkByName(cfg.host_proxy_interface);
   if (!host_proxy.ok()) return absl::Status(host_proxy.status().code(),
                                             absl::StrCat("datapath.host_proxy_interface: ", host_proxy.status().message()));
   auto nsid = netnsIdOf(proxy_netns);
@@ -247,14 +247,14 @@ void Datapath::removePinDir() {
 void Datapath::forgetNeighbour(uint32_t ip) {
   auto it = managed_neighbours_.find(ip);
   if (it == managed_neighbours_.end()) return;
-  (void)deleteNeighbour(ip, it->second);  // gone with its bridge already: nothing to do
+  (void)rtnetlink::deleteNeighbour(ip, it->second);  // gone with its bridge already: nothing to do
   managed_neighbours_.erase(it);
 }
 
 absl::StatusOr<std::string> Datapath::deviceOf(uint32_t ip, const workloads::Workload& w) {
   if (!w.host_interface.empty()) return w.host_interface;
   int managed_bridge = 0;
-  auto found = findPodInterface(ip, &managed_bridge);
+  auto found = rtnetlink::findPodInterface(ip, &managed_bridge);
   if (managed_bridge != 0) managed_neighbours_[ip] = managed_bridge;
   if (!found.ok()) return found.status();
   auto [it, fresh] = found_how_.try_emplace(ip, found->how);
@@ -267,13 +267,13 @@ absl::StatusOr<std::string> Datapath::deviceOf(uint32_t ip, const workloads::Wor
 
 absl::Status Datapath::enroll(uint32_t ip, const workloads::Workload& w, const std::string& device, uint32_t flags) {
   Pod pod;
-  auto host = linkByName(device);
+  auto host = rtnetlink::linkByName(device);
   if (!host.ok()) return host.status();
   ferry_pod value{};
   value.host_ifindex = static_cast<uint32_t>(host->ifindex);
   std::memcpy(value.host_mac, host->mac.data(), 6);
   if (host->peer_netnsid >= 0) {
-    auto peer = linkByIndexInNetns(host->peer_ifindex, host->peer_netnsid);
+    auto peer = rtnetlink::linkByIndexInNetns(host->peer_ifindex, host->peer_netnsid);
     if (peer.ok()) std::memcpy(value.pod_mac, peer->mac.data(), 6);
   }
   value.flags = flags;
@@ -333,7 +333,7 @@ absl::Status Datapath::enroll(uint32_t ip, const workloads::Workload& w, const s
               device, device);
   }
   FERRY_LOG(kInfo, "datapath: enrolled %s (%s %s ifindex %d, pod mac %s)", w.displayName(),
-            pod.netkit ? "netkit" : "veth", device, host->ifindex, formatMac(MacAddress{value.pod_mac[0], value.pod_mac[1], value.pod_mac[2],
+            pod.netkit ? "netkit" : "veth", device, host->ifindex, rtnetlink::formatMac(rtnetlink::MacAddress{value.pod_mac[0], value.pod_mac[1], value.pod_mac[2],
                                                 value.pod_mac[3], value.pod_mac[4], value.pod_mac[5]}));
   pods_.insert_or_assign(ip, std::move(pod));
   return absl::OkStatus();

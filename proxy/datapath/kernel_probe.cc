@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "proxy/datapath/netlink.h"
+#include "proxy/rtnetlink/rtnetlink.h"
 
 namespace ferry::datapath {
 namespace {
@@ -51,10 +51,10 @@ bool probeNetkit(std::string& error) {
       error = absl::StrCat("netkit probe: unshare: ", strerror(errno), "; ");
       return;
     }
-    NetkitPairSpec spec;
+    rtnetlink::NetkitPairSpec spec;
     spec.name = "fy-nkprobe0";
     spec.peer_name = "fy-nkprobe1";
-    absl::Status st = createNetkitPair(spec);
+    absl::Status st = rtnetlink::createNetkitPair(spec);
     created = st.ok();
     // FailedPrecondition is "no netkit in this kernel": an answer, not an error.
     if (!st.ok() && st.code() != absl::StatusCode::kFailedPrecondition) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "proxy/common/unique_fd.h"
 
 namespace ferry::datapath {
 
@@ -18,15 +19,12 @@ class NetnsFd {
   static absl::StatusOr<NetnsFd> current();
   // A netns descriptor received from another process (a handover); owned from now on.
   static NetnsFd adopt(int fd, std::string path) { return NetnsFd(fd, std::move(path)); }
-  NetnsFd(NetnsFd&& other) noexcept : fd_(other.fd_), path_(std::move(other.path_)) { other.fd_ = -1; }
-  NetnsFd& operator=(NetnsFd&& other) noexcept;
-  ~NetnsFd();
-  int fd() const { return fd_; }
+  int fd() const { return fd_.get(); }
   const std::string& path() const { return path_; }
 
  private:
   NetnsFd(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
-  int fd_ = -1;
+  common::UniqueFd fd_;
   std::string path_;
 };
 

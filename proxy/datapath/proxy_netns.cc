@@ -14,7 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proxy/common/log.h"
-#include "proxy/datapath/netlink.h"
+#include "proxy/rtnetlink/rtnetlink.h"
 
 namespace ferry::datapath {
 namespace {
@@ -54,10 +54,10 @@ uint32_t plusOne(uint32_t be) { return htonl(ntohl(be) + 1); }
 
 // Everything inside the proxy netns; the caller's thread is in it.
 absl::Status plumbInside(const ProxyNetnsSpec& spec, uint32_t gateway) {
-  auto lo = linkByName("lo");
+  auto lo = rtnetlink::linkByName("lo");
   if (!lo.ok()) return lo.status();
-  if (auto st = setLinkUp(lo->ifindex); !st.ok()) return st;
-  auto eth = linkByName(spec.proxy_interface);
+  if (auto st = rtnetlink::setLinkUp(lo->ifindex); !st.ok()) return st;
+  auto eth = rtnetlink::linkByName(spec.proxy_interface);
   if (!eth.ok()) return eth.status();
   // No IPv6 here: the mesh carries IPv4 only (docs/datapath.md).
   for (const char* k : {"net/ipv6/conf/all/disable_ipv6", "net/ipv6/conf/default/disable_ipv6"}) {
@@ -70,17 +70,17 @@ absl::Status plumbInside(const ProxyNetnsSpec& spec, uint32_t gateway) {
   // it stays as it is, which is harmless here: the only route is the default one via eth0,
   // where every packet arrives, so strict and loose checks both pass.
   for (int ifindex : {lo->ifindex, eth->ifindex}) {
-    if (auto st = setIpv4DeviceConf(ifindex, IPV4_DEVCONF_RP_FILTER, 0); !st.ok()) return st;
+    if (auto st = rtnetlink::setIpv4DeviceConf(ifindex, IPV4_DEVCONF_RP_FILTER, 0); !st.ok()) return st;
   }
   for (const char* k : {"net/ipv4/conf/all/rp_filter", "net/ipv4/conf/default/rp_filter"}) {
     if (auto st = writeSysctl(k, "0", /*optional=*/true); !st.ok()) return st;
   }
-  if (auto st = setLinkUp(eth->ifindex); !st.ok()) return st;
-  if (auto st = addAddress(eth->ifindex, spec.proxy_address); !st.ok()) return st;
-  if (auto st = addRoute({.dst = 0, .dst_len = 0, .ifindex = eth->ifindex, .gateway = gateway}); !st.ok()) return st;
+  if (auto st = rtnetlink::setLinkUp(eth->ifindex); !st.ok()) return st;
+  if (auto st = rtnetlink::addAddress(eth->ifindex, spec.proxy_address); !st.ok()) return st;
+  if (auto st = rtnetlink::addRoute({.dst = 0, .dst_len = 0, .ifindex = eth->ifindex, .gateway = gateway}); !st.ok()) return st;
   // bpf_sk_assign needs the "local" routing decision for packets to any address.
-  if (auto st = addFwmarkRule(spec.mark, spec.table, spec.rule_priority); !st.ok()) return st;
-  return addRoute({.dst = 0, .dst_len = 0, .ifindex = lo->ifindex, .table = spec.table, .local = true});
+  if (auto st = rtnetlink::addFwmarkRule(spec.mark, spec.table, spec.rule_priority); !st.ok()) return st;
+  return rtnetlink::addRoute({.dst = 0, .dst_len = 0, .ifindex = lo->ifindex, .table = spec.table, .local = true});
 }
 
 }  // namespace
@@ -114,17 +114,17 @@ absl::StatusOr<NetnsFd> createProxyNetns(const ProxyNetnsSpec& spec, const HostI
   if (claim.hostInterface() != spec.host_interface) {
     return absl::InvalidArgumentError(absl::StrCat("the claim is for ", claim.hostInterface(), ", not ", spec.host_interface));
   }
-  if (auto old = linkByName(spec.host_interface); old.ok() && old->kind == "veth" && old->peer_netnsid >= 0) {
+  if (auto old = rtnetlink::linkByName(spec.host_interface); old.ok() && old->kind == "veth" && old->peer_netnsid >= 0) {
     // Ours by name and shape, and no live ferryd claims it: a dead ferryd's pair, its netns
     // held by orphaned sockets. Deleting this end deletes the pair.
-    if (auto st = deleteLink(spec.host_interface); !st.ok()) {
+    if (auto st = rtnetlink::deleteLink(spec.host_interface); !st.ok()) {
       return absl::Status(st.code(), absl::StrCat("removing the dead ferryd's ", spec.host_interface, ": ", st.message()));
     }
     FERRY_LOG(kInfo, "datapath: removed %s, left by a ferryd that is gone", spec.host_interface);
   }
   const auto deadline = std::chrono::steady_clock::now() + spec.stale_wait;
   bool waited = false;
-  while (linkByName(spec.host_interface).ok()) {
+  while (rtnetlink::linkByName(spec.host_interface).ok()) {
     if (std::chrono::steady_clock::now() >= deadline) {
       return absl::AlreadyExistsError(absl::StrCat(
           "the node already has a device named ", spec.host_interface,
@@ -137,21 +137,21 @@ absl::StatusOr<NetnsFd> createProxyNetns(const ProxyNetnsSpec& spec, const HostI
   if (waited) FERRY_LOG(kInfo, "datapath: the previous proxy netns's %s went away", spec.host_interface);
   auto ns = newNetns();
   if (!ns.ok()) return ns.status();
-  if (auto st = createVethPair(spec.host_interface, spec.proxy_interface, ns->fd()); !st.ok()) return st;
+  if (auto st = rtnetlink::createVethPair(spec.host_interface, spec.proxy_interface, ns->fd()); !st.ok()) return st;
   // From here on a failure removes the pair (its peer goes with it) before returning.
   auto fail = [&](const absl::Status& st) {
-    (void)deleteLink(spec.host_interface);
+    (void)rtnetlink::deleteLink(spec.host_interface);
     return absl::Status(st.code(), absl::StrCat("setting up the proxy netns: ", st.message()));
   };
   const uint32_t host_address = plusOne(spec.proxy_address);
-  auto host = linkByName(spec.host_interface);
+  auto host = rtnetlink::linkByName(spec.host_interface);
   if (!host.ok()) return fail(host.status());
   // Packets ferryd sends as a pod leave through this device when they are not injected
   // (injection none, or failure_mode open): its reverse path is the pod's device.
-  if (auto st = setIpv4DeviceConf(host->ifindex, IPV4_DEVCONF_RP_FILTER, 0); !st.ok()) return fail(st);
-  if (auto st = addAddress(host->ifindex, host_address); !st.ok()) return fail(st);
-  if (auto st = setLinkUp(host->ifindex); !st.ok()) return fail(st);
-  if (auto st = addRoute({.dst = spec.proxy_address, .dst_len = 32, .ifindex = host->ifindex}); !st.ok()) {
+  if (auto st = rtnetlink::setIpv4DeviceConf(host->ifindex, IPV4_DEVCONF_RP_FILTER, 0); !st.ok()) return fail(st);
+  if (auto st = rtnetlink::addAddress(host->ifindex, host_address); !st.ok()) return fail(st);
+  if (auto st = rtnetlink::setLinkUp(host->ifindex); !st.ok()) return fail(st);
+  if (auto st = rtnetlink::addRoute({.dst = spec.proxy_address, .dst_len = 32, .ifindex = host->ifindex}); !st.ok()) {
     return fail(st);
   }
   {

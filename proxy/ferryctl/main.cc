@@ -28,7 +28,7 @@
 #include "proxy/common/duration.h"
 #include "proxy/common/log.h"
 #include "proxy/common/readiness_file.h"
-#include "proxy/datapath/netlink.h"
+#include "proxy/rtnetlink/rtnetlink.h"
 #include "proxy/ferryctl/admin_client.h"
 #include "proxy/ferryctl/admin_render.h"
 #include "proxy/ferryctl/explain.h"
@@ -335,14 +335,14 @@ int linkNetkit(const std::vector<std::string>& argv) {
   for (const char* required : {"name", "peer-name"}) {
     if (args.values.count(required) == 0) return usage(absl::StrCat("link netkit needs --", required));
   }
-  datapath::NetkitPairSpec spec;
+  rtnetlink::NetkitPairSpec spec;
   spec.name = args.values["name"];
   spec.peer_name = args.values["peer-name"];
   std::string mode = args.values.count("mode") ? args.values["mode"] : "l2";
   if (mode == "l2") {
-    spec.mode = datapath::NetkitMode::kL2;
+    spec.mode = rtnetlink::NetkitMode::kL2;
   } else if (mode == "l3") {
-    spec.mode = datapath::NetkitMode::kL3;
+    spec.mode = rtnetlink::NetkitMode::kL3;
   } else {
     return usage(absl::StrCat("--mode must be l2 or l3, not '", mode, "'"));
   }
@@ -352,7 +352,7 @@ int linkNetkit(const std::vector<std::string>& argv) {
     if (fd < 0) return fail(absl::StrCat("--peer-netns ", args.values["peer-netns"], ": ", strerror(errno)));
   }
   spec.peer_netns_fd = fd;
-  absl::Status st = datapath::createNetkitPair(spec);
+  absl::Status st = rtnetlink::createNetkitPair(spec);
   if (fd >= 0) ::close(fd);
   if (!st.ok()) return fail(st.message());
   std::printf("created netkit pair %s <-> %s (%s)\n", spec.name.c_str(), spec.peer_name.c_str(), mode.c_str());

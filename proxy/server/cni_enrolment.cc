@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "proxy/common/net.h"
-#include "proxy/datapath/netlink.h"
+#include "proxy/rtnetlink/rtnetlink.h"
 #include "proxy/datapath/netns.h"
 #include "proxy/datapath/pod_sync.h"
 
@@ -28,7 +28,7 @@ absl::StatusOr<std::string> choosePodDevice(const std::vector<std::string>& cand
   }
   std::vector<std::string> seen;
   for (const auto& name : candidates) {
-    auto link = datapath::linkByName(name);
+    auto link = rtnetlink::linkByName(name);
     if (!link.ok()) {
       seen.push_back(absl::StrCat(name, " (", link.status().message(), ")"));
       continue;

@@ -17,7 +17,7 @@
 #include "proxy/common/duration.h"
 #include "proxy/common/file.h"
 #include "proxy/common/log.h"
-#include "proxy/datapath/netlink.h"
+#include "proxy/rtnetlink/rtnetlink.h"
 #include "proxy/datapath/proxy_netns.h"
 #include "proxy/net/buffer_chain.h"
 #include "proxy/net/socket_io.h"
@@ -182,7 +182,7 @@ Server::~Server() {
   if (leave_node && datapath_) datapath_->setHandedOver(true);
   if (config_.datapath.proxy_netns_auto && proxy_netns_ && !leave_node) {
     datapath_.reset();  // its programs on the device first
-    if (auto st = datapath::deleteLink(config_.datapath.host_proxy_interface); !st.ok()) {
+    if (auto st = rtnetlink::deleteLink(config_.datapath.host_proxy_interface); !st.ok()) {
       FERRY_LOG(kWarn, "datapath: removing %s: %s", config_.datapath.host_proxy_interface, st.message());
     }
   }

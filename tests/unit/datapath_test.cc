@@ -125,7 +125,7 @@ TEST(Netns, AssignsAndReadsThePeerIdThatBpfLookupsNeed) {
 #include <vector>
 
 #include "proxy/datapath/attach.h"
-#include "proxy/datapath/netlink.h"
+#include "proxy/rtnetlink/rtnetlink.h"
 #include "proxy/datapath/proxy_netns.h"
 
 namespace ferry::datapath {
@@ -364,7 +364,7 @@ TEST(Netlink, ReportsTheLinkKindThatDecidesHowPodsAreAttached) {
       return;
     }
     run("ip link add fy-at0 type veth peer name fy-at1");
-    auto link = linkByName("fy-at0");
+    auto link = rtnetlink::linkByName("fy-at0");
     if (!link.ok()) {
       error = std::string(link.status().message());
       return;
@@ -386,7 +386,7 @@ TEST(Netlink, FindsAPodsHostSideDeviceFromTheRouteOrTheBridgeItSitsBehind) {
     return a.s_addr;
   };
   std::string setup;
-  absl::StatusOr<PodInterface> ptp = absl::InternalError("unset"), bridged = ptp, remote = ptp, unrouted = ptp,
+  absl::StatusOr<rtnetlink::PodInterface> ptp = absl::InternalError("unset"), bridged = ptp, remote = ptp, unrouted = ptp,
                                unseen = ptp, unlearnt = ptp;
   std::thread t([&] {
     if (unshare(CLONE_NEWNET) != 0) return;
@@ -402,12 +402,12 @@ TEST(Netlink, FindsAPodsHostSideDeviceFromTheRouteOrTheBridgeItSitsBehind) {
                  " && ip neigh add 10.250.1.5 lladdr 02:fe:00:00:01:05 dev fy-br0 nud permanent"
                  " && bridge fdb add 02:fe:00:00:01:05 dev fy-hb0 master static"
                  " && ip neigh add 10.250.1.7 lladdr 02:fe:00:00:01:07 dev fy-br0 nud permanent");
-    ptp = findPodInterface(ip("10.250.0.5"));
-    bridged = findPodInterface(ip("10.250.1.5"));
-    remote = findPodInterface(ip("10.251.3.4"));
-    unrouted = findPodInterface(ip("10.252.0.1"));
-    unseen = findPodInterface(ip("10.250.1.6"));
-    unlearnt = findPodInterface(ip("10.250.1.7"));
+    ptp = rtnetlink::findPodInterface(ip("10.250.0.5"));
+    bridged = rtnetlink::findPodInterface(ip("10.250.1.5"));
+    remote = rtnetlink::findPodInterface(ip("10.251.3.4"));
+    unrouted = rtnetlink::findPodInterface(ip("10.252.0.1"));
+    unseen = rtnetlink::findPodInterface(ip("10.250.1.6"));
+    unlearnt = rtnetlink::findPodInterface(ip("10.250.1.7"));
   });
   t.join();
   ASSERT_TRUE(setup.empty()) << setup;
@@ -447,7 +447,7 @@ TEST(ProxyNetns, AutoBuildsTheProxyNetnsTheLabScriptWouldAndItGoesWithItsFd) {
   std::string node_side, inside, ping, error;
   absl::Status again;
   bool gone = false;
-  LinkInfo host;
+  rtnetlink::LinkInfo host;
   std::thread t([&] {
     if (unshare(CLONE_NEWNET) != 0) return;  // the "node": a netns of our own
     run("ip link set lo up");
@@ -461,7 +461,7 @@ TEST(ProxyNetns, AutoBuildsTheProxyNetnsTheLabScriptWouldAndItGoesWithItsFd) {
       error = std::string(ns.status().message());
       return;
     }
-    if (auto l = linkByName("fy-px0"); l.ok()) host = *l;
+    if (auto l = rtnetlink::linkByName("fy-px0"); l.ok()) host = *l;
     node_side = run("ip -4 -o addr show dev fy-px0; ip route show dev fy-px0; sysctl -n net.ipv4.conf.fy-px0.rp_filter");
     again = HostInterfaceClaim::take("fy-px0").status();  // a second ferryd
     {
@@ -475,7 +475,7 @@ TEST(ProxyNetns, AutoBuildsTheProxyNetnsTheLabScriptWouldAndItGoesWithItsFd) {
     // asynchronously: poll for it).
     { auto drop = std::move(*ns); }
     for (int i = 0; i < 500 && !gone; ++i) {
-      gone = absl::IsNotFound(linkByName("fy-px0").status());
+      gone = absl::IsNotFound(rtnetlink::linkByName("fy-px0").status());
       if (!gone) usleep(10000);
     }
   });
@@ -512,13 +512,13 @@ TEST(ProxyNetns, ADeadFerrydsPairIsReplacedAtOnceEvenWhileItsNetnsLivesOn) {
       auto ns = createProxyNetns(spec, *claim);
       if (!ns.ok()) return void(error = std::string(ns.status().message()));
       orphaned.emplace(std::move(*ns));
-      old_ifindex = linkByName("fy-px1")->ifindex;
+      old_ifindex = rtnetlink::linkByName("fy-px1")->ifindex;
     }  // the process "died": its claim is gone, its pair is not
     auto claim = HostInterfaceClaim::take("fy-px1");
     if (!claim.ok()) return void(error = std::string(claim.status().message()));
     auto ns = createProxyNetns(spec, *claim);
     if (!ns.ok()) return void(error = std::string(ns.status().message()));
-    new_ifindex = linkByName("fy-px1")->ifindex;
+    new_ifindex = rtnetlink::linkByName("fy-px1")->ifindex;
     // Not a veth of ferry's shape (a bridge of the name; this kernel has no dummy): never
     // deleted, an error.
     run("ip link del fy-px1; ip link add fy-px1 type bridge");

@@ -1,5 +1,7 @@
 #pragma once
-// The few rtnetlink queries the datapath needs, on the calling thread's netns.
+// rtnetlink (links, addresses, routes, rules, neighbours, netkit and veth pairs, netns ids),
+// on the calling thread's netns: one message builder, no libbpf, so that ferryctl
+// (`ferryctl netkit`) and the datapath share it (docs/architecture.md, "Layers").
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -7,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace ferry::datapath {
+namespace ferry::rtnetlink {
 
 using MacAddress = std::array<uint8_t, 6>;
 
@@ -90,4 +92,11 @@ absl::Status addRoute(const RouteSpec& route);
 // ip rule add pref `priority` fwmark `mark`/`mark` lookup `table`.
 absl::Status addFwmarkRule(uint32_t mark, uint32_t table, uint32_t priority);
 
-}  // namespace ferry::datapath
+// The id under which this netns knows the netns open as `netns_fd` (RTM_GETNSID); -1 when
+// it has none yet.
+absl::StatusOr<int32_t> netnsId(int netns_fd);
+// Asks the kernel to pick an id for the netns open as `netns_fd` (RTM_NEWNSID, NETNSA_NSID
+// -1).
+absl::Status assignNetnsId(int netns_fd);
+
+}  // namespace ferry::rtnetlink

@@ -1,9 +1,10 @@
-#include "proxy/datapath/netlink.h"
+#include "proxy/rtnetlink/rtnetlink.h"
 
 #include <linux/if.h>
 #include <linux/fib_rules.h>
 #include <linux/if_link.h>
 #include <linux/neighbour.h>
+#include <linux/net_namespace.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <sys/socket.h>
@@ -16,8 +17,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "proxy/common/unique_fd.h"
 
-namespace ferry::datapath {
+namespace ferry::rtnetlink {
 namespace {
 
 #ifndef IFLA_TARGET_NETNSID
@@ -66,18 +68,14 @@ class Request {
   absl::StatusOr<std::string> exchange(const std::string& what) {
     align();
     header()->nlmsg_len = static_cast<uint32_t>(len_);
-    int sock = ::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
-    if (sock < 0) return absl::InternalError(absl::StrCat(what, ": netlink socket: ", strerror(errno)));
-    if (::send(sock, buf_, len_, 0) < 0) {
-      int e = errno;
-      ::close(sock);
-      return absl::InternalError(absl::StrCat(what, ": netlink send: ", strerror(e)));
+    common::UniqueFd sock(::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE));
+    if (!sock) return absl::InternalError(absl::StrCat(what, ": netlink socket: ", strerror(errno)));
+    if (::send(sock.get(), buf_, len_, 0) < 0) {
+      return absl::InternalError(absl::StrCat(what, ": netlink send: ", strerror(errno)));
     }
     std::string answer(16384, '\0');
-    ssize_t n = ::recv(sock, answer.data(), answer.size(), 0);
-    int e = errno;
-    ::close(sock);
-    if (n < 0) return absl::InternalError(absl::StrCat(what, ": netlink recv: ", strerror(e)));
+    ssize_t n = ::recv(sock.get(), answer.data(), answer.size(), 0);
+    if (n < 0) return absl::InternalError(absl::StrCat(what, ": netlink recv: ", strerror(errno)));
     answer.resize(static_cast<size_t>(n));
     if (!NLMSG_OK(reinterpret_cast<const nlmsghdr*>(answer.data()), static_cast<unsigned>(n))) {
       return absl::InternalError(absl::StrCat(what, ": short netlink answer"));
@@ -446,8 +444,50 @@ absl::StatusOr<LinkInfo> linkByIndexInNetns(int ifindex, int32_t netnsid) {
   return getLink(ifindex, "", netnsid);
 }
 
+namespace {
+
+// RTM_GETNSID / RTM_NEWNSID about the netns open as `netns_fd`.
+Request nsidRequest(uint16_t type, uint16_t flags, int netns_fd) {
+  Request req(type, flags);
+  rtgenmsg g{};
+  g.rtgen_family = AF_UNSPEC;
+  req.putStruct(g);
+  req.putU32(NETNSA_FD, static_cast<uint32_t>(netns_fd));
+  return req;
+}
+
+}  // namespace
+
+absl::StatusOr<int32_t> netnsId(int netns_fd) {
+  Request req = nsidRequest(RTM_GETNSID, 0, netns_fd);
+  auto answer = req.exchange("netns id request");
+  if (!answer.ok()) return answer.status();
+  auto* nh = reinterpret_cast<const nlmsghdr*>(answer->data());
+  if (nh->nlmsg_type == NLMSG_ERROR) {
+    return absl::InternalError(
+        absl::StrCat("netns id request: ", strerror(-static_cast<const nlmsgerr*>(NLMSG_DATA(nh))->error)));
+  }
+  if (nh->nlmsg_type != RTM_NEWNSID) return absl::InternalError("netns id request: unexpected netlink answer");
+  int alen = static_cast<int>(nh->nlmsg_len) - static_cast<int>(NLMSG_LENGTH(sizeof(rtgenmsg)));
+  const auto* rta = reinterpret_cast<const rtattr*>(static_cast<const char*>(NLMSG_DATA(nh)) +
+                                                    NLMSG_ALIGN(sizeof(rtgenmsg)));
+  for (; RTA_OK(rta, alen); rta = RTA_NEXT(rta, alen)) {
+    if (rta->rta_type != NETNSA_NSID) continue;
+    int32_t id = 0;
+    std::memcpy(&id, RTA_DATA(rta), sizeof(id));
+    return id;
+  }
+  return -1;
+}
+
+absl::Status assignNetnsId(int netns_fd) {
+  Request req = nsidRequest(RTM_NEWNSID, NLM_F_ACK, netns_fd);
+  req.putU32(NETNSA_NSID, static_cast<uint32_t>(-1));
+  return req.acknowledge("assigning a netns id");
+}
+
 std::string formatMac(const MacAddress& m) {
   return absl::StrFormat("%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5]);
 }
 
-}  // namespace ferry::datapath
+}  // namespace ferry::rtnetlink
