@@ -19,7 +19,6 @@
 #include "proxy/common/log.h"
 
 #include "proxy/net/socket_io.h"
-#include "proxy/identity/openssl_util.h"
 
 namespace ferry::hbone {
 namespace asio = boost::asio;

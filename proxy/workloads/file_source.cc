@@ -13,11 +13,27 @@
 
 namespace ferry::workloads {
 
+Workload workloadFromEntry(config::WorkloadEntry&& entry) {
+  Workload w;
+  w.name = std::move(entry.name);
+  w.namespace_name = intern(entry.namespace_name);
+  w.service_account = intern(entry.service_account);
+  w.node = intern(entry.node);
+  w.ips.assign(entry.ips.begin(), entry.ips.end());
+  w.host_interface = std::move(entry.host_interface);
+  w.hbone = entry.hbone;
+  w.tls_mode = entry.tls_mode == config::TlsMode::kStrict ? TlsMode::kStrict : TlsMode::kPermissive;
+  if (!entry.labels.empty()) w.labels = LabelSet(std::move(entry.labels));
+  w.telemetry = internTelemetry(
+      telemetryOf(entry.workload_name.empty() ? w.name : std::move(entry.workload_name), w.labels.get()));
+  return w;
+}
+
 absl::StatusOr<std::vector<Workload>> parseWorkloadList(std::string_view text, std::string_view source_name,
                                                         config::FileFormat format) {
   std::vector<Workload> all;
   auto parsed = config::parseWorkloads(text, source_name, format, [&](config::WorkloadEntry&& entry) {
-    all.push_back(Workload::fromEntry(std::move(entry)));
+    all.push_back(workloadFromEntry(std::move(entry)));
   });
   if (!parsed.ok()) return parsed;
   return all;

@@ -20,6 +20,8 @@ namespace ferry::workloads {
 absl::StatusOr<std::shared_ptr<const Registry>> parseRegistry(std::string_view text, std::string_view source_name,
                                                               std::string_view local_node,
                                                               config::FileFormat format = config::FileFormat::kYaml);
+// One entry of the file as the registry keeps it (the file's types stay the file's).
+Workload workloadFromEntry(config::WorkloadEntry&& entry);
 // The parsed entries of a workloads document as Workloads, in file order.
 absl::StatusOr<std::vector<Workload>> parseWorkloadList(std::string_view text, std::string_view source_name,
                                                         config::FileFormat format);

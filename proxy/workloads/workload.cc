@@ -45,22 +45,6 @@ InternedString intern(std::string_view text) {
   return InternedString(&*it);
 }
 
-Workload Workload::fromEntry(config::WorkloadEntry&& entry) {
-  Workload w;
-  w.name = std::move(entry.name);
-  w.namespace_name = intern(entry.namespace_name);
-  w.service_account = intern(entry.service_account);
-  w.node = intern(entry.node);
-  w.ips.assign(entry.ips.begin(), entry.ips.end());
-  w.host_interface = std::move(entry.host_interface);
-  w.hbone = entry.hbone;
-  w.tls_mode = entry.tls_mode;
-  if (!entry.labels.empty()) w.labels = LabelSet(std::move(entry.labels));
-  w.telemetry = internTelemetry(
-      telemetryOf(entry.workload_name.empty() ? w.name : std::move(entry.workload_name), w.labels.get()));
-  return w;
-}
-
 namespace {
 
 struct TelemetryPool {

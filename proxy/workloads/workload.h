@@ -11,12 +11,12 @@
 
 #include "absl/container/inlined_vector.h"
 #include "proxy/common/net.h"
-#include "proxy/config/workloads_file.h"
 
 namespace ferry::workloads {
 
 using common::IpAddress;
-using TlsMode = config::TlsMode;
+// For captured plaintext arriving on 15006 (docs/policy.md, "PeerAuthentication: mTLS modes").
+enum class TlsMode { kPermissive, kStrict };
 
 // A string kept once for the life of the process, compared by address. Interning is
 // thread-safe; the pool never shrinks, which is fine for names drawn from a small set
@@ -110,7 +110,6 @@ struct Workload {
   // Every workload's (interned): the Istio metrics' workload, app and version labels.
   TelemetryMetaPtr telemetry;
 
-  static Workload fromEntry(config::WorkloadEntry&& entry);
 
   // spiffe://<trust_domain>/ns/<namespace>/sa/<service_account>
   std::string spiffeId(std::string_view trust_domain) const;

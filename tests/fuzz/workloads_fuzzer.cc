@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "proxy/config/workloads_file.h"
+#include "proxy/workloads/file_source.h"
 #include "proxy/workloads/registry.h"
 
 using ferry::config::FileFormat;
@@ -19,7 +20,7 @@ namespace {
 void check(std::string_view text, FileFormat format) {
   std::vector<ferry::workloads::Workload> all;
   auto status = ferry::config::parseWorkloads(text, "fuzz.yaml", format, [&](ferry::config::WorkloadEntry&& e) {
-    all.push_back(ferry::workloads::Workload::fromEntry(std::move(e)));
+    all.push_back(ferry::workloads::workloadFromEntry(std::move(e)));
   });
   if (!status.ok()) {
     if (status.message().substr(0, 9) != "fuzz.yaml") std::abort();

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "proxy/config/workloads_file.h"
+#include "proxy/workloads/file_source.h"
 #include "proxy/workloads/kubernetes_source.h"
 
 namespace ferry::workloads {
@@ -83,8 +84,8 @@ TEST(TelemetryMeta, FileEntriesUseWorkloadNameAndLabels) {
           entry("solo", "10.77.1.12"),
       "workloads.yaml");
   ASSERT_TRUE(parsed.ok()) << parsed.status();
-  auto web = Workload::fromEntry(std::move((*parsed)[0]));
-  auto solo = Workload::fromEntry(std::move((*parsed)[1]));
+  auto web = workloadFromEntry(std::move((*parsed)[0]));
+  auto solo = workloadFromEntry(std::move((*parsed)[1]));
   EXPECT_EQ(*web.telemetry, (TelemetryMeta{"web", "storefront", "v3"}));
   EXPECT_EQ(*solo.telemetry, (TelemetryMeta{"solo", "solo", "latest"}));
 }
