@@ -5,6 +5,7 @@
 # of ferry-ca's signing certificate under a live connection.
 # Runs against the lab cluster (scripts/k8s-lab/cluster.sh up, ferryd-image.sh imported).
 # Everything it creates is named fy-*/ferry-* and removed at the end, also on failure.
+# shellcheck disable=SC2016  # exit steps (on_exit) are single-quoted: evaluated at exit
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -18,51 +19,25 @@ readonly IMAGE=docker.io/ferry/busybox:dev
 readonly CA_IP=10.96.77.12 CA_NAME=ferry-ca.ferry-system.svc
 readonly CRDS="authorizationpolicies.security.istio.io peerauthentications.security.istio.io"
 
-KUBECONFIG=$("$cluster" kubeconfig)
-export KUBECONFIG
-HELM=$("$repo/scripts/k8s-tools/install.sh" --dir)/bin/helm
-C=$build/proxy/ferryctl/ferryctl
-TMP=$(mktemp -d /tmp/fy-k8s-ca-e2e.XXXXXX)
 # shellcheck source=tests/k8s/lib.sh
 source "$here/lib.sh"
+k8s_prelude k8s-ca-e2e
+C=$build/proxy/ferryctl/ferryctl
 ca_pods() { kq -n "$RNS" get pods -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}' | grep "^$REL-ca-" || true; }
 # Every replica's log (a request may land on either): the audit lines.
 calog() { local p; for p in $(ca_pods); do kq -n "$RNS" logs "$p"; done; }
 audit() { calog | grep '"audit":"ferry-ca"' || true; }
 audit_has() { audit | grep -q -- "$1"; }
 
-cleanup() {
-  local rc=$?
-  set +e
-  if ((rc != 0 || failures != 0)); then
-    echo "--- ferryd's log (last 40 lines)"; flog 2>/dev/null | tail -n 40
-    echo "--- ferry-ca's logs (last 20 lines each)"; for p in $(ca_pods); do kq -n "$RNS" logs "$p" 2>/dev/null | tail -n 20; done
-    lab_diagnose
-  fi
-  kq delete namespace "$MESH" "$OTHER" --wait=true --timeout=60s >/dev/null 2>&1
-  "$HELM" uninstall "$REL" -n "$RNS" --wait --timeout 60s >/dev/null 2>&1
-  kq delete namespace "$RNS" --wait=true --timeout=60s >/dev/null 2>&1
-  for crd in ${new_crds:-}; do kq delete crd "$crd" --wait=true --timeout=60s >/dev/null 2>&1; done
-  rm -rf -- /sys/fs/bpf/ferry "$TMP"
-  exit "$rc"
+on_exit 'rm -rf -- /sys/fs/bpf/ferry'
+on_exit 'k8s_uninstall "$MESH" "$OTHER"'
+dump() {
+  echo "--- ferryd's log (last 40 lines)"; flog 2>/dev/null | tail -n 40
+  echo "--- ferry-ca's logs (last 20 lines each)"; for p in $(ca_pods); do kq -n "$RNS" logs "$p" 2>/dev/null | tail -n 20; done
+  lab_diagnose
 }
-trap cleanup EXIT
+on_failure dump
 
-pod_yaml() {  # NAME NAMESPACE SERVICEACCOUNT COMMAND
-  cat <<EOF
-apiVersion: v1
-kind: Pod
-metadata: {name: $1, namespace: $2, labels: {app: $1}}
-spec:
-  serviceAccountName: $3
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: c
-    image: $IMAGE
-    imagePullPolicy: Never
-    command: ["/bin/sh", "-c", "$4"]
-EOF
-}
 serve='mkdir -p /www && hostname > /www/index.html && httpd -p 8080 -h /www && exec nc -ll -p 9000 -e cat'
 get() { kq -n "$1" exec "$2" -- sh -c "printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 $3 8080 | tail -n 1"; }
 admin() { curl -sf --max-time 5 "http://127.0.0.1:15000$1"; }
@@ -95,16 +70,10 @@ echo "== install with identity.source: cluster-ca"
 kq delete namespace "$MESH" "$OTHER" --ignore-not-found --wait=true --timeout=120s >/dev/null
 # The root stays here (as with ferryctl ca init on an operator's machine); ferry-ca signs
 # with an intermediate of it; nodes get the root only, in a ConfigMap.
-"$C" ca init --dir "$TMP/root" --trust-domain "$TD" >/dev/null
-"$C" ca intermediate --ca "$TMP/root" --out "$TMP/signer" --lifetime 720h >/dev/null
-wait_namespaces_gone "$RNS"
-kq create namespace "$RNS" >/dev/null
-kq -n "$RNS" create secret generic ferry-ca --from-file=ca.pem="$TMP/signer/ca.pem" \
-  --from-file=ca.key="$TMP/signer/ca.key" --from-file=bundle.pem="$TMP/root/ca.pem" >/dev/null
+k8s_ca_secret "$TMP/root" "$TMP/signer" "$TD"
 # No bundle ConfigMap by hand: ferry-ca publishes its Secret's bundle.pem (manageBundleConfigMap).
 read -r cni_bin cni_conf < <("$cluster" cni-dirs)
-new_crds=
-for crd in $CRDS; do kq get crd "$crd" >/dev/null 2>&1 || new_crds="$new_crds $crd"; done
+k8s_new_crds
 # The default address (ferry-ca's Service name): ferryd dials the ClusterIP the API server
 # gives it, as there is no cluster DNS here. The fixed ClusterIP is for this test's own curl.
 "$HELM" install "$REL" "$repo/charts/ferry" -n "$RNS" --set image.repository=docker.io/ferry/ferryd \
@@ -133,13 +102,13 @@ kq label namespace "$MESH" ferry.io/dataplane=enabled >/dev/null
 kq create namespace "$OTHER" >/dev/null
 for sa in fy-server fy-client fy-late; do kq -n "$MESH" create serviceaccount "$sa" >/dev/null; done
 kq -n "$OTHER" create serviceaccount fy-ghost >/dev/null
-pod_yaml fy-server "$MESH" fy-server "$serve" | kq apply -f - >/dev/null
+pod_yaml fy-server "$MESH" "$serve" fy-server | kq apply -f - >/dev/null
 kq -n "$MESH" wait --for=condition=Ready pod fy-server --timeout=60s >/dev/null
 server=$(pod_ip "$MESH" fy-server)
 # The long-lived connection of the rotation below: a counter every 0.2 s through the mesh to
 # the server's echo port; "ended" is written only if that connection ever closes.
-pod_yaml fy-client "$MESH" fy-client \
-  "(i=0; while true; do i=\$((i+1)); echo \$i; sleep 0.2; done) | nc $server 9000 > /tmp/echo; echo ended > /tmp/ended; exec sleep 3600" \
+pod_yaml fy-client "$MESH" \
+  "(i=0; while true; do i=\$((i+1)); echo \$i; sleep 0.2; done) | nc $server 9000 > /tmp/echo; echo ended > /tmp/ended; exec sleep 3600" fy-client \
   | kq apply -f - >/dev/null
 kq -n "$MESH" wait --for=condition=Ready pod fy-client --timeout=60s >/dev/null
 client=$(pod_ip "$MESH" fy-client)
@@ -250,7 +219,7 @@ done
 check "ferry-ca updated the bundle ConfigMap to the Secret's two roots" wait_for 30 "the ConfigMap's update" \
   bash -c "kubectl -n $RNS get configmap ferry-ca-bundle -o jsonpath='{.data.bundle\\.pem}' | cmp -s - '$TMP/bundle2.pem'"
 new_issuer=$(openssl x509 -in "$TMP/signer2/ca.pem" -noout -serial | cut -d= -f2)
-pod_yaml fy-late "$MESH" fy-late "$serve" | kq apply -f - >/dev/null
+pod_yaml fy-late "$MESH" "$serve" fy-late | kq apply -f - >/dev/null
 kq -n "$MESH" wait --for=condition=Ready pod fy-late --timeout=60s >/dev/null
 late=$(pod_ip "$MESH" fy-late)
 body=$(get "$MESH" fy-client "$late")

@@ -4,6 +4,7 @@
 # kubernetes), its own proxy netns (proxy_netns: auto), pods' devices found from the bridge.
 # Runs against the lab cluster (scripts/k8s-lab/cluster.sh up, ferryd-image.sh imported).
 # Everything it creates is named fy-*/ferry-* and removed at the end, also on failure.
+# shellcheck disable=SC2016  # exit steps (on_exit) are single-quoted: evaluated at exit
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -15,38 +16,18 @@ readonly IMAGE=docker.io/ferry/busybox:dev
 # The chart's CRDs (crds/): Istio's two policy kinds.
 readonly CRDS="authorizationpolicies.security.istio.io peerauthentications.security.istio.io"
 
-KUBECONFIG=$("$cluster" kubeconfig)
-export KUBECONFIG
-HELM=$("$repo/scripts/k8s-tools/install.sh" --dir)/bin/helm
-TMP=$(mktemp -d /tmp/fy-k8s-e2e.XXXXXX)
 # shellcheck source=tests/k8s/lib.sh
 source "$here/lib.sh"
-export -f kq ferry_pod flog flog_has
-export RNS
-
-cleanup() {
-  local rc=$?
-  set +e
-  if ((rc != 0 || failures != 0)); then
-    echo "--- ferryd's log (last 40 lines)"; flog 2>/dev/null | tail -n 40
-    lab_diagnose
-  fi
-  [ -n "${tcpdump_pid:-}" ] && kill "$tcpdump_pid" 2>/dev/null
-  # The upgrade section's load and echo server, then its pods: a ferryd that handed over
-  # carries connections for hours (its grace period), so they go with a short one.
-  [ -n "${load_pid:-}" ] && kill "$load_pid" 2>/dev/null
-  [ -n "${echo_pid:-}" ] && kill "$echo_pid" 2>/dev/null
-  kq -n "$RNS" delete pod fy-ferry-surge-1 fy-ferry-surge-2 --ignore-not-found --grace-period=1 --wait=false >/dev/null 2>&1
-  [ -n "${gen1:-}" ] && kq -n "$RNS" delete pod "$gen1" --ignore-not-found --grace-period=1 --wait=false >/dev/null 2>&1
-  kq delete namespace "$MESH" "$PLAIN" --wait=true --timeout=60s >/dev/null 2>&1
-  "$HELM" uninstall "$REL" -n "$RNS" --wait --timeout 60s >/dev/null 2>&1
-  kq delete namespace "$RNS" --wait=true --timeout=60s >/dev/null 2>&1
-  # Helm leaves a chart's CRDs behind on uninstall: the ones this run brought go (by name).
-  for crd in ${new_crds:-}; do kq delete crd "$crd" --wait=true --timeout=60s >/dev/null 2>&1; done
-  rm -rf -- /sys/fs/bpf/ferry "$TMP"
-  exit "$rc"
-}
-trap cleanup EXIT
+k8s_prelude k8s-e2e
+on_exit 'rm -rf -- /sys/fs/bpf/ferry'
+on_exit 'k8s_uninstall "$MESH" "$PLAIN"'
+# The upgrade section's load and echo server, then its pods: a ferryd that handed over
+# carries connections for hours (its grace period), so they go with a short one.
+on_exit '[ -n "${gen1:-}" ] && kq -n "$RNS" delete pod "$gen1" --ignore-not-found --grace-period=1 --wait=false >/dev/null 2>&1'
+on_exit 'kq -n "$RNS" delete pod fy-ferry-surge-1 fy-ferry-surge-2 --ignore-not-found --grace-period=1 --wait=false >/dev/null 2>&1'
+on_exit 'for p in ${tcpdump_pid:-} ${load_pid:-} ${echo_pid:-}; do kill "$p" 2>/dev/null; done'
+dump() { echo "--- ferryd's log (last 40 lines)"; flog 2>/dev/null | tail -n 40; lab_diagnose; }
+on_failure dump
 
 serve='mkdir -p /www && hostname > /www/index.html && exec httpd -f -vv -p 8080 -h /www'
 # GET / with busybox nc (its static wget crashes without NSS modules): the last line is the body.
@@ -56,12 +37,7 @@ echo "== install"
 # Leftovers of an interrupted run (a namespace still terminating would refuse creation).
 kq delete namespace "$MESH" "$PLAIN" --ignore-not-found --wait=true --timeout=120s >/dev/null
 C=$build/proxy/ferryctl/ferryctl
-"$C" ca init --dir "$TMP/ca" --trust-domain cluster.local >/dev/null
-"$C" ca intermediate --ca "$TMP/ca" --out "$TMP/cluster-ca" --lifetime 720h >/dev/null
-wait_namespaces_gone "$RNS"
-kq create namespace "$RNS" >/dev/null
-kq -n "$RNS" create secret generic ferry-ca --from-file=ca.pem="$TMP/cluster-ca/ca.pem" \
-  --from-file=ca.key="$TMP/cluster-ca/ca.key" --from-file=bundle.pem="$TMP/ca/ca.pem" >/dev/null
+k8s_ca_secret "$TMP/ca" "$TMP/cluster-ca" cluster.local
 # Every rendered object, the CRDs too, checked by the API server itself before anything is
 # installed: server-side dry run, and strict validation against the server's own schema
 # (unknown fields refused: shown by a copy with one added).
@@ -82,10 +58,7 @@ check "... and refuses a copy with an unknown field" \
 read -r cni_bin cni_conf < <("$cluster" cni-dirs)
 conflist=$cni_conf/10-fy-pods.conflist
 cp "$conflist" "$TMP/conflist.before"
-new_crds=
-for crd in $CRDS; do
-  kq get crd "$crd" >/dev/null 2>&1 || new_crds="$new_crds $crd"
-done
+k8s_new_crds
 "$HELM" install "$REL" "$repo/charts/ferry" -n "$RNS" --set image.repository=docker.io/ferry/ferryd \
   --set image.tag=dev --set image.pullPolicy=Never --set identity.source=ca \
   --set cni.binDir="$cni_bin" --set cni.confDir="$cni_conf" --wait --timeout 90s >/dev/null

@@ -22,6 +22,7 @@
 #      connections through the node are not lost, new ones are served throughout.
 # The commands and their output go to $FY_K8S_LOGS/install-transcript.log.
 # Everything it creates is named fy-*/ferry-* and removed at the end, also on failure.
+# shellcheck disable=SC2016  # exit steps (on_exit) are single-quoted: evaluated at exit
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -35,15 +36,12 @@ readonly REGISTRY_HOST=localhost:15500
 readonly REGISTRY_CONF=/etc/containers/registries.conf.d/fy-install-e2e.conf
 readonly CRDS="authorizationpolicies.security.istio.io peerauthentications.security.istio.io"
 
-KUBECONFIG=$("$cluster" kubeconfig)
-export KUBECONFIG
-HELM=$("$repo/scripts/k8s-tools/install.sh" --dir)/bin/helm
-TMP=$(mktemp -d /tmp/fy-install-e2e.XXXXXX)
 logs=${FY_K8S_LOGS:-$repo/build/k8s-lab}
 mkdir -p "$logs"
 transcript=$logs/install-transcript.log
 # shellcheck source=tests/k8s/lib.sh
 source "$here/lib.sh"
+k8s_prelude install-e2e
 # sh_blocks FILE HEADING N OUT: the sh blocks of FILE's section HEADING (a whole heading line,
 # up to the next heading of its level or above, outside code blocks) joined into OUT; exits
 # naming the section unless there are exactly N.
@@ -76,8 +74,6 @@ if len(blocks) != want:
 open(out, "w").write("".join(blocks))
 PY
 }
-export -f kq ferry_pod flog flog_has
-export RNS
 
 # same_json A B: the two files hold the same JSON (ferry rewrites a conflist it un-chains).
 same_json() {
@@ -85,37 +81,39 @@ same_json() {
 }
 
 mounted=() made_dirs=()
-cleanup() {
-  local rc=$?
-  set +e
-  if ((rc != 0 || failures != 0)); then
-    echo "--- the transcript's last 40 lines"; tail -n 40 "$transcript" 2>/dev/null
-    echo "--- ferryd's log (last 30 lines)"; flog 2>/dev/null | tail -n 30
-    lab_diagnose
+# The node's CNI configuration as it was, or the test fails.
+conflist_restored() {
+  if [ -f "$TMP/conflist.before" ] && ! same_json "$TMP/conflist.before" "$conflist"; then
+    echo "FAIL: the node's CNI configuration is not as it was before the install"; E2E_RC=1
   fi
-  [ -n "${tcpdump_pid:-}" ] && kill "$tcpdump_pid" 2>/dev/null
-  for p in ${upgrade_pid:-} ${long_pid:-} ${short_pid:-} ${echo_pid:-}; do kill "$p" 2>/dev/null; done
-  kq -n "$RNS" delete pod -l app.kubernetes.io/name=ferry-surge --grace-period=1 --wait=false >/dev/null 2>&1
-  kq delete namespace "$DEMO" --wait=true --timeout=60s >/dev/null 2>&1
-  "$HELM" uninstall "$REL" -n "$RNS" --wait --timeout 60s >/dev/null 2>&1
-  kq delete namespace "$RNS" --wait=true --timeout=60s >/dev/null 2>&1
-  for crd in ${new_crds:-}; do kq delete crd "$crd" --wait=true --timeout=60s >/dev/null 2>&1; done
-  # The release's image, by the names the pull gave it (a next run pulls again).
-  ctr --address /run/fy-k8s/containerd/containerd.sock -n k8s.io images ls -q 2>/dev/null |
-    grep -e "^$REGISTRY_HOST/" -e "^fy-noreg.invalid/" | xargs -r ctr --address /run/fy-k8s/containerd/containerd.sock -n k8s.io images rm >/dev/null 2>&1
-  [ -n "${registry_pid:-}" ] && kill "$registry_pid" 2>/dev/null && wait "$registry_pid" 2>/dev/null
-  rm -f "$REGISTRY_CONF"
+  ((failures == 0)) || E2E_RC=1
+}
+on_exit conflist_restored
+# What the install's commands mounted and made, the last first.
+unmount_all() {
   local i
   for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount "${mounted[i]}"; done
   for ((i = ${#made_dirs[@]} - 1; i >= 0; i--)); do rmdir "${made_dirs[i]}" 2>/dev/null; done
-  if [ -f "$TMP/conflist.before" ] && ! same_json "$TMP/conflist.before" "$conflist"; then
-    echo "FAIL: the node's CNI configuration is not as it was before the install"; rc=1
-  fi
-  rm -rf "$TMP"
-  ((failures == 0)) || rc=1
-  exit "$rc"
 }
-trap cleanup EXIT
+on_exit unmount_all
+on_exit 'rm -f "$REGISTRY_CONF"'
+stop_registry() { [ -n "${registry_pid:-}" ] && kill "$registry_pid" 2>/dev/null && wait "$registry_pid" 2>/dev/null; }
+on_exit stop_registry
+# The release's image, by the names the pull gave it (a next run pulls again).
+remove_images() {
+  ctr --address /run/fy-k8s/containerd/containerd.sock -n k8s.io images ls -q 2>/dev/null |
+    grep -e "^$REGISTRY_HOST/" -e "^fy-noreg.invalid/" | xargs -r ctr --address /run/fy-k8s/containerd/containerd.sock -n k8s.io images rm >/dev/null 2>&1
+}
+on_exit remove_images
+on_exit 'k8s_uninstall "$DEMO"'
+on_exit 'kq -n "$RNS" delete pod -l app.kubernetes.io/name=ferry-surge --grace-period=1 --wait=false >/dev/null 2>&1'
+on_exit 'for p in ${tcpdump_pid:-} ${upgrade_pid:-} ${long_pid:-} ${short_pid:-} ${echo_pid:-}; do kill "$p" 2>/dev/null; done'
+dump() {
+  echo "--- the transcript's last 40 lines"; tail -n 40 "$transcript" 2>/dev/null
+  echo "--- ferryd's log (last 30 lines)"; flog 2>/dev/null | tail -n 30
+  lab_diagnose
+}
+on_failure dump
 
 echo "== the release (make dist) and its image built again"
 "$repo/scripts/dist.sh" "$build" "$release" "$TMP/dist" >"$TMP/dist.path" 2>"$TMP/dist.log" ||
@@ -190,8 +188,7 @@ for pair in "$cni_bin:/opt/cni/bin" "$cni_conf:/etc/cni/net.d"; do
   fi
   mount --bind "$src" "$dst"; mounted+=("$dst")
 done
-new_crds=
-for crd in $CRDS; do kq get crd "$crd" >/dev/null 2>&1 || new_crds="$new_crds $crd"; done
+k8s_new_crds
 kq delete namespace "$DEMO" --ignore-not-found --wait=true --timeout=120s >/dev/null
 wait_namespaces_gone "$RNS"
 

@@ -1,6 +1,32 @@
 # Helpers of the chart's tests on the lab's cluster (tests/k8s/*_e2e.sh), sourced after the
-# caller has set RNS (ferry's release namespace) and IMAGE (the test pods' image).
+# caller has set RNS (ferry's release namespace), REL (its Helm release) and IMAGE (the test
+# pods' image). The prelude and the cleanup registry (on_exit, on_failure, e2e_tmpdir) are
+# tests/e2e/lib.sh's; its helpers of the same names as the ones below (wait_for, flog) are
+# the netns lab's and replaced here.
 # shellcheck shell=bash
+# shellcheck source=tests/e2e/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../e2e/lib.sh"
+
+# k8s_prelude NAME: KUBECONFIG (the lab cluster's), HELM (the project's, scripts/k8s-tools),
+# TMP (/tmp/fy-NAME.XXXXXX, removed at exit); the helpers that `bash -c` checks call exported.
+k8s_prelude() {
+  KUBECONFIG=$("$ROOT/scripts/k8s-lab/cluster.sh" kubeconfig)
+  export KUBECONFIG
+  HELM=$("$ROOT/scripts/k8s-tools/install.sh" --dir)/bin/helm
+  e2e_tmpdir "$1"
+  export -f kq ferry_pod flog flog_has
+  export RNS
+}
+# k8s_uninstall NAMESPACE...: the test's namespaces, ferry's release and its namespace, and the
+# CRDs this run's install brought (new_crds: Helm leaves a chart's CRDs behind on uninstall),
+# each by name. An exit step: `on_exit 'k8s_uninstall "$MESH"'`.
+k8s_uninstall() {
+  local crd
+  kq delete namespace "$@" --wait=true --timeout=60s >/dev/null 2>&1
+  "$HELM" uninstall "$REL" -n "$RNS" --wait --timeout 60s >/dev/null 2>&1
+  kq delete namespace "$RNS" --wait=true --timeout=60s >/dev/null 2>&1
+  for crd in ${new_crds:-}; do kq delete crd "$crd" --wait=true --timeout=60s >/dev/null 2>&1; done
+}
 
 # kubectl without the version-skew warning of a newer client (the CI image's is 1.32).
 kq() { kubectl "$@" 2> >(grep -v -e 'version difference' -e 'WARNING: version' >&2); }
@@ -72,19 +98,42 @@ netns_of_ip() {
   return 1
 }
 
-# pod_yaml NAME NAMESPACE COMMAND: a test pod running COMMAND under /bin/sh in IMAGE (imported
-# into the lab's containerd, never pulled).
+# pod_yaml NAME NAMESPACE COMMAND [SERVICEACCOUNT [CONTAINER_LINES]]: a test pod running
+# COMMAND under /bin/sh in IMAGE (imported into the lab's containerd, never pulled), as
+# SERVICEACCOUNT when given, its container with CONTAINER_LINES (probes) added.
 pod_yaml() {
   cat <<EOF
 apiVersion: v1
 kind: Pod
 metadata: {name: $1, namespace: $2, labels: {app: $1}}
-spec:
+spec:${4:+
+  serviceAccountName: $4}
   terminationGracePeriodSeconds: 1
   containers:
   - name: c
     image: $IMAGE
     imagePullPolicy: Never
-    command: ["/bin/sh", "-c", "$3"]
+    command: ["/bin/sh", "-c", "$3"]${5:+
+$5}
 EOF
+}
+
+# k8s_ca_secret ROOT_DIR SIGNER_DIR TRUST_DOMAIN: a root CA kept in ROOT_DIR (as `ferryctl ca
+# init` on an operator's machine), an intermediate of it in SIGNER_DIR, and RNS made afresh
+# holding them as the Secret ferry-ca (ca.pem, ca.key: the intermediate; bundle.pem: the root).
+k8s_ca_secret() {
+  local ferryctl=${FERRY_BUILD_DIR:-$ROOT/build/default}/proxy/ferryctl/ferryctl
+  "$ferryctl" ca init --dir "$1" --trust-domain "$3" >/dev/null
+  "$ferryctl" ca intermediate --ca "$1" --out "$2" --lifetime 720h >/dev/null
+  wait_namespaces_gone "$RNS"
+  kq create namespace "$RNS" >/dev/null
+  kq -n "$RNS" create secret generic ferry-ca --from-file=ca.pem="$2/ca.pem" \
+    --from-file=ca.key="$2/ca.key" --from-file=bundle.pem="$1/ca.pem" >/dev/null
+}
+# k8s_new_crds: new_crds, the chart's CRDs (CRDS) the cluster does not have yet: the install
+# brings them, k8s_uninstall removes them (by name).
+k8s_new_crds() {
+  local crd
+  new_crds=
+  for crd in $CRDS; do kq get crd "$crd" >/dev/null 2>&1 || new_crds="$new_crds $crd"; done
 }

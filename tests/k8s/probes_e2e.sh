@@ -10,6 +10,7 @@
 # in 1.24): the rule does not read the bytes, so a gRPC probe passes as the HTTP one does.
 # Runs against the lab cluster (scripts/k8s-lab/cluster.sh up, ferryd-image.sh imported).
 # Everything it creates is named fy-*/ferry-* and removed at the end, also on failure.
+# shellcheck disable=SC2016  # exit steps (on_exit) are single-quoted: evaluated at exit
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -22,34 +23,20 @@ readonly CRDS="authorizationpolicies.security.istio.io peerauthentications.secur
 # The bridge's address: the node's source address toward its pods (the kubelet's probes).
 readonly NODE_IP=10.244.0.1
 
-KUBECONFIG=$("$cluster" kubeconfig)
-export KUBECONFIG
-HELM=$("$repo/scripts/k8s-tools/install.sh" --dir)/bin/helm
-TMP=$(mktemp -d /tmp/fy-k8s-probes.XXXXXX)
 # shellcheck source=tests/k8s/lib.sh
 source "$here/lib.sh"
-export -f kq ferry_pod flog flog_has
-export RNS
-
-cleanup() {
-  local rc=$?
-  set +e
-  if ((rc != 0 || failures != 0)); then
-    echo "--- ferryd's log but its access lines (last 60 lines)"; flog 2>/dev/null | grep -v ' access ' | tail -n 60
-    echo "--- ferryd's last 30 access lines"; flog 2>/dev/null | grep ' access ' | tail -n 30
-    echo "--- the previous ferryd's, before the upgrade (last 30 lines)"; grep -v ' access ' "$TMP/ferryd-1.log" 2>/dev/null | tail -n 30
-    echo "--- ... its last 20 access lines"; grep ' access ' "$TMP/ferryd-1.log" 2>/dev/null | tail -n 20
-    lab_diagnose
-    kq -n "$MESH" get events 2>/dev/null | tail -n 20
-  fi
-  kq delete namespace "$MESH" "$PLAIN" --wait=true --timeout=60s >/dev/null 2>&1
-  "$HELM" uninstall "$REL" -n "$RNS" --wait --timeout 60s >/dev/null 2>&1
-  kq delete namespace "$RNS" --wait=true --timeout=60s >/dev/null 2>&1
-  for crd in ${new_crds:-}; do kq delete crd "$crd" --wait=true --timeout=60s >/dev/null 2>&1; done
-  rm -rf -- /sys/fs/bpf/ferry "$TMP"
-  exit "$rc"
+k8s_prelude k8s-probes
+on_exit 'rm -rf -- /sys/fs/bpf/ferry'
+on_exit 'k8s_uninstall "$MESH" "$PLAIN"'
+dump() {
+  echo "--- ferryd's log but its access lines (last 60 lines)"; flog 2>/dev/null | grep -v ' access ' | tail -n 60
+  echo "--- ferryd's last 30 access lines"; flog 2>/dev/null | grep ' access ' | tail -n 30
+  echo "--- the previous ferryd's, before the upgrade (last 30 lines)"; grep -v ' access ' "$TMP/ferryd-1.log" 2>/dev/null | tail -n 30
+  echo "--- ... its last 20 access lines"; grep ' access ' "$TMP/ferryd-1.log" 2>/dev/null | tail -n 20
+  lab_diagnose
+  kq -n "$MESH" get events 2>/dev/null | tail -n 20
 }
-trap cleanup EXIT
+on_failure dump
 
 # The TCP echo on 9000 notes each connection it is handed in /hits: whether a probe reached
 # the pod itself, which the kubelet's TCP probe cannot tell (below).
@@ -70,36 +57,15 @@ export MESH NODE_IP
 # probed_pod NAME READINESS LIVENESS: a server pod (HTTP on 8080, TCP echo on 9000) whose
 # probes are the kubelet's own, as an application would declare them.
 probed_pod() {
-  cat <<EOF
-apiVersion: v1
-kind: Pod
-metadata: {name: $1, namespace: $MESH, labels: {app: $1}}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: c
-    image: $IMAGE
-    imagePullPolicy: Never
-    command: ["/bin/sh", "-c", "$serve"]
-    readinessProbe: {$2, periodSeconds: 1, failureThreshold: 1}
-    livenessProbe: {$3, periodSeconds: 2, failureThreshold: 15}
-EOF
+  pod_yaml "$1" "$MESH" "$serve" "" "    readinessProbe: {$2, periodSeconds: 1, failureThreshold: 1}
+    livenessProbe: {$3, periodSeconds: 2, failureThreshold: 15}"
 }
 
 echo "== install, the probe exemption off (the negative control)"
 kq delete namespace "$MESH" "$PLAIN" --ignore-not-found --wait=true --timeout=120s >/dev/null
-C=$build/proxy/ferryctl/ferryctl
-"$C" ca init --dir "$TMP/ca" --trust-domain cluster.local >/dev/null
-"$C" ca intermediate --ca "$TMP/ca" --out "$TMP/cluster-ca" --lifetime 720h >/dev/null
-wait_namespaces_gone "$RNS"
-kq create namespace "$RNS" >/dev/null
-kq -n "$RNS" create secret generic ferry-ca --from-file=ca.pem="$TMP/cluster-ca/ca.pem" \
-  --from-file=ca.key="$TMP/cluster-ca/ca.key" --from-file=bundle.pem="$TMP/ca/ca.pem" >/dev/null
+k8s_ca_secret "$TMP/ca" "$TMP/cluster-ca" cluster.local
 read -r cni_bin cni_conf < <("$cluster" cni-dirs)
-new_crds=
-for crd in $CRDS; do
-  kq get crd "$crd" >/dev/null 2>&1 || new_crds="$new_crds $crd"
-done
+k8s_new_crds
 "$HELM" install "$REL" "$repo/charts/ferry" -n "$RNS" --set image.repository=docker.io/ferry/ferryd \
   --set image.tag=dev --set image.pullPolicy=Never --set identity.source=ca \
   --set cni.binDir="$cni_bin" --set cni.confDir="$cni_conf" --set datapath.exemptNode=false \
