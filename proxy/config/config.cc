@@ -100,10 +100,7 @@ class ConfigParser {
   }
 
   absl::Status parseWorkloadSource(const YamlMap& top) {
-    if (auto s = optionalEnum<WorkloadSourceKind>(
-            top, "workload_source",
-            {{"file", WorkloadSourceKind::kFile}, {"kubernetes", WorkloadSourceKind::kKubernetes}},
-            config_.workload_source);
+    if (auto s = optionalEnum(top, "workload_source", kWorkloadSourceNames, config_.workload_source);
         !s.ok()) {
       return s;
     }
@@ -438,9 +435,7 @@ class ConfigParser {
     if (!map.ok()) return map.status();
     AccessLog& a = config_.access_log;
     if (auto s = optionalBool(*map, "enabled", a.enabled); !s.ok()) return s;
-    if (auto s = optionalEnum<AccessLogFormat>(*map, "format",
-                                               {{"text", AccessLogFormat::kText}, {"json", AccessLogFormat::kJson}},
-                                               a.format);
+    if (auto s = optionalEnum(*map, "format", kAccessLogFormatNames, a.format);
         !s.ok()) {
       return s;
     }
@@ -516,9 +511,7 @@ class ConfigParser {
         *out = *std::move(text);
       }
     }
-    if (auto s = optionalEnum<CniFailurePolicy>(*map, "failure_policy",
-                                                {{"closed", CniFailurePolicy::kClosed}, {"open", CniFailurePolicy::kOpen}},
-                                                cni.failure_policy);
+    if (auto s = optionalEnum(*map, "failure_policy", kCniFailurePolicyNames, cni.failure_policy);
         !s.ok()) {
       return s;
     }
@@ -577,9 +570,8 @@ class ConfigParser {
   }
 
   // One of `names` (the config spelling), mapped to the enum value at the same index.
-  template <typename E>
-  absl::Status optionalEnum(const YamlMap& map, std::string_view key,
-                            std::initializer_list<std::pair<const char*, E>> names, E& out) {
+  template <typename E, size_t N>
+  absl::Status optionalEnum(const YamlMap& map, std::string_view key, const EnumName<E> (&names)[N], E& out) {
     auto field = map.find(key);
     if (!field) return absl::OkStatus();
     auto text = reader_.string(*field);
@@ -637,11 +629,7 @@ class ConfigParser {
     auto map = reader_.map(*field, {"source", "ca_cert", "ca_key", "leaf_lifetime", "poll_interval", "cluster_ca"});
     if (!map.ok()) return map.status();
     Identity& id = config_.identity;
-    if (auto s = optionalEnum<CertSourceKind>(*map, "source",
-                                              {{"files", CertSourceKind::kFiles},
-                                               {"ca", CertSourceKind::kCa},
-                                               {"cluster-ca", CertSourceKind::kClusterCa}},
-                                              id.source);
+    if (auto s = optionalEnum(*map, "source", kCertSourceNames, id.source);
         !s.ok()) {
       return s;
     }
@@ -850,23 +838,15 @@ class ConfigParser {
       if (!v.ok()) return v.status();
       d.enabled = *v;
     }
-    if (auto s = optionalEnum<Injection>(*map, "injection",
-                                         {{"auto", Injection::kAuto},
-                                          {"peer-egress", Injection::kPeerEgress},
-                                          {"ingress-redirect", Injection::kIngressRedirect},
-                                          {"none", Injection::kNone}},
-                                         d.injection);
+    if (auto s = optionalEnum(*map, "injection", kInjectionNames, d.injection);
         !s.ok()) {
       return s;
     }
-    if (auto s = optionalEnum<Capture>(*map, "capture",
-                                       {{"hbone", Capture::kHbone}, {"all", Capture::kAll}}, d.capture);
+    if (auto s = optionalEnum(*map, "capture", kCaptureNames, d.capture);
         !s.ok()) {
       return s;
     }
-    if (auto s = optionalEnum<FailureMode>(
-            *map, "failure_mode", {{"closed", FailureMode::kClosed}, {"open", FailureMode::kOpen}},
-            d.failure_mode);
+    if (auto s = optionalEnum(*map, "failure_mode", kFailureModeNames, d.failure_mode);
         !s.ok()) {
       return s;
     }

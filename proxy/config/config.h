@@ -20,6 +20,21 @@ namespace ferry::config {
 using common::HostPort;
 using Millis = std::chrono::milliseconds;
 
+// An enum's spelling in the file. Each enum key has one table: the parser reads with it and
+// /config_dump (config/config_dump.h) writes with it.
+template <typename E>
+struct EnumName {
+  const char* name;
+  E value;
+};
+template <typename E, size_t N>
+constexpr const char* nameOf(const EnumName<E> (&names)[N], E value) {
+  for (const auto& n : names) {
+    if (n.value == value) return n.name;
+  }
+  return "?";
+}
+
 // How a captured connection's original destination is learned on 15001 / 15006.
 enum class OriginalDestination {
   // getsockname() of the accepted socket: the tc datapath (bpf_sk_assign) or TPROXY keep
@@ -29,6 +44,8 @@ enum class OriginalDestination {
   // must equal the TCP peer (anti-spoofing), only the destination is taken from it.
   kProxyProtocol,
 };
+inline constexpr EnumName<OriginalDestination> kOriginalDestinationNames[] = {
+    {"socket", OriginalDestination::kSocket}, {"proxy_protocol", OriginalDestination::kProxyProtocol}};
 
 struct Listen {
   std::vector<HostPort> outbound;           // default 0.0.0.0:15001
@@ -97,6 +114,13 @@ struct Hbone {
 enum class Injection { kAuto, kPeerEgress, kIngressRedirect, kNone };
 enum class Capture { kHbone, kAll };
 enum class FailureMode { kClosed, kOpen };
+inline constexpr EnumName<Injection> kInjectionNames[] = {{"auto", Injection::kAuto},
+                                                          {"peer-egress", Injection::kPeerEgress},
+                                                          {"ingress-redirect", Injection::kIngressRedirect},
+                                                          {"none", Injection::kNone}};
+inline constexpr EnumName<Capture> kCaptureNames[] = {{"hbone", Capture::kHbone}, {"all", Capture::kAll}};
+inline constexpr EnumName<FailureMode> kFailureModeNames[] = {{"closed", FailureMode::kClosed},
+                                                              {"open", FailureMode::kOpen}};
 
 struct Datapath {
   bool enabled = false;
@@ -205,15 +229,10 @@ enum class CertSourceKind {
   kClusterCa,  // signed by ferry-ca for CSRs ferryd makes (docs/ferry-ca.md): no CA key on the node
 };
 
+inline constexpr EnumName<CertSourceKind> kCertSourceNames[] = {
+    {"files", CertSourceKind::kFiles}, {"ca", CertSourceKind::kCa}, {"cluster-ca", CertSourceKind::kClusterCa}};
 // The config file's spelling of a source ("files", "ca", "cluster-ca").
-inline const char* identitySourceName(CertSourceKind kind) {
-  switch (kind) {
-    case CertSourceKind::kCa: return "ca";
-    case CertSourceKind::kClusterCa: return "cluster-ca";
-    case CertSourceKind::kFiles: break;
-  }
-  return "files";
-}
+inline const char* identitySourceName(CertSourceKind kind) { return nameOf(kCertSourceNames, kind); }
 
 // identity.source: cluster-ca (docs/ferry-ca.md, "ferryd as the client").
 struct ClusterCa {
@@ -256,6 +275,8 @@ enum class WorkloadSourceKind {
   kFile,        // workloads_file, watched (labs; clusters where a controller writes it)
   kKubernetes,  // the API server: Pods, Namespaces, Services, EndpointSlices
 };
+inline constexpr EnumName<WorkloadSourceKind> kWorkloadSourceNames[] = {
+    {"file", WorkloadSourceKind::kFile}, {"kubernetes", WorkloadSourceKind::kKubernetes}};
 
 struct Kubernetes {
   std::string kubeconfig;  // empty: in-cluster (service-account token, KUBERNETES_SERVICE_HOST)
@@ -276,6 +297,8 @@ enum class CniFailurePolicy {
   kClosed,  // ferryd unreachable: ADD fails (code 11) for every pod outside exclude_namespaces
   kOpen,    // ferryd unreachable: ADD succeeds unenrolled (discovery enrols the pod later)
 };
+inline constexpr EnumName<CniFailurePolicy> kCniFailurePolicyNames[] = {{"closed", CniFailurePolicy::kClosed},
+                                                                        {"open", CniFailurePolicy::kOpen}};
 struct Cni {
   bool enabled = false;  // serve the endpoint
   // A path socket (not abstract): the plugin runs in the node's netns, ferryd may not.
@@ -326,6 +349,8 @@ struct Policy {
 // `access_log` (docs/operations.md, "Access log"): one record per proxied connection at
 // close. Live settings: the session layer reads them per record (session::AccessLogSettings).
 enum class AccessLogFormat { kText, kJson };
+inline constexpr EnumName<AccessLogFormat> kAccessLogFormatNames[] = {{"text", AccessLogFormat::kText},
+                                                                      {"json", AccessLogFormat::kJson}};
 struct AccessLog {
   bool enabled = true;
   AccessLogFormat format = AccessLogFormat::kText;

@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "proxy/common/duration.h"
 #include "proxy/common/log.h"
+#include "proxy/config/config_dump.h"
 #include "proxy/datapath/pod_sync.h"
 #include "proxy/identity/openssl_util.h"
 #include "proxy/identity/spiffe_id.h"
@@ -79,160 +80,10 @@ json::object certJson(X509* cert) {
   };
 }
 
-// limits.memory and limits.receive_buffer as the file writes them.
-json::value memorySettingJson(const config::MemorySetting& s) {
-  switch (s.source) {
-    case config::MemorySetting::Source::kAuto:
-      return "auto";
-    case config::MemorySetting::Source::kNone:
-      return "none";
-    case config::MemorySetting::Source::kBytes:
-      break;
-  }
-  return s.bytes;
-}
-
-json::object listenerLimitsJson(const config::ListenerLimits& l) {
-  return json::object{{"max_connections", l.max_connections},
-                      {"max_connections_per_source", l.max_connections_per_source},
-                      {"max_pending_handshakes", l.max_pending},
-                      {"max_pending_handshakes_per_source", l.max_pending_per_source},
-                      {"max_new_connections_per_source_per_second", l.max_new_per_source_per_second}};
-}
-
 json::array stringsJson(const std::vector<std::string>& items) {
   json::array out;
   for (const auto& item : items) out.emplace_back(item);
   return out;
-}
-
-// The configuration in force, keyed as the config file is (docs/configuration.md).
-json::object configJson(const config::Config& c) {
-  auto hostPorts = [](const std::vector<common::HostPort>& list) {
-    json::array out;
-    for (const auto& hp : list) out.emplace_back(common::formatHostPort(hp));
-    return out;
-  };
-  const auto& d = c.datapath;
-  return json::object{
-      {"node", c.node},
-      {"trust_domain", c.trust_domain},
-      {"workload_source", c.workload_source == config::WorkloadSourceKind::kFile ? "file" : "kubernetes"},
-      {"workloads_file", c.workloads_file},
-      {"kubernetes",
-       {{"kubeconfig", c.kubernetes.kubeconfig},
-        {"istio_ambient", c.kubernetes.istio_ambient},
-        {"max_state_age", ms(c.kubernetes.max_state_age)},
-        {"daemonset", c.kubernetes.daemonset_name.empty()
-                          ? std::string()
-                          : absl::StrCat(c.kubernetes.daemonset_namespace, "/", c.kubernetes.daemonset_name)}}},
-      {"cni",
-       {{"enabled", c.cni.enabled},
-        {"socket", c.cni.socket},
-        {"state_dir", c.cni.state_dir},
-        {"pod_wait", ms(c.cni.pod_wait)},
-        {"install", c.cni.install},
-        {"bin_dir", c.cni.bin_dir},
-        {"conf_dir", c.cni.conf_dir},
-        {"node_conf_dir", c.cni.node_conf_dir},
-        {"plugin_binary", c.cni.plugin_binary},
-        {"plugin_timeout", ms(c.cni.plugin_timeout)},
-        {"failure_policy", c.cni.failure_policy == config::CniFailurePolicy::kClosed ? "closed" : "open"},
-        {"exclude_namespaces", stringsJson(c.cni.exclude_namespaces)},
-        {"service_account", c.cni.service_account},
-        {"token_lifetime", ms(c.cni.token_lifetime)}}},
-      {"handover",
-       {{"socket", c.handover.socket},
-        {"deadline", ms(c.handover.deadline)},
-        {"readiness_file", c.handover.readiness_file},
-        {"wait_for_signal", c.handover.wait_for_signal}}},
-      {"access_log",
-       {{"enabled", c.access_log.enabled},
-        {"format", c.access_log.format == config::AccessLogFormat::kJson ? "json" : "text"},
-        {"sample_success", c.access_log.sample_success},
-        {"failures_per_second", c.access_log.failures_per_second},
-        {"failures_burst", c.access_log.failures_burst}}},
-      {"policy",
-       {{"root_namespace", c.policy.root_namespace},
-        {"files", stringsJson(c.policy.files)},
-        {"kubernetes", c.policy.kubernetes}}},
-      {"cert_dir", c.cert_dir},
-      {"listen",
-       {{"outbound", hostPorts(c.listen.outbound)},
-        {"inbound_plaintext", hostPorts(c.listen.inbound_plaintext)},
-        {"hbone", hostPorts(c.listen.hbone)},
-        {"admin", common::formatHostPort(c.listen.admin)},
-        {"metrics", common::formatHostPort(c.listen.metrics)},
-        {"readiness", common::formatHostPort(c.listen.readiness)}}},
-      {"timeouts",
-       {{"connect", ms(c.timeouts.connect)},
-        {"handshake", ms(c.timeouts.handshake)},
-        {"idle", ms(c.timeouts.idle)},
-        {"drain", ms(c.timeouts.drain)}}},
-      {"pool",
-       {{"max_streams", c.pool.max_streams},
-        {"idle_release", ms(c.pool.idle_release)},
-        {"ping_interval", ms(c.pool.ping_interval)},
-        {"ping_timeout", ms(c.pool.ping_timeout)},
-        {"workers_per_pair", c.pool.workers_per_pair}}},
-      {"hbone",
-       {{"max_pending_connects", c.hbone.max_pending_connects},
-        {"max_premature_resets", c.hbone.max_premature_resets}}},
-      {"workers", c.workers},
-      {"log_level", std::string(common::logLevelName(c.log_level))},
-      {"transparent", c.transparent},
-      {"original_destination",
-       c.original_destination == config::OriginalDestination::kSocket ? "socket" : "proxy_protocol"},
-      {"hbone_port", c.hbone_port},
-      {"workloads_poll", ms(c.workloads_poll)},
-      {"datapath",
-       {{"enabled", d.enabled},
-        {"injection", datapath::injectionName(d.injection)},
-        {"egress_flag", d.egress_flag},
-        {"proxy_netns", d.proxy_netns_auto ? std::string("auto") : d.proxy_netns},
-        {"proxy_address", d.proxy_address},
-        {"proxy_interface", d.proxy_interface},
-        {"host_proxy_interface", d.host_proxy_interface},
-        {"bpffs", d.bpffs},
-        {"capture", d.capture == config::Capture::kHbone ? "hbone" : "all"},
-        {"failure_mode", d.failure_mode == config::FailureMode::kClosed ? "closed" : "open"},
-        {"exempt_node", d.exempt_node},
-        {"mark", d.mark}}},
-      {"identity",
-       {{"source", config::identitySourceName(c.identity.source)},
-        {"ca_cert", c.identity.ca_cert},
-        {"ca_key", c.identity.ca_key},  // the path: the key itself is never shown
-        {"leaf_lifetime", ms(c.identity.leaf_lifetime)},
-        {"poll_interval", ms(c.identity.poll_interval)},
-        {"cluster_ca",
-         {{"address", c.identity.cluster_ca.address},
-          {"server_name", c.identity.cluster_ca.server_name},
-          {"token_file", c.identity.cluster_ca.token_file},  // the path: the token itself is never shown
-          {"request_timeout", ms(c.identity.cluster_ca.request_timeout)}}}}},
-      {"limits",
-       {{"hbone", listenerLimitsJson(c.limits.hbone)},
-        {"outbound", listenerLimitsJson(c.limits.outbound)},
-        {"inbound_plaintext", listenerLimitsJson(c.limits.inbound_plaintext)},
-        {"descriptor_reserve", c.limits.descriptor_reserve},
-        {"preallocated_sockets", c.limits.preallocated_sockets},
-        {"trim_after_closes", c.limits.trim_after_closes},
-        {"memory", memorySettingJson(c.limits.memory)},
-        {"receive_buffer", memorySettingJson(c.limits.receive_buffer)}}},
-      // Not a key: what the admission limits above were fitted to (docs/configuration.md, "Memory").
-      {"memory_budget",
-       {{"limit", c.memory_budget.limit},
-        {"source", c.memory_budget.source},
-        {"headroom", c.memory_budget.headroom},
-        {"available", c.memory_budget.available},
-        {"worst_case", c.memory_budget.worst_case},
-        {"default_worst_case", c.memory_budget.default_worst_case},
-        {"receive_buffer", c.memory_budget.receive_buffer},
-        {"lowered", c.memory_budget.lowered}}},
-      {"telemetry",
-       {{"cluster_id", c.telemetry.cluster_id},
-        {"cluster_domain", c.telemetry.cluster_domain},
-        {"series_expiry", ms(c.telemetry.series_expiry)}}},
-  };
 }
 
 json::object reloadJson(const ReloadStatus& r) {
@@ -447,7 +298,7 @@ void Server::routeAdmin() {
   });
   admin_.route("/config_dump", [this, workloadsJson, certsJson, datapathJson] {
     return jsonResponse(200, json::object{
-                                 {"config", configJson(config_)},
+                                 {"config", json::parse(config::configDumpJson(config_))},
                                  {"runtime",
                                   {{"workers", workers_.size()},
                                    {"log_level", std::string(common::logLevelName(common::logLevel()))},

@@ -1,9 +1,13 @@
 // What a reload of the config file may change (proxy/config/reload.h): the live/restart
-// diff of two versions, what applyLive takes, and that the table and
-// docs/configuration.md cover every key.
+// diff of two versions, what applyLive takes, and that the table, /config_dump
+// (proxy/config/config_dump.h) and docs/configuration.md cover every key.
 #include "proxy/config/reload.h"
+#include "proxy/config/config_dump.h"
+
+#include <boost/json.hpp>
 
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -126,6 +130,59 @@ TEST(ConfigReload, TableCoversEveryKey) {
   FERRY_CONFIG_KEYS(FERRY_X)
 #undef FERRY_X
   EXPECT_EQ(rows, keys);
+}
+
+// /config_dump writes every row of the table from its member: each key is there, and with
+// every key set away from its default, each key's value differs from the defaults' dump.
+// Nothing is dumped that has no row (but memory_budget, which is no key).
+TEST(ConfigReload, DumpWritesEveryKeyOfTheTableAndNothingElse) {
+  namespace json = boost::json;
+  const json::value defaults = json::parse(configDumpJson(parse(kMinimal)));
+  const json::value every = json::parse(configDumpJson(parse(kEveryKey)));
+  auto at = [](const json::value& root, const std::string& key) -> const json::value* {
+    const json::value* v = &root;
+    for (size_t from = 0;;) {
+      size_t dot = key.find('.', from);
+      const auto* object = v->if_object();
+      if (object == nullptr) return nullptr;
+      v = object->if_contains(key.substr(from, dot == std::string::npos ? std::string::npos : dot - from));
+      if (v == nullptr || dot == std::string::npos) return v;
+      from = dot + 1;
+    }
+  };
+  std::set<std::string> keys;
+#define FERRY_X(key, how, member) keys.insert(key);
+  FERRY_CONFIG_KEYS(FERRY_X)
+#undef FERRY_X
+  for (const auto& key : keys) {
+    const json::value* d = at(defaults, key);
+    const json::value* e = at(every, key);
+    ASSERT_NE(d, nullptr) << key << " is missing from /config_dump";
+    ASSERT_NE(e, nullptr) << key;
+    EXPECT_NE(*d, *e) << key << ": the dump does not follow the file (" << json::serialize(*e) << ")";
+  }
+  std::vector<std::string> extra;
+  auto walk = [&](auto& self, const json::object& object, const std::string& prefix) -> void {
+    for (const auto& [name, value] : object) {
+      std::string path = prefix.empty() ? std::string(name) : prefix + "." + std::string(name);
+      if (keys.contains(path) || path == "memory_budget") continue;
+      if (value.is_object()) {
+        self(self, value.as_object(), path);
+      } else {
+        extra.push_back(path);
+      }
+    }
+  };
+  walk(walk, every.as_object(), "");
+  EXPECT_THAT(extra, IsEmpty()) << "dumped without a row in config/reload.h's table";
+  // Values as the file writes them.
+  EXPECT_EQ(at(every, "timeouts.connect")->as_string(), "1s");
+  EXPECT_EQ(at(every, "datapath.injection")->as_string(), "peer-egress");
+  EXPECT_EQ(at(every, "datapath.proxy_netns")->as_string(), "auto");
+  EXPECT_EQ(at(every, "kubernetes.daemonset")->as_string(), "ferry/ferryd");
+  EXPECT_EQ(at(every, "listen.hbone")->as_array().at(0).as_string(), "127.0.0.1:3");
+  EXPECT_EQ(at(every, "limits.memory")->as_int64(), 512 << 20);
+  EXPECT_EQ(at(defaults, "limits.memory")->as_string(), "auto");
 }
 
 // docs/configuration.md has a reload column, and it says what the table does.
