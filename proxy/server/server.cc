@@ -172,7 +172,7 @@ Server::~Server() {
   acceptors_.clear();
   workers_.clear();
   // ferry-ca's client has a timer on control_, which goes before it (members go in reverse order).
-  if (cluster_ca_ != nullptr) cluster_ca_->stop();
+  if (identity_ != nullptr) identity_->stop();
   // A proxy netns of ferryd's own outlives the process while closing sockets still hold it
   // (a FIN_WAIT orphan: up to tcp_fin_timeout), and with it its veth pair: the next ferryd
   // would find the name taken. Deleting the node's side takes the pair at once.
@@ -197,7 +197,13 @@ absl::Status Server::start() {
     return absl::FailedPreconditionError(absl::StrCat("workloads: ", st.message()));
   }
   if (auto st = startPolicies(); !st.ok()) return st;
-  if (auto st = makeCertSource(); !st.ok()) return st;
+  IdentityRuntime::ServiceIpLookup service_ip;
+  if (k8s_source_ != nullptr) {
+    service_ip = [k8s = k8s_source_](std::string_view ns, std::string_view name) { return k8s->clusterIpOf(ns, name); };
+  }
+  auto identity = IdentityRuntime::create(config_, control_, workloads_, std::move(service_ip));
+  if (!identity.ok()) return identity.status();
+  identity_ = *std::move(identity);
   size_t n = config_.workers != 0 ? config_.workers : std::max(1u, std::thread::hardware_concurrency());
   FERRY_LOG(kInfo, "memory: %s", config::describeBudget(config_.memory_budget));
   uint64_t descriptor_limit = session::raiseDescriptorLimit();
@@ -210,7 +216,7 @@ absl::Status Server::start() {
   sockets_.setDescriptorCap(*cap + descriptor_slack);
   istio_ = std::make_unique<session::IstioMetrics>(n, config_);
   // access_log: a reload sets the new file's (applyConfig).
-  shared_.reset(new session::Shared{workloads_, policies_, *tls_, sockets_, stats_, ferryPorts(config_),
+  shared_.reset(new session::Shared{workloads_, policies_, identity_->tls(), sockets_, stats_, ferryPorts(config_),
                                     /*self=*/{}, /*draining=*/{}, session::Placement(n), /*workers=*/{}, admission_, *cap,
                                     /*policies_loaded=*/{!k8s_policies_ || k8s_policies_->synced()},
                                     session::AccessLogSettings(config_.access_log), istio_.get(),
@@ -316,10 +322,7 @@ absl::Status Server::start() {
   poll_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (!ec) pollWorkloads();
   });
-  if (ca_source_ != nullptr || cluster_ca_ != nullptr) scheduleIdentityPoll();
-  // ferry-ca is asked for the identities of the workloads already here now, not at their
-  // first connection (which would be reset meanwhile); later ones come with workload changes.
-  if (cluster_ca_ != nullptr) forgetUnusedIdentities();
+  identity_->start();
   last_trim_ = std::chrono::steady_clock::now();
   scheduleMemoryTrim();  // limits.trim_after_closes may be 0 now and set by a reload
 
@@ -361,54 +364,11 @@ void Server::preallocateSocketStates(int descriptor_cap) {
   for (auto& w : workers_) net::warmSocketStates(w->io(), total / workers_.size());
 }
 
-absl::Status Server::makeCertSource() {
-  if (config_.identity.source == config::CertSourceKind::kFiles) {
-    auto dir = std::make_unique<identity::DirCertSource>(config_.cert_dir, config_.trust_domain);
-    dir_source_ = dir.get();
-    certs_ = std::move(dir);
-  } else if (config_.identity.source == config::CertSourceKind::kClusterCa) {
-    // ferry-ca not answering is not a start-up error either: ferryd starts not ready and
-    // asks again with back-off (docs/ferry-ca.md).
-    const auto& c = config_.identity.cluster_ca;
-    ca::ClusterCaOptions options{c.address, c.server_name, c.token_file, config_.cert_dir + "/bundle.pem",
-                                 config_.trust_domain, c.request_timeout};
-    // ferry-ca's Service found through the API server ferryd already follows: no cluster DNS
-    // needed to issue identities (ServiceName, proxy/ca/cluster_ca_source.h).
-    if (k8s_source_ != nullptr) {
-      options.service_ip = [k8s = k8s_source_](std::string_view ns, std::string_view name) {
-        return k8s->clusterIpOf(ns, name);
-      };
-    }
-    auto source = ca::ClusterCaSource::create(control_, std::move(options));
-    if (!source.ok()) return source.status();
-    cluster_ca_ = source->get();
-    certs_ = *std::move(source);
-    cluster_ca_->poll();
-    FERRY_LOG(kInfo, "identity: certificates from ferry-ca at %s (name %s), bundle checked every %s", c.address,
-              c.server_name, common::formatDuration(config_.identity.poll_interval));
-  } else {
-    // Missing or broken CA material is not a start-up error: ferryd starts not ready, resets
-    // connections that need a certificate, and recovers when the files are fixed (the CA
-    // is often written by another agent that may start after us).
-    const auto& id = config_.identity;
-    auto source = std::make_unique<identity::WatchedCaSource>(
-        identity::CaFiles{id.ca_cert, id.ca_key, config_.cert_dir + "/bundle.pem"}, config_.trust_domain,
-        std::chrono::duration_cast<std::chrono::seconds>(id.leaf_lifetime));
-    source->poll();
-    ca_source_ = source.get();
-    certs_ = std::move(source);
-    FERRY_LOG(kInfo, "identity: built-in CA from %s, leaf lifetime %s, files checked every %s", id.ca_cert,
-              common::formatDuration(id.leaf_lifetime), common::formatDuration(id.poll_interval));
-  }
-  tls_ = std::make_unique<identity::TlsContextCache>(*certs_, config_.trust_domain);
-  return absl::OkStatus();
-}
-
 absl::Status Server::readiness() {
   if (stopping_.load()) return absl::UnavailableError("draining");
   if (!started_.load()) {
     // Taking over, this is what it waits for.
-    absl::Status h = source_ != nullptr && certs_ != nullptr ? health() : absl::OkStatus();
+    absl::Status h = source_ != nullptr && identity_ != nullptr ? health() : absl::OkStatus();
     return absl::UnavailableError(h.ok() ? std::string("starting") : absl::StrCat("starting (", h.message(), ")"));
   }
   return health();
@@ -418,49 +378,7 @@ absl::Status Server::health() {
   if (absl::Status s = source_->health(); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("not ready: workloads: ", s.message()));
   }
-  if (ca_source_ != nullptr) {
-    if (absl::Status s = ca_source_->status(); !s.ok()) return absl::Status(s.code(), absl::StrCat("not ready: ", s.message()));
-  } else if (cluster_ca_ != nullptr) {
-    if (absl::Status s = cluster_ca_->status(); !s.ok()) return absl::Status(s.code(), absl::StrCat("not ready: ", s.message()));
-  } else if (dir_source_ != nullptr) {
-    if (auto bundle = dir_source_->bundle(); !bundle.ok()) {
-      return absl::Status(bundle.status().code(), absl::StrCat("not ready: identity: ", bundle.status().message()));
-    }
-  }
-  return absl::OkStatus();
-}
-
-void Server::pollIdentity() {
-  if (ca_source_ != nullptr && ca_source_->poll()) {
-    // A CA that just became usable may find workloads that left while it was missing.
-    forgetUnusedIdentities();
-  }
-  // A bundle that just became usable: the identities waiting for it are asked for at once.
-  if (cluster_ca_ != nullptr && cluster_ca_->poll()) forgetUnusedIdentities();
-}
-
-void Server::scheduleIdentityPoll() {
-  if (stopping_.load()) return;
-  identity_timer_.expires_after(config_.identity.poll_interval);
-  identity_timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (ec) return;
-    pollIdentity();
-    scheduleIdentityPoll();
-  });
-}
-
-void Server::forgetUnusedIdentities() {
-  absl::flat_hash_set<identity::SpiffeId> keep;
-  for (const auto& w : workloads_.current()->local()) {
-    keep.insert(identity::SpiffeId::forWorkload(config_.trust_domain, w->namespace_name.str(), w->service_account.str()));
-  }
-  // With ferry-ca this is also how the source learns a new local identity: it asks for it now.
-  size_t certs = ca_source_ != nullptr ? ca_source_->retain(keep) : cluster_ca_ != nullptr ? cluster_ca_->retain(keep) : 0;
-  size_t contexts = tls_->retain(keep);
-  if (certs + contexts > 0) {
-    FERRY_LOG(kInfo, "identity: forgot %d certificates and the TLS contexts of %d identities no local workload uses",
-              certs, contexts);
-  }
+  return identity_->health();
 }
 
 absl::Status Server::makeWorkloadSource() {
@@ -590,7 +508,7 @@ void Server::onWorkloadsChanged(const workloads::Registry& after, const workload
       });
     }
   }
-  if (local) forgetUnusedIdentities();
+  if (local) identity_->forgetUnused();
   // A local workload's labels decide which policies apply to the connections it serves:
   // those are judged again. (Other nodes' pods change nothing here: a client's identity was
   // checked against its IP when its tunnel was made.)
@@ -867,7 +785,7 @@ void Server::armSignals() {
     if (sig == SIGHUP) {
       FERRY_LOG(kInfo, "SIGHUP: re-reading the config file, the workloads file and the identity files");
       pollOnce(/*reread_config=*/true);
-      pollIdentity();
+      identity_->poll();
       armSignals();
       return;
     }
@@ -927,7 +845,7 @@ void Server::beginDrain() {
     cni_installer_->uninstall();
   }
   poll_timer_.cancel();
-  identity_timer_.cancel();
+  identity_->stopPolling();
   trim_timer_.cancel();
   // Readiness keeps answering, 503 `draining` (readiness()), so that a probe tells a
   // draining ferryd from a dead one; it stops with the rest in finishDrain.
@@ -1006,73 +924,6 @@ void Server::finishDrain() {
   admin_.stop();
   signals_.cancel();
   control_.stop();
-}
-
-std::vector<std::shared_ptr<const identity::Svid>> Server::heldSvids(
-    std::vector<std::pair<std::string, std::string>>* errors) {
-  if (ca_source_ != nullptr) {
-    auto ca = ca_source_->current();
-    return ca ? ca->held() : std::vector<std::shared_ptr<const identity::Svid>>{};
-  }
-  if (cluster_ca_ != nullptr) {
-    // ferry-ca: what it signed, and why each identity still waiting has nothing yet.
-    if (errors != nullptr) *errors = cluster_ca_->pending();
-    return cluster_ca_->held();
-  }
-  // Files: each local workload's identity, as the data plane would load it.
-  std::vector<std::shared_ptr<const identity::Svid>> held;
-  absl::flat_hash_set<std::string> seen;
-  for (const auto& w : workloads_.current()->local()) {
-    auto id = identity::SpiffeId::forWorkload(config_.trust_domain, w->namespace_name.str(), w->service_account.str());
-    if (!seen.insert(id.str()).second) continue;
-    auto svid = certs_->svid(id);
-    if (svid.ok()) {
-      held.push_back(*svid);
-      continue;
-    }
-    if (errors != nullptr) errors->emplace_back(id.str(), std::string(svid.status().message()));
-    // One that expired (or whose renewal failed) is still held: the expiry metric keeps
-    // naming it, so that its alert does not resolve when the workload breaks.
-    if (auto last = dir_source_ != nullptr ? dir_source_->lastLoaded(id) : nullptr) held.push_back(last);
-  }
-  return held;
-}
-
-void Server::collectIdentityMetrics(telemetry::Exposition& out) {
-  bool identity_ready = ca_source_ != nullptr    ? ca_source_->status().ok()
-                        : cluster_ca_ != nullptr ? cluster_ca_->status().ok()
-                                                 : dir_source_->bundle().ok();
-  out.gauge("ferry_identity_ready", "1 when certificates can be had (CA material or trust bundle loaded)",
-            identity_ready ? 1 : 0);
-  auto bundle = certs_->bundle();
-  out.gauge("ferry_trust_bundle_roots", "Roots in the trust bundle in use (2 while a root rotates)",
-            bundle.ok() ? static_cast<double>((*bundle)->roots.size()) : 0);
-  identity::CertificateExpiry expiry;
-  for (const auto& svid : heldSvids()) expiry.addSvid(*svid);
-  if (ca_source_ != nullptr) {
-    if (auto ca = ca_source_->current()) expiry.addIssuer(ca->authorityNotAfter());
-  }
-  if (bundle.ok()) expiry.addRoots(**bundle);
-  auto expiries = out.gauge(identity::CertificateExpiry::kMetric, identity::CertificateExpiry::kHelp);
-  for (const auto& [kind, at] : expiry.samples()) expiries.add(at, {{"kind", kind}});
-  if (cluster_ca_ != nullptr) cluster_ca_->collect(out);
-  if (ca_source_ == nullptr) return;
-  auto ca = ca_source_->current();
-  auto value = [](auto v) { return static_cast<double>(v); };
-  out.counter("ferry_identity_reloads_total", "CA and trust bundle file changes applied (the first load included)",
-              value(ca_source_->reloads()));
-  out.counter("ferry_identity_reload_failures_total",
-              "CA and trust bundle file changes refused (previous material kept, or still not ready)",
-              value(ca_source_->reloadFailures()));
-  out.gauge("ferry_identity_ca_generation", "Issuing CAs replaced since start (0: the first one)",
-            ca ? value(ca->authorityGeneration()) : 0);
-  out.counter("ferry_certificates_issued_total", "Workload SVIDs issued by the built-in CA", ca ? value(ca->issued()) : 0);
-  out.counter("ferry_certificates_refreshed_total", "SVIDs re-issued at half life (or after a CA change)",
-              ca ? value(ca->refreshes()) : 0);
-  out.counter("ferry_certificate_issue_failures_total", "Failed issuance attempts", ca ? value(ca->failures()) : 0);
-  out.counter("ferry_certificates_forgotten_total", "SVIDs dropped because no local workload uses the identity",
-              ca ? value(ca->forgotten()) : 0);
-  out.gauge("ferry_certificates_cached", "Identities with an SVID held now", ca ? value(ca->cachedCount()) : 0);
 }
 
 void Server::collectPolicyMetrics(telemetry::Exposition& out) {
@@ -1156,7 +1007,7 @@ void Server::registerMetrics() {
     if (cni_credentials_) cni_credentials_->collect(out);
   });
   add([this](telemetry::Exposition& out) {
-    if (certs_) collectIdentityMetrics(out);
+    if (identity_) identity_->collect(out);
   });
   add([this](telemetry::Exposition& out) { collectPolicyMetrics(out); });
   add([this](telemetry::Exposition& out) { collectReloadMetrics(out); });

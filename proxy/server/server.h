@@ -27,11 +27,6 @@
 #include "proxy/datapath/datapath.h"
 #include "proxy/datapath/netns.h"
 #include "proxy/datapath/proxy_netns.h"
-#include "proxy/ca/cluster_ca_source.h"
-#include "proxy/identity/ca_cert_source.h"
-#include "proxy/identity/dir_cert_source.h"
-#include "proxy/identity/tls_context.h"
-#include "proxy/identity/watched_ca_source.h"
 #include "proxy/policy/files.h"
 #include "proxy/policy/kubernetes.h"
 #include "proxy/policy/store.h"
@@ -40,6 +35,7 @@
 #include "proxy/server/cni_enrolment.h"
 #include "proxy/server/cni_install.h"
 #include "proxy/server/handover.h"
+#include "proxy/server/identity_runtime.h"
 #include "proxy/server/http_server.h"
 #include "proxy/session/context.h"
 #include "proxy/telemetry/metrics.h"
@@ -123,16 +119,6 @@ class Server {
   void pollWorkloads();
   // `reread_config`: SIGHUP, the config file is read even if it looks unchanged.
   void pollOnce(bool reread_config = false);
-  void pollIdentity();
-  void scheduleIdentityPoll();
-  // Drops certificates and TLS contexts of identities no local workload has any more.
-  void forgetUnusedIdentities();
-  void collectIdentityMetrics(telemetry::Exposition& out);
-  // The SVIDs this node holds now, whatever the identity source: the built-in CA's and
-  // ferry-ca's cached ones; with files, each local workload's identity as the data plane
-  // would load it. `errors` (when given): identities that have none yet, and why.
-  std::vector<std::shared_ptr<const identity::Svid>> heldSvids(
-      std::vector<std::pair<std::string, std::string>>* errors = nullptr);
   void registerMetrics();
   void armSignals();
   // The admin endpoint's pages (server_admin.cc; docs/operations.md, "Endpoints").
@@ -227,12 +213,8 @@ class Server {
   absl::Status makeWorkloadSource();
   // A registry change: the datapath applies it, identities no local workload uses go.
   void onWorkloadsChanged(const workloads::Registry& after, const workloads::Delta& delta);
-  std::unique_ptr<identity::CertSource> certs_;
-  identity::WatchedCaSource* ca_source_ = nullptr;  // certs_, when it is the built-in CA
-  identity::DirCertSource* dir_source_ = nullptr;   // certs_, when it is files
-  ca::ClusterCaSource* cluster_ca_ = nullptr;        // certs_, when it is ferry-ca
-  std::unique_ptr<identity::TlsContextCache> tls_;
-  absl::Status makeCertSource();
+  // The workload identities: the configured source, its TLS contexts, timer and metrics.
+  std::unique_ptr<IdentityRuntime> identity_;
   net::KernelSocketFactory sockets_;
   session::Admission admission_;
   uint64_t descriptor_limit_ = 0;  // RLIMIT_NOFILE in force (after raising it)
@@ -267,7 +249,6 @@ class Server {
   boost::asio::io_context control_{1};
   boost::asio::signal_set signals_{control_};
   boost::asio::steady_timer poll_timer_{control_};
-  boost::asio::steady_timer identity_timer_{control_};
   boost::asio::steady_timer drain_timer_{control_};
   boost::asio::steady_timer trim_timer_{control_};
   boost::asio::steady_timer readiness_file_timer_{control_};

@@ -169,17 +169,15 @@ void Server::routeAdmin() {
                      {"ready", ready.ok()}};
     if (!ready.ok()) out["reason"] = std::string(ready.message());
     json::array roots;
-    if (auto bundle = certs_->bundle(); bundle.ok()) {
+    if (auto bundle = identity_->certs().bundle(); bundle.ok()) {
       for (const auto& root : (*bundle)->roots) roots.emplace_back(certJson(root.get()));
     } else {
       out["bundle_error"] = std::string(bundle.status().message());
     }
     out["roots"] = std::move(roots);
     std::vector<std::pair<std::string, std::string>> errors;  // identity, why
-    auto held = heldSvids(&errors);
-    if (ca_source_ != nullptr) {
-      if (auto ca = ca_source_->current()) out["ca_generation"] = ca->authorityGeneration();
-    }
+    auto held = identity_->held(&errors);
+    if (auto generation = identity_->facts().ca_generation) out["ca_generation"] = *generation;
     std::sort(errors.begin(), errors.end());
     std::sort(held.begin(), held.end(), [](const auto& a, const auto& b) { return a->id.str() < b->id.str(); });
     json::array certs;
@@ -220,22 +218,16 @@ void Server::routeAdmin() {
     std::string body = absl::StrCat("source: ", config::identitySourceName(config_.identity.source), "\n");
     absl::Status ready = readiness();
     absl::StrAppend(&body, "ready: ", ready.ok() ? "true" : absl::StrCat("false (", ready.message(), ")"), "\n");
-    if (auto bundle = certs_->bundle(); bundle.ok()) {
+    if (auto bundle = identity_->certs().bundle(); bundle.ok()) {
       for (const auto& root : (*bundle)->roots) {
         absl::StrAppend(&body, "root: ", identity::nameToString(X509_get_subject_name(root.get())), " until ",
                         identity::formatTime(identity::asn1TimeToTimePoint(X509_get0_notAfter(root.get()))), "\n");
       }
     }
-    if (ca_source_ != nullptr) {
-      if (auto ca = ca_source_->current()) {
-        absl::StrAppend(&body, "ca_generation: ", ca->authorityGeneration(), "\ncertificates_cached: ",
-                        ca->cachedCount(), "\n");
-      }
-    }
-    if (cluster_ca_ != nullptr) {
-      absl::StrAppend(&body, "ferry_ca: ", cluster_ca_->options().address, "\ncertificates_cached: ",
-                      cluster_ca_->held().size(), "\n");
-    }
+    IdentityFacts facts = identity_->facts();
+    if (facts.ca_generation) absl::StrAppend(&body, "ca_generation: ", *facts.ca_generation, "\n");
+    if (!facts.ferry_ca.empty()) absl::StrAppend(&body, "ferry_ca: ", facts.ferry_ca, "\n");
+    if (facts.cached) absl::StrAppend(&body, "certificates_cached: ", *facts.cached, "\n");
     return HttpResponse{200, kText, body};
   });
   admin_.routeWithQuery("/workloads", [this, workloadsJson](const std::string& query) {
@@ -473,7 +465,7 @@ void Server::serveExplain(const HttpRequest& request, HttpServer::Reply reply) {
   facts.node = std::move(node);
   std::vector<std::pair<std::string, std::string>> errors;  // identity, why
   auto now = std::chrono::system_clock::now();
-  for (const auto& svid : heldSvids(&errors)) {
+  for (const auto& svid : identity_->held(&errors)) {
     auto not_after = identity::asn1TimeToTimePoint(X509_get0_notAfter(svid->leaf.get()));
     facts.certificates[svid->id.str()] = json::object{
         {"not_after", identity::formatTime(not_after)},

@@ -360,7 +360,7 @@ void Server::retire(int successor_pid) {
   admin_.stop();
   if (cni_endpoint_) cni_endpoint_->stop(/*unlink=*/false);
   poll_timer_.cancel();
-  identity_timer_.cancel();
+  identity_->stopPolling();
   if (cni_credentials_) cni_credentials_->stop();  // the successor keeps ferry-cni's token
   // Clients of its tunnels open new streams on the successor's; its own pooled tunnels take
   // no new streams; what runs on them goes on.

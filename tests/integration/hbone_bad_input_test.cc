@@ -17,6 +17,7 @@
 
 #include "proxy/hbone/connect_request.h"
 #include "proxy/hbone/h2_connection.h"
+#include "proxy/identity/dir_cert_source.h"
 #include "proxy/identity/ca.h"
 #include "proxy/identity/openssl_util.h"
 #include "proxy/identity/tls_context.h"
