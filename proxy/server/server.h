@@ -19,6 +19,7 @@
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/json/object.hpp>
 
 #include "absl/status/status.h"
 #include "proxy/common/file.h"
@@ -121,8 +122,12 @@ class Server {
   void pollOnce(bool reread_config = false);
   void registerMetrics();
   void armSignals();
-  // The admin endpoint's pages (server_admin.cc; docs/operations.md, "Endpoints").
+  // The admin endpoint's pages (server_admin.cc; docs/operations.md, "Endpoints"): the
+  // read-only ones are admin_pages.h's; these need the server's own state.
   void routeAdmin();
+  boost::json::object statusJson();
+  boost::json::object configDumpJson();
+  HttpResponse quitQuitQuit();
   // /connections: asks every worker for its live connections (on its own thread) and
   // replies on the control thread once all have answered.
   void serveConnections(const HttpRequest& request, HttpServer::Reply reply);

@@ -2,8 +2,6 @@
 // is a loopback address (proxy/config/config.cc refuses any other): an operator on the node,
 // or ferryctl. Text pages that scripts already grep keep their text, with a JSON form
 // (?format=json) beside it; the pages added for ferryctl are JSON.
-#include <openssl/bn.h>
-#include <openssl/x509.h>
 
 #include <algorithm>
 #include <iterator>
@@ -25,6 +23,7 @@
 #include "proxy/identity/spiffe_id.h"
 #include "proxy/identity/svid.h"
 #include "proxy/server/admin_json.h"
+#include "proxy/server/admin_pages.h"
 #include "proxy/server/explain_admin.h"
 #include "proxy/server/policy_admin.h"
 #include "proxy/server/server.h"
@@ -44,41 +43,7 @@ constexpr size_t kDefaultConnectionsLimit = 1000;
 // its loop, which must stay short.
 constexpr size_t kMaxConnectionsLimit = 100000;
 
-constexpr char kText[] = "text/plain; charset=utf-8";
-
-// ?format=json or ?format=text (the default); anything else is an error.
-absl::StatusOr<bool> wantsJson(const std::string& query) {
-  auto params = parseQuery(query);
-  auto it = params.find("format");
-  if (it == params.end() || it->second == "text") return false;
-  if (it->second == "json") return true;
-  return absl::InvalidArgumentError(absl::StrCat("format: '", it->second, "' is not served (text or json)"));
-}
-
 std::string ms(std::chrono::milliseconds d) { return common::formatDuration(d); }
-
-std::string serialHex(X509* cert) {
-  BIGNUM* bn = ASN1_INTEGER_to_BN(X509_get0_serialNumber(cert), nullptr);
-  char* hex = bn != nullptr ? BN_bn2hex(bn) : nullptr;
-  std::string out = hex != nullptr ? hex : "";
-  OPENSSL_free(hex);
-  BN_free(bn);
-  return out;
-}
-
-// A certificate's public facts (never its key).
-json::object certJson(X509* cert) {
-  json::array uris;
-  for (const auto& uri : identity::uriSans(cert)) uris.emplace_back(uri);
-  return json::object{
-      {"subject", identity::nameToString(X509_get_subject_name(cert))},
-      {"issuer", identity::nameToString(X509_get_issuer_name(cert))},
-      {"serial", serialHex(cert)},
-      {"not_before", identity::formatTime(identity::asn1TimeToTimePoint(X509_get0_notBefore(cert)))},
-      {"not_after", identity::formatTime(identity::asn1TimeToTimePoint(X509_get0_notAfter(cert)))},
-      {"uri_sans", std::move(uris)},
-  };
-}
 
 json::array stringsJson(const std::vector<std::string>& items) {
   json::array out;
@@ -101,12 +66,6 @@ json::object reloadJson(const ReloadStatus& r) {
                       {"error", r.error.empty() ? json::value(nullptr) : json::value(r.error)},
                       {"last_applied_keys", stringsJson(r.last_applied_keys)},
                       {"restart_required_keys", stringsJson(r.restart_required_keys)}};
-}
-
-std::string ipsText(const workloads::Workload& w, const char* separator) {
-  std::vector<std::string> ips;
-  for (const auto& ip : w.ips) ips.push_back(ip.to_string());
-  return absl::StrJoin(ips, separator);
 }
 
 json::object connectionJson(const session::ConnectionInfo& c) {
@@ -133,209 +92,84 @@ int64_t Server::liveConnections() {
 void Server::routeAdmin() {
   // A page that DNS rebinding sent to 127.0.0.1 names itself in Host (docs/security.md).
   admin_.requireAddressHost();
-  // Sorted by namespace/name: the registry keeps no order.
-  auto workloadsJson = [this] {
-    auto reg = workloads_.current();
-    std::vector<std::pair<std::string, json::object>> rows;
-    rows.reserve(reg->size());
-    reg->forEach([&](const workloads::Workload& w) {
-      json::array ips;
-      for (const auto& ip : w.ips) ips.emplace_back(ip.to_string());
-      rows.emplace_back(w.displayName(), json::object{{"namespace", w.namespace_name.str()},
-                                                      {"name", w.name},
-                                                      {"service_account", w.service_account.str()},
-                                                      {"node", w.node.str()},
-                                                      {"ips", std::move(ips)},
-                                                      {"identity", w.spiffeId(config_.trust_domain)},
-                                                      {"hbone", w.hbone},
-                                                      {"local", reg->isLocal(w)}});
-      if (w.telemetry) {  // the Istio metrics' names for it (docs/operations.md)
-        rows.back().second["workload"] = w.telemetry->workload;
-        rows.back().second["app"] = w.telemetry->canonical_service;
-        rows.back().second["version"] = w.telemetry->canonical_revision;
-      }
-    });
-    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    json::array list;
-    for (auto& [key, row] : rows) list.emplace_back(std::move(row));
-    return json::object{{"count", reg->size()}, {"local", reg->localCount()}, {"workloads", std::move(list)}};
-  };
-
-  // The roots of the bundle and the SVIDs held for local workloads: public facts only.
-  auto certsJson = [this] {
-    absl::Status ready = readiness();
-    json::object out{{"source", config::identitySourceName(config_.identity.source)},
-                     {"trust_domain", config_.trust_domain},
-                     {"ready", ready.ok()}};
-    if (!ready.ok()) out["reason"] = std::string(ready.message());
-    json::array roots;
-    if (auto bundle = identity_->certs().bundle(); bundle.ok()) {
-      for (const auto& root : (*bundle)->roots) roots.emplace_back(certJson(root.get()));
-    } else {
-      out["bundle_error"] = std::string(bundle.status().message());
-    }
-    out["roots"] = std::move(roots);
-    std::vector<std::pair<std::string, std::string>> errors;  // identity, why
-    auto held = identity_->held(&errors);
-    if (auto generation = identity_->facts().ca_generation) out["ca_generation"] = *generation;
-    std::sort(errors.begin(), errors.end());
-    std::sort(held.begin(), held.end(), [](const auto& a, const auto& b) { return a->id.str() < b->id.str(); });
-    json::array certs;
-    for (const auto& svid : held) {
-      json::object c = certJson(svid->leaf.get());
-      c["identity"] = svid->id.str();
-      c["chain"] = svid->intermediates.size();
-      // Which CA signed it (after a CA rotation: the old intermediate or the new one).
-      if (!svid->intermediates.empty()) c["issuer_serial"] = serialHex(svid->intermediates.front().get());
-      certs.emplace_back(std::move(c));
-    }
-    for (auto& [id, why] : errors) certs.emplace_back(json::object{{"identity", id}, {"error", why}});
-    out["certificates"] = std::move(certs);
-    return out;
-  };
-
-  auto datapathJson = [this] {
-    if (!datapath_) return json::object{{"enabled", false}};
-    const auto& f = datapath_->features();
-    return json::object{{"enabled", true},
-                        {"injection", datapath::injectionName(datapath_->injection().mode)},
-                        {"injection_reason", datapath_->injection().why},
-                        {"kernel", datapath::describe(f)},
-                        {"features",
-                         {{"tcx", f.tcx},
-                          {"redirect_peer", f.redirect_peer},
-                          {"egress_flag", f.egress_flag},
-                          {"netkit", f.netkit},
-                          {"ktls", f.ktls}}},
-                        {"probe_errors", f.errors},
-                        {"enrolled_pods", datapath_->enrolledPods()}};
-  };
-
-  admin_.routeWithQuery("/certs", [this, certsJson](const std::string& query) {
-    auto json_form = wantsJson(query);
-    if (!json_form.ok()) return jsonError(400, std::string(json_form.status().message()));
-    if (*json_form) return jsonResponse(200, certsJson());
-    std::string body = absl::StrCat("source: ", config::identitySourceName(config_.identity.source), "\n");
-    absl::Status ready = readiness();
-    absl::StrAppend(&body, "ready: ", ready.ok() ? "true" : absl::StrCat("false (", ready.message(), ")"), "\n");
-    if (auto bundle = identity_->certs().bundle(); bundle.ok()) {
-      for (const auto& root : (*bundle)->roots) {
-        absl::StrAppend(&body, "root: ", identity::nameToString(X509_get_subject_name(root.get())), " until ",
-                        identity::formatTime(identity::asn1TimeToTimePoint(X509_get0_notAfter(root.get()))), "\n");
-      }
-    }
-    IdentityFacts facts = identity_->facts();
-    if (facts.ca_generation) absl::StrAppend(&body, "ca_generation: ", *facts.ca_generation, "\n");
-    if (!facts.ferry_ca.empty()) absl::StrAppend(&body, "ferry_ca: ", facts.ferry_ca, "\n");
-    if (facts.cached) absl::StrAppend(&body, "certificates_cached: ", *facts.cached, "\n");
-    return HttpResponse{200, kText, body};
+  admin_.routeWithQuery("/certs", [this](const std::string& query) {
+    return certsPage(*identity_, config_, readiness(), query);
   });
-  admin_.routeWithQuery("/workloads", [this, workloadsJson](const std::string& query) {
-    auto json_form = wantsJson(query);
-    if (!json_form.ok()) return jsonError(400, std::string(json_form.status().message()));
-    if (*json_form) return jsonResponse(200, workloadsJson());
-    auto reg = workloads_.current();
-    std::vector<std::string> lines;
-    lines.reserve(reg->size());
-    reg->forEach([&](const workloads::Workload& w) {
-      lines.push_back(absl::StrCat(w.displayName(), " node=", w.node.str(), " ips=", ipsText(w, ","),
-                                   " identity=", w.spiffeId(config_.trust_domain), " hbone=", w.hbone ? "true" : "false",
-                                   reg->isLocal(w) ? " local" : "", "\n"));
-    });
-    std::sort(lines.begin(), lines.end());  // the registry keeps no order
-    return HttpResponse{200, kText, absl::StrJoin(lines, "")};
+  admin_.routeWithQuery("/workloads", [this](const std::string& query) {
+    return workloadsPage(*workloads_.current(), config_.trust_domain, query);
   });
   admin_.route("/policies", [this] { return policyDump(policies_); });
   admin_.routeWithQuery("/policy/check", [this](const std::string& query) {
     return policyCheck(query, *workloads_.current(), *policies_.current(), config_.trust_domain,
                        config_.datapath.enabled && config_.datapath.exempt_node);
   });
-  admin_.routeWithQuery("/datapath", [this, datapathJson](const std::string& query) {
-    auto json_form = wantsJson(query);
-    if (!json_form.ok()) return jsonError(400, std::string(json_form.status().message()));
-    if (*json_form) return jsonResponse(200, datapathJson());
-    if (!datapath_) return HttpResponse{200, kText, "datapath: disabled\n"};
-    std::string body = absl::StrCat("kernel: ", datapath::describe(datapath_->features()),
-                                    "\ninjection: ", datapath::injectionName(datapath_->injection().mode),
-                                    " (", datapath_->injection().why, ")\nenrolled_pods: ",
-                                    datapath_->enrolledPods(), "\n");
-    return HttpResponse{200, kText, body};
-  });
-  admin_.route("/status", [this] {
-    absl::Status ready = readiness();
-    auto up = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_at_);
-    json::object out{{"ready", ready.ok()},
-                     {"draining", stopping_.load()},
-                     {"version", FERRY_VERSION},
-                     {"node", config_.node},
-                     {"uptime_seconds", up.count()},
-                     {"workers", workers_.size()},
-                     {"connections_active", liveConnections()},
-                     {"log_level", std::string(common::logLevelName(common::logLevel()))},
-                     {"datapath", datapath_ ? datapath::injectionName(datapath_->injection().mode) : "disabled"},
-                     {"pid", static_cast<int64_t>(::getpid())}};
-    if (!ready.ok()) out["reason"] = std::string(ready.message());
-    // Upgrades (docs/operations.md): this generation, and the one before it while it retires.
-    HandoverStatus h = handoverStatus();
-    json::object handover{{"state", h.state}, {"taken", h.taken}, {"given", h.given}, {"failed", h.failed}};
-    if (h.previous_pid != 0) {
-      json::object previous{{"pid", h.previous_pid},
-                            {"connections_active", h.previous_live},
-                            {"deadline_seconds", h.previous_deadline_ms / 1000}};
-      if (!h.previous_name.empty()) previous["pod"] = h.previous_name;
-      handover["previous"] = std::move(previous);
-    }
-    out["handover"] = std::move(handover);
-    return jsonResponse(200, out);
-  });
-  admin_.route("/config_dump", [this, workloadsJson, certsJson, datapathJson] {
-    return jsonResponse(200, json::object{
-                                 {"config", json::parse(config::configDumpJson(config_))},
-                                 {"runtime",
-                                  {{"workers", workers_.size()},
-                                   {"log_level", std::string(common::logLevelName(common::logLevel()))},
-                                   {"workload_source", source_->describe()}}},
-                                 {"workloads", workloadsJson()},
-                                 {"certificates", certsJson()},
-                                 {"policies", policiesJson(policies_)},
-                                 {"datapath", datapathJson()},
-                                 {"reload", reloadJson(reloadStatus())},
-                             });
-  });
+  admin_.routeWithQuery("/datapath", [this](const std::string& query) { return datapathPage(datapath_.get(), query); });
+  admin_.route("/status", [this] { return jsonResponse(200, statusJson()); });
+  admin_.route("/config_dump", [this] { return jsonResponse(200, configDumpJson()); });
   admin_.routeAsync("/connections", [this](const HttpRequest& request, HttpServer::Reply reply) {
     serveConnections(request, std::move(reply));
   });
   admin_.routeAsync("/explain", [this](const HttpRequest& request, HttpServer::Reply reply) {
     serveExplain(request, std::move(reply));
   });
-  admin_.routeRequest("/logging", {HttpMethod::kGet, HttpMethod::kPost}, [](const HttpRequest& request) {
-    std::string now(common::logLevelName(common::logLevel()));
-    if (request.method == HttpMethod::kGet) return jsonResponse(200, json::object{{"level", now}});
-    auto params = parseQuery(request.query);
-    auto it = params.find("level");
-    if (it == params.end() || it->second.empty()) {
-      return jsonError(400, "POST /logging needs ?level=trace|debug|info|warn|error|off");
-    }
-    auto level = common::parseLogLevel(it->second);
-    if (!level.ok()) return jsonError(400, absl::StrCat("level: ", level.status().message()));
-    common::setLogLevel(*level);
-    // Whatever the new level: an operator's change is always in the log.
-    common::logLine(common::LogLevel::kInfo,
-                    absl::StrCat("admin: log level ", it->second, " (was ", now, "), set through POST /logging"));
-    return jsonResponse(200, json::object{{"level", it->second}, {"previous", now}});
-  });
-  admin_.routeRequest("/quitquitquit", {HttpMethod::kPost}, [this](const HttpRequest&) {
-    int64_t live = liveConnections();
-    HttpResponse r = jsonResponse(200, json::object{{"draining", true},
-                                                    {"connections_active", live},
-                                                    {"drain_timeout", ms(config_.timeouts.drain)}});
-    // Once the caller has its answer: the drain may stop the control loop at once.
-    r.after_write = [this] {
-      FERRY_LOG(kInfo, "admin: /quitquitquit: draining");
-      beginDrain();
-    };
-    return r;
-  });
+  admin_.routeRequest("/logging", {HttpMethod::kGet, HttpMethod::kPost}, loggingPage);
+  admin_.routeRequest("/quitquitquit", {HttpMethod::kPost}, [this](const HttpRequest&) { return quitQuitQuit(); });
+}
+
+json::object Server::statusJson() {
+  absl::Status ready = readiness();
+  auto up = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_at_);
+  json::object out{{"ready", ready.ok()},
+                   {"draining", stopping_.load()},
+                   {"version", FERRY_VERSION},
+                   {"node", config_.node},
+                   {"uptime_seconds", up.count()},
+                   {"workers", workers_.size()},
+                   {"connections_active", liveConnections()},
+                   {"log_level", std::string(common::logLevelName(common::logLevel()))},
+                   {"datapath", datapath_ ? datapath::injectionName(datapath_->injection().mode) : "disabled"},
+                   {"pid", static_cast<int64_t>(::getpid())}};
+  if (!ready.ok()) out["reason"] = std::string(ready.message());
+  // Upgrades (docs/operations.md): this generation, and the one before it while it retires.
+  HandoverStatus h = handoverStatus();
+  json::object handover{{"state", h.state}, {"taken", h.taken}, {"given", h.given}, {"failed", h.failed}};
+  if (h.previous_pid != 0) {
+    json::object previous{{"pid", h.previous_pid},
+                          {"connections_active", h.previous_live},
+                          {"deadline_seconds", h.previous_deadline_ms / 1000}};
+    if (!h.previous_name.empty()) previous["pod"] = h.previous_name;
+    handover["previous"] = std::move(previous);
+  }
+  out["handover"] = std::move(handover);
+  return out;
+}
+
+json::object Server::configDumpJson() {
+  return json::object{
+      {"config", json::parse(config::configDumpJson(config_))},
+      {"runtime",
+       {{"workers", workers_.size()},
+        {"log_level", std::string(common::logLevelName(common::logLevel()))},
+        {"workload_source", source_->describe()}}},
+      {"workloads", workloadsJson(*workloads_.current(), config_.trust_domain)},
+      {"certificates", certsJson(*identity_, config_, readiness())},
+      {"policies", policiesJson(policies_)},
+      {"datapath", datapathJson(datapath_.get())},
+      {"reload", reloadJson(reloadStatus())},
+  };
+}
+
+HttpResponse Server::quitQuitQuit() {
+  int64_t live = liveConnections();
+  HttpResponse r = jsonResponse(200, json::object{{"draining", true},
+                                                  {"connections_active", live},
+                                                  {"drain_timeout", ms(config_.timeouts.drain)}});
+  // Once the caller has its answer: the drain may stop the control loop at once.
+  r.after_write = [this] {
+    FERRY_LOG(kInfo, "admin: /quitquitquit: draining");
+    beginDrain();
+  };
+  return r;
 }
 
 namespace {
