@@ -192,6 +192,52 @@ absl::Status Server::start() {
   common::setLogLevel(config_.log_level);
   started_at_ = std::chrono::steady_clock::now();
   publishReadinessFile();  // "starting" until the end of start-up
+  if (auto st = startSources(); !st.ok()) return st;
+  if (auto st = startWorkers(); !st.ok()) return st;
+  // The running ferryd's sockets (an upgrade or restart), before anything binds or loads.
+  if (auto st = takeOverFromPrevious(); !st.ok()) return st;
+  // Taken over: nothing is accepted from the shared listeners until this one is ready
+  // (takeOverWhenReady); the running one serves them meanwhile.
+  defer_accepting_ = taken_.has_value();
+  if (config_.datapath.enabled) {
+    if (auto st = startDatapath(); !st.ok()) return st;
+  }
+  followWorkloads();
+  if (auto st = bindAllListeners(); !st.ok()) return st;
+  if (datapath_) datapath_->setHbonePaused(false);
+  if (auto st = startHandoverEndpoint(); !st.ok()) return st;
+  // Pods are enrolled once ferryd listens: an answer "enrolled" means their first SYN finds it.
+  if (auto st = startCniEndpoint(); !st.ok()) return st;
+  routeOperatorEndpoints();
+  // After the endpoint is up: the chain makes every new pod's ADD call it.
+  if (config_.cni.install) {
+    cni_installer_.emplace(config_.cni, std::vector<std::string>{config_.kubernetes.daemonset_namespace},
+                           config_.kubernetes.istio_ambient);
+    if (auto st = cni_installer_->install(); !st.ok()) return st;
+    if (cni_credentials_) cni_credentials_->start();
+  }
+  startControlLoop();
+  startWorkerThreads();
+  if (taken_) {
+    // The previous ferryd serves until this one is ready (its workloads listed, its
+    // certificates loaded): then it stops accepting and retires (server_handover.cc).
+    FERRY_LOG(kInfo, "ferryd started: node=%s trust_domain=%s workers=%d; takes over from %s once ready",
+              config_.node, config_.trust_domain, workers_.size(), handover::describe(taken_->old_pid, taken_->old_name));
+    asio::co_spawn(control_, takeOverWhenReady(), session::logTaskError);
+    return absl::OkStatus();
+  }
+  started_ = true;
+  publishReadinessFile();
+  if (absl::Status ready = readiness(); !ready.ok()) {
+    FERRY_LOG(kWarn, "ferryd started but not ready: %s", ready.message());
+  }
+  FERRY_LOG(kInfo, "ferryd started: node=%s trust_domain=%s workers=%d workloads=%d (local %d)",
+            config_.node, config_.trust_domain, workers_.size(), workloads_.current()->size(),
+            workloads_.current()->localCount());
+  return absl::OkStatus();
+}
+
+absl::Status Server::startSources() {
   if (auto st = makeWorkloadSource(); !st.ok()) return st;
   if (auto st = source_->start(workloads_); !st.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("workloads: ", st.message()));
@@ -204,6 +250,10 @@ absl::Status Server::start() {
   auto identity = IdentityRuntime::create(config_, control_, workloads_, std::move(service_ip));
   if (!identity.ok()) return identity.status();
   identity_ = *std::move(identity);
+  return absl::OkStatus();
+}
+
+absl::Status Server::startWorkers() {
   size_t n = config_.workers != 0 ? config_.workers : std::max(1u, std::thread::hardware_concurrency());
   FERRY_LOG(kInfo, "memory: %s", config::describeBudget(config_.memory_budget));
   uint64_t descriptor_limit = session::raiseDescriptorLimit();
@@ -216,12 +266,21 @@ absl::Status Server::start() {
   sockets_.setDescriptorCap(*cap + descriptor_slack);
   istio_ = std::make_unique<session::IstioMetrics>(n, config_);
   // access_log: a reload sets the new file's (applyConfig).
-  shared_.reset(new session::Shared{workloads_, policies_, identity_->tls(), sockets_, stats_, ferryPorts(config_),
-                                    /*self=*/{}, /*draining=*/{}, session::Placement(n), /*workers=*/{}, admission_, *cap,
-                                    /*policies_loaded=*/{!k8s_policies_ || k8s_policies_->synced()},
-                                    session::AccessLogSettings(config_.access_log), istio_.get(),
-                                    /*reset_penalties=*/{}});
-  shared_->descriptor_slack = descriptor_slack;
+  shared_ = std::make_unique<session::Shared>(session::Shared::Parts{
+      .workloads = workloads_,
+      .policies = policies_,
+      .tls = identity_->tls(),
+      .sockets = sockets_,
+      .stats = stats_,
+      .admission = admission_,
+      .ferry_ports = ferryPorts(config_),
+      .workers = n,
+      .descriptor_cap = *cap,
+      .descriptor_slack = descriptor_slack,
+      .policies_loaded = !k8s_policies_ || k8s_policies_->synced(),
+      .access_log = config_.access_log,
+      .istio = istio_.get(),
+  });
   shared_->receive_budget->setLimit(config_.memory_budget.receive_buffer);
   auto worker_config = std::make_shared<const config::Config>(config_);
   for (size_t i = 0; i < n; ++i) {
@@ -229,24 +288,24 @@ absl::Status Server::start() {
     shared_->workers.push_back(workers_.back().get());
   }
   preallocateSocketStates(*cap);
-  // The running ferryd's sockets (an upgrade or restart), before anything binds or loads.
-  if (auto st = takeOverFromPrevious(); !st.ok()) return st;
-  // Taken over: nothing is accepted from the shared listeners until this one is ready
-  // (takeOverWhenReady); the running one serves them meanwhile.
-  defer_accepting_ = taken_.has_value();
-  if (config_.datapath.enabled) {
-    auto ns = config_.datapath.proxy_netns_auto ? createProxyNetns() : datapath::NetnsFd::open(config_.datapath.proxy_netns);
-    if (!ns.ok()) return absl::FailedPreconditionError(absl::StrCat("datapath.proxy_netns: ", ns.status().message()));
-    proxy_netns_.emplace(std::move(*ns));
-    auto dp = datapath::Datapath::create(config_, *proxy_netns_, /*taking_over=*/taken_.has_value());
-    if (!dp.ok()) return absl::Status(dp.status().code(), absl::StrCat("datapath: ", dp.status().message()));
-    datapath_ = std::move(*dp);
-    // Plaintext to a pod goes through ferryd when a port of it is STRICT or policies apply.
-    datapath_->setPlaintextCapture([this](const workloads::Workload& w) {
-      return policies_.current()->capturesPlaintext(w, session::fallbackMode(w));
-    });
-    if (auto st = syncDatapathOnceSourceListed(); !st.ok()) return st;
-  }
+  return absl::OkStatus();
+}
+
+absl::Status Server::startDatapath() {
+  auto ns = config_.datapath.proxy_netns_auto ? createProxyNetns() : datapath::NetnsFd::open(config_.datapath.proxy_netns);
+  if (!ns.ok()) return absl::FailedPreconditionError(absl::StrCat("datapath.proxy_netns: ", ns.status().message()));
+  proxy_netns_.emplace(std::move(*ns));
+  auto dp = datapath::Datapath::create(config_, *proxy_netns_, /*taking_over=*/taken_.has_value());
+  if (!dp.ok()) return absl::Status(dp.status().code(), absl::StrCat("datapath: ", dp.status().message()));
+  datapath_ = std::move(*dp);
+  // Plaintext to a pod goes through ferryd when a port of it is STRICT or policies apply.
+  datapath_->setPlaintextCapture([this](const workloads::Workload& w) {
+    return policies_.current()->capturesPlaintext(w, session::fallbackMode(w));
+  });
+  return syncDatapathOnceSourceListed();
+}
+
+void Server::followWorkloads() {
   workloads_.subscribe([this](const workloads::Registry& after, const workloads::Delta& delta) {
     onWorkloadsChanged(after, delta);
   });
@@ -265,29 +324,28 @@ absl::Status Server::start() {
           service_log_added_ = service_log_removed_ = 0;
         }
       });
-  {
-    // Every socket of the data plane lives in the proxy netns; the control thread returns
-    // to the node netns afterwards. The operator endpoints live there too, except in a
-    // proxy netns ferryd made itself (on a real node): there they belong where ferryd
-    // runs, the node's netns (a host-network pod), where the kubelet probes and Prometheus
-    // scrapes the pod's IP.
-    const bool operator_in_proxy = !config_.datapath.proxy_netns_auto;
-    std::optional<datapath::ScopedNetns> in_proxy;
-    if (proxy_netns_) {
-      auto scoped = datapath::ScopedNetns::enter(*proxy_netns_);
-      if (!scoped.ok()) return scoped.status();
-      in_proxy.emplace(std::move(*scoped));
-    }
-    if (auto st = bindListeners(operator_in_proxy); !st.ok()) return st;
-    in_proxy.reset();
-    if (!operator_in_proxy) {
-      if (auto st = bindOperatorListeners(); !st.ok()) return st;
-    }
+}
+
+absl::Status Server::bindAllListeners() {
+  // Every socket of the data plane lives in the proxy netns; the control thread returns to
+  // the node netns afterwards. The operator endpoints live there too, except in a proxy
+  // netns ferryd made itself (on a real node): there they belong where ferryd runs, the
+  // node's netns (a host-network pod), where the kubelet probes and Prometheus scrapes the
+  // pod's IP.
+  const bool operator_in_proxy = !config_.datapath.proxy_netns_auto;
+  std::optional<datapath::ScopedNetns> in_proxy;
+  if (proxy_netns_) {
+    auto scoped = datapath::ScopedNetns::enter(*proxy_netns_);
+    if (!scoped.ok()) return scoped.status();
+    in_proxy.emplace(std::move(*scoped));
   }
-  if (datapath_) datapath_->setHbonePaused(false);
-  if (auto st = startHandoverEndpoint(); !st.ok()) return st;
-  // Pods are enrolled once ferryd listens: an answer "enrolled" means their first SYN finds it.
-  if (auto st = startCniEndpoint(); !st.ok()) return st;
+  if (auto st = bindListeners(operator_in_proxy); !st.ok()) return st;
+  in_proxy.reset();
+  if (!operator_in_proxy) return bindOperatorListeners();
+  return absl::OkStatus();
+}
+
+void Server::routeOperatorEndpoints() {
   readiness_.route("/healthz/ready", [this] {
     absl::Status ready = readiness();
     if (ready.ok()) return HttpResponse{200, "text/plain; charset=utf-8", "ready\n"};
@@ -304,20 +362,13 @@ absl::Status Server::start() {
     return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", renderMetrics()};
   });
   routeAdmin();
+}
 
-  // After the endpoint is up: the chain makes every new pod's ADD call it.
-  if (config_.cni.install) {
-    cni_installer_.emplace(config_.cni, std::vector<std::string>{config_.kubernetes.daemonset_namespace},
-                           config_.kubernetes.istio_ambient);
-    if (auto st = cni_installer_->install(); !st.ok()) return st;
-    if (cni_credentials_) cni_credentials_->start();
-  }
-
+void Server::startControlLoop() {
   signals_.add(SIGINT);
   signals_.add(SIGTERM);
   signals_.add(SIGHUP);
   armSignals();
-
   poll_timer_.expires_after(config_.workloads_poll);
   poll_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (!ec) pollWorkloads();
@@ -325,7 +376,9 @@ absl::Status Server::start() {
   identity_->start();
   last_trim_ = std::chrono::steady_clock::now();
   scheduleMemoryTrim();  // limits.trim_after_closes may be 0 now and set by a reload
+}
 
+void Server::startWorkerThreads() {
   for (auto& w : workers_) {
     threads_.emplace_back([w = w.get(), ns = proxy_netns_ ? &*proxy_netns_ : nullptr] {
       // Upstream sockets opened by this worker must be in the proxy netns too.
@@ -339,23 +392,6 @@ absl::Status Server::start() {
       w->io().run();
     });
   }
-  if (taken_) {
-    // The previous ferryd serves until this one is ready (its workloads listed, its
-    // certificates loaded): then it stops accepting and retires (server_handover.cc).
-    FERRY_LOG(kInfo, "ferryd started: node=%s trust_domain=%s workers=%d; takes over from %s once ready",
-              config_.node, config_.trust_domain, n, handover::describe(taken_->old_pid, taken_->old_name));
-    asio::co_spawn(control_, takeOverWhenReady(), session::logTaskError);
-    return absl::OkStatus();
-  }
-  started_ = true;
-  publishReadinessFile();
-  if (absl::Status ready = readiness(); !ready.ok()) {
-    FERRY_LOG(kWarn, "ferryd started but not ready: %s", ready.message());
-  }
-  FERRY_LOG(kInfo, "ferryd started: node=%s trust_domain=%s workers=%d workloads=%d (local %d)",
-            config_.node, config_.trust_domain, n, workloads_.current()->size(),
-            workloads_.current()->localCount());
-  return absl::OkStatus();
 }
 
 void Server::preallocateSocketStates(int descriptor_cap) {

@@ -117,6 +117,17 @@ class Server {
   HandoverStatus handoverStatus() const;
 
  private:
+  // The phases of start(), in order: the workload, policy and identity sources; the workers
+  // and what they share; the datapath; following the registry; the listeners; the operator
+  // endpoints' routes; the control loop's signals and timers; the worker threads.
+  absl::Status startSources();
+  absl::Status startWorkers();
+  absl::Status startDatapath();
+  void followWorkloads();
+  absl::Status bindAllListeners();
+  void routeOperatorEndpoints();
+  void startControlLoop();
+  void startWorkerThreads();
   void pollWorkloads();
   // `reread_config`: SIGHUP, the config file is read even if it looks unchanged.
   void pollOnce(bool reread_config = false);

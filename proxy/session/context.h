@@ -38,6 +38,28 @@ class Worker;
 class ConnectionRecord;
 
 struct Shared {
+  // What the server hands the workers at start, each part by name (designated initializers).
+  struct Parts {
+    const workloads::Store& workloads;
+    const policy::Store& policies;
+    identity::TlsContextCache& tls;
+    net::SocketFactory& sockets;
+    Stats& stats;
+    Admission& admission;
+    std::vector<uint16_t> ferry_ports;
+    size_t workers = 1;
+    int descriptor_cap = 0;
+    int descriptor_slack = 0;
+    bool policies_loaded = true;
+    config::AccessLog access_log;
+    IstioMetrics* istio = nullptr;
+  };
+  explicit Shared(Parts parts)
+      : workloads(parts.workloads), policies(parts.policies), tls(parts.tls), sockets(parts.sockets),
+        stats(parts.stats), ferry_ports(std::move(parts.ferry_ports)), placement(parts.workers),
+        admission(parts.admission), descriptor_cap(parts.descriptor_cap), policies_loaded(parts.policies_loaded),
+        access_log(parts.access_log), istio(parts.istio), descriptor_slack(parts.descriptor_slack) {}
+
   // No config here: each worker holds the config in force (Worker::config()), which a
   // reload replaces.
   const workloads::Store& workloads;
