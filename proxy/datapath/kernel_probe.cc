@@ -12,9 +12,12 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "ferry_probe.skel.h"
+#include "proxy/common/unique_fd.h"
 #include "proxy/rtnetlink/rtnetlink.h"
 
 namespace ferry::datapath {
@@ -22,23 +25,40 @@ namespace {
 
 // TCX attach types; libbpf 1.1's headers predate them (kernel 6.6).
 constexpr int kTcxIngress = 46;
-// TC_ACT_UNSPEC == TCX_NEXT: the probe program lets every other program run.
-constexpr int32_t kActUnspec = -1;
 constexpr int32_t kActShot = 2;
 constexpr int32_t kActRedirect = 7;
 constexpr int kHelperRedirectPeer = 155;  // BPF_FUNC_redirect_peer
 
-bpf_insn mov64Imm(uint8_t reg, int32_t imm) {
-  return bpf_insn{BPF_ALU64 | BPF_MOV | BPF_K, reg, 0, 0, imm};
-}
-bpf_insn call(int32_t helper) { return bpf_insn{BPF_JMP | BPF_CALL, 0, 0, 0, helper}; }
-bpf_insn exitInsn() { return bpf_insn{BPF_JMP | BPF_EXIT, 0, 0, 0, 0}; }
+struct ProbeDeleter {
+  void operator()(ferry_probe* skel) const { ferry_probe__destroy(skel); }
+};
+using ProbeSkeleton = std::unique_ptr<ferry_probe, ProbeDeleter>;
 
-int loadSchedCls(const bpf_insn* insns, size_t count, std::string& error) {
-  LIBBPF_OPTS(bpf_prog_load_opts, opts);
-  int fd = bpf_prog_load(BPF_PROG_TYPE_SCHED_CLS, "ferry_probe", "GPL", insns, count, &opts);
-  if (fd < 0) error = absl::StrCat("loading a probe program: ", strerror(errno));
-  return fd;
+// TCX: attach probe_next (TCX_NEXT: lets every other program run) to lo's ingress, then
+// detach at once.
+bool probeTcx(const ferry_probe& skel) {
+  LIBBPF_OPTS(bpf_link_create_opts, lopts);
+  common::UniqueFd link(
+      bpf_link_create(bpf_program__fd(skel.progs.probe_next), 1 /* lo */, static_cast<bpf_attach_type>(kTcxIngress), &lopts));
+  return static_cast<bool>(link);
+}
+
+// The egress flag: run probe_redirect (`return bpf_redirect_peer(1, probe_flags)`) under
+// BPF_PROG_TEST_RUN: TC_ACT_REDIRECT means the kernel accepted the flag, TC_ACT_SHOT that
+// it did not.
+bool probeEgressFlag(const ferry_probe& skel, std::string& errors) {
+  // Ethernet + IPv4 header: the smallest packet test_run accepts for SCHED_CLS.
+  unsigned char pkt[64] = {};
+  pkt[12] = 0x08;
+  pkt[14] = 0x45;
+  LIBBPF_OPTS(bpf_test_run_opts, topts, .data_in = pkt, .data_size_in = sizeof(pkt), .repeat = 1);
+  if (bpf_prog_test_run_opts(bpf_program__fd(skel.progs.probe_redirect), &topts) != 0) {
+    absl::StrAppend(&errors, "egress-flag probe test_run: ", strerror(errno), "; ");
+    return false;
+  }
+  const auto verdict = static_cast<int32_t>(topts.retval);
+  if (verdict != kActRedirect && verdict != kActShot) absl::StrAppend(&errors, "egress-flag probe returned ", verdict, "; ");
+  return verdict == kActRedirect;
 }
 
 // netkit: create a pair in a throwaway netns (a thread's own; the pair goes with it when
@@ -70,64 +90,31 @@ bool probeNetkit(std::string& error) {
 // /proc/sys/net/ipv4/tcp_available_ulp cannot tell: it exists only in the initial netns,
 // and a built-in tls has no /sys/module entry.
 bool hasTlsUlp() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
+  common::UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return false;
   static const char kUlp[] = "tls";
-  int rc = ::setsockopt(fd, IPPROTO_TCP, TCP_ULP, kUlp, sizeof(kUlp) - 1);
-  int err = errno;
-  ::close(fd);
-  return rc == 0 || err != ENOENT;
+  int rc = ::setsockopt(fd.get(), IPPROTO_TCP, TCP_ULP, kUlp, sizeof(kUlp) - 1);
+  return rc == 0 || errno != ENOENT;
 }
 
 }  // namespace
 
 KernelFeatures probeKernel(uint32_t egress_flag) {
   KernelFeatures f;
-  std::string err;
-
-  // TCX: attach a do-nothing program (TCX_NEXT) to lo's ingress, then detach at once.
-  {
-    const bpf_insn prog[] = {mov64Imm(BPF_REG_0, kActUnspec), exitInsn()};
-    int fd = loadSchedCls(prog, 2, err);
-    if (fd >= 0) {
-      LIBBPF_OPTS(bpf_link_create_opts, lopts);
-      int link = bpf_link_create(fd, 1 /* lo */, static_cast<bpf_attach_type>(kTcxIngress), &lopts);
-      if (link >= 0) {
-        f.tcx = true;
-        ::close(link);
-      }
-      ::close(fd);
-    } else {
-      absl::StrAppend(&f.errors, err, "; ");
-    }
-  }
-
   f.redirect_peer = libbpf_probe_bpf_helper(BPF_PROG_TYPE_SCHED_CLS,
                                             static_cast<bpf_func_id>(kHelperRedirectPeer), nullptr) == 1;
-
-  // The egress flag: run `return bpf_redirect_peer(1, flag)` under BPF_PROG_TEST_RUN:
-  // TC_ACT_REDIRECT means the kernel accepted the flag, TC_ACT_SHOT that it did not.
-  if (f.redirect_peer) {
-    const bpf_insn prog[] = {mov64Imm(BPF_REG_1, 1), mov64Imm(BPF_REG_2, static_cast<int32_t>(egress_flag)),
-                             call(kHelperRedirectPeer), exitInsn()};
-    int fd = loadSchedCls(prog, 4, err);
-    if (fd >= 0) {
-      // Ethernet + IPv4 header: the smallest packet test_run accepts for SCHED_CLS.
-      unsigned char pkt[64] = {};
-      pkt[12] = 0x08;
-      pkt[14] = 0x45;
-      LIBBPF_OPTS(bpf_test_run_opts, topts, .data_in = pkt, .data_size_in = sizeof(pkt), .repeat = 1);
-      if (bpf_prog_test_run_opts(fd, &topts) == 0) {
-        f.egress_flag = static_cast<int32_t>(topts.retval) == kActRedirect;
-        if (!f.egress_flag && static_cast<int32_t>(topts.retval) != kActShot) {
-          absl::StrAppend(&f.errors, "egress-flag probe returned ", topts.retval, "; ");
-        }
-      } else {
-        absl::StrAppend(&f.errors, "egress-flag probe test_run: ", strerror(errno), "; ");
-      }
-      ::close(fd);
+  ProbeSkeleton skel(ferry_probe__open());
+  if (skel == nullptr) {
+    absl::StrAppend(&f.errors, "opening the probe programs: ", strerror(errno), "; ");
+  } else {
+    skel->rodata->probe_flags = egress_flag;
+    // Without the helper the verifier refuses probe_redirect: only probe_next is loaded.
+    if (!f.redirect_peer) bpf_program__set_autoload(skel->progs.probe_redirect, false);
+    if (ferry_probe__load(skel.get()) != 0) {
+      absl::StrAppend(&f.errors, "loading the probe programs: ", strerror(errno), "; ");
     } else {
-      absl::StrAppend(&f.errors, err, "; ");
+      f.tcx = probeTcx(*skel);
+      if (f.redirect_peer) f.egress_flag = probeEgressFlag(*skel, f.errors);
     }
   }
 

@@ -24,8 +24,9 @@ class ProbeTest : public ::testing::Test {
  protected:
   void SetUp() override { FERRY_BPF_REQUIRE_ROOT(); }
 
-  // Loads the probe with `flags` and runs it once; returns its verdict.
-  int32_t probe(uint64_t flags) {
+  // Loads the probe with `flags` and runs probe_redirect (probe_next with `next`) once;
+  // returns its verdict.
+  int32_t probe(uint64_t flags, bool next = false) {
     ferry_probe* skel = ferry_probe__open();
     if (skel == nullptr) {
       ADD_FAILURE() << "opening the probe skeleton failed";
@@ -43,7 +44,8 @@ class ProbeTest : public ::testing::Test {
       opts.data_in = frame.data();
       opts.data_size_in = static_cast<uint32_t>(frame.size());
       opts.repeat = 1;
-      EXPECT_EQ(bpf_prog_test_run_opts(bpf_program__fd(skel->progs.probe_redirect), &opts), 0);
+      bpf_program* program = next ? skel->progs.probe_next : skel->progs.probe_redirect;
+      EXPECT_EQ(bpf_prog_test_run_opts(bpf_program__fd(program), &opts), 0);
       verdict = static_cast<int32_t>(opts.retval);
     }
     ferry_probe__destroy(skel);
@@ -66,6 +68,10 @@ TEST_F(ProbeTest, DefaultEgressFlagGivesOneOfTheTwoAnswers) {
   std::printf("this kernel %s the egress flag %#llx\n", verdict == kRedirect ? "accepts" : "refuses",
               static_cast<unsigned long long>(FERRY_DEFAULT_EGRESS_FLAG));
 }
+
+// The program the TCX probe attaches to lo for an instant passes every packet on to the
+// next program (TC_ACT_UNSPEC, TCX_NEXT): lo's traffic is never touched by the probe.
+TEST_F(ProbeTest, TcxProbeProgramLetsEveryOtherProgramRun) { EXPECT_EQ(probe(0, /*next=*/true), -1); }
 
 }  // namespace
 }  // namespace ferry::bpftest
