@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proxy/common/log.h"
+#include "proxy/common/unique_fd.h"
 
 namespace ferry::datapath {
 namespace {
@@ -76,7 +77,7 @@ const char* hookName(Hook hook) {
 Attachment& Attachment::operator=(Attachment&& other) noexcept {
   if (this != &other) {
     detach();
-    link_fd_ = other.link_fd_;
+    link_fd_ = std::move(other.link_fd_);
     pin_path_ = std::move(other.pin_path_);
     tc_ifindex_ = other.tc_ifindex_;
     hook_ = other.hook_;
@@ -88,7 +89,6 @@ Attachment& Attachment::operator=(Attachment&& other) noexcept {
     position_ = other.position_;
     want_pin_ = std::move(other.want_pin_);
     repair_failing_ = other.repair_failing_;
-    other.link_fd_ = -1;
     other.tc_attached_ = false;
     other.pin_path_.clear();
   }
@@ -112,28 +112,28 @@ absl::StatusOr<Attachment> Attachment::attach(int prog_fd, int ifindex, Hook hoo
   }
   if (tcx) {
     if (!pin_path.empty()) {
-      int old = bpf_obj_get(pin_path.c_str());
-      if (old >= 0) {
+      common::UniqueFd old(bpf_obj_get(pin_path.c_str()));
+      if (old) {
         // A link pinned by an earlier ferryd: point it at the new program, no gap.
-        if (bpf_link_update(old, prog_fd, nullptr) == 0) {
-          a.link_fd_ = old;
+        if (bpf_link_update(old.get(), prog_fd, nullptr) == 0) {
+          a.link_fd_ = std::move(old);
           a.pin_path_ = pin_path;
           FERRY_LOG(kInfo, "datapath: adopted pinned link %s for %s", pin_path, what);
           return a;
         }
         FERRY_LOG(kWarn, "datapath: pinned link %s unusable (%s); replacing it", pin_path, strerror(errno));
-        ::close(old);
+        old.reset();
         ::unlink(pin_path.c_str());
       }
     }
-    int fd = linkCreate(prog_fd, ifindex, hook, position);
-    if (fd < 0) {
+    common::UniqueFd fd(linkCreate(prog_fd, ifindex, hook, position));
+    if (!fd) {
       return absl::InternalError(absl::StrCat("attaching ", what, isNetkit(hook) ? " to netkit: " : " with TCX: ",
                                               strerror(errno)));
     }
-    a.link_fd_ = fd;
+    a.link_fd_ = std::move(fd);
     if (!pin_path.empty()) {
-      if (bpf_obj_pin(fd, pin_path.c_str()) != 0) {
+      if (bpf_obj_pin(a.link_fd_.get(), pin_path.c_str()) != 0) {
         return absl::InternalError(absl::StrCat("pinning the link of ", what, " at ", pin_path, ": ",
                                                 strerror(errno)));
       }
@@ -162,10 +162,9 @@ absl::StatusOr<Attachment> Attachment::attach(int prog_fd, int ifindex, Hook hoo
 }
 
 void Attachment::detach() {
-  if (link_fd_ >= 0) {
+  if (link_fd_) {
     if (!pin_path_.empty()) ::unlink(pin_path_.c_str());
-    ::close(link_fd_);  // closing the last reference to an unpinned link detaches it
-    link_fd_ = -1;
+    link_fd_.reset();  // closing the last reference to an unpinned link detaches it
     pin_path_.clear();
   }
   if (tc_attached_) {
@@ -178,13 +177,13 @@ void Attachment::detach() {
 }
 
 bool Attachment::stillAttached() const {
-  if (link_fd_ >= 0) {
+  if (link_fd_) {
     // A TCX or netkit link that was detached (BPF_LINK_DETACH, or its device went away)
     // stays a valid fd but reports ifindex 0. libbpf 1.1's bpf_link_info lacks the tcx and
     // netkit members: both begin with the ifindex, at the start of the union.
     bpf_link_info info{};
     uint32_t len = sizeof(info);
-    if (bpf_obj_get_info_by_fd(link_fd_, &info, &len) != 0) return false;
+    if (bpf_obj_get_info_by_fd(link_fd_.get(), &info, &len) != 0) return false;
     uint32_t ifindex = 0;
     std::memcpy(&ifindex, reinterpret_cast<const char*>(&info) + offsetof(bpf_link_info, raw_tracepoint),
                 sizeof(ifindex));
@@ -210,23 +209,22 @@ bool Attachment::stillAttached() const {
 
 absl::StatusOr<Attachment::Repair> Attachment::repair() {
   // After a failed re-attach nothing is attached: try again on every check.
-  if (!repair_failing_ && link_fd_ < 0 && !tc_attached_) return Repair::kIntact;
+  if (!repair_failing_ && !link_fd_ && !tc_attached_) return Repair::kIntact;
   if (!repair_failing_ && stillAttached()) {
     if (pin_path_.empty()) return Repair::kIntact;
     // The pin is what keeps the pod steered into the proxy when ferryd stops (fail closed):
     // it must name this link, not be missing or name another.
-    int pinned = bpf_obj_get(pin_path_.c_str());
+    common::UniqueFd pinned(bpf_obj_get(pin_path_.c_str()));
     bool ours = false;
-    if (pinned >= 0) {
+    if (pinned) {
       bpf_link_info a{}, b{};
       uint32_t la = sizeof(a), lb = sizeof(b);
-      ours = bpf_obj_get_info_by_fd(pinned, &a, &la) == 0 && bpf_obj_get_info_by_fd(link_fd_, &b, &lb) == 0 &&
-             a.id == b.id;
-      ::close(pinned);
+      ours = bpf_obj_get_info_by_fd(pinned.get(), &a, &la) == 0 &&
+             bpf_obj_get_info_by_fd(link_fd_.get(), &b, &lb) == 0 && a.id == b.id;
     }
     if (ours) return Repair::kIntact;
     ::unlink(pin_path_.c_str());
-    if (bpf_obj_pin(link_fd_, pin_path_.c_str()) != 0) {
+    if (bpf_obj_pin(link_fd_.get(), pin_path_.c_str()) != 0) {
       repair_failing_ = true;  // the next check makes a fresh, pinned link
       return absl::InternalError(absl::StrCat("pinning the link of ", what_, " again at ", pin_path_, ": ",
                                               strerror(errno)));
@@ -235,10 +233,9 @@ absl::StatusOr<Attachment::Repair> Attachment::repair() {
   }
   // Gone from its hook. Drop the dead link and its pin, so that attach() makes a fresh one
   // rather than adopting the pin of a detached link.
-  if (link_fd_ >= 0) {
+  if (link_fd_) {
     if (!pin_path_.empty()) ::unlink(pin_path_.c_str());
-    ::close(link_fd_);
-    link_fd_ = -1;
+    link_fd_.reset();
     pin_path_.clear();
   }
   tc_attached_ = false;  // BPF_TC_F_REPLACE takes our handle back if another program holds it
@@ -252,8 +249,8 @@ absl::StatusOr<Attachment::Repair> Attachment::repair() {
 }
 
 bool Attachment::reclaim() {
-  if (link_fd_ < 0 || prog_fd_ < 0) return false;
-  if (bpf_link_update(link_fd_, prog_fd_, nullptr) != 0) {
+  if (!link_fd_ || prog_fd_ < 0) return false;
+  if (bpf_link_update(link_fd_.get(), prog_fd_, nullptr) != 0) {
     FERRY_LOG(kWarn, "datapath: pointing the link of %s at this ferryd's program: %s", what_, strerror(errno));
     return false;
   }
@@ -261,8 +258,7 @@ bool Attachment::reclaim() {
 }
 
 void Attachment::release() {
-  if (link_fd_ >= 0) ::close(link_fd_);  // the pin keeps it attached
-  link_fd_ = -1;
+  link_fd_.reset();  // the pin keeps it attached
   pin_path_.clear();
   tc_attached_ = false;
 }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "proxy/common/unique_fd.h"
 
 namespace ferry::datapath {
 
@@ -51,7 +52,7 @@ class Attachment {
   // The last repair() failed (to log a failing hook once, not on every check).
   bool repairFailing() const { return repair_failing_; }
   const std::string& what() const { return what_; }
-  bool usesTcx() const { return link_fd_ >= 0; }
+  bool usesTcx() const { return static_cast<bool>(link_fd_); }
 
  private:
   bool stillAttached() const;
@@ -62,7 +63,7 @@ class Attachment {
   Position position_ = Position::kFirst;
   std::string want_pin_;
   bool repair_failing_ = false;
-  int link_fd_ = -1;      // TCX link
+  common::UniqueFd link_fd_;  // TCX link
   std::string pin_path_;  // where the link is pinned, if it is
   int tc_ifindex_ = 0;    // cls_bpf: where to detach from
   Hook hook_ = Hook::kIngress;

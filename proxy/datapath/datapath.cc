@@ -23,6 +23,7 @@
 #include "proxy/common/log.h"
 #include "proxy/rtnetlink/rtnetlink.h"
 #include "proxy/telemetry/metrics.h"
+#include "proxy/common/unique_fd.h"
 
 namespace ferry::datapath {
 namespace {
@@ -72,12 +73,12 @@ absl::Status ensureBpffsDir(const std::string& dir) {
 // programs still attached keep the old map until their links point at the new programs.
 void dropResizedCapturePin(const std::string& pin_dir) {
   std::string pin = absl::StrCat(pin_dir, "/", FERRY_MAP_CAPTURE);
-  int fd = bpf_obj_get(pin.c_str());
-  if (fd < 0) return;
+  common::UniqueFd fd(bpf_obj_get(pin.c_str()));
+  if (!fd) return;
   bpf_map_info info{};
   uint32_t length = sizeof(info);
-  bool resized = bpf_obj_get_info_by_fd(fd, &info, &length) == 0 && info.max_entries != FERRY_MAX_CAPTURE;
-  ::close(fd);
+  bool resized = bpf_obj_get_info_by_fd(fd.get(), &info, &length) == 0 && info.max_entries != FERRY_MAX_CAPTURE;
+  fd.reset();
   if (resized && ::unlink(pin.c_str()) == 0) {
     FERRY_LOG(kInfo, "datapath: %s held %d entries at most, this ferryd needs %d: re-created", pin,
               info.max_entries, FERRY_MAX_CAPTURE);

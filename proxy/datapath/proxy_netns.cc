@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "proxy/common/log.h"
 #include "proxy/rtnetlink/rtnetlink.h"
+#include "proxy/common/unique_fd.h"
 
 namespace ferry::datapath {
 namespace {
@@ -22,16 +23,15 @@ namespace {
 // /proc/sys/net is per netns, resolved at open time from the opening thread's netns.
 absl::Status writeSysctl(const std::string& key, const char* value, bool optional = false) {
   std::string path = absl::StrCat("/proc/sys/", key);
-  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) {
+  common::UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!fd) {
     // Optional settings: absent (no IPv6), or /proc/sys read-only (a container).
     if (optional && (errno == ENOENT || errno == EROFS || errno == EACCES)) return absl::OkStatus();
     return absl::InternalError(absl::StrCat("sysctl ", key, ": ", strerror(errno)));
   }
-  ssize_t n = ::write(fd, value, std::strlen(value));
-  int e = errno;
-  ::close(fd);
-  if (n < 0) return absl::InternalError(absl::StrCat("sysctl ", key, " = ", value, ": ", strerror(e)));
+  if (::write(fd.get(), value, std::strlen(value)) < 0) {
+    return absl::InternalError(absl::StrCat("sysctl ", key, " = ", value, ": ", strerror(errno)));
+  }
   return absl::OkStatus();
 }
 
@@ -86,28 +86,23 @@ absl::Status plumbInside(const ProxyNetnsSpec& spec, uint32_t gateway) {
 }  // namespace
 
 absl::StatusOr<HostInterfaceClaim> HostInterfaceClaim::take(const std::string& host_interface) {
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::InternalError(absl::StrCat("socket(AF_UNIX): ", strerror(errno)));
+  common::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return absl::InternalError(absl::StrCat("socket(AF_UNIX): ", strerror(errno)));
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   // Abstract (leading NUL): no file, per netns, gone with the last fd.
   std::string name = absl::StrCat("ferryd/", host_interface);
   std::memcpy(addr.sun_path + 1, name.data(), std::min(name.size(), sizeof(addr.sun_path) - 1));
   socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) {
     int e = errno;
-    ::close(fd);
     if (e == EADDRINUSE) {
       return absl::AlreadyExistsError(absl::StrCat("another ferryd on this node uses ", host_interface,
                                                    " (it holds the abstract socket @", name, ")"));
     }
     return absl::InternalError(absl::StrCat("binding the abstract socket @", name, ": ", strerror(e)));
   }
-  return HostInterfaceClaim(fd, host_interface);
-}
-
-HostInterfaceClaim::~HostInterfaceClaim() {
-  if (fd_ >= 0) ::close(fd_);
+  return HostInterfaceClaim(fd.release(), host_interface);
 }
 
 absl::StatusOr<NetnsFd> createProxyNetns(const ProxyNetnsSpec& spec, const HostInterfaceClaim& claim) {

@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "proxy/datapath/netns.h"
+#include "proxy/common/unique_fd.h"
 
 namespace ferry::datapath {
 
@@ -49,18 +50,14 @@ class HostInterfaceClaim {
   static HostInterfaceClaim adopt(int fd, std::string host_interface) {
     return HostInterfaceClaim(fd, std::move(host_interface));
   }
-  int fd() const { return fd_; }
-  HostInterfaceClaim(HostInterfaceClaim&& other) noexcept
-      : fd_(other.fd_), host_interface_(std::move(other.host_interface_)) {
-    other.fd_ = -1;
-  }
+  int fd() const { return fd_.get(); }
+  HostInterfaceClaim(HostInterfaceClaim&& other) noexcept = default;
   HostInterfaceClaim& operator=(HostInterfaceClaim&&) = delete;
-  ~HostInterfaceClaim();
   const std::string& hostInterface() const { return host_interface_; }
 
  private:
   HostInterfaceClaim(int fd, std::string host_interface) : fd_(fd), host_interface_(std::move(host_interface)) {}
-  int fd_ = -1;
+  common::UniqueFd fd_;
   std::string host_interface_;
 };
 
