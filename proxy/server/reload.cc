@@ -59,7 +59,7 @@ void Server::reloadConfig(bool reread) {
   bool new_policy_files =
       next->policy.files != config_.policy.files || next->policy.root_namespace != config_.policy.root_namespace;
   if (new_policy_files) {
-    if (auto st = policy_files_.load(next->policy.files); !st.ok()) {
+    if (auto st = policy_.loadFiles(next->policy.files); !st.ok()) {
       return rejectReload(absl::Status(st.code(), absl::StrCat(config_file_->path(), ": policy.files: ", st.message())));
     }
   }
@@ -105,10 +105,7 @@ void Server::applyConfig(const config::Config& next, bool new_policy_files) {
   // Each worker picks the new settings up at its next record (session::AccessLogger).
   if (!(config_.access_log == before.access_log)) shared_->access_log.set(config_.access_log);
   if (new_policy_files) {  // loaded by reloadConfig
-    if (config_.policy.root_namespace != before.policy.root_namespace) {
-      policies_.setRootNamespace(config_.policy.root_namespace);
-    }
-    policy_files_.apply(policies_);
+    policy_.applyFiles(config_.policy.root_namespace);
   }
   // Timeouts, pool and HBONE settings: each worker takes the new config on its own thread;
   // what it starts from then on (a handshake, a connect, a relay, a pooled tunnel) uses it.

@@ -153,7 +153,7 @@ Server::Server(config::Config config, std::optional<common::WatchedFile> config_
     : config_(std::move(config)),
       config_file_(std::move(config_file)),
       workloads_(config_.node),
-      policies_(config_.policy.root_namespace),
+      policy_(config_.policy),
       sockets_(config_.transparent),
       admission_(config_.limits) {
   if (config_file_) reload_.path = config_file_->path();
@@ -242,7 +242,9 @@ absl::Status Server::startSources() {
   if (auto st = source_->start(workloads_); !st.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("workloads: ", st.message()));
   }
-  if (auto st = startPolicies(); !st.ok()) return st;
+  if (auto st = policy_.start([this](const policy::PolicySet& after) { onPoliciesChanged(after); }); !st.ok()) {
+    return st;
+  }
   IdentityRuntime::ServiceIpLookup service_ip;
   if (k8s_source_ != nullptr) {
     service_ip = [k8s = k8s_source_](std::string_view ns, std::string_view name) { return k8s->clusterIpOf(ns, name); };
@@ -268,7 +270,7 @@ absl::Status Server::startWorkers() {
   // access_log: a reload sets the new file's (applyConfig).
   shared_ = std::make_unique<session::Shared>(session::Shared::Parts{
       .workloads = workloads_,
-      .policies = policies_,
+      .policies = policy_.store(),
       .tls = identity_->tls(),
       .sockets = sockets_,
       .stats = stats_,
@@ -277,7 +279,7 @@ absl::Status Server::startWorkers() {
       .workers = n,
       .descriptor_cap = *cap,
       .descriptor_slack = descriptor_slack,
-      .policies_loaded = !k8s_policies_ || k8s_policies_->synced(),
+      .policies_loaded = policy_.loaded(),
       .access_log = config_.access_log,
       .istio = istio_.get(),
   });
@@ -300,7 +302,7 @@ absl::Status Server::startDatapath() {
   datapath_ = std::move(*dp);
   // Plaintext to a pod goes through ferryd when a port of it is STRICT or policies apply.
   datapath_->setPlaintextCapture([this](const workloads::Workload& w) {
-    return policies_.current()->capturesPlaintext(w, session::fallbackMode(w));
+    return policy_.store().current()->capturesPlaintext(w, session::fallbackMode(w));
   });
   return syncDatapathOnceSourceListed();
 }
@@ -455,12 +457,10 @@ absl::Status Server::makeWorkloadSource() {
   if (config_.policy.kubernetes) {
     // The cluster's AuthorizationPolicies and PeerAuthentications, on the same connection;
     // inbound connections are refused until both kinds have delivered a first state.
-    k8s_policies_ = std::make_unique<policy::KubernetesPolicies>(policies_);
-    k8s_policies_->onSynced([this] {
+    options.add_informers = policy_.followCluster([this] {
       if (shared_) shared_->policies_loaded.store(true, std::memory_order_release);
       FERRY_LOG(kInfo, "policy: the cluster's AuthorizationPolicies and PeerAuthentications are loaded");
     });
-    options.add_informers = [this](k8s::ApiClient& c) { k8s_policies_->attach(c); };
   }
   auto source = std::make_unique<workloads::KubernetesSource>(*std::move(client), options, describe);
   k8s_source_ = source.get();
@@ -486,19 +486,6 @@ absl::Status Server::startCniEndpoint() {
   return taken_ ? absl::OkStatus() : cni_endpoint_->start();
 }
 
-absl::Status Server::startPolicies() {
-  policy_files_ = policy::PolicyFiles(config_.policy.files);
-  if (auto st = policy_files_.start(policies_); !st.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat("policy.files: ", st.message()));
-  }
-  auto set = policies_.current();
-  FERRY_LOG(kInfo, "policy: %u AuthorizationPolicies and %u PeerAuthentications in force (root namespace %s)",
-            static_cast<unsigned>(set->authorizationCount()), static_cast<unsigned>(set->peerAuthenticationCount()),
-            set->rootNamespace());
-  policies_.subscribe([this](const policy::PolicySet& after) { onPoliciesChanged(after); });
-  return absl::OkStatus();
-}
-
 void Server::onPoliciesChanged(const policy::PolicySet& after) {
   FERRY_LOG(kInfo, "policy: generation %u: %u AuthorizationPolicies, %u PeerAuthentications",
             static_cast<unsigned>(after.generation()), static_cast<unsigned>(after.authorizationCount()),
@@ -509,7 +496,7 @@ void Server::onPoliciesChanged(const policy::PolicySet& after) {
 
 void Server::reauthorizeLive(const char* why) {
   if (!shared_) return;  // before start-up has made the workers: nothing is open
-  auto policies = policies_.current();
+  auto policies = policy_.store().current();
   auto registry = workloads_.current();
   for (auto& w : workers_) {
     asio::post(w->io(), [w = w.get(), policies, registry, why] {
@@ -548,7 +535,7 @@ void Server::onWorkloadsChanged(const workloads::Registry& after, const workload
   // A local workload's labels decide which policies apply to the connections it serves:
   // those are judged again. (Other nodes' pods change nothing here: a client's identity was
   // checked against its IP when its tunnel was made.)
-  auto policies = policies_.current();
+  auto policies = policy_.store().current();
   if (local && policies->authorizationCount() + policies->peerAuthenticationCount() > 0) {
     reauthorizeLive("a workload change");
   }
@@ -557,7 +544,7 @@ void Server::onWorkloadsChanged(const workloads::Registry& after, const workload
 void Server::pollOnce(bool reread_config) {
   reloadConfig(reread_config);
   if (source_->poll(workloads_)) stats_.workloads_reloads.fetch_add(1, std::memory_order_relaxed);
-  policy_files_.poll(policies_);
+  policy_.poll();
   if (datapath_) {
     datapath_->retryFailed(*workloads_.current());
     datapath_->checkAttachments();
@@ -962,18 +949,6 @@ void Server::finishDrain() {
   control_.stop();
 }
 
-void Server::collectPolicyMetrics(telemetry::Exposition& out) {
-  auto set = policies_.current();
-  out.gauge("ferry_policies", "Policy objects in force, by kind")
-      .add(static_cast<double>(set->authorizationCount()), {{"kind", "AuthorizationPolicy"}})
-      .add(static_cast<double>(set->peerAuthenticationCount()), {{"kind", "PeerAuthentication"}});
-  out.gauge("ferry_policy_generation", "Policy snapshots published since start", static_cast<double>(set->generation()));
-  out.gauge("ferry_policy_refused_objects", "Policy objects refused now (bad field, duplicate name; see /policies)",
-            static_cast<double>(policies_.refusals().size()));
-  out.counter("ferry_policy_refused_total", "Policy objects (and whole files) refused since start",
-              static_cast<double>(policies_.refusedTotal() + policy_files_.failures()));
-}
-
 // Every part's metrics, in the order /metrics has always listed them. The parts created in
 // start() are read through their pointers at scrape time (absent ones state nothing).
 void Server::registerMetrics() {
@@ -1045,7 +1020,7 @@ void Server::registerMetrics() {
   add([this](telemetry::Exposition& out) {
     if (identity_) identity_->collect(out);
   });
-  add([this](telemetry::Exposition& out) { collectPolicyMetrics(out); });
+  add([this](telemetry::Exposition& out) { policy_.collect(out); });
   add([this](telemetry::Exposition& out) { collectReloadMetrics(out); });
   add([this](telemetry::Exposition& out) { collectHandoverMetrics(out); });
   add([this](telemetry::Exposition& out) {

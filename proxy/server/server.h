@@ -28,15 +28,13 @@
 #include "proxy/datapath/datapath.h"
 #include "proxy/datapath/netns.h"
 #include "proxy/datapath/proxy_netns.h"
-#include "proxy/policy/files.h"
-#include "proxy/policy/kubernetes.h"
-#include "proxy/policy/store.h"
 #include "proxy/server/cni_endpoint.h"
 #include "proxy/server/cni_credentials.h"
 #include "proxy/server/cni_enrolment.h"
 #include "proxy/server/cni_install.h"
 #include "proxy/server/handover.h"
 #include "proxy/server/identity_runtime.h"
+#include "proxy/server/policy_runtime.h"
 #include "proxy/server/http_server.h"
 #include "proxy/session/context.h"
 #include "proxy/telemetry/metrics.h"
@@ -151,7 +149,7 @@ class Server {
   // "Reloading").
   void reloadConfig(bool reread);
   void rejectReload(const absl::Status& why);
-  // `new_policy_files`: policy_files_ has loaded a new list (or the root namespace changed).
+  // `new_policy_files`: policy_ has loaded a new list of files (or the root namespace changed).
   void applyConfig(const config::Config& next, bool new_policy_files);
   void collectReloadMetrics(telemetry::Exposition& out);
   void preallocateSocketStates(int descriptor_cap);
@@ -213,17 +211,11 @@ class Server {
   workloads::Store workloads_;
   // Authorization policies and PeerAuthentications (docs/policy.md): from policy.files and,
   // with the Kubernetes source, the API server.
-  policy::Store policies_;
-  // policy.files (none: an empty list); a reload hands it a new list (PolicyFiles::load).
-  policy::PolicyFiles policy_files_;
-  // policy.kubernetes with the Kubernetes source: the cluster's policy objects.
-  std::unique_ptr<policy::KubernetesPolicies> k8s_policies_;
-  absl::Status startPolicies();
+  PolicyRuntime policy_;
   // The policies changed: the datapath's plaintext capture follows, and every worker judges
   // its open inbound connections again.
   void onPoliciesChanged(const policy::PolicySet& after);
   void reauthorizeLive(const char* why);
-  void collectPolicyMetrics(telemetry::Exposition& out);
   std::unique_ptr<workloads::Source> source_;
   workloads::KubernetesSource* k8s_source_ = nullptr;  // source_, when it is the Kubernetes one
   absl::Status makeWorkloadSource();

@@ -98,9 +98,9 @@ void Server::routeAdmin() {
   admin_.routeWithQuery("/workloads", [this](const std::string& query) {
     return workloadsPage(*workloads_.current(), config_.trust_domain, query);
   });
-  admin_.route("/policies", [this] { return policyDump(policies_); });
+  admin_.route("/policies", [this] { return policyDump(policy_.store()); });
   admin_.routeWithQuery("/policy/check", [this](const std::string& query) {
-    return policyCheck(query, *workloads_.current(), *policies_.current(), config_.trust_domain,
+    return policyCheck(query, *workloads_.current(), *policy_.store().current(), config_.trust_domain,
                        config_.datapath.enabled && config_.datapath.exempt_node);
   });
   admin_.routeWithQuery("/datapath", [this](const std::string& query) { return datapathPage(datapath_.get(), query); });
@@ -153,7 +153,7 @@ json::object Server::configDumpJson() {
         {"workload_source", source_->describe()}}},
       {"workloads", workloadsJson(*workloads_.current(), config_.trust_domain)},
       {"certificates", certsJson(*identity_, config_, readiness())},
-      {"policies", policiesJson(policies_)},
+      {"policies", policiesJson(policy_.store())},
       {"datapath", datapathJson(datapath_.get())},
       {"reload", reloadJson(reloadStatus())},
   };
@@ -288,7 +288,7 @@ void Server::serveExplain(const HttpRequest& request, HttpServer::Reply reply) {
   }
   auto registry = workloads_.current();
   auto services = workloads_.services();
-  auto policies = policies_.current();
+  auto policies = policy_.store().current();
   absl::Status ready = readiness();
   json::object node{{"node", config_.node},
                     {"ready", ready.ok()},
