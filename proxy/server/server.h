@@ -129,7 +129,12 @@ class Server {
   void pollWorkloads();
   // `reread_config`: SIGHUP, the config file is read even if it looks unchanged.
   void pollOnce(bool reread_config = false);
+  // /metrics: every part's collector, in order (server_metrics.cc).
   void registerMetrics();
+  void collectIstioMetrics(telemetry::Exposition& out);
+  void collectResourceMetrics(telemetry::Exposition& out);
+  void collectAdminRefusals(telemetry::Exposition& out);
+  void collectProcessMetrics(telemetry::Exposition& out);
   void armSignals();
   // The admin endpoint's pages (server_admin.cc; docs/operations.md, "Endpoints"): the
   // read-only ones are admin_pages.h's; these need the server's own state.
