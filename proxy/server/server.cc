@@ -171,8 +171,10 @@ Server::~Server() {
   // go in reverse order, control_ before workers_); the listeners before their workers.
   acceptors_.clear();
   workers_.clear();
-  // ferry-ca's client has a timer on control_, which goes before it (members go in reverse order).
+  // The identity runtime's poll timer and ferry-ca's client live on control_, which goes
+  // before identity_ (members go in reverse order): it goes now, while control_ exists.
   if (identity_ != nullptr) identity_->stop();
+  identity_.reset();
   // A proxy netns of ferryd's own outlives the process while closing sockets still hold it
   // (a FIN_WAIT orphan: up to tcp_fin_timeout), and with it its veth pair: the next ferryd
   // would find the name taken. Deleting the node's side takes the pair at once.
