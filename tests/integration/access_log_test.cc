@@ -28,16 +28,6 @@ constexpr uint16_t kAppPort = 8080;
 constexpr char kClientId[] = "spiffe://cluster.local/ns/default/sa/client";
 constexpr char kServerId[] = "spiffe://cluster.local/ns/default/sa/server";
 
-// One echo from `src` to `dst`:8080; true when it came back.
-bool echoOnce(const std::string& src, const std::string& dst) {
-  int fd = connectOutbound(src, dst, kAppPort);
-  if (fd < 0) return false;
-  char back[5];
-  bool ok = sendAll(fd, "hello", 5) && recvExact(fd, back, 5);
-  ::close(fd);
-  return ok;
-}
-
 // A connection from `src` to `dst`:8080 that echoed "hi" once and stays open; -1 if not.
 int openAndEcho(const std::string& src, const std::string& dst) {
   int fd = connectOutbound(src, dst, kAppPort);

@@ -56,21 +56,13 @@ constexpr bool kAllocatorGivesMemoryBack = false;
 constexpr bool kAllocatorGivesMemoryBack = true;
 #endif
 
-sockaddr_in address(const std::string& ip, uint16_t port) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
-  return a;
-}
-
 // A blocking TCP connection from `src_ip` (any port) to dst_ip:port; -1 with errno kept when
 // it fails.
 int connectFrom(const std::string& src_ip, const std::string& dst_ip, uint16_t port) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
-  auto src = address(src_ip, 0);
-  auto dst = address(dst_ip, port);
+  auto src = ipv4Address(src_ip, 0);
+  auto dst = ipv4Address(dst_ip, port);
   if (::bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof(src)) != 0 ||
       ::connect(fd, reinterpret_cast<sockaddr*>(&dst), sizeof(dst)) != 0) {
     int err = errno;
@@ -620,7 +612,7 @@ class HoldingServer {
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     int one = 1;
     ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    auto a = address(ip, port);
+    auto a = ipv4Address(ip, port);
     if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(fd_, 4096) != 0) {
       ADD_FAILURE() << "holding server: " << std::strerror(errno);
     }

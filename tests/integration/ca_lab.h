@@ -37,6 +37,7 @@
 #include "proxy/identity/ca.h"
 #include "proxy/identity/openssl_util.h"
 #include "proxy/identity/watched_ca_source.h"
+#include "tests/support/temp_dir.h"
 
 namespace ferry::ca::lab {
 namespace asio = boost::asio;
@@ -171,8 +172,6 @@ struct LabOptions {
 class CaLab {
  public:
   explicit CaLab(LabOptions options = {}) : options_(options) {
-    char tmpl[] = "/tmp/fy-ca-lab-XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
     root_.emplace(*identity::CertificateAuthority::createRoot(kTrustDomain, std::chrono::hours(24 * 365)));
     (void)root_->writePem(dir_ + "/root.pem", dir_ + "/root-key.pem");
     rotate();
@@ -208,8 +207,6 @@ class CaLab {
     guard_.reset();
     io_.stop();
     thread_.join();
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
   }
 
   // A new intermediate under `root` (by default the lab's), written over the CA files (not
@@ -261,7 +258,8 @@ class CaLab {
 
  private:
   LabOptions options_;
-  std::string dir_;
+  ferry::test_support::TempDir tmp_{"ca-lab"};
+  const std::string dir_ = tmp_.path();
   std::optional<identity::CertificateAuthority> root_, intermediate_;
   asio::io_context io_{1};
   asio::executor_work_guard<asio::io_context::executor_type> guard_{io_.get_executor()};

@@ -34,6 +34,8 @@
 #include "proxy/identity/ca.h"
 #include "proxy/identity/tls_context.h"
 #include "tests/unit/tls_handshake.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/fake_clock.h"
 
 namespace ferry::ca {
 namespace {
@@ -58,21 +60,7 @@ constexpr char kToken[] = "token-of-ferryd";
 SpiffeId webId() { return SpiffeId::forWorkload(kTd, "default", "web"); }
 SpiffeId dbId() { return SpiffeId::forWorkload(kTd, "default", "db"); }
 
-class FakeClock : public identity::Clock {
- public:
-  system_clock::time_point now() const override {
-    std::lock_guard lock(mu_);
-    return now_;
-  }
-  void advance(system_clock::duration d) {
-    std::lock_guard lock(mu_);
-    now_ += d;
-  }
-
- private:
-  mutable std::mutex mu_;
-  system_clock::time_point now_ = system_clock::now();  // certificates carry real times
-};
+using ferry::test_support::FakeClock;
 
 CertificateAuthority newRoot() {
   auto root = CertificateAuthority::createRoot(kTd, hours(48));
@@ -231,10 +219,7 @@ class StandInFerryCa {
 class ClusterCaClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("fy-cluster-ca-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::create_directories(dir_);
+    ASSERT_TRUE(dir_.ok());
     writeBundle({root_.cert()});
     ASSERT_TRUE(identity::writeFileAtomic(path("token"), std::string(kToken) + "\n", 0600).ok());
     stand_in_ = std::make_unique<StandInFerryCa>(root_);
@@ -249,10 +234,9 @@ class ClusterCaClientTest : public ::testing::Test {
   void TearDown() override {
     source_.reset();
     stand_in_.reset();
-    std::filesystem::remove_all(dir_);
   }
 
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string path(const std::string& name) const { return dir_.file(name); }
   void writeBundle(const std::vector<X509*>& roots) {
     std::string text;
     for (X509* root : roots) text += pemOf(root);
@@ -286,7 +270,7 @@ class ClusterCaClientTest : public ::testing::Test {
 
   CertificateAuthority root_ = newRoot();
   FakeClock clock_;
-  std::filesystem::path dir_;
+  ferry::test_support::TempDir dir_{"cluster-ca"};
   asio::io_context io_;
   std::unique_ptr<StandInFerryCa> stand_in_;
   std::unique_ptr<ClusterCaSource> source_;

@@ -158,11 +158,9 @@ class HboneBadInputTest : public ::testing::Test {
     n2_ = std::make_unique<Node>(files_, "n2");
     ASSERT_TRUE(n2_->ok());
     app_ = std::make_unique<AppServer>("127.0.2.10", kAppPort, AppServer::echo);
-    certs_ = std::make_unique<identity::DirCertSource>(files_.certDir(), "cluster.local");
-    cache_ = std::make_unique<identity::TlsContextCache>(*certs_, "cluster.local");
-    auto ctx = cache_->clientContext(identity::SpiffeId::forWorkload("cluster.local", "default", "client"));
-    ASSERT_TRUE(ctx.ok()) << ctx.status();
-    good_ctx_ = *ctx;
+    tls_ = std::make_unique<LabClientTls>(files_);
+    good_ctx_ = tls_->context("client");
+    ASSERT_NE(good_ctx_, nullptr);
   }
 
   // The listener still serves a well-formed, authorized request end to end.
@@ -197,8 +195,7 @@ class HboneBadInputTest : public ::testing::Test {
   LabFiles files_;
   std::unique_ptr<Node> n2_;
   std::unique_ptr<AppServer> app_;
-  std::unique_ptr<identity::DirCertSource> certs_;
-  std::unique_ptr<identity::TlsContextCache> cache_;
+  std::unique_ptr<LabClientTls> tls_;
   std::shared_ptr<asio::ssl::context> good_ctx_;
 };
 
@@ -318,10 +315,10 @@ TEST_F(HboneBadInputTest, IdentityThatDoesNotOwnTheSourceAddressGets401) {
   n2_ = std::make_unique<Node>(files_, "n2", "log_level: info\naccess_log: {format: json}\n");
   ASSERT_TRUE(n2_->ok());
   // A valid certificate for "other" (pod c2) used from c1's address.
-  auto ctx = cache_->clientContext(identity::SpiffeId::forWorkload("cluster.local", "default", "other"));
-  ASSERT_TRUE(ctx.ok());
+  auto ctx = tls_->context("other");
+  ASSERT_NE(ctx, nullptr);
   TestClient c;
-  ASSERT_TRUE(c.connect("127.0.1.10", "127.0.2.10", **ctx));
+  ASSERT_TRUE(c.connect("127.0.1.10", "127.0.2.10", *ctx));
   EXPECT_EQ(c.request(connectTo("127.0.2.10:8080")).status, 401);
   EXPECT_EQ(app_->accepted(), 0u);
   EXPECT_EQ(n2_->stats().identity_spoofing_denied.load(), 1u);

@@ -266,14 +266,12 @@ class HboneFloodTest : public ::testing::Test {
     ::signal(SIGPIPE, SIG_IGN);  // the server closes while the attacker still writes
     startNode("");
     app_ = std::make_unique<AppServer>("127.0.2.10", kAppPort, AppServer::echo);
-    certs_ = std::make_unique<identity::DirCertSource>(files_.certDir(), "cluster.local");
-    cache_ = std::make_unique<identity::TlsContextCache>(*certs_, "cluster.local");
-    auto ctx = cache_->clientContext(identity::SpiffeId::forWorkload("cluster.local", "default", "client"));
-    ASSERT_TRUE(ctx.ok()) << ctx.status();
-    good_ctx_ = *ctx;
-    auto other = cache_->clientContext(identity::SpiffeId::forWorkload("cluster.local", "default", "other"));
-    ASSERT_TRUE(other.ok()) << other.status();
-    other_ctx_ = *other;
+    tls_ = std::make_unique<LabClientTls>(files_);
+    good_ctx_ = tls_->context("client");
+    ASSERT_NE(good_ctx_, nullptr);
+    auto other = tls_->context("other");
+    ASSERT_NE(other, nullptr);
+    other_ctx_ = other;
   }
 
   void startNode(const std::string& extra) {
@@ -319,8 +317,7 @@ class HboneFloodTest : public ::testing::Test {
   LabFiles files_;
   std::unique_ptr<Node> n2_;
   std::unique_ptr<AppServer> app_;
-  std::unique_ptr<identity::DirCertSource> certs_;
-  std::unique_ptr<identity::TlsContextCache> cache_;
+  std::unique_ptr<LabClientTls> tls_;
   std::shared_ptr<asio::ssl::context> good_ctx_, other_ctx_;
 };
 

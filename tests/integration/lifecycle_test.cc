@@ -82,23 +82,7 @@ size_t openDescriptors() {
   return n;
 }
 
-class LifecycleTest : public ::testing::Test {
- protected:
-  void startNodes(const std::string& extra = "") {
-    n1_ = std::make_unique<Node>(files_, "n1", extra);
-    n2_ = std::make_unique<Node>(files_, "n2", extra);
-    ASSERT_TRUE(n1_->ok());
-    ASSERT_TRUE(n2_->ok());
-  }
-  void TearDown() override {
-    n1_.reset();
-    n2_.reset();
-  }
-
-  LabFiles files_;
-  std::unique_ptr<Node> n1_;
-  std::unique_ptr<Node> n2_;
-};
+class LifecycleTest : public LoopbackNodesTest {};
 
 TEST_F(LifecycleTest, DrainDeadlineResetsLiveConnectionsMidReplyAndCountsThemShutdown) {
   startNodes("timeouts: {drain: 1s}\n");

@@ -56,13 +56,6 @@ struct MachineWideLabLock {
   int fd = -1;
 };
 
-sockaddr_in addr(const std::string& ip, uint16_t port) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
-  return a;
-}
 
 }  // namespace
 
@@ -132,8 +125,6 @@ std::vector<Pod> LabFiles::defaultPods() {
 
 LabFiles::LabFiles() {
   static MachineWideLabLock machine_wide_lab_lock;
-  char tmpl[] = "/tmp/fy-it-XXXXXX";
-  dir_ = mkdtemp(tmpl);
   auto ca = identity::CertificateAuthority::createRoot("cluster.local", std::chrono::hours(24));
   EXPECT_TRUE(ca.ok()) << ca.status();
   std::filesystem::create_directories(caDir());
@@ -153,10 +144,7 @@ LabFiles::LabFiles() {
   writeFile(dir_ + "/workloads.yaml", yaml);
 }
 
-LabFiles::~LabFiles() {
-  std::error_code ec;
-  std::filesystem::remove_all(dir_, ec);
-}
+LabFiles::~LabFiles() = default;
 
 std::string LabFiles::configYaml(const std::string& node, const std::string& extra) const {
   std::string n = node == "n1" ? "1" : "2";
@@ -197,13 +185,14 @@ Node::Node(const LabFiles& files, const std::string& node, const std::string& ex
   ok_ = server_->ready();
 }
 
-void TwoNodeTest::SetUp() {
-  n1_ = std::make_unique<Node>(files_, "n1");
-  n2_ = std::make_unique<Node>(files_, "n2");
-  ASSERT_TRUE(n1_->ok() && n2_->ok());
+void LoopbackNodesTest::startNodes(const std::string& n1_extra, const std::string& n2_extra) {
+  n1_ = std::make_unique<Node>(files_, "n1", n1_extra);
+  n2_ = std::make_unique<Node>(files_, "n2", n2_extra);
+  ASSERT_TRUE(n1_->ok());
+  ASSERT_TRUE(n2_->ok());
 }
 
-void TwoNodeTest::TearDown() {
+void LoopbackNodesTest::TearDown() {
   n1_.reset();
   n2_.reset();
   common::setLogLevel(common::LogLevel::kError);
@@ -219,7 +208,7 @@ double Node::metric(const std::string& series) {
 
 int httpGet(const std::string& ip, uint16_t port, const std::string& path, std::string* body) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  auto a = addr(ip, port);
+  auto a = ipv4Address(ip, port);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
     ::close(fd);
     return 0;
@@ -296,7 +285,7 @@ AppServer::AppServer(const std::string& ip, uint16_t port, Behaviour behaviour)
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   int one = 1;
   setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  auto a = addr(ip, port);
+  auto a = ipv4Address(ip, port);
   if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
       ::listen(listen_fd_, 4096) != 0) {
     ADD_FAILURE() << "app server " << ip << ":" << port << ": " << strerror(errno);
@@ -363,8 +352,8 @@ void AppServer::echo(int fd) {
 int connectCaptured(const std::string& src_ip, const std::string& listener_ip, uint16_t listener_port,
                     const std::string& dst_ip, uint16_t dst_port) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  auto src = addr(src_ip, 0);
-  auto dst = addr(listener_ip, listener_port);
+  auto src = ipv4Address(src_ip, 0);
+  auto dst = ipv4Address(listener_ip, listener_port);
   if (::bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof(src)) != 0 ||
       ::connect(fd, reinterpret_cast<sockaddr*>(&dst), sizeof(dst)) != 0) {
     ::close(fd);
@@ -407,6 +396,24 @@ bool recvAll(int fd, std::string& out) {
     }
     out.append(buf, static_cast<size_t>(n));
   }
+}
+
+sockaddr_in ipv4Address(const std::string& ip, uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
+  return a;
+}
+
+bool echoOnce(const std::string& src, const std::string& dst, const std::string& msg, uint16_t port) {
+  int fd = connectOutbound(src, dst, port);
+  if (fd < 0) return false;
+  setRecvTimeout(fd, std::chrono::seconds(20));
+  std::string back(msg.size(), '\0');
+  bool ok = sendAll(fd, msg.data(), msg.size()) && recvExact(fd, back.data(), back.size()) && back == msg;
+  ::close(fd);
+  return ok;
 }
 
 bool recvExact(int fd, char* data, size_t n) {

@@ -20,7 +20,10 @@
 
 #include <gtest/gtest.h>
 
+#include "proxy/identity/dir_cert_source.h"
+#include "proxy/identity/tls_context.h"
 #include "proxy/server/server.h"
+#include "tests/support/temp_dir.h"
 
 namespace ferry::testing {
 
@@ -58,7 +61,8 @@ class LabFiles {
   std::string configYaml(const std::string& node, const std::string& extra = "") const;
 
  private:
-  std::string dir_;
+  ferry::test_support::TempDir tmp_{"it"};
+  const std::string dir_ = tmp_.path();
 };
 
 class Node {
@@ -91,15 +95,41 @@ class Node {
   bool started_ = false;
 };
 
-// n1 and n2 with the standard pods, both ready. The log level is process-wide: tests that
-// change it through an admin endpoint get the lab's (error) back afterwards.
-class TwoNodeTest : public ::testing::Test {
+// n1 and n2 with the standard pods, started by the test (startNodes), both ready. The log
+// level is process-wide: every test gets the lab's (error) back afterwards.
+class LoopbackNodesTest : public ::testing::Test {
  protected:
-  void SetUp() override;
+  // Both with `extra` config lines.
+  void startNodes(const std::string& extra = "") { startNodes(extra, extra); }
+  void startNodes(const std::string& n1_extra, const std::string& n2_extra);
   void TearDown() override;
 
   LabFiles files_;
   std::unique_ptr<Node> n1_, n2_;
+};
+
+// The client TLS of the lab's pods, as a raw HBONE client needs it: the SVID of a service
+// account (client, other, ...) from the lab's cert dir.
+class LabClientTls {
+ public:
+  explicit LabClientTls(const LabFiles& files)
+      : certs_(files.certDir(), "cluster.local"), cache_(certs_, "cluster.local") {}
+  // Null (and a test failure) when the SVID does not load.
+  std::shared_ptr<boost::asio::ssl::context> context(const std::string& service_account) {
+    auto ctx = cache_.clientContext(identity::SpiffeId::forWorkload("cluster.local", "default", service_account));
+    EXPECT_TRUE(ctx.ok()) << ctx.status();
+    return ctx.ok() ? *ctx : nullptr;
+  }
+
+ private:
+  identity::DirCertSource certs_;
+  identity::TlsContextCache cache_;
+};
+
+// The same, started before each test with the lab's config.
+class TwoNodeTest : public LoopbackNodesTest {
+ protected:
+  void SetUp() override { ASSERT_NO_FATAL_FAILURE(startNodes()); }
 };
 
 // A real ferryd process (the built binary `binary`) for `node`: its config is the lab's
@@ -188,5 +218,11 @@ bool recvExact(int fd, char* data, size_t n);
 void setRecvTimeout(int fd, std::chrono::milliseconds t);
 void setAbortOnClose(int fd);  // SO_LINGER {1,0}: close() will send a RST
 void abortClose(int fd);
+// `ip`:`port` as a socket address (IPv4).
+sockaddr_in ipv4Address(const std::string& ip, uint16_t port);
+// One short connection from pod `src` to `dst`:`port` through the mesh: true when `msg`
+// comes back intact (an echo server there; at most 20 s).
+bool echoOnce(const std::string& src, const std::string& dst, const std::string& msg = "hello",
+              uint16_t port = 8080);
 
 }  // namespace ferry::testing

@@ -21,16 +21,12 @@ using session::Direction;
 constexpr uint16_t kAppPort = 18080;
 constexpr uint16_t kOtherPort = 18081;
 
-class PolicyTest : public ::testing::Test {
+class PolicyTest : public LoopbackNodesTest {
  protected:
   std::string policyFile() const { return files_.dir() + "/policies.yaml"; }
   void startNodes(const std::string& policies) {
     writeFile(policyFile(), policies);
-    n1_ = std::make_unique<Node>(files_, "n1");
-    n2_ = std::make_unique<Node>(files_, "n2",
-                                 "workloads_poll: 50ms\npolicy:\n  files: [" + policyFile() + "]\n");
-    ASSERT_TRUE(n1_->ok());
-    ASSERT_TRUE(n2_->ok());
+    LoopbackNodesTest::startNodes("", "workloads_poll: 50ms\npolicy:\n  files: [" + policyFile() + "]\n");
   }
   // Rewrites the policy file and waits until n2 has published the new snapshot.
   void setPolicies(const std::string& policies) {
@@ -59,9 +55,6 @@ class PolicyTest : public ::testing::Test {
     return n2_->metric(std::string("ferry_policy_decisions_total{direction=\"") + direction + "\",action=\"" + action +
                        "\",result=\"" + result + "\"}");
   }
-
-  LabFiles files_;
-  std::unique_ptr<Node> n1_, n2_;
 };
 
 TEST_F(PolicyTest, AnAllowForOnePrincipalLetsItInAndShutsAnotherOut) {

@@ -33,34 +33,7 @@ std::string randomBytes(size_t n, uint32_t seed) {
   return s;
 }
 
-// One short connection from pod `src` to `dst`:8080 through the mesh; true when `msg`
-// comes back intact.
-bool echoOnce(const std::string& src, const std::string& dst, const std::string& msg) {
-  int fd = connectOutbound(src, dst, kAppPort);
-  if (fd < 0) return false;
-  std::string back(msg.size(), '\0');
-  bool ok = sendAll(fd, msg.data(), msg.size()) && recvExact(fd, back.data(), back.size()) && back == msg;
-  ::close(fd);
-  return ok;
-}
-
-class RelayTest : public ::testing::Test {
- protected:
-  void startNodes(const std::string& extra = "") {
-    n1_ = std::make_unique<Node>(files_, "n1", extra);
-    n2_ = std::make_unique<Node>(files_, "n2", extra);
-    ASSERT_TRUE(n1_->ok());
-    ASSERT_TRUE(n2_->ok());
-  }
-  void TearDown() override {
-    n1_.reset();
-    n2_.reset();
-  }
-
-  LabFiles files_;
-  std::unique_ptr<Node> n1_;
-  std::unique_ptr<Node> n2_;
-};
+class RelayTest : public LoopbackNodesTest {};
 
 TEST_F(RelayTest, EchoesSixtyFourMiBByteExactAndServerSeesClientPodAddress) {
   startNodes();

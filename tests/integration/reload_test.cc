@@ -60,21 +60,17 @@ bool refused(const std::string& src) {
   return reset;
 }
 
-class ReloadTest : public ::testing::Test {
+class ReloadTest : public LoopbackNodesTest {
  protected:
   // The log level is the process's: both nodes are given the same one.
   void startNodes(const std::string& n1_extra, const std::string& log_level = "error",
                   const std::string& n2_extra = "") {
     std::string level = "log_level: " + log_level + "\n";
-    n1_ = std::make_unique<Node>(files_, "n1", n1_extra + level);
-    n2_ = std::make_unique<Node>(files_, "n2", n2_extra + level);
-    ASSERT_TRUE(n1_->ok());
-    ASSERT_TRUE(n2_->ok());
+    LoopbackNodesTest::startNodes(n1_extra + level, n2_extra + level);
   }
   void TearDown() override {
     for (int fd : fds_) ::close(fd);
-    n1_.reset();
-    n2_.reset();
+    LoopbackNodesTest::TearDown();
   }
   void rewriteN1(const std::string& extra) { writeFile(n1_->configPath(), files_.configYaml("n1", extra)); }
   // Both in-process ferryds take the signal; n2's file is unchanged.
@@ -88,9 +84,6 @@ class ReloadTest : public ::testing::Test {
   }
   server::ReloadStatus status() { return n1_->server().reloadStatus(); }
 
-  LabFiles files_;
-  std::unique_ptr<Node> n1_;
-  std::unique_ptr<Node> n2_;
   std::vector<int> fds_;
 };
 

@@ -35,16 +35,6 @@ inline std::string randomBytes(size_t n, std::mt19937& rng) {
   return s;
 }
 
-inline bool echoOnce(const std::string& src, const std::string& dst, const std::string& msg) {
-  int fd = connectOutbound(src, dst, kAppPort);
-  if (fd < 0) return false;
-  setRecvTimeout(fd, std::chrono::seconds(20));
-  std::string back(msg.size(), '\0');
-  bool ok = sendAll(fd, msg.data(), msg.size()) && recvExact(fd, back.data(), back.size()) && back == msg;
-  ::close(fd);
-  return ok;
-}
-
 // The certificate a node's HBONE listener presents for `pod_ip` now: a TLS 1.3
 // handshake with a client certificate of the trust domain, no stream opened.
 struct Presented {

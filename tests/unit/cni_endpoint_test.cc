@@ -22,6 +22,7 @@
 
 #include "proxy/common/file.h"
 #include "proxy/telemetry/metrics.h"
+#include "tests/support/temp_dir.h"
 
 namespace ferry::server {
 namespace {
@@ -51,17 +52,14 @@ class CniEndpointTest : public testing::Test {
  protected:
   void SetUp() override {
     if (::geteuid() != 0) GTEST_SKIP() << "the endpoint answers root only (SO_PEERCRED)";
-    dir_ = std::filesystem::temp_directory_path() / ("fy-cni-endpoint-" + std::to_string(::getpid()));
-    std::filesystem::create_directories(dir_);
+    ASSERT_TRUE(dir_.ok());
     config_.enabled = true;
-    config_.socket = (dir_ / "cni.sock").string();
-    config_.state_dir = (dir_ / "records").string();
+    config_.socket = dir_.file("cni.sock");
+    config_.state_dir = dir_.file("records");
     config_.pod_wait = std::chrono::milliseconds(200);
   }
   void TearDown() override {
     stop();
-    std::error_code ec;
-    if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
   }
   void start() {
     endpoint_ = std::make_unique<CniEndpoint>(io_, config_, fake_);
@@ -110,7 +108,7 @@ class CniEndpointTest : public testing::Test {
   }
   bool recorded(const std::string& id) { return std::filesystem::exists(config_.state_dir + "/" + id + ".json"); }
 
-  std::filesystem::path dir_;
+  ferry::test_support::TempDir dir_{"cni-endpoint"};
   config::Cni config_;
   boost::asio::io_context io_;
   FakeEnrolment fake_;

@@ -18,6 +18,7 @@
 #include "proxy/common/log.h"
 #include "proxy/common/net.h"
 #include "proxy/common/readiness_file.h"
+#include "tests/support/temp_dir.h"
 
 namespace ferry::common {
 namespace {
@@ -149,19 +150,17 @@ TEST(Duration, ParsesUnitsAndRejectsBareNumbers) {
 class ReadinessFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/fy-readiness.XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    path_ = dir_ + "/ready";
+    ASSERT_TRUE(dir_.ok());
+    path_ = dir_.file("ready");
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
   static std::chrono::system_clock::time_point mtimeOf(const std::string& path) {
     struct stat st {};
     EXPECT_EQ(::stat(path.c_str(), &st), 0);
     return std::chrono::system_clock::time_point(std::chrono::duration_cast<std::chrono::system_clock::duration>(
         std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec)));
   }
-  std::string dir_, path_;
+  ferry::test_support::TempDir dir_{"readiness"};
+  std::string path_;
   std::string last_;
   static constexpr std::chrono::milliseconds kMaxAge{10'000};
 };

@@ -14,6 +14,7 @@
 #include "proxy/server/explain_admin.h"
 #include "proxy/session/recent_closes.h"
 #include "tests/integration/policy_fixtures.h"
+#include "tests/support/test_pod.h"
 
 namespace ferry::ferryctl {
 namespace {
@@ -26,15 +27,7 @@ constexpr char kClientId[] = "spiffe://cluster.local/ns/default/sa/client";
 constexpr char kServerId[] = "spiffe://cluster.local/ns/default/sa/server";
 
 workloads::Workload pod(const char* name, const char* sa, const char* node, const char* ip, const char* app) {
-  workloads::Workload w;
-  w.name = name;
-  w.namespace_name = workloads::intern("default");
-  w.service_account = workloads::intern(sa);
-  w.node = workloads::intern(node);
-  w.ips = {common::canonicalIp(*common::parseIp(ip))};
-  w.hbone = true;
-  w.labels = workloads::LabelSet(workloads::LabelSet::Labels{{"app", app}});
-  return w;
+  return ferry::test_support::testPod(name, sa, node, ip, {{"app", app}});
 }
 
 json::object closed(const char* src, const char* dst, const char* reason, int64_t unix_ms, const char* direction,

@@ -12,6 +12,7 @@
 #include "proxy/policy/decode.h"
 #include "proxy/server/policy_admin.h"
 #include "tests/integration/policy_fixtures.h"
+#include "tests/support/test_pod.h"
 
 namespace ferry::ferryctl {
 namespace {
@@ -45,24 +46,13 @@ spec:
   rules: [{to: [{operation: {methods: [POST], ports: ["9090"]}}]}]
 )";
 
-workloads::Workload pod(const char* name, const char* sa, const char* node, const char* ip,
-                        workloads::LabelSet::Labels labels = {}) {
-  workloads::Workload w;
-  w.name = name;
-  w.namespace_name = workloads::intern("default");
-  w.service_account = workloads::intern(sa);
-  w.node = workloads::intern(node);
-  w.ips = {common::canonicalIp(*common::parseIp(ip))};
-  w.hbone = true;
-  w.labels = workloads::LabelSet(std::move(labels));
-  return w;
-}
+using ferry::test_support::testPod;
 
 class FerryctlPolicyRenderTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    registry_.replaceAll({pod("s1", "server", "n2", "10.0.2.10", {{"app", "web"}}),
-                          pod("c1", "client", "n1", "10.0.1.10")});
+    registry_.replaceAll({testPod("s1", "server", "n2", "10.0.2.10", {{"app", "web"}}),
+                          testPod("c1", "client", "n1", "10.0.1.10")});
     auto decoded = policy::decodeYamlFile(std::string(testing::kMeshStrict) + "---\n" + kPolicies, "policies.yaml",
                                           kOrigin);
     ASSERT_TRUE(decoded.ok()) << decoded.status();

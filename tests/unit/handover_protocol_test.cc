@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "proxy/server/handover.h"
+#include "tests/support/temp_dir.h"
 
 namespace ferry::server::handover {
 namespace {
@@ -202,12 +203,9 @@ TEST(HandoverProtocolTest, MoreSocketsThanAFrameMayCarryAreRefusedBeforeAnything
 class TakeOverTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/fy-handover-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    path_ = dir_ + "/handover.sock";
+    ASSERT_TRUE(dir_.ok());
+    path_ = dir_.file("handover.sock");
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
   int listenAt(const std::string& path) {
     int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_un addr{};
@@ -217,7 +215,8 @@ class TakeOverTest : public ::testing::Test {
     EXPECT_EQ(::listen(fd, 4), 0);
     return fd;
   }
-  std::string dir_, path_;
+  ferry::test_support::TempDir dir_{"handover"};
+  std::string path_;
 };
 
 TEST_F(TakeOverTest, NoSocketFileMeansNoFerrydToTakeOverFrom) {

@@ -18,6 +18,7 @@
 #include "proxy/identity/svid.h"
 #include "proxy/identity/tls_context.h"
 #include "proxy/identity/watched_ca_source.h"
+#include "tests/support/temp_dir.h"
 
 namespace ferry::identity {
 namespace {
@@ -49,11 +50,9 @@ std::string pem(X509* cert) { return *certToPem(cert); }
 class CaReloadTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/fy-careload-XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    files_ = CaFiles{dir_ + "/ca.pem", dir_ + "/ca.key", dir_ + "/bundle.pem"};
+    ASSERT_TRUE(dir_.ok());
+    files_ = CaFiles{dir_.file("ca.pem"), dir_.file("ca.key"), dir_.file("bundle.pem")};
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
 
   void writeCa(const CertificateAuthority& ca) { ASSERT_TRUE(ca.writePem(files_.ca_cert, files_.ca_key).ok()); }
   void writeBundle(const std::vector<const CertificateAuthority*>& roots) {
@@ -76,7 +75,7 @@ class CaReloadTest : public ::testing::Test {
     return svid.ok() && !(*svid)->intermediates.empty() && X509_cmp((*svid)->intermediates[0].get(), ca.cert()) == 0;
   }
 
-  std::string dir_;
+  ferry::test_support::TempDir dir_{"careload"};
   CaFiles files_;
   CertificateAuthority root_ = newRoot();
 };

@@ -15,6 +15,7 @@
 #include "proxy/identity/ca_cert_source.h"
 #include "proxy/identity/tls_context.h"
 #include "tests/unit/tls_handshake.h"
+#include "tests/support/fake_clock.h"
 
 namespace ferry::identity {
 namespace {
@@ -32,15 +33,7 @@ SpiffeId serverId() { return *SpiffeId::parse("spiffe://example.org/ns/default/s
 
 std::string statusText(const absl::Status& s) { return std::string(s.message()); }
 
-// Starts at the real time, because the certificates the CA signs carry real validity times.
-class FakeClock : public Clock {
- public:
-  system_clock::time_point now() const override { return now_; }
-  void advance(system_clock::duration d) { now_ += d; }
-
- private:
-  system_clock::time_point now_ = system_clock::now();
-};
+using ferry::test_support::FakeClock;
 
 CertificateAuthority newRoot(std::chrono::seconds lifetime = hours(48)) {
   auto root = CertificateAuthority::createRoot(kTd, lifetime);

@@ -19,6 +19,7 @@
 #include "proxy/identity/tls_context.h"
 #include "tests/support/forge_cert.h"
 #include "tests/unit/tls_handshake.h"
+#include "tests/support/temp_dir.h"
 
 namespace ferry::identity {
 namespace {
@@ -34,23 +35,7 @@ constexpr char kTd[] = "example.org";
 SpiffeId clientId() { return *SpiffeId::parse("spiffe://example.org/ns/default/sa/client"); }
 SpiffeId serverId() { return *SpiffeId::parse("spiffe://example.org/ns/default/sa/server"); }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "ferry-identity-XXXXXX").string();
-    char* made = ::mkdtemp(tmpl.data());
-    EXPECT_NE(made, nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using ferry::test_support::TempDir;
 
 std::string statusText(const absl::Status& s) { return std::string(s.message()); }
 
