@@ -147,202 +147,237 @@ std::optional<Endpoint> pickEndpoint(const json::object& view) {
   return std::nullopt;
 }
 
-Explanation explainConnection(const ExplainEnds& ends, const NodeAnswer& source,
-                              const std::optional<NodeAnswer>& destination) {
-  Explanation e;
-  auto fail = [&e](ExplainStep step, std::string cause, std::string fix, int exit_code = 1) {
+namespace {
+
+// explainConnection's steps, in order, over both nodes' answers: each adds its lines to the
+// explanation, and the first failure found is the cause.
+class Explainer {
+ public:
+  Explainer(const ExplainEnds& ends, const NodeAnswer& source, const std::optional<NodeAnswer>& destination)
+      : ends(ends), source(source), destination(destination) {}
+
+  Explanation run() {
+    explainSource();       // 1. in the mesh and captured, with a certificate
+    explainService();      // 2. a Service: which endpoint
+    explainDestination();  // 3. the destination, 4. its mTLS mode and policies
+    explainRecent();       // 5. what happened to the last connections between them, on both nodes
+    return std::move(e);
+  }
+
+ private:
+  void fail(ExplainStep step, std::string cause, std::string fix, int exit_code = 1) {
     e.steps.push_back(std::move(step));
     if (e.cause.empty()) {
       e.cause = std::move(cause);
       e.fix = std::move(fix);
       e.exit_code = exit_code;
     }
-  };
-  auto failHere = [&fail](ExplainStep step, std::string cause, std::string fix) {
-    fail(std::move(step), std::move(cause), std::move(fix));
-  };
-  auto unreachable = [&fail](const std::string& step, const NodeAnswer& n, const char* whose) {
+  }
+  std::function<void(ExplainStep, std::string, std::string)> failHere() {
+    return [this](ExplainStep step, std::string cause, std::string fix) {
+      fail(std::move(step), std::move(cause), std::move(fix));
+    };
+  }
+  void unreachable(const std::string& step, const NodeAnswer& n, const char* whose) {
     fail({step, "FAIL", absl::StrCat("ferryd on ", onNode(n.node), ": not reachable (", n.error, ")")},
          absl::StrCat("ferryd on ", whose, " node (", onNode(n.node), ") is not running or not reachable: ", n.error,
                       ". While it is down its enrolled pods' connections are refused (fail closed)"),
          absl::StrCat("kubectl -n ferry-system get pods -o wide --field-selector spec.nodeName=", n.node,
                       "; kubectl -n ferry-system describe daemonset; docs/troubleshooting.md, \"ferryd is not ready\""),
          4);
-  };
-  auto notReady = [&failHere](const std::string& step, const NodeAnswer& n) {
+  }
+  void notReady(const std::string& step, const NodeAnswer& n) {
     if (flag(n.view, "ready")) return;
-    failHere({step, "FAIL", absl::StrCat("ferryd on ", onNode(n.node), " is not ready: ", text(n.view, "reason"))},
-             absl::StrCat("ferryd on ", onNode(n.node), " is not ready: ", text(n.view, "reason")),
-             absl::StrCat("ferryctl --node ", n.node, " status; docs/troubleshooting.md, \"ferryd is not ready\""));
-  };
-
-  // 1. The source: in the mesh and captured, with a certificate.
-  bool source_in_mesh = false;
-  if (!source.reached) {
-    bool both = destination && !destination->reached && destination->node == source.node;
-    unreachable("source", source, both ? "the source's and the destination's" : "the source's");
-  } else {
-    notReady("source", source);
-    const auto& s = member(source.view, "source");
-    if (!flag(s, "known")) {
-      e.steps.push_back({"source", "info",
-                         absl::StrCat(ends.from_ip, " is not a mesh workload (its pod or namespace is not enrolled): "
-                                                    "ferry does not capture its connections, they leave as plain TCP")});
-    } else if (!flag(s, "local")) {
-      e.steps.push_back({"source", "info", absl::StrCat(text(s, "workload"), " runs on node ", text(s, "node"),
-                                                        ", not on ", onNode(source.node))});
-      source_in_mesh = true;
-    } else {
-      source_in_mesh = true;
-      describeLocal("source", s, source.node, e, failHere);
-    }
+    fail({step, "FAIL", absl::StrCat("ferryd on ", onNode(n.node), " is not ready: ", text(n.view, "reason"))},
+         absl::StrCat("ferryd on ", onNode(n.node), " is not ready: ", text(n.view, "reason")),
+         absl::StrCat("ferryctl --node ", n.node, " status; docs/troubleshooting.md, \"ferryd is not ready\""));
   }
 
-  // 2. A Service: which endpoint.
-  if (source.reached) {
-    const json::value* service = source.view.if_contains("service");
-    if (service != nullptr && service->is_object()) {
-      std::vector<std::string> names;
-      for (const auto& ep : list(service->get_object(), "endpoints")) {
-        if (!ep.is_object()) continue;
-        const auto& o = ep.get_object();
-        names.push_back(absl::StrCat(text(o, "workload", "?"), " ", text(o, "ip"), ":", integer(o, "port")));
-      }
-      auto picked = pickEndpoint(source.view);
-      e.steps.push_back({"service", "ok",
-                         absl::StrCat(text(service->get_object(), "name"), " ", ends.to_address, " is captured; ",
-                                      names.size(), " mesh endpoint(s): ", absl::StrJoin(names, ", "),
-                                      picked ? absl::StrCat("; following ", picked->address, " on node ", picked->node)
-                                             : "")});
-    } else if (ends.to_is_service) {
-      e.steps.push_back({"service", "info",
-                         absl::StrCat(ends.to, " (", ends.to_address, ") is not captured: it has no ready endpoint "
-                                      "that is a mesh pod, so kube-proxy routes it as plain TCP")});
-    }
-  }
-
-  // 3. The destination, 4. its mTLS mode and policies.
-  if (!destination) {
-    if (source.reached) {
-      const auto& d = member(source.view, "destination");
-      if (!d.empty() && !flag(d, "known")) {
-        e.steps.push_back({"destination", "info",
-                           absl::StrCat(ends.to_address, " is not a mesh workload: ferry passes the connection "
-                                                         "through as plain TCP")});
-      } else if (flag(d, "known") && !flag(d, "local")) {
-        e.steps.push_back({"destination", "info",
-                           absl::StrCat(text(d, "workload"), " runs on node ", text(d, "node"),
-                                        ": ask with --from NAMESPACE/POD and a kubeconfig to hear that node too")});
-      }
-    }
-  } else if (!destination->reached) {
-    unreachable("destination", *destination, "the destination's");
-  } else {
-    // The source's node unheard: whether the source is a mesh workload, as the destination's knows.
-    if (!source.reached) source_in_mesh = flag(member(destination->view, "source"), "known");
-    if (destination->node != source.node) notReady("destination", *destination);
-    const auto& d = member(destination->view, "destination");
-    if (!flag(d, "known")) {
-      e.steps.push_back({"destination", "info", absl::StrCat(text(d, "ip"), " is not a mesh workload")});
+  void explainSource() {
+    if (!source.reached) {
+      bool both = destination && !destination->reached && destination->node == source.node;
+      unreachable("source", source, both ? "the source's and the destination's" : "the source's");
     } else {
-      describeLocal("destination", d, destination->node, e, failHere);
-    }
-    const auto& p = member(destination->view, "policy");
-    if (!p.empty()) {
-      const auto& mtls = member(p, "mtls");
-      std::string mode = text(mtls, "mode", "?");
-      std::string decided_by = text(mtls, "policy");
-      decided_by = decided_by.empty() ? "no PeerAuthentication: the workload's default"
-                                      : absl::StrCat("PeerAuthentication ", decided_by,
-                                                     flag(mtls, "port_level") ? " (port level)" : "");
-      bool plaintext = !source_in_mesh;
-      bool strict_refusal = plaintext && mode == "STRICT";
-      std::string mtls_line = absl::StrCat(mode, " (", decided_by, "); the source comes ",
-                                           plaintext ? "in plaintext" : "over mTLS");
-      if (strict_refusal) {
-        fail({"mtls", "FAIL", mtls_line},
-             absl::StrCat("plaintext refused: ", ends.from, " is not in the mesh and port ",
-                          integer(member(p, "destination"), "port"), " of ", text(d, "workload"), " is STRICT (",
-                          decided_by, ")"),
-             "enrol the source (kubectl label namespace or pod ferry.io/dataplane=enabled), or make that port "
-             "PERMISSIVE with a PeerAuthentication");
+      notReady("source", source);
+      const auto& s = member(source.view, "source");
+      if (!flag(s, "known")) {
+        e.steps.push_back({"source", "info",
+                           absl::StrCat(ends.from_ip, " is not a mesh workload (its pod or namespace is not enrolled): "
+                                                      "ferry does not capture its connections, they leave as plain TCP")});
+      } else if (!flag(s, "local")) {
+        e.steps.push_back({"source", "info", absl::StrCat(text(s, "workload"), " runs on node ", text(s, "node"),
+                                                          ", not on ", onNode(source.node))});
+        source_in_mesh = true;
       } else {
-        e.steps.push_back({"mtls", "ok", mtls_line});
-      }
-      std::string verdict = text(p, "verdict");
-      std::string reason = text(p, "reason");
-      if (verdict == "allow") {
-        e.steps.push_back({"policy", "ok", reason});
-      } else if (!strict_refusal) {
-        std::string policy = text(p, "policy");
-        std::string to_change = absl::StrCat("policy ", policy);
-        if (policy.empty()) {  // no ALLOW policy matched: the ones that apply are what to change
-          std::vector<std::string> allows;
-          for (const auto& step : list(p, "policies")) {
-            if (step.is_object() && text(step.get_object(), "action") == "ALLOW") allows.push_back(text(step.get_object(), "name"));
-          }
-          to_change = allows.empty() ? "the destination's ALLOW policies"
-                                     : absl::StrCat("the ALLOW ", allows.size() == 1 ? "policy " : "policies ",
-                                                    absl::StrJoin(allows, ", "));
-        }
-        fail({"policy", "FAIL", reason},
-             absl::StrCat("an authorization policy denies it: ", reason),
-             absl::StrCat("ferryctl --node ", destination->node, " policy check --from ", ends.from_ip, " --to ",
-                          text(d, "workload"), ":", integer(member(p, "destination"), "port"),
-                          " shows each policy's match; change ", to_change, " or the caller's service account"));
+        source_in_mesh = true;
+        describeLocal("source", s, source.node, e, failHere());
       }
     }
   }
 
-  // 5. What happened to the last connections between them, on both nodes.
-  std::vector<json::object> closed;
-  auto take = [&closed](const NodeAnswer& n) {
-    if (!n.reached) return;
-    for (const auto& c : list(n.view, "closed")) {
-      if (c.is_object()) closed.push_back(c.get_object());
-    }
-  };
-  take(source);
-  if (destination && destination->node != source.node) take(*destination);
-  if (destination && destination->node == source.node &&
-      text(destination->view, "to") != text(source.view, "to")) {
-    take(*destination);  // the same node asked about a Service's endpoint: its inbound legs
-  }
-  std::stable_sort(closed.begin(), closed.end(), [](const auto& a, const auto& b) {
-    return integer(a, "time_unix_ms") > integer(b, "time_unix_ms");
-  });
-  // One node asked twice (a Service and its endpoint there) lists the same records twice.
-  auto same = [](const json::object& a, const json::object& b) {
-    return integer(a, "time_unix_ms") == integer(b, "time_unix_ms") && text(a, "direction") == text(b, "direction") &&
-           text(a, "source") == text(b, "source") && text(a, "destination") == text(b, "destination") &&
-           text(a, "reason") == text(b, "reason");
-  };
-  std::vector<json::object> unique;
-  for (auto& c : closed) {
-    if (std::none_of(unique.begin(), unique.end(), [&](const json::object& u) { return same(u, c); })) {
-      unique.push_back(std::move(c));
+  void explainService() {
+    if (source.reached) {
+      const json::value* service = source.view.if_contains("service");
+      if (service != nullptr && service->is_object()) {
+        std::vector<std::string> names;
+        for (const auto& ep : list(service->get_object(), "endpoints")) {
+          if (!ep.is_object()) continue;
+          const auto& o = ep.get_object();
+          names.push_back(absl::StrCat(text(o, "workload", "?"), " ", text(o, "ip"), ":", integer(o, "port")));
+        }
+        auto picked = pickEndpoint(source.view);
+        e.steps.push_back({"service", "ok",
+                           absl::StrCat(text(service->get_object(), "name"), " ", ends.to_address, " is captured; ",
+                                        names.size(), " mesh endpoint(s): ", absl::StrJoin(names, ", "),
+                                        picked ? absl::StrCat("; following ", picked->address, " on node ", picked->node)
+                                               : "")});
+      } else if (ends.to_is_service) {
+        e.steps.push_back({"service", "info",
+                           absl::StrCat(ends.to, " (", ends.to_address, ") is not captured: it has no ready endpoint "
+                                        "that is a mesh pod, so kube-proxy routes it as plain TCP")});
+      }
     }
   }
-  closed = std::move(unique);
-  if (closed.size() > kClosedShown) closed.resize(kClosedShown);
-  for (auto& c : closed) e.closed.emplace_back(c);
-  if (closed.empty()) {
-    e.steps.push_back({"recent", "info", "no connection between them closed recently on either node"});
-  } else {
-    size_t failed = std::count_if(closed.begin(), closed.end(), [](const auto& c) { return text(c, "reason") != "ok"; });
-    const auto& newest = closed.front();
-    std::string reason = text(newest, "reason");
-    std::string line = absl::StrCat(closed.size(), " closed recently (", failed, " failed); the newest: ",
-                                    text(newest, "direction"), " ", reason,
-                                    text(newest, "detail").empty() ? "" : absl::StrCat(" (", text(newest, "detail"), ")"));
-    if (reason == "ok") {
-      e.steps.push_back({"recent", "ok", line});
+
+  void explainDestination() {
+    if (!destination) {
+      if (source.reached) {
+        const auto& d = member(source.view, "destination");
+        if (!d.empty() && !flag(d, "known")) {
+          e.steps.push_back({"destination", "info",
+                             absl::StrCat(ends.to_address, " is not a mesh workload: ferry passes the connection "
+                                                           "through as plain TCP")});
+        } else if (flag(d, "known") && !flag(d, "local")) {
+          e.steps.push_back({"destination", "info",
+                             absl::StrCat(text(d, "workload"), " runs on node ", text(d, "node"),
+                                          ": ask with --from NAMESPACE/POD and a kubeconfig to hear that node too")});
+        }
+      }
+    } else if (!destination->reached) {
+      unreachable("destination", *destination, "the destination's");
     } else {
-      auto [cause, fix] = closeReasonCause(reason);
-      fail({"recent", "FAIL", line}, absl::StrCat("the last connection closed with ", reason, ": ", cause), fix);
+      // The source's node unheard: whether the source is a mesh workload, as the destination's knows.
+      if (!source.reached) source_in_mesh = flag(member(destination->view, "source"), "known");
+      if (destination->node != source.node) notReady("destination", *destination);
+      const auto& d = member(destination->view, "destination");
+      if (!flag(d, "known")) {
+        e.steps.push_back({"destination", "info", absl::StrCat(text(d, "ip"), " is not a mesh workload")});
+      } else {
+        describeLocal("destination", d, destination->node, e, failHere());
+      }
+      explainMtlsAndPolicy(d);
     }
   }
-  return e;
+
+  void explainMtlsAndPolicy(const json::object& d) {
+    const auto& p = member(destination->view, "policy");
+    if (p.empty()) return;
+    const auto& mtls = member(p, "mtls");
+    std::string mode = text(mtls, "mode", "?");
+    std::string decided_by = text(mtls, "policy");
+    decided_by = decided_by.empty() ? "no PeerAuthentication: the workload's default"
+                                    : absl::StrCat("PeerAuthentication ", decided_by,
+                                                   flag(mtls, "port_level") ? " (port level)" : "");
+    bool plaintext = !source_in_mesh;
+    bool strict_refusal = plaintext && mode == "STRICT";
+    std::string mtls_line = absl::StrCat(mode, " (", decided_by, "); the source comes ",
+                                         plaintext ? "in plaintext" : "over mTLS");
+    if (strict_refusal) {
+      fail({"mtls", "FAIL", mtls_line},
+           absl::StrCat("plaintext refused: ", ends.from, " is not in the mesh and port ",
+                        integer(member(p, "destination"), "port"), " of ", text(d, "workload"), " is STRICT (",
+                        decided_by, ")"),
+           "enrol the source (kubectl label namespace or pod ferry.io/dataplane=enabled), or make that port "
+           "PERMISSIVE with a PeerAuthentication");
+    } else {
+      e.steps.push_back({"mtls", "ok", mtls_line});
+    }
+    std::string verdict = text(p, "verdict");
+    std::string reason = text(p, "reason");
+    if (verdict == "allow") {
+      e.steps.push_back({"policy", "ok", reason});
+    } else if (!strict_refusal) {
+      std::string policy = text(p, "policy");
+      std::string to_change = absl::StrCat("policy ", policy);
+      if (policy.empty()) {  // no ALLOW policy matched: the ones that apply are what to change
+        std::vector<std::string> allows;
+        for (const auto& step : list(p, "policies")) {
+          if (step.is_object() && text(step.get_object(), "action") == "ALLOW") allows.push_back(text(step.get_object(), "name"));
+        }
+        to_change = allows.empty() ? "the destination's ALLOW policies"
+                                   : absl::StrCat("the ALLOW ", allows.size() == 1 ? "policy " : "policies ",
+                                                  absl::StrJoin(allows, ", "));
+      }
+      fail({"policy", "FAIL", reason},
+           absl::StrCat("an authorization policy denies it: ", reason),
+           absl::StrCat("ferryctl --node ", destination->node, " policy check --from ", ends.from_ip, " --to ",
+                        text(d, "workload"), ":", integer(member(p, "destination"), "port"),
+                        " shows each policy's match; change ", to_change, " or the caller's service account"));
+    }
+  }
+
+  void explainRecent() {
+    std::vector<json::object> closed;
+    auto take = [&closed](const NodeAnswer& n) {
+      if (!n.reached) return;
+      for (const auto& c : list(n.view, "closed")) {
+        if (c.is_object()) closed.push_back(c.get_object());
+      }
+    };
+    take(source);
+    if (destination && destination->node != source.node) take(*destination);
+    if (destination && destination->node == source.node &&
+        text(destination->view, "to") != text(source.view, "to")) {
+      take(*destination);  // the same node asked about a Service's endpoint: its inbound legs
+    }
+    std::stable_sort(closed.begin(), closed.end(), [](const auto& a, const auto& b) {
+      return integer(a, "time_unix_ms") > integer(b, "time_unix_ms");
+    });
+    // One node asked twice (a Service and its endpoint there) lists the same records twice.
+    auto same = [](const json::object& a, const json::object& b) {
+      return integer(a, "time_unix_ms") == integer(b, "time_unix_ms") && text(a, "direction") == text(b, "direction") &&
+             text(a, "source") == text(b, "source") && text(a, "destination") == text(b, "destination") &&
+             text(a, "reason") == text(b, "reason");
+    };
+    std::vector<json::object> unique;
+    for (auto& c : closed) {
+      if (std::none_of(unique.begin(), unique.end(), [&](const json::object& u) { return same(u, c); })) {
+        unique.push_back(std::move(c));
+      }
+    }
+    closed = std::move(unique);
+    if (closed.size() > kClosedShown) closed.resize(kClosedShown);
+    for (auto& c : closed) e.closed.emplace_back(c);
+    if (closed.empty()) {
+      e.steps.push_back({"recent", "info", "no connection between them closed recently on either node"});
+    } else {
+      size_t failed = std::count_if(closed.begin(), closed.end(), [](const auto& c) { return text(c, "reason") != "ok"; });
+      const auto& newest = closed.front();
+      std::string reason = text(newest, "reason");
+      std::string line = absl::StrCat(closed.size(), " closed recently (", failed, " failed); the newest: ",
+                                      text(newest, "direction"), " ", reason,
+                                      text(newest, "detail").empty() ? "" : absl::StrCat(" (", text(newest, "detail"), ")"));
+      if (reason == "ok") {
+        e.steps.push_back({"recent", "ok", line});
+      } else {
+        auto [cause, fix] = closeReasonCause(reason);
+        fail({"recent", "FAIL", line}, absl::StrCat("the last connection closed with ", reason, ": ", cause), fix);
+      }
+    }
+  }
+
+  const ExplainEnds& ends;
+  const NodeAnswer& source;
+  const std::optional<NodeAnswer>& destination;
+  Explanation e;
+  bool source_in_mesh = false;
+};
+
+}  // namespace
+
+Explanation explainConnection(const ExplainEnds& ends, const NodeAnswer& source,
+                              const std::optional<NodeAnswer>& destination) {
+  return Explainer(ends, source, destination).run();
 }
 
 std::string renderExplanation(const ExplainEnds& ends, const Explanation& e) {
