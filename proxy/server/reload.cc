@@ -104,12 +104,14 @@ void Server::applyConfig(const config::Config& next, bool new_policy_files) {
   if (!(config_.limits == before.limits)) admission_.setLimits(config_.limits);
   // Each worker picks the new settings up at its next record (session::AccessLogger).
   if (!(config_.access_log == before.access_log)) shared_->access_log.set(config_.access_log);
+  // The identity runtime keeps its own poll interval: the next poll waits the new one.
+  if (identity_ != nullptr) identity_->setPollInterval(config_.identity.poll_interval);
   if (new_policy_files) {  // loaded by reloadConfig
     policy_.applyFiles(config_.policy.root_namespace);
   }
   // Timeouts, pool and HBONE settings: each worker takes the new config on its own thread;
   // what it starts from then on (a handshake, a connect, a relay, a pooled tunnel) uses it.
-  // workloads_poll, identity.poll_interval, timeouts.drain and limits.trim_after_closes are
+  // workloads_poll, timeouts.drain and limits.trim_after_closes are
   // read from config_ by the control thread each time.
   auto snapshot = std::make_shared<const config::Config>(config_);
   for (auto& w : workers_) {
