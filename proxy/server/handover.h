@@ -17,12 +17,14 @@
 // most kMaxFrame); its descriptors ride with its first byte.
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "proxy/common/net.h"
 #include "proxy/common/unique_fd.h"
 
 namespace ferry::server::handover {
@@ -112,5 +114,12 @@ struct TakeOver {
 // when no ferryd listens there (no file, or a file nobody accepts on: a stale one, which is
 // removed); an error when one answered and the exchange failed (it keeps serving).
 absl::StatusOr<std::optional<TakeOver>> takeOver(const std::string& path, std::chrono::milliseconds timeout);
+
+// What a component asks of the sockets taken over: those of `role`, for `addr` when given
+// (its port 0 matching any), each given out once; none when nothing was taken over.
+using TakenSockets = std::function<std::vector<common::UniqueFd>(Role role, const common::HostPort* addr)>;
+// What a component adds to the offer to a successor: a socket of `role` at `address`, its
+// descriptor duplicated into the offer (fd < 0: none).
+using OfferSocket = std::function<absl::Status(Role role, std::string address, int fd)>;
 
 }  // namespace ferry::server::handover

@@ -4,8 +4,6 @@
 #include <cstdint>
 #include <utility>
 
-#include <boost/asio/post.hpp>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "proxy/common/log.h"
@@ -25,9 +23,25 @@ int64_t epochSeconds(std::chrono::system_clock::time_point t) {
 
 }  // namespace
 
-ReloadStatus Server::reloadStatus() const {
-  std::lock_guard lock(reload_mu_);
-  return reload_;
+void ReloadHistory::applied(std::vector<std::string> live_keys, std::vector<std::string> restart_keys) {
+  std::lock_guard lock(mu_);
+  status_.last_attempt = status_.last_success = std::chrono::system_clock::now();
+  status_.last_result = "applied";
+  status_.error.clear();
+  ++status_.applied;
+  if (!live_keys.empty()) {
+    ++status_.generation;
+    status_.last_applied_keys = std::move(live_keys);
+  }
+  status_.restart_required_keys = std::move(restart_keys);
+}
+
+void ReloadHistory::rejected(std::string why) {
+  std::lock_guard lock(mu_);
+  status_.last_attempt = std::chrono::system_clock::now();
+  status_.last_result = "rejected";
+  status_.error = std::move(why);
+  ++status_.rejected;
 }
 
 void Server::reloadConfig(bool reread) {
@@ -50,7 +64,7 @@ void Server::reloadConfig(bool reread) {
   if (!(next->memory_budget == config_.memory_budget)) {
     FERRY_LOG(kInfo, "memory: %s", config::describeBudget(next->memory_budget));
     config_.memory_budget = next->memory_budget;
-    shared_->receive_budget->setLimit(config_.memory_budget.receive_buffer);
+    data_plane_->applyMemoryBudget();
   }
 
   auto change = config::diffConfig(config_, *next);
@@ -73,26 +87,13 @@ void Server::reloadConfig(bool reread) {
   } else {
     FERRY_LOG(kInfo, "config: %s read again: no key that applies live changed", config_file_->path());
   }
-  std::lock_guard lock(reload_mu_);
-  reload_.last_attempt = reload_.last_success = std::chrono::system_clock::now();
-  reload_.last_result = "applied";
-  reload_.error.clear();
-  ++reload_.applied;
-  if (!change.live.empty()) {
-    ++reload_.generation;
-    reload_.last_applied_keys = std::move(change.live);
-  }
-  reload_.restart_required_keys = std::move(change.restart);
+  reloads_.applied(std::move(change.live), std::move(change.restart));
 }
 
 void Server::rejectReload(const absl::Status& why) {
   FERRY_LOG(kError, "config: reload refused, nothing changed (ferryd keeps running the config it has): %s",
             why.message());
-  std::lock_guard lock(reload_mu_);
-  reload_.last_attempt = std::chrono::system_clock::now();
-  reload_.last_result = "rejected";
-  reload_.error = std::string(why.message());
-  ++reload_.rejected;
+  reloads_.rejected(std::string(why.message()));
 }
 
 void Server::applyConfig(const config::Config& next, bool new_policy_files) {
@@ -101,26 +102,19 @@ void Server::applyConfig(const config::Config& next, bool new_policy_files) {
   // Only when the file's value changed: a level set since through the admin API stays
   // until the file says something new.
   if (config_.log_level != before.log_level) common::setLogLevel(config_.log_level);
-  if (!(config_.limits == before.limits)) admission_.setLimits(config_.limits);
-  // Each worker picks the new settings up at its next record (session::AccessLogger).
-  if (!(config_.access_log == before.access_log)) shared_->access_log.set(config_.access_log);
   // The identity runtime keeps its own poll interval: the next poll waits the new one.
   if (identity_ != nullptr) identity_->setPollInterval(config_.identity.poll_interval);
   if (new_policy_files) {  // loaded by reloadConfig
     policy_.applyFiles(config_.policy.root_namespace);
   }
-  // Timeouts, pool and HBONE settings: each worker takes the new config on its own thread;
-  // what it starts from then on (a handshake, a connect, a relay, a pooled tunnel) uses it.
-  // workloads_poll, timeouts.drain and limits.trim_after_closes are
-  // read from config_ by the control thread each time.
-  auto snapshot = std::make_shared<const config::Config>(config_);
-  for (auto& w : workers_) {
-    boost::asio::post(w->io(), [w = w.get(), snapshot] { w->setConfig(snapshot); });
-  }
+  // Limits, the access log and each worker's copy (timeouts, pool and HBONE settings).
+  // workloads_poll, timeouts.drain and limits.trim_after_closes are read from config_ by
+  // the control thread each time.
+  data_plane_->applyConfig(before);
 }
 
-void Server::collectReloadMetrics(telemetry::Exposition& out) {
-  ReloadStatus status = reloadStatus();
+void ReloadHistory::collect(telemetry::Exposition& out) const {
+  ReloadStatus status = get();
   out.counter("ferry_config_reloads_total",
               "Versions of the config file read after start, by result (rejected: nothing of it applied)")
       .add(static_cast<double>(status.applied), {{"result", "applied"}})

@@ -83,12 +83,6 @@ json::object connectionJson(const session::ConnectionInfo& c) {
 
 }  // namespace
 
-int64_t Server::liveConnections() {
-  int64_t live = 0;
-  for (auto& w : workers_) live += w->live().load(std::memory_order_relaxed);
-  return live;
-}
-
 void Server::routeAdmin() {
   // A page that DNS rebinding sent to 127.0.0.1 names itself in Host (docs/security.md).
   admin_.requireAddressHost();
@@ -96,14 +90,14 @@ void Server::routeAdmin() {
     return certsPage(*identity_, config_, readiness(), query);
   });
   admin_.routeWithQuery("/workloads", [this](const std::string& query) {
-    return workloadsPage(*workloads_.current(), config_.trust_domain, query);
+    return workloadsPage(*workloads_->store().current(), config_.trust_domain, query);
   });
   admin_.route("/policies", [this] { return policyDump(policy_.store()); });
   admin_.routeWithQuery("/policy/check", [this](const std::string& query) {
-    return policyCheck(query, *workloads_.current(), *policy_.store().current(), config_.trust_domain,
+    return policyCheck(query, *workloads_->store().current(), *policy_.store().current(), config_.trust_domain,
                        config_.datapath.enabled && config_.datapath.exempt_node);
   });
-  admin_.routeWithQuery("/datapath", [this](const std::string& query) { return datapathPage(datapath_.get(), query); });
+  admin_.routeWithQuery("/datapath", [this](const std::string& query) { return datapathPage(workloads_->datapath(), query); });
   admin_.route("/status", [this] { return jsonResponse(200, statusJson()); });
   admin_.route("/config_dump", [this] { return jsonResponse(200, configDumpJson()); });
   admin_.routeAsync("/connections", [this](const HttpRequest& request, HttpServer::Reply reply) {
@@ -116,6 +110,11 @@ void Server::routeAdmin() {
   admin_.routeRequest("/quitquitquit", {HttpMethod::kPost}, [this](const HttpRequest&) { return quitQuitQuit(); });
 }
 
+std::string Server::datapathMode() {
+  const auto* dp = workloads_->datapath();
+  return dp != nullptr ? std::string(datapath::injectionName(dp->injection().mode)) : std::string("disabled");
+}
+
 json::object Server::statusJson() {
   absl::Status ready = readiness();
   auto up = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_at_);
@@ -124,10 +123,10 @@ json::object Server::statusJson() {
                    {"version", FERRY_VERSION},
                    {"node", config_.node},
                    {"uptime_seconds", up.count()},
-                   {"workers", workers_.size()},
+                   {"workers", workerCount()},
                    {"connections_active", liveConnections()},
                    {"log_level", std::string(common::logLevelName(common::logLevel()))},
-                   {"datapath", datapath_ ? datapath::injectionName(datapath_->injection().mode) : "disabled"},
+                   {"datapath", datapathMode()},
                    {"pid", static_cast<int64_t>(::getpid())}};
   if (!ready.ok()) out["reason"] = std::string(ready.message());
   // Upgrades (docs/operations.md): this generation, and the one before it while it retires.
@@ -148,13 +147,13 @@ json::object Server::configDumpJson() {
   return json::object{
       {"config", json::parse(config::configDumpJson(config_))},
       {"runtime",
-       {{"workers", workers_.size()},
+       {{"workers", workerCount()},
         {"log_level", std::string(common::logLevelName(common::logLevel()))},
-        {"workload_source", source_->describe()}}},
-      {"workloads", workloadsJson(*workloads_.current(), config_.trust_domain)},
+        {"workload_source", workloads_->describeSource()}}},
+      {"workloads", workloadsJson(*workloads_->store().current(), config_.trust_domain)},
       {"certificates", certsJson(*identity_, config_, readiness())},
       {"policies", policiesJson(policy_.store())},
-      {"datapath", datapathJson(datapath_.get())},
+      {"datapath", datapathJson(workloads_->datapath())},
       {"reload", reloadJson(reloadStatus())},
   };
 }
@@ -228,7 +227,7 @@ void Server::serveConnections(const HttpRequest& request, HttpServer::Reply repl
   if (state == "closed") {
     // The last ones each worker closed (session/recent_closes.h), the newest first.
     askEveryWorker<std::vector<session::ClosedConnection>>(
-        workers_, control_, [](session::Worker& w) { return w.recentCloses().snapshot(); },
+        data_plane_->workers(), control_, [](session::Worker& w) { return w.recentCloses().snapshot(); },
         [limit, reply = std::move(reply)](std::vector<std::vector<session::ClosedConnection>> parts) {
           std::vector<session::ClosedConnection> all = newestFirst(std::move(parts));
           size_t total = all.size();
@@ -255,7 +254,7 @@ void Server::serveConnections(const HttpRequest& request, HttpServer::Reply repl
   };
   // Each worker copies its own records on its own thread; the control thread sorts them.
   askEveryWorker<Part>(
-      workers_, control_,
+      data_plane_->workers(), control_,
       [limit](session::Worker& w) {
         Part part;
         part.found = w.connections(limit, part.total);
@@ -286,13 +285,13 @@ void Server::serveExplain(const HttpRequest& request, HttpServer::Reply reply) {
     reply(jsonError(400, std::string(query.status().message())));
     return;
   }
-  auto registry = workloads_.current();
-  auto services = workloads_.services();
+  auto registry = workloads_->store().current();
+  auto services = workloads_->store().services();
   auto policies = policy_.store().current();
   absl::Status ready = readiness();
   json::object node{{"node", config_.node},
                     {"ready", ready.ok()},
-                    {"datapath", datapath_ ? datapath::injectionName(datapath_->injection().mode) : "disabled"}};
+                    {"datapath", datapathMode()}};
   if (!ready.ok()) node["reason"] = std::string(ready.message());
   ExplainFacts facts{*registry, *services, *policies, config_.trust_domain,
                      config_.datapath.enabled && config_.datapath.exempt_node, {}, {}, {}};
@@ -306,15 +305,15 @@ void Server::serveExplain(const HttpRequest& request, HttpServer::Reply reply) {
         {"expires_in_seconds", std::chrono::duration_cast<std::chrono::seconds>(not_after - now).count()}};
   }
   for (auto& [id, why] : errors) facts.certificates[id] = json::object{{"error", why}};
-  if (datapath_) {
-    facts.capture = [this](const common::IpAddress& ip) {
+  if (const auto* dp = workloads_->datapath()) {
+    facts.capture = [dp](const common::IpAddress& ip) {
       json::object out;
       if (!ip.is_v4()) return json::object{{"captured", false}, {"error", "IPv6 is not captured (docs/datapath.md, \"IPv6\")"}};
       uint32_t key = datapath::ipv4Key(ip);
-      const std::string* device = datapath_->enrolledDevice(key);
+      const std::string* device = dp->enrolledDevice(key);
       out["captured"] = device != nullptr;
       if (device != nullptr) out["device"] = *device;
-      if (std::string why = datapath_->enrolmentFailure(key); !why.empty()) out["error"] = why;
+      if (std::string why = dp->enrolmentFailure(key); !why.empty()) out["error"] = why;
       return out;
     };
   }
@@ -323,7 +322,7 @@ void Server::serveExplain(const HttpRequest& request, HttpServer::Reply reply) {
   std::optional<workloads::ServiceBackends> service;
   if (backends != nullptr) service = *backends;
   askEveryWorker<std::vector<session::ClosedConnection>>(
-      workers_, control_,
+      data_plane_->workers(), control_,
       [q = *query, service](session::Worker& w) {
         std::vector<session::ClosedConnection> mine;
         for (auto& c : w.recentCloses().snapshot()) {

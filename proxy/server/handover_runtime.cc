@@ -1,10 +1,11 @@
-// Upgrades and restarts without dropping connections (docs/operations.md, "Upgrades and
-// restarts"): the server's two sides of proxy/server/handover.h.
+#include "proxy/server/handover_runtime.h"
+
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -20,7 +21,6 @@
 #include "proxy/common/duration.h"
 #include "proxy/common/readiness_file.h"
 #include "proxy/net/deadline.h"
-#include "proxy/server/server.h"
 #include "proxy/session/common.h"
 
 namespace ferry::server {
@@ -70,12 +70,17 @@ bool sameAddress(int fd, const common::HostPort& want) {
 
 }  // namespace
 
-Server::HandoverStatus Server::handoverStatus() const {
-  std::lock_guard lock(handover_mu_);
-  return handover_;
+HandoverRuntime::HandoverRuntime(const config::Config& config, asio::io_context& control, HandoverHost& host)
+    : config_(config), control_(control), host_(host), readiness_file_timer_(control) {}
+
+HandoverRuntime::~HandoverRuntime() = default;
+
+HandoverStatus HandoverRuntime::status() const {
+  std::lock_guard lock(mu_);
+  return status_;
 }
 
-absl::Status Server::takeOverFromPrevious() {
+absl::Status HandoverRuntime::takeOverFromPrevious() {
   const std::string& path = config_.handover.socket;
   if (path.empty()) return absl::OkStatus();
   auto taken = handover::takeOver(path, kExchangeTimeout);
@@ -90,16 +95,19 @@ absl::Status Server::takeOverFromPrevious() {
     return absl::OkStatus();
   }
   taken_ = std::move(**taken);
+  // Nothing is accepted from the shared listeners until this one is ready
+  // (takeOverWhenReady); the running one serves them meanwhile.
+  waiting_to_serve_ = true;
   FERRY_LOG(kInfo, "handover: took %d sockets from %s", taken_->sockets.size(),
             handover::describe(taken_->old_pid, taken_->old_name));
-  std::lock_guard lock(handover_mu_);
-  handover_.taken = 1;
-  handover_.previous_pid = taken_->old_pid;
-  handover_.previous_name = taken_->old_name;
+  std::lock_guard lock(mu_);
+  status_.taken = 1;
+  status_.previous_pid = taken_->old_pid;
+  status_.previous_name = taken_->old_name;
   return absl::OkStatus();
 }
 
-std::vector<common::UniqueFd> Server::takenSockets(handover::Role role, const common::HostPort* addr) {
+std::vector<common::UniqueFd> HandoverRuntime::takenSockets(handover::Role role, const common::HostPort* addr) {
   std::vector<common::UniqueFd> out;
   if (!taken_) return out;
   for (auto& s : taken_->sockets) {
@@ -110,7 +118,7 @@ std::vector<common::UniqueFd> Server::takenSockets(handover::Role role, const co
   return out;
 }
 
-absl::Status Server::startHandoverEndpoint() {
+absl::Status HandoverRuntime::startEndpoint() {
   const std::string& path = config_.handover.socket;
   if (path.empty()) return absl::OkStatus();
   auto acceptor = std::make_unique<Local::acceptor>(control_);
@@ -136,8 +144,8 @@ absl::Status Server::startHandoverEndpoint() {
     if (!ec) acceptor->listen(4, ec);
   }
   if (ec) return absl::FailedPreconditionError(absl::StrCat("handover.socket ", path, ": ", ec.message()));
-  handover_acceptor_ = std::move(acceptor);
-  asio::co_spawn(control_, handoverAcceptLoop(), asio::detached);
+  acceptor_ = std::move(acceptor);
+  asio::co_spawn(control_, acceptLoop(), asio::detached);
   // What was handed over and not taken: a listen address the new config dropped.
   if (taken_) {
     for (const auto& s : taken_->sockets) {
@@ -151,7 +159,7 @@ absl::Status Server::startHandoverEndpoint() {
   return absl::OkStatus();
 }
 
-absl::Status Server::announceReady() {
+absl::Status HandoverRuntime::announceReady() {
   if (!taken_) return absl::OkStatus();
   handover::Message ready;
   ready.type = handover::Message::Type::kReady;
@@ -175,37 +183,37 @@ absl::Status Server::announceReady() {
   return absl::OkStatus();
 }
 
-asio::awaitable<void> Server::followPrevious(Local::socket link, handover::FrameReader reader, int pid) {
+asio::awaitable<void> HandoverRuntime::followPrevious(Local::socket link, handover::FrameReader reader, int pid) {
   for (;;) {
     // Status comes every second; three missed is a previous generation that hangs.
     auto m = co_await readMessage(link, reader, Clock::now() + 3 * kStatusInterval + std::chrono::seconds(2));
     if (!m.ok() || m->type != handover::Message::Type::kStatus) {
-      std::lock_guard lock(handover_mu_);
+      std::lock_guard lock(mu_);
       if (!m.ok() && m.status().code() == absl::StatusCode::kUnavailable) {
         FERRY_LOG(kInfo, "handover: ferryd pid %d (the previous generation) has exited", pid);
       } else {
         FERRY_LOG(kWarn, "handover: no status from ferryd pid %d any more: %s", pid,
                   m.ok() ? "an unexpected message" : m.status().message());
       }
-      handover_.previous_pid = 0;
-      handover_.previous_name.clear();
-      handover_.previous_live = 0;
-      handover_.previous_deadline_ms = 0;
+      status_.previous_pid = 0;
+      status_.previous_name.clear();
+      status_.previous_live = 0;
+      status_.previous_deadline_ms = 0;
       co_return;
     }
-    std::lock_guard lock(handover_mu_);
-    handover_.previous_pid = m->pid;
-    handover_.previous_name = m->name;
-    handover_.previous_live = m->live;
-    handover_.previous_deadline_ms = m->deadline_ms;
+    std::lock_guard lock(mu_);
+    status_.previous_pid = m->pid;
+    status_.previous_name = m->name;
+    status_.previous_live = m->live;
+    status_.previous_deadline_ms = m->deadline_ms;
   }
 }
 
-asio::awaitable<void> Server::handoverAcceptLoop() {
+asio::awaitable<void> HandoverRuntime::acceptLoop() {
   for (;;) {
-    if (!handover_acceptor_ || !handover_acceptor_->is_open()) co_return;
-    auto [ec, link] = co_await handover_acceptor_->async_accept(kTuple);
-    if (ec == asio::error::operation_aborted || !handover_acceptor_ || !handover_acceptor_->is_open()) co_return;
+    if (!acceptor_ || !acceptor_->is_open()) co_return;
+    auto [ec, link] = co_await acceptor_->async_accept(kTuple);
+    if (ec == asio::error::operation_aborted || !acceptor_ || !acceptor_->is_open()) co_return;
     if (ec) {
       FERRY_LOG(kWarn, "handover: accept: %s", ec.message());
       asio::steady_timer backoff(control_, std::chrono::milliseconds(100));
@@ -213,12 +221,12 @@ asio::awaitable<void> Server::handoverAcceptLoop() {
       continue;
     }
     // One successor at a time, and none while this one stops.
-    if (generation_ != Generation::kServing || stopping_.load()) continue;
+    if (generation_ != Generation::kServing || host_.stopping()) continue;
     co_await serveSuccessor(std::move(link));
   }
 }
 
-absl::StatusOr<handover::Message> Server::makeOffer() {
+absl::StatusOr<handover::Message> HandoverRuntime::makeOffer() {
   handover::Message offer;
   offer.type = handover::Message::Type::kOffer;
   offer.pid = static_cast<int>(::getpid());
@@ -230,32 +238,14 @@ absl::StatusOr<handover::Message> Server::makeOffer() {
     offer.sockets.push_back({role, std::move(address), common::UniqueFd(copy)});
     return absl::OkStatus();
   };
-  for (const auto& l : bound_listeners_) {
-    if (auto st = add(l.role, l.address, l.fd); !st.ok()) return st;
-  }
-  const struct {
-    handover::Role role;
-    const HttpServer* server;
-    const common::HostPort* addr;
-  } endpoints[] = {{handover::Role::kReadiness, &readiness_, &config_.listen.readiness},
-                   {handover::Role::kMetrics, &metrics_, &config_.listen.metrics},
-                   {handover::Role::kAdmin, &admin_, &config_.listen.admin}};
-  for (const auto& e : endpoints) {
-    if (auto st = add(e.role, common::formatHostPort(*e.addr), e.server->listenerFd()); !st.ok()) return st;
-  }
-  if (auto st = add(handover::Role::kHandover, config_.handover.socket, handover_acceptor_->native_handle()); !st.ok()) {
+  if (auto st = host_.offerSockets(add); !st.ok()) return st;
+  if (auto st = add(handover::Role::kHandover, config_.handover.socket, acceptor_->native_handle()); !st.ok()) {
     return st;
-  }
-  if (config_.datapath.proxy_netns_auto && proxy_netns_ && proxy_claim_) {
-    if (auto st = add(handover::Role::kProxyNetns, config_.datapath.proxy_interface, proxy_netns_->fd()); !st.ok()) return st;
-    if (auto st = add(handover::Role::kHostInterfaceClaim, proxy_claim_->hostInterface(), proxy_claim_->fd()); !st.ok()) {
-      return st;
-    }
   }
   return offer;
 }
 
-asio::awaitable<void> Server::serveSuccessor(Local::socket link) {
+asio::awaitable<void> HandoverRuntime::serveSuccessor(Local::socket link) {
   handover::FrameReader reader;
   auto hello = co_await readMessage(link, reader, Clock::now() + kExchangeTimeout);
   if (!hello.ok() || hello->type != handover::Message::Type::kHello) {
@@ -272,59 +262,52 @@ asio::awaitable<void> Server::serveSuccessor(Local::socket link) {
   }
   // From the offer on, the datapath is the successor's to load and adopt.
   generation_ = Generation::kOffered;
-  if (datapath_) datapath_->setHandedOver(true);
+  host_.offered();
   {
-    std::lock_guard lock(handover_mu_);
-    handover_.state = "offered";
-    handover_.successor_pid = pid;
-    handover_.successor_name = hello->name;
+    std::lock_guard lock(mu_);
+    status_.state = "offered";
+    status_.successor_pid = pid;
+    status_.successor_name = hello->name;
   }
-  auto back = [&](absl::string_view why) {
-    FERRY_LOG(kWarn, "handover: %s did not take over (%s); this one (pid %d) goes on serving", who, why,
-              static_cast<int>(::getpid()));
-    generation_ = Generation::kServing;
-    // The successor may have bound the plugin's socket path before it failed.
-    if (cni_endpoint_) {
-      cni_endpoint_->stop(/*unlink=*/false);
-      if (auto st = cni_endpoint_->start(); !st.ok()) FERRY_LOG(kWarn, "cni: after the failed handover: %s", st.message());
-    }
-    if (datapath_) {
-      datapath_->setHandedOver(false);
-      // Pod changes meanwhile were not applied (Service changes of that window are not
-      // replayed: docs/operations.md).
-      if (auto st = datapath_->sync(*workloads_.current()); !st.ok()) {
-        FERRY_LOG(kWarn, "datapath: after the failed handover: %s", st.message());
-      }
-    }
-    std::lock_guard lock(handover_mu_);
-    handover_.state = "serving";
-    handover_.successor_pid = 0;
-    handover_.successor_name.clear();
-    ++handover_.failed;
-  };
   FERRY_LOG(kInfo, "handover: offering %d sockets to %s", offer->sockets.size(), who);
   if (auto st = handover::sendMessage(link.native_handle(), *offer, Clock::now() + kExchangeTimeout); !st.ok()) {
-    back(st.message());
+    offerFailed(who, st.message());
     co_return;
   }
   offer->sockets.clear();  // our copies of the descriptors
   auto ready = co_await readMessage(link, reader, Clock::now() + kReadyTimeout);
   if (!ready.ok() || ready->type != handover::Message::Type::kReady) {
-    back(ready.ok() ? "it sent something other than ready" : ready.status().message());
+    offerFailed(who, ready.ok() ? "it sent something other than ready" : ready.status().message());
     co_return;
   }
   retire(pid);
-  // Until this process exits (the link closes with it): how much it still carries.
+  co_await reportUntilExit(link, who);
+}
+
+void HandoverRuntime::offerFailed(const std::string& who, absl::string_view why) {
+  FERRY_LOG(kWarn, "handover: %s did not take over (%s); this one (pid %d) goes on serving", who, why,
+            static_cast<int>(::getpid()));
+  generation_ = Generation::kServing;
+  host_.offerFailed();
+  std::lock_guard lock(mu_);
+  status_.state = "serving";
+  status_.successor_pid = 0;
+  status_.successor_name.clear();
+  ++status_.failed;
+}
+
+// Until this process exits (the link closes with it): how much it still carries.
+asio::awaitable<void> HandoverRuntime::reportUntilExit(Local::socket& link, const std::string& who) {
   asio::steady_timer tick(control_);
   for (;;) {
-    const int64_t live = liveConnections();
+    const int64_t live = host_.liveConnections();
     handover::Message status;
     status.type = handover::Message::Type::kStatus;
     status.pid = static_cast<int>(::getpid());
     status.name = handover::selfName();
     status.live = live;
-    status.deadline_ms =
-        std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(drain_deadline_ - Clock::now()).count());
+    status.deadline_ms = std::max<int64_t>(
+        0, std::chrono::duration_cast<std::chrono::milliseconds>(host_.drainDeadline() - Clock::now()).count());
     if (auto st = handover::sendMessage(link.native_handle(), status, Clock::now() + kStatusInterval); !st.ok()) {
       FERRY_LOG(kInfo, "handover: %s no longer follows this one: %s", who, st.message());
       co_return;
@@ -334,55 +317,58 @@ asio::awaitable<void> Server::serveSuccessor(Local::socket link) {
   }
 }
 
-void Server::retire(int successor_pid) {
+void HandoverRuntime::retire(int successor_pid) {
   generation_ = Generation::kRetiring;
   handed_over_ = true;
-  stopping_ = true;  // a drain cannot start over it
-  const int64_t live = liveConnections();
-  drain_deadline_ = Clock::now() + config_.handover.deadline;
+  const auto deadline = Clock::now() + config_.handover.deadline;
+  const int64_t live = host_.liveConnections();
   std::string successor;
   {
-    std::lock_guard lock(handover_mu_);
-    handover_.state = "retiring";
-    ++handover_.given;
-    successor = handover::describe(successor_pid, handover_.successor_name);
+    std::lock_guard lock(mu_);
+    status_.state = "retiring";
+    ++status_.given;
+    successor = handover::describe(successor_pid, status_.successor_name);
   }
   FERRY_LOG(kInfo, "handover: %s serves from now on; this one carries its %d connections until they end, "
             "for at most %s (handover.deadline)", successor, live, common::formatDuration(config_.handover.deadline));
   // The sockets stay open in the successor: closing them here only stops this process
   // accepting. Its endpoints and the CNI socket file are the successor's now.
-  if (handover_acceptor_) {
+  if (acceptor_) {
     boost::system::error_code ignored;
-    handover_acceptor_->close(ignored);
+    acceptor_->close(ignored);
   }
-  readiness_.stop();
-  metrics_.stop();
-  admin_.stop();
-  if (cni_endpoint_) cni_endpoint_->stop(/*unlink=*/false);
-  poll_timer_.cancel();
-  identity_->stopPolling();
-  if (cni_credentials_) cni_credentials_->stop();  // the successor keeps ferry-cni's token
-  // Clients of its tunnels open new streams on the successor's; its own pooled tunnels take
-  // no new streams; what runs on them goes on.
-  stopAccepting(/*notice_tunnels=*/true);
+  host_.retire(deadline);
   publishReadinessFile();
-  finishDrain();
+  host_.finishDrain();
 }
 
-asio::awaitable<void> Server::takeOverWhenReady() {
+bool HandoverRuntime::signalWhileRetiring() {
+  exit_signalled_ = true;
+  return waiting_for_signal_;
+}
+
+bool HandoverRuntime::waitForSignal() {
+  if (!config_.handover.wait_for_signal || exit_signalled_) return false;
+  if (!waiting_for_signal_) {
+    waiting_for_signal_ = true;
+    FERRY_LOG(kInfo, "handover: this ferryd holds nothing any more; it exits at SIGTERM (handover.wait_for_signal)");
+    publishReadinessFile();
+  }
+  return true;
+}
+
+void HandoverRuntime::takeOverWhenReady() { asio::co_spawn(control_, waitUntilReady(), session::logTaskError); }
+
+asio::awaitable<void> HandoverRuntime::waitUntilReady() {
   const std::string previous = handover::describe(taken_->old_pid, taken_->old_name);
   const auto deadline = Clock::now() + kSuccessorReadyTimeout;
   asio::steady_timer tick(control_);
   std::string said;
   for (;;) {
-    absl::Status h = health();
-    // Inbound connections are refused until the policies are known (session::authorize).
-    if (h.ok() && !shared_->policies_loaded.load(std::memory_order_acquire)) {
-      h = absl::UnavailableError("waiting for the first list of policies from the API server");
-    }
+    absl::Status h = host_.readyToServe();
     if (h.ok()) break;
     if (Clock::now() >= deadline) {
-      exitWithoutServing(absl::UnavailableError(
+      host_.exitWithoutServing(absl::UnavailableError(
           absl::StrCat("handover: not ready within ", common::formatDuration(kSuccessorReadyTimeout),
                        " (", h.message(), "); ", previous, " goes on serving")));
       co_return;
@@ -394,49 +380,30 @@ asio::awaitable<void> Server::takeOverWhenReady() {
     tick.expires_after(std::chrono::milliseconds(50));
     co_await tick.async_wait(kTuple);
   }
-  if (auto st = syncDatapathOnceSourceListed(); !st.ok()) FERRY_LOG(kWarn, "datapath: %s", st.message());
+  // The operator endpoints, the datapath's first sync and ferry-cni's socket path are this
+  // one's from here (a ferryd that fails to announce leaves them to the running one, which
+  // binds the plugin's socket again: offerFailed).
+  absl::Status st = absl::OkStatus();
   for (auto& adopt : deferred_endpoints_) {
-    if (auto st = adopt(); !st.ok()) {
-      exitWithoutServing(st);
-      co_return;
-    }
+    if (st.ok()) st = adopt();
   }
   deferred_endpoints_.clear();
-  // The plugin's socket path is this one's from here (a ferryd that fails to announce leaves
-  // it to the running one, which binds it again: serveSuccessor).
-  if (cni_endpoint_) {
-    if (auto st = cni_endpoint_->start(); !st.ok()) {
-      exitWithoutServing(st);
-      co_return;
-    }
-  }
-  if (auto st = announceReady(); !st.ok()) {
-    exitWithoutServing(st);
+  if (st.ok()) st = host_.startServing();
+  if (st.ok()) st = announceReady();
+  if (!st.ok()) {
+    host_.exitWithoutServing(st);
     co_return;
   }
-  // What arrived meanwhile waits in the listen queues, which are the same sockets.
-  for (auto& accept : deferred_accepts_) accept();
-  deferred_accepts_.clear();
-  defer_accepting_ = false;
-  started_ = true;
+  waiting_to_serve_ = false;
+  host_.serving();
   publishReadinessFile();
-  FERRY_LOG(kInfo, "ferryd serving: node=%s workloads=%d (local %d)", config_.node, workloads_.current()->size(),
-            workloads_.current()->localCount());
 }
 
-void Server::exitWithoutServing(absl::Status why) {
-  if (!why.ok()) FERRY_LOG(kError, "%s", why.message());
-  exit_status_ = std::move(why);
-  removeReadinessFile();
-  for (auto& w : workers_) w->io().stop();
-  control_.stop();
-}
-
-std::string Server::readinessLine() {
+std::string HandoverRuntime::readinessLine() {
   if (generation_ == Generation::kRetiring) {
-    HandoverStatus h = handoverStatus();
-    const int64_t live = liveConnections();
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(drain_deadline_ - Clock::now());
+    HandoverStatus h = status();
+    const int64_t live = host_.liveConnections();
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(host_.drainDeadline() - Clock::now());
     if (waiting_for_signal_) {
       return absl::StrCat("retiring: ", handover::describe(h.successor_pid, h.successor_name),
                           " serves; this one holds nothing and exits at SIGTERM");
@@ -445,11 +412,11 @@ std::string Server::readinessLine() {
                         " connections until they end, for at most ",
                         common::formatDuration(std::max(left, std::chrono::milliseconds(0))));
   }
-  absl::Status ready = readiness();
+  absl::Status ready = host_.readiness();
   return ready.ok() ? std::string(common::kReadyLine) : std::string(ready.message());
 }
 
-void Server::publishReadinessFile() {
+void HandoverRuntime::publishReadinessFile() {
   const std::string& path = config_.handover.readiness_file;
   if (path.empty()) return;
   if (auto st = common::publishReadiness(path, readinessLine(), &readiness_file_line_); !st.ok()) {
@@ -462,7 +429,7 @@ void Server::publishReadinessFile() {
   });
 }
 
-void Server::removeReadinessFile() {
+void HandoverRuntime::removeReadinessFile() {
   const std::string& path = config_.handover.readiness_file;
   if (path.empty()) return;
   readiness_file_timer_.cancel();
@@ -471,8 +438,8 @@ void Server::removeReadinessFile() {
   }
 }
 
-void Server::collectHandoverMetrics(telemetry::Exposition& out) {
-  HandoverStatus h = handoverStatus();
+void HandoverRuntime::collect(telemetry::Exposition& out) const {
+  HandoverStatus h = status();
   out.counter("ferry_handovers_total", "Handovers of the listening sockets between generations of ferryd")
       .add(static_cast<double>(h.taken), {{"result", "taken"}})
       .add(static_cast<double>(h.given), {{"result", "given"}})
