@@ -207,7 +207,7 @@ struct Limits {
   // metrics, admin and the control thread's files always have one.
   uint32_t descriptor_reserve = 256;
   // Socket states (~200 bytes each, kept by Asio for ever) made at start, spread over the
-  // workers, so that a flood's leftovers do not pin the pages it freed (server.cc). 16,384:
+  // workers, so that a flood's leftovers do not pin the pages it freed (server/data_plane.cc). 16,384:
   // a node carrying 10,000 proxied connections holds ~10,100 sockets, and the workers do
   // not share them evenly (docs/benchmarks/soak.md); 8,192 left RSS +40 % after it.
   uint32_t preallocated_sockets = 16384;

@@ -2,7 +2,7 @@
 // Where ferry-cni's requests meet the rest of ferryd (docs/install.md, "The CNI chain"):
 // the workload source decides from the pod's labels (or the workloads file) and publishes
 // it with the sandbox's addresses and device; the registry change enrols it in the datapath
-// at once (Server::onWorkloadsChanged); an ADD is answered "enrolled" only when the
+// at once (WorkloadRuntime::follow); an ADD is answered "enrolled" only when the
 // datapath holds the pod on that device.
 #include <optional>
 #include <string>
