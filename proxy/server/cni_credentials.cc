@@ -15,7 +15,7 @@
 #include "proxy/common/file.h"
 #include "proxy/common/log.h"
 #include "proxy/k8s/client.h"
-#include "proxy/session/common.h"
+#include "proxy/session/context.h"
 #include "proxy/telemetry/metrics.h"
 
 namespace ferry::server {

@@ -15,7 +15,7 @@
 #include "proxy/config/memory_budget.h"
 #include "proxy/net/buffer_chain.h"
 #include "proxy/net/socket_io.h"
-#include "proxy/session/common.h"
+#include "proxy/session/original_destination.h"
 
 namespace ferry::server {
 

@@ -21,7 +21,7 @@
 #include "proxy/common/duration.h"
 #include "proxy/common/readiness_file.h"
 #include "proxy/net/deadline.h"
-#include "proxy/session/common.h"
+#include "proxy/session/context.h"
 
 namespace ferry::server {
 

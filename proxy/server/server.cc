@@ -9,7 +9,7 @@
 #include "proxy/config/memory_budget.h"
 #include "proxy/datapath/netns.h"
 #include "proxy/hbone/receive_budget.h"
-#include "proxy/session/common.h"
+#include "proxy/session/context.h"
 
 namespace ferry::server {
 

@@ -27,7 +27,7 @@
 #include "proxy/server/explain_admin.h"
 #include "proxy/server/policy_admin.h"
 #include "proxy/server/server.h"
-#include "proxy/session/common.h"
+#include "proxy/session/original_destination.h"
 
 namespace ferry::server {
 namespace asio = boost::asio;

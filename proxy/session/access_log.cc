@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "proxy/common/json_text.h"
-#include "proxy/session/common.h"
+#include "proxy/session/record.h"
 
 namespace ferry::session {
 

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -186,6 +187,9 @@ using SocketTask =
 void runPlaced(Worker& here, boost::asio::ip::tcp::socket socket, SocketTask task, LoadUnit load);
 // A unit on the least loaded worker, `here` on ties: for a connection any worker may run.
 LoadUnit placeOnAnyWorker(Worker& here);
+// Completion of a connection's coroutine, and the relay's handlers: logs what escaped them
+// (never an aborted operation), whatever its type.
+void logTaskError(std::exception_ptr e);
 
 // Accept handlers, one per listener kind: each places the connection and starts its task,
 // which holds `admitted` for the connection's life and marks its handshake done.

@@ -17,13 +17,16 @@
 #include "absl/strings/str_cat.h"
 #include "proxy/common/duration.h"
 #include "proxy/common/log.h"
-#include "proxy/session/connect_target.h"
-#include "proxy/net/signal.h"
 #include "proxy/identity/spiffe_id.h"
 #include "proxy/net/deadline.h"
 #include "proxy/net/mtls.h"
-#include "proxy/session/common.h"
+#include "proxy/net/signal.h"
+#include "proxy/session/authorize.h"
+#include "proxy/session/connect_target.h"
 #include "proxy/session/context.h"
+#include "proxy/session/forward.h"
+#include "proxy/session/original_destination.h"
+#include "proxy/session/record.h"
 
 namespace ferry::session {
 namespace asio = boost::asio;

@@ -19,8 +19,10 @@
 #include "proxy/identity/spiffe_id.h"
 #include "proxy/net/deadline.h"
 #include "proxy/net/mtls.h"
-#include "proxy/session/common.h"
 #include "proxy/session/context.h"
+#include "proxy/session/forward.h"
+#include "proxy/session/original_destination.h"
+#include "proxy/session/record.h"
 
 namespace ferry::session {
 namespace asio = boost::asio;

@@ -3,8 +3,11 @@
 // (docs/policy.md): STRICT refuses it with a reset; otherwise the authorization policies
 // judge it with no peer identity, and an allowed one is forwarded from the client's IP.
 #include "absl/strings/str_cat.h"
-#include "proxy/session/common.h"
+#include "proxy/session/authorize.h"
 #include "proxy/session/context.h"
+#include "proxy/session/forward.h"
+#include "proxy/session/original_destination.h"
+#include "proxy/session/record.h"
 
 namespace ferry::session {
 namespace asio = boost::asio;

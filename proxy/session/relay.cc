@@ -14,9 +14,9 @@
 #include <utility>
 
 #include "proxy/common/log.h"
-#include "proxy/session/common.h"
-#include "proxy/net/socket_io.h"
 #include "proxy/net/socket_factory.h"
+#include "proxy/net/socket_io.h"
+#include "proxy/session/context.h"
 
 // One relay for TCP <-> TCP and TCP <-> stream. A relay joins two ends: `near`, always a
 // socket, and `far`, a socket or a CONNECT stream. Both directions run as completion

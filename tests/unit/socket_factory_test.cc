@@ -20,9 +20,9 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 
-#include "proxy/session/common.h"
-#include "proxy/session/self_addresses.h"
 #include "proxy/net/socket_factory.h"
+#include "proxy/session/original_destination.h"
+#include "proxy/session/self_addresses.h"
 
 namespace ferry::net {
 namespace {

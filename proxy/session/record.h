@@ -1,36 +1,16 @@
 #pragma once
-// Pieces every handler uses: the original destination of a captured connection, the
-// per-connection record that feeds one close counter and one access-log line.
+// The record of one proxied connection: one close counter, one access-log line, one slot
+// of the worker's recent closes, its Istio series; and what the drain deadline resets.
 #include <array>
 #include <chrono>
-#include <exception>
 #include <memory>
 #include <optional>
 #include <string>
 
-#include <boost/asio/awaitable.hpp>
-
-#include "absl/status/statusor.h"
 #include "proxy/common/log.h"
 #include "proxy/session/context.h"
 
 namespace ferry::session {
-
-struct Endpoints {
-  common::HostPort peer;         // who connected (the application or the HBONE client)
-  common::HostPort destination;  // where it meant to go
-};
-
-// getsockname() (tc sk_assign / TPROXY keep the original destination), or a PROXY v2
-// header in `original_destination: proxy_protocol` mode.
-boost::asio::awaitable<absl::StatusOr<Endpoints>> originalEndpoints(Worker& worker,
-                                                                    Tcp::socket& socket);
-
-common::HostPort toHostPort(const Tcp::endpoint& ep);
-
-// Completion of a connection's coroutine, and the relay's handlers: logs what escaped them
-// (never an aborted operation), whatever its type.
-void logTaskError(std::exception_ptr e);
 
 // One per proxied connection: counts it open on construction, and on finish() records
 // the close reason, bytes and an access-log line.
@@ -127,49 +107,5 @@ class WatchedSocket {
   ConnectionRecord& record_;
   Tcp::socket* socket_;
 };
-
-// What a proxied connection relayed over an HBONE stream holds from its start to its close
-// record: the record, the application's socket (the accepted one outbound, the one ferryd
-// opened to the workload inbound), its load unit and admission. On the heap, so that once the
-// CONNECT phase is over the relay can own it (relayOnStream) and the coroutine that set it up
-// ends: an idle connection then holds this, the relay and the stream, no coroutine frame
-// (docs/architecture.md, "The relay").
-struct LiveConnection {
-  LiveConnection(Worker& worker, Direction direction, Tcp::socket socket, LoadUnit load);
-  LiveConnection(const LiveConnection&) = delete;
-  LiveConnection& operator=(const LiveConnection&) = delete;
-
-  ConnectionRecord record;
-  Tcp::socket socket;
-  WatchedSocket watched{record, socket};  // after both: it goes first
-  LoadUnit load;
-  Admitted admitted;  // outbound: the listener's admission, held for the connection's life
-  // What the record's pointers need until it is finished (inbound: the tunnel's state,
-  // whose rate limiter is the record's warn_limiter).
-  std::shared_ptr<const void> keep;
-};
-
-// Starts the relay between `conn->socket` and `stream` (established, and watched by the
-// record), hands `conn` to it and returns; the record is finished when the relay ends.
-void relayOnStream(Worker& worker, std::unique_ptr<LiveConnection> conn, hbone::H2Stream& stream);
-
-// Refuses a connection whose destination is ferryd itself (Shared::self): resets
-// `socket`, counts it, finishes `record` as `self_target`.
-void refuseSelfTarget(Worker& worker, Tcp::socket& socket, const common::HostPort& destination,
-                      ConnectionRecord& record);
-
-// Judges a connection to `destination` (a local workload) against `policies` (the snapshot
-// in force): counts the decision, logs AUDIT matches, fills record.policy, and
-// record.subject when allowed.
-policy::Decision authorize(Worker& worker, Direction direction, const policy::PolicySet& policies,
-                           const workloads::Workload& destination, policy::Request request, ConnectionRecord& record);
-
-// Refuses (refuseSelfTarget) a destination that is ferryd itself; else connects from
-// `source` to `destination` and relays `socket` to it as plain TCP; a failed
-// connect resets `socket`. Finishes `record` either way.
-boost::asio::awaitable<void> forwardTcp(Worker& worker, Tcp::socket& socket,
-                                        const common::IpAddress& source,
-                                        const common::HostPort& destination,
-                                        ConnectionRecord& record);
 
 }  // namespace ferry::session
