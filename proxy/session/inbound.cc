@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <deque>
+#include <memory>
+#include <optional>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -123,97 +125,99 @@ struct TunnelState {
   std::string client;
 };
 
-awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> stream,
-                            std::shared_ptr<const TunnelInfo> info,
-                            std::shared_ptr<TunnelState> tunnel) {
+// The connection one stream proxies, its record filled from the request and the tunnel it
+// came on. Its socket is the one to the workload, opened once the stream is judged; a stream
+// runs on its connection's worker, and its load steers where new connections go.
+std::unique_ptr<LiveConnection> newStreamConnection(Worker& worker, const std::shared_ptr<hbone::H2Stream>& stream,
+                                                    const TunnelInfo& info,
+                                                    const std::shared_ptr<TunnelState>& tunnel) {
   auto& shared = worker.shared();
-  auto settings = worker.config();
-  const auto& cfg = *settings;
-  // A stream runs on its connection's worker; its load steers where new connections go.
-  // The connection's socket is the one to the workload, opened below.
   auto conn = std::make_unique<LiveConnection>(worker, Direction::kInbound, Tcp::socket(worker.io()),
                                                LoadUnit::add(shared.placement, worker.index()));
   ConnectionRecord& record = conn->record;
-  record.src = common::formatHostPort(info->client);
-  record.peer_identity = info->peer_id;
+  record.src = common::formatHostPort(info.client);
+  record.peer_identity = info.peer_id;
   record.dst = stream->header(":authority");
-  record.source_workload = info->client_workload;
-  record.destination_workload = info->local_workload;
-  record.source_principal = info->peer_id;
-  record.destination_principal = info->local_id;
+  record.source_workload = info.client_workload;
+  record.destination_workload = info.local_workload;
+  record.source_principal = info.peer_id;
+  record.destination_principal = info.local_id;
   record.watchStream(stream);
   record.warn_limiter = &tunnel->warnings;
   conn->keep = tunnel;
+  return conn;
+}
 
-  // Rapid reset: the client gave up on the stream before it was answered. Nothing more is
-  // done for it (H2Connection counts these and ends a connection that lives on them).
-  auto resetBeforeAnswer = [&] {
-    shared.stats.hbone_streams_reset_unanswered.fetch_add(1, std::memory_order_relaxed);
-    record.detail = "client reset the stream before it was answered";
-    record.finish(CloseReason::kPeerReset);
-  };
-  if (stream->resetCode()) {  // HEADERS and RST_STREAM came in one read
-    resetBeforeAnswer();
-    co_return;
-  }
+// Rapid reset: the client gave up on the stream before it was answered. Nothing more is
+// done for it (H2Connection counts these and ends a connection that lives on them).
+void resetBeforeAnswer(Shared& shared, ConnectionRecord& record) {
+  shared.stats.hbone_streams_reset_unanswered.fetch_add(1, std::memory_order_relaxed);
+  record.detail = "client reset the stream before it was answered";
+  record.finish(CloseReason::kPeerReset);
+}
 
-  auto reject = [&](int status, CloseReason reason, std::string why) {
-    shared.stats.hbone_streams_rejected.fetch_add(1, std::memory_order_relaxed);
-    record.detail = why.empty() ? absl::StrCat(status) : absl::StrCat(status, ": ", why);
-    stream->respond(status);
-    record.finish(reason);
-  };
+// Answers the stream `status` and finishes its record with `reason`.
+void rejectStream(Shared& shared, hbone::H2Stream& stream, ConnectionRecord& record, int status,
+                  CloseReason reason, std::string why) {
+  shared.stats.hbone_streams_rejected.fetch_add(1, std::memory_order_relaxed);
+  record.detail = why.empty() ? absl::StrCat(status) : absl::StrCat(status, ": ", why);
+  stream.respond(status);
+  record.finish(reason);
+}
 
-  auto registry = shared.workloads.current();
-  auto verdict = validateConnect(stream->headers(), info->local_ip, *registry, shared.ferry_ports);
+// Whether the stream may go where it asks: its form and target, the connection's identity
+// (anti-spoofing), the drain, ferryd itself, and then the policies (docs/policy.md) at the
+// destination's node, on the peer's verified identity, before anything is connected. The
+// target, or nothing once the stream has been rejected (a policy denial is a 401 naming the
+// policy).
+std::optional<ConnectTarget> judgeStream(Worker& worker, hbone::H2Stream& stream, const TunnelInfo& info,
+                                         const workloads::Registry& registry, ConnectionRecord& record) {
+  auto& shared = worker.shared();
+  auto verdict = validateConnect(stream.headers(), info.local_ip, registry, shared.ferry_ports);
   if (verdict.status != 200) {
-    reject(verdict.status, CloseReason::kBadRequest, verdict.reason);
-    co_return;
+    rejectStream(shared, stream, record, verdict.status, CloseReason::kBadRequest, verdict.reason);
+    return std::nullopt;
   }
-  if (!info->spoof_reason.empty()) {
+  if (!info.spoof_reason.empty()) {
     shared.stats.identity_spoofing_denied.fetch_add(1, std::memory_order_relaxed);
-    reject(401, CloseReason::kDenied, info->spoof_reason);
-    co_return;
+    rejectStream(shared, stream, record, 401, CloseReason::kDenied, info.spoof_reason);
+    return std::nullopt;
   }
   if (shared.draining.load(std::memory_order_relaxed)) {
-    reject(503, CloseReason::kShutdown, "ferryd is shutting down");
-    co_return;
+    rejectStream(shared, stream, record, 503, CloseReason::kShutdown, "ferryd is shutting down");
+    return std::nullopt;
   }
   if (shared.self.contains(verdict.target)) {
     // Only reachable when a workload's address is one of ferryd's own (its ports are
     // refused above): ferryd never connects to itself.
     shared.stats.self_target_refused.fetch_add(1, std::memory_order_relaxed);
-    reject(400, CloseReason::kSelfTarget,
-           absl::StrCat(common::formatHostPort(verdict.target), " is ferryd itself"));
-    co_return;
+    rejectStream(shared, stream, record, 400, CloseReason::kSelfTarget,
+                 absl::StrCat(common::formatHostPort(verdict.target), " is ferryd itself"));
+    return std::nullopt;
   }
-
-  // Authorization (docs/policy.md) at the destination's node, on the peer's verified
-  // identity, before anything is connected: a denial is a 401 naming the policy.
   auto decision = authorize(worker, Direction::kInbound, *shared.policies.current(), *verdict.workload,
-                            policy::Request{info->client.ip, policy::principalOf(info->peer_id), verdict.target.ip,
+                            policy::Request{info.client.ip, policy::principalOf(info.peer_id), verdict.target.ip,
                                             verdict.target.port},
                             record);
   if (!decision.allowed) {
-    reject(401, CloseReason::kPolicyDenied, "");  // the access line's policy= says why
-    co_return;
+    // The access line's policy= says why.
+    rejectStream(shared, stream, record, 401, CloseReason::kPolicyDenied, "");
+    return std::nullopt;
   }
-  // Istio's metrics, as the server's node reports them (the client named by its workload, or
-  // by its proven identity alone when its IP is no workload known here).
-  if (shared.istio != nullptr) {
-    record.attribute(Reporter::kDestination, /*mutual_tls=*/true,
-                     calledService(hbone::forwardedHost(stream->headers()), cfg.telemetry.cluster_domain,
-                                   *shared.workloads.services(),
-                                   {common::canonicalIp(verdict.target.ip), verdict.target.port}));
-  }
+  return verdict;
+}
 
-  // Connect before answering, so a refusal is a 503 and not a 200 followed by a reset.
-  // A reset of the stream cancels the connect at once: the socket is closed (the workload
-  // sees no connection, or one that ends at once), and a stream still waiting for a slot
-  // leaves the queue.
-  Tcp::socket& upstream = conn->socket;
+// Connects `upstream` to `target` from the client pod's IP, before the stream is answered, so
+// a refusal is a 503 and not a 200 followed by a reset. A reset of the stream cancels the
+// connect at once: the socket is closed (the workload sees no connection, or one that ends at
+// once), and a stream still waiting for a slot leaves the queue. False once the stream has
+// been answered or was reset (its record finished).
+awaitable<bool> connectUpstream(Worker& worker, const config::Config& cfg, hbone::H2Stream& stream,
+                                const TunnelInfo& info, TunnelState& tunnel, const common::HostPort& target,
+                                ConnectionRecord& record, Tcp::socket& upstream) {
+  auto& shared = worker.shared();
   net::Signal wake(worker.io().get_executor());
-  stream->setAbortHandler([&upstream, &wake] {
+  stream.setAbortHandler([&upstream, &wake] {
     boost::system::error_code ignored;
     upstream.close(ignored);
     wake.notify();
@@ -221,40 +225,70 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
   struct AbortHandlerGuard {
     hbone::H2Stream& stream;
     ~AbortHandlerGuard() { stream.setAbortHandler(nullptr); }
-  } abort_guard{*stream};
+  } abort_guard{stream};
   // An identity closed for rapid reset shares one connect budget across its connections.
-  if (auto budget = shared.reset_penalties.budgetOf(info->peer_id, std::chrono::steady_clock::now());
+  if (auto budget = shared.reset_penalties.budgetOf(info.peer_id, std::chrono::steady_clock::now());
       budget != nullptr && !budget->take(std::chrono::steady_clock::now())) {
     shared.stats.hbone_streams_penalized.fetch_add(1, std::memory_order_relaxed);
-    reject(503, CloseReason::kBadRequest,
-           absl::StrCat(info->peer_id, " was closed for rapid reset: its upstream connects are limited to ",
-                        cfg.hbone.max_pending_connects, " a second for ", ResetPenalties::kPenalty.count(), " s"));
-    co_return;
+    rejectStream(shared, stream, record, 503, CloseReason::kBadRequest,
+                 absl::StrCat(info.peer_id, " was closed for rapid reset: its upstream connects are limited to ",
+                              cfg.hbone.max_pending_connects, " a second for ", ResetPenalties::kPenalty.count(),
+                              " s"));
+    co_return false;
   }
-  if (!co_await tunnel->connects.acquire(*stream, wake, shared.stats)) {
-    resetBeforeAnswer();
-    co_return;
+  if (!co_await tunnel.connects.acquire(stream, wake, shared.stats)) {
+    resetBeforeAnswer(shared, record);
+    co_return false;
   }
   boost::system::error_code ec;
   {
     struct SlotGuard {
       ConnectSlots& slots;
       ~SlotGuard() { slots.release(); }
-    } slot{tunnel->connects};
-    ec = co_await shared.sockets.connect(upstream, info->client.ip, verdict.target,
-                                         cfg.timeouts.connect);
+    } slot{tunnel.connects};
+    ec = co_await shared.sockets.connect(upstream, info.client.ip, target, cfg.timeouts.connect);
   }
-  stream->setAbortHandler(nullptr);  // the relay watches the stream from here on
-  if (stream->resetCode()) {
+  stream.setAbortHandler(nullptr);  // the relay watches the stream from here on
+  if (stream.resetCode()) {
     net::abortSocket(upstream);
-    resetBeforeAnswer();
-    co_return;
+    resetBeforeAnswer(shared, record);
+    co_return false;
   }
   if (ec) {
-    reject(503, ec == asio::error::timed_out ? CloseReason::kConnectTimeout
-                                             : CloseReason::kConnectFailed,
-           absl::StrCat("connecting to ", common::formatHostPort(verdict.target), ": ",
-                        ec.message()));
+    rejectStream(shared, stream, record, 503,
+                 ec == asio::error::timed_out ? CloseReason::kConnectTimeout : CloseReason::kConnectFailed,
+                 absl::StrCat("connecting to ", common::formatHostPort(target), ": ", ec.message()));
+    co_return false;
+  }
+  co_return true;
+}
+
+awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> stream,
+                            std::shared_ptr<const TunnelInfo> info,
+                            std::shared_ptr<TunnelState> tunnel) {
+  auto& shared = worker.shared();
+  auto settings = worker.config();
+  const auto& cfg = *settings;
+  auto conn = newStreamConnection(worker, stream, *info, tunnel);
+  ConnectionRecord& record = conn->record;
+  if (stream->resetCode()) {  // HEADERS and RST_STREAM came in one read
+    resetBeforeAnswer(shared, record);
+    co_return;
+  }
+
+  auto registry = shared.workloads.current();
+  auto verdict = judgeStream(worker, *stream, *info, *registry, record);
+  if (!verdict) co_return;
+  // Istio's metrics, as the server's node reports them (the client named by its workload, or
+  // by its proven identity alone when its IP is no workload known here).
+  if (shared.istio != nullptr) {
+    record.attribute(Reporter::kDestination, /*mutual_tls=*/true,
+                     calledService(hbone::forwardedHost(stream->headers()), cfg.telemetry.cluster_domain,
+                                   *shared.workloads.services(),
+                                   {common::canonicalIp(verdict->target.ip), verdict->target.port}));
+  }
+
+  if (!co_await connectUpstream(worker, cfg, *stream, *info, *tunnel, verdict->target, record, conn->socket)) {
     co_return;
   }
   stream->respond(200);
@@ -274,6 +308,79 @@ awaitable<void> serveStream(Worker& worker, std::shared_ptr<hbone::H2Stream> str
 struct EvictableSocket {
   int fd = -1;
 };
+
+// Counts and logs an HBONE connection refused before its tunnel was open.
+void refuseTunnel(Shared& shared, const common::HostPort& client, const common::HostPort& local,
+                  const std::string& why) {
+  shared.stats.hbone_handshake_failures.fetch_add(1, std::memory_order_relaxed);
+  FERRY_LOG(kWarn, "hbone: refused connection %s -> %s: %s", common::formatHostPort(client),
+            common::formatHostPort(local), why);
+}
+
+// What the handshake from `client` to the local workload `local_workload` established, for
+// every stream of the tunnel, with the anti-spoofing decision already taken.
+std::shared_ptr<const TunnelInfo> describeTunnel(const config::Config& cfg, const workloads::Registry& registry,
+                                                 const common::HostPort& client, const common::IpAddress& local_ip,
+                                                 std::string peer_id, std::string local_id,
+                                                 workloads::WorkloadPtr local_workload) {
+  auto info = std::make_shared<TunnelInfo>();
+  info->client = client;
+  info->local_ip = local_ip;
+  info->peer_id = std::move(peer_id);
+  info->local_id = std::move(local_id);
+  info->local_workload = std::move(local_workload);
+  info->client_workload = registry.sharedByIp(client.ip);
+  const auto* source = info->client_workload.get();
+  if (source == nullptr) {
+    info->spoof_reason = absl::StrCat("client address ", client.ip.to_string(),
+                                      " is not a known workload");
+  } else if (source->spiffeId(cfg.trust_domain) != info->peer_id) {
+    info->spoof_reason = absl::StrCat("identity ", info->peer_id, " does not own ",
+                                      client.ip.to_string(), " (owned by ",
+                                      source->spiffeId(cfg.trust_domain), ")");
+  }
+  return info;
+}
+
+// The server side of a tunnel's HTTP/2 connection.
+hbone::H2Options tunnelOptions(const config::Config& cfg, const Shared& shared) {
+  hbone::H2Options options;
+  options.ping_interval = cfg.pool.ping_interval;
+  options.ping_timeout = cfg.pool.ping_timeout;
+  // Twice the clients' own release time: a well-behaved pool lets go first, and a client
+  // that completes a handshake and then sends nothing cannot hold the connection forever.
+  options.idle_release = cfg.pool.idle_release * 2;
+  options.max_premature_resets = cfg.hbone.max_premature_resets;
+  options.receive_budget = shared.receive_budget;
+  return options;
+}
+
+// What the tunnel's end does: it leaves the worker and lets go of the handshake's unit and
+// admission, which stay with the tunnel for as long as it is open; a connection error is
+// logged, and a close for rapid reset penalizes `peer` (`rate` upstream connects a second).
+void onTunnelClose(hbone::H2Connection& conn, Worker& worker, LoadUnit load, Admitted admitted,
+                   const common::HostPort& client, const std::string& peer, uint32_t rate) {
+  auto& shared = worker.shared();
+  conn.setCloseHandler([load = std::make_shared<LoadUnit>(std::move(load)), admitted = std::move(admitted),
+                        client, stats = &shared.stats, penalties = &shared.reset_penalties, peer,
+                        rate, w = &worker](hbone::H2Connection& c) mutable {
+    w->removeTunnel(&c);
+    load->reset();
+    admitted.reset();
+    // One line per connection that ended in a connection error (never rate-limited: it is
+    // one per handshake, and handshakes are what admission control bounds).
+    if (auto code = c.goawayError()) {
+      stats->recordGoaway(*code);
+      FERRY_LOG(kWarn, "hbone: closed connection from %s with GOAWAY %s: %s",
+                common::formatHostPort(client), hbone::h2ErrorName(*code), c.closeReason());
+      if (c.closedForRapidReset() && penalties->penalize(peer, rate, std::chrono::steady_clock::now())) {
+        FERRY_LOG(kWarn, "hbone: %s was closed for rapid reset: for %d s its upstream connects to this node, on "
+                  "every connection, are limited to %u a second",
+                  peer, static_cast<int>(ResetPenalties::kPenalty.count()), rate);
+      }
+    }
+  });
+}
 
 // `load` counts the handshake on this worker, then the tunnel for its life; so does
 // `admitted` on the listener's limits, pending until the handshake is done.
@@ -295,14 +402,10 @@ awaitable<void> handshakeAndServe(Worker& worker, Tcp::socket socket, LoadUnit l
 
   auto registry = shared.workloads.current();
   auto workload = registry->sharedLocalByIp(local.ip);
-  auto fail = [&](std::string why) {
-    shared.stats.hbone_handshake_failures.fetch_add(1, std::memory_order_relaxed);
-    FERRY_LOG(kWarn, "hbone: refused connection %s -> %s: %s", common::formatHostPort(client),
-              common::formatHostPort(local), why);
-  };
   if (workload == nullptr) {
     evictable->fd = -1;
-    fail(absl::StrCat(local.ip.to_string(), " is not a workload on node ", cfg.node));
+    refuseTunnel(shared, client, local,
+                 absl::StrCat(local.ip.to_string(), " is not a workload on node ", cfg.node));
     net::abortSocket(socket);
     co_return;
   }
@@ -311,7 +414,8 @@ awaitable<void> handshakeAndServe(Worker& worker, Tcp::socket socket, LoadUnit l
   auto ctx = shared.tls.serverContext(local_id);
   if (!ctx.ok()) {
     evictable->fd = -1;
-    fail(absl::StrCat("no certificate for ", local_id.str(), ": ", ctx.status().message()));
+    refuseTunnel(shared, client, local,
+                 absl::StrCat("no certificate for ", local_id.str(), ": ", ctx.status().message()));
     net::abortSocket(socket);
     co_return;
   }
@@ -321,60 +425,19 @@ awaitable<void> handshakeAndServe(Worker& worker, Tcp::socket socket, LoadUnit l
   evictable->fd = -1;
   if (!hs.ok()) {
     if (hs.rejection) shared.stats.recordRejection(Direction::kInbound, *hs.rejection);
-    fail(absl::StrCat("client ", hs.status.message()));
+    refuseTunnel(shared, client, local, absl::StrCat("client ", hs.status.message()));
     co_return;
   }
   shared.stats.hbone_connections_accepted.fetch_add(1, std::memory_order_relaxed);
   admitted->handshakeDone();
 
-  auto info = std::make_shared<TunnelInfo>();
-  info->client = client;
-  info->local_ip = local.ip;
-  info->peer_id = hs.peer_id;
-  info->local_id = local_id.str();
-  info->local_workload = workload;
-  info->client_workload = registry->sharedByIp(client.ip);
-  const auto* source = info->client_workload.get();
-  if (source == nullptr) {
-    info->spoof_reason = absl::StrCat("client address ", client.ip.to_string(),
-                                      " is not a known workload");
-  } else if (source->spiffeId(cfg.trust_domain) != info->peer_id) {
-    info->spoof_reason = absl::StrCat("identity ", info->peer_id, " does not own ",
-                                      client.ip.to_string(), " (owned by ",
-                                      source->spiffeId(cfg.trust_domain), ")");
-  }
-
-  hbone::H2Options options;
-  options.ping_interval = cfg.pool.ping_interval;
-  options.ping_timeout = cfg.pool.ping_timeout;
-  // Twice the clients' own release time: a well-behaved pool lets go first, and a client
-  // that completes a handshake and then sends nothing cannot hold the connection forever.
-  options.idle_release = cfg.pool.idle_release * 2;
-  options.max_premature_resets = cfg.hbone.max_premature_resets;
-  options.receive_budget = shared.receive_budget;
-  auto conn = hbone::H2Connection::create(hbone::H2Connection::Role::kServer, std::move(hs.tls), options);
+  auto info = describeTunnel(cfg, *registry, client, local.ip, hs.peer_id, local_id.str(), workload);
+  auto conn = hbone::H2Connection::create(hbone::H2Connection::Role::kServer, std::move(hs.tls),
+                                          tunnelOptions(cfg, shared));
   auto tunnel = std::make_shared<TunnelState>(cfg.hbone.max_pending_connects,
                                               common::formatHostPort(client));
-  // The handshake's unit and admission stay with the tunnel for as long as it is open.
-  conn->setCloseHandler([load = std::make_shared<LoadUnit>(std::move(load)), admitted = std::move(admitted),
-                         client, stats = &shared.stats, penalties = &shared.reset_penalties, peer = info->peer_id,
-                         rate = cfg.hbone.max_pending_connects, w = &worker](hbone::H2Connection& c) mutable {
-    w->removeTunnel(&c);
-    load->reset();
-    admitted.reset();
-    // One line per connection that ended in a connection error (never rate-limited: it is
-    // one per handshake, and handshakes are what admission control bounds).
-    if (auto code = c.goawayError()) {
-      stats->recordGoaway(*code);
-      FERRY_LOG(kWarn, "hbone: closed connection from %s with GOAWAY %s: %s",
-                common::formatHostPort(client), hbone::h2ErrorName(*code), c.closeReason());
-      if (c.closedForRapidReset() && penalties->penalize(peer, rate, std::chrono::steady_clock::now())) {
-        FERRY_LOG(kWarn, "hbone: %s was closed for rapid reset: for %d s its upstream connects to this node, on "
-                  "every connection, are limited to %u a second",
-                  peer, static_cast<int>(ResetPenalties::kPenalty.count()), rate);
-      }
-    }
-  });
+  onTunnelClose(*conn, worker, std::move(load), std::move(admitted), client, info->peer_id,
+                cfg.hbone.max_pending_connects);
   Worker* w = &worker;
   conn->setRequestHandler([w, info, tunnel](std::shared_ptr<hbone::H2Stream> stream) {
     asio::co_spawn(w->io(), serveStream(*w, std::move(stream), info, tunnel), logTaskError);
