@@ -236,6 +236,39 @@ awaitable<void> tunnel(Worker& worker, Tcp::socket socket, OutboundPlan plan, Lo
   relayOnStream(worker, std::move(conn), *stream);  // the record holds the stream
 }
 
+// A Service's ClusterIP (captured because the Service has mesh endpoints): one of its
+// ready mesh endpoints, uniformly at random (as kube-proxy's iptables mode picks), at
+// the target port the EndpointSlice resolved. From here on the connection is to that
+// pod, as if the app had dialled it: HBONE to <pod>:15008, CONNECT <pod>:<target port>.
+// The Service, with `destination` moved to its endpoint; empty when `destination` is no
+// Service's.
+workloads::InternedString pickServiceEndpoint(const workloads::ServiceTable& services,
+                                              common::HostPort& destination) {
+  const auto* svc = services.find({common::canonicalIp(destination.ip), destination.port});
+  if (svc == nullptr) return {};
+  thread_local std::minstd_rand pick{std::random_device{}()};
+  const auto& eps = svc->endpoints;
+  const auto& ep = eps[std::uniform_int_distribution<size_t>(0, eps.size() - 1)(pick)];
+  destination = common::HostPort{ep.first, ep.second};
+  return svc->name;
+}
+
+// A connection to a mesh workload from an address that is no local pod has no identity to
+// present: it fails closed, never plaintext to a mesh workload.
+void refuseUnknownSource(Worker& worker, const config::Config& cfg, Tcp::socket& socket, const Endpoints& ends,
+                         const workloads::WorkloadPtr& src, const workloads::WorkloadPtr& dst) {
+  ConnectionRecord record(worker, Direction::kOutbound);
+  record.src = common::formatHostPort(ends.peer);
+  record.dst = common::formatHostPort(ends.destination);
+  record.source_workload = src;
+  record.destination_workload = dst;
+  record.detail = absl::StrCat(ends.peer.ip.to_string(),
+                               " is not a workload of node ", cfg.node,
+                               "; refusing to reach mesh workload ", dst->displayName());
+  net::abortSocket(socket);
+  record.finish(CloseReason::kUnknownSource);
+}
+
 // On the accepting worker: the original destination, then passthrough or tunnel, each
 // placed on its worker.
 awaitable<void> classifyOutbound(Worker& worker, Tcp::socket socket, Admitted admitted) {
@@ -261,20 +294,8 @@ awaitable<void> classifyOutbound(Worker& worker, Tcp::socket socket, Admitted ad
     refuseSelfTarget(worker, socket, ends->destination, record);
     co_return;
   }
-  // A Service's ClusterIP (captured because the Service has mesh endpoints): one of its
-  // ready mesh endpoints, uniformly at random (as kube-proxy's iptables mode picks), at
-  // the target port the EndpointSlice resolved. From here on the connection is to that
-  // pod, as if the app had dialled it: HBONE to <pod>:15008, CONNECT <pod>:<target port>.
   auto services = shared.workloads.services();
-  workloads::InternedString service;
-  if (const auto* svc = services->find({common::canonicalIp(ends->destination.ip), ends->destination.port});
-      svc != nullptr) {
-    thread_local std::minstd_rand pick{std::random_device{}()};
-    const auto& eps = svc->endpoints;
-    const auto& ep = eps[std::uniform_int_distribution<size_t>(0, eps.size() - 1)(pick)];
-    ends->destination = common::HostPort{ep.first, ep.second};
-    service = svc->name;
-  }
+  workloads::InternedString service = pickServiceEndpoint(*services, ends->destination);
   auto registry = shared.workloads.current();
   auto dst = registry->sharedByIp(ends->destination.ip);
   auto src = registry->sharedByIp(ends->peer.ip);  // a local pod, or (refused below) another node's
@@ -294,17 +315,7 @@ awaitable<void> classifyOutbound(Worker& worker, Tcp::socket socket, Admitted ad
   plan.service = service;
   if (src != nullptr && registry->isLocal(*src)) plan.source_workload = src;
   if (plan.source_workload == nullptr) {
-    // No identity to present: fail closed, never plaintext to a mesh workload.
-    ConnectionRecord record(worker, Direction::kOutbound);
-    record.src = common::formatHostPort(ends->peer);
-    record.dst = common::formatHostPort(ends->destination);
-    record.source_workload = src;
-    record.destination_workload = dst;
-    record.detail = absl::StrCat(ends->peer.ip.to_string(),
-                                 " is not a workload of node ", cfg.node,
-                                 "; refusing to reach mesh workload ", dst->displayName());
-    net::abortSocket(socket);
-    record.finish(CloseReason::kUnknownSource);
+    refuseUnknownSource(worker, cfg, socket, *ends, src, dst);
     co_return;
   }
   plan.key = hbone::PoolKey{plan.source_workload->spiffeId(cfg.trust_domain), ends->peer.ip,
