@@ -47,6 +47,20 @@ std::string bearerToken(std::string_view authorization) {
   return std::string(token);
 }
 
+// The answer to a signed CSR: the chain, leaf first and no root, in PEM.
+absl::StatusOr<SignResponse> chainResponse(const identity::CaCertSource::Signed& signed_cert) {
+  SignResponse response;
+  auto leaf_pem = identity::certToPem(signed_cert.leaf.get());
+  if (!leaf_pem.ok()) return leaf_pem.status();
+  response.cert_chain_pem.push_back(*std::move(leaf_pem));
+  for (const auto& cert : signed_cert.intermediates) {
+    auto pem = identity::certToPem(cert.get());
+    if (!pem.ok()) return pem.status();
+    response.cert_chain_pem.push_back(*std::move(pem));
+  }
+  return response;
+}
+
 // A failed re-issue of the serving certificate is tried again after this long, not on every
 // accepted connection.
 constexpr auto kServingRetry = std::chrono::seconds(5);
@@ -94,32 +108,86 @@ HttpsAnswer SigningService::refused(TransportRefusal why, std::string message, c
                 std::move(message), Steady::now());
 }
 
-asio::awaitable<HttpsAnswer> SigningService::handle(HttpsCall call) {
-  const auto began = Steady::now();
-  AuditRecord record;
-  record.remote = call.remote;
+std::optional<HttpsAnswer> SigningService::checkCall(const HttpsCall& call, AuditRecord& record,
+                                                     Steady::time_point began) {
   std::string_view target = call.target;
   if (auto q = target.find('?'); q != std::string_view::npos) target = target.substr(0, q);
   if (target != kSignPath) {
     HttpsAnswer a = finish(Reason::kBadRequest, std::move(record),
                            absl::StrCat("no such path: ", common::toAbsl(target), " (ferry-ca serves POST ", common::toAbsl(kSignPath), ")"), began);
     a.status = 404;
-    co_return a;
+    return a;
   }
   if (call.method != "POST") {
     HttpsAnswer a = finish(Reason::kBadRequest, std::move(record),
                            absl::StrCat(common::toAbsl(kSignPath), " serves POST, not ", call.method), began);
     a.status = 405;
     a.allow = "POST";
-    co_return a;
+    return a;
   }
   if (!absl::StartsWithIgnoreCase(call.content_type, "application/json")) {
-    co_return finish(Reason::kBadRequest, std::move(record),
-                     absl::StrCat("the body must be application/json, not '", call.content_type, "'"), began);
+    return finish(Reason::kBadRequest, std::move(record),
+                  absl::StrCat("the body must be application/json, not '", call.content_type, "'"), began);
   }
   if (auto st = ready(); !st.ok()) {
-    co_return finish(Reason::kNotReady, std::move(record), absl::StrCat("ferry-ca is not ready: ", st.message()), began);
+    return finish(Reason::kNotReady, std::move(record), absl::StrCat("ferry-ca is not ready: ", st.message()), began);
   }
+  return std::nullopt;
+}
+
+std::optional<HttpsAnswer> SigningService::holdBackReview(const std::string& remote, AuditRecord& record,
+                                                          Steady::time_point began) {
+  std::string client = remote.substr(0, remote.rfind(':'));
+  if (auto wait = gate_.takeReview(client, Steady::now())) {
+    return finish(Reason::kRateLimited, std::move(record),
+                  absl::StrCat(client, " is over its rate of token reviews (made-up tokens?); retry in ",
+                               wait->count(), " s"),
+                  began, static_cast<int>(wait->count()));
+  }
+  if (reviews_in_flight_ >= settings_.max_reviews_in_flight) {
+    return finish(Reason::kReviewFailed, std::move(record),
+                  absl::StrCat(reviews_in_flight_, " TokenReviews are in flight already; retry"), began);
+  }
+  return std::nullopt;
+}
+
+asio::awaitable<absl::StatusOr<TokenReview>> SigningService::reviewToken(const std::string& token) {
+  const auto review_began = Steady::now();
+  ++reviews_in_flight_;
+  reviews_made_.fetch_add(1, std::memory_order_relaxed);
+  std::string reviewed = token;
+  absl::StatusOr<TokenReview> review = co_await reviewer_.review(std::move(reviewed));
+  --reviews_in_flight_;
+  review_seconds_.observe(Steady::now() - review_began);
+  // An answer, yes or no, is reused for a while; a review that could not be made is not.
+  if (review.ok()) gate_.remember(token, *review, Steady::now());
+  co_return review;
+}
+
+std::optional<HttpsAnswer> SigningService::refuseCaller(const TokenReview& review, const identity::SpiffeId& id,
+                                                        AuditRecord& record, Steady::time_point began) {
+  record.caller = review.username;
+
+  Decision decision = authorize(review, id, pods_, settings_.authorizer);
+  record.caller_pod = decision.caller_pod;
+  record.node = decision.node;
+  if (!decision.allowed) return finish(reasonOf(decision.code), std::move(record), std::move(decision.message), began);
+
+  auto verdict = limiter_.take(decision.node, Steady::now());
+  if (!verdict.allowed) {
+    return finish(Reason::kRateLimited, std::move(record),
+                  absl::StrCat("node ", decision.node, " is over its signing rate; retry in ",
+                               verdict.retry_after.count(), " s"),
+                  began, static_cast<int>(verdict.retry_after.count()));
+  }
+  return std::nullopt;
+}
+
+asio::awaitable<HttpsAnswer> SigningService::handle(HttpsCall call) {
+  const auto began = Steady::now();
+  AuditRecord record;
+  record.remote = call.remote;
+  if (auto refusal = checkCall(call, record, began)) co_return *std::move(refusal);
   auto request = decodeSignRequest(call.body);
   if (!request.ok()) co_return finish(Reason::kBadRequest, std::move(record), std::string(request.status().message()), began);
   auto csr = parseCsr(request->csr_pem);
@@ -145,45 +213,14 @@ asio::awaitable<HttpsAnswer> SigningService::handle(HttpsCall call) {
     reviews_reused_.fetch_add(1, std::memory_order_relaxed);
     review = *std::move(reused);
   } else {
-    std::string client = call.remote.substr(0, call.remote.rfind(':'));
-    if (auto wait = gate_.takeReview(client, Steady::now())) {
-      co_return finish(Reason::kRateLimited, std::move(record),
-                       absl::StrCat(client, " is over its rate of token reviews (made-up tokens?); retry in ",
-                                    wait->count(), " s"),
-                       began, static_cast<int>(wait->count()));
-    }
-    if (reviews_in_flight_ >= settings_.max_reviews_in_flight) {
-      co_return finish(Reason::kReviewFailed, std::move(record),
-                       absl::StrCat(reviews_in_flight_, " TokenReviews are in flight already; retry"), began);
-    }
-    const auto review_began = Steady::now();
-    ++reviews_in_flight_;
-    reviews_made_.fetch_add(1, std::memory_order_relaxed);
-    std::string reviewed = token;
-    review = co_await reviewer_.review(std::move(reviewed));
-    --reviews_in_flight_;
-    review_seconds_.observe(Steady::now() - review_began);
-    // An answer, yes or no, is reused for a while; a review that could not be made is not.
-    if (review.ok()) gate_.remember(token, *review, Steady::now());
+    if (auto refusal = holdBackReview(call.remote, record, began)) co_return *std::move(refusal);
+    review = co_await reviewToken(token);
   }
   if (!review.ok()) {
     co_return finish(Reason::kReviewFailed, std::move(record),
                      absl::StrCat("the token could not be reviewed: ", review.status().message()), began);
   }
-  record.caller = review->username;
-
-  Decision decision = authorize(*review, csr->id, pods_, settings_.authorizer);
-  record.caller_pod = decision.caller_pod;
-  record.node = decision.node;
-  if (!decision.allowed) co_return finish(reasonOf(decision.code), std::move(record), std::move(decision.message), began);
-
-  auto verdict = limiter_.take(decision.node, Steady::now());
-  if (!verdict.allowed) {
-    co_return finish(Reason::kRateLimited, std::move(record),
-                     absl::StrCat("node ", decision.node, " is over its signing rate; retry in ",
-                                  verdict.retry_after.count(), " s"),
-                     began, static_cast<int>(verdict.retry_after.count()));
-  }
+  if (auto refusal = refuseCaller(*review, csr->id, record, began)) co_return *std::move(refusal);
 
   std::shared_ptr<identity::CaCertSource> source = ca_.current();
   std::chrono::seconds lifetime = request->validity.count() == 0 ? settings_.default_validity
@@ -191,29 +228,15 @@ asio::awaitable<HttpsAnswer> SigningService::handle(HttpsCall call) {
   absl::StatusOr<identity::CaCertSource::Signed> signed_cert =
       source ? source->signFor(csr->id, csr->public_key.get(), lifetime)
              : absl::UnavailableError("no CA is loaded");
-  SignResponse response;
-  if (signed_cert.ok()) {
-    auto leaf_pem = identity::certToPem(signed_cert->leaf.get());
-    if (!leaf_pem.ok()) signed_cert = leaf_pem.status();
-    else response.cert_chain_pem.push_back(*std::move(leaf_pem));
-  }
-  if (signed_cert.ok()) {
-    for (const auto& cert : signed_cert->intermediates) {
-      auto pem = identity::certToPem(cert.get());
-      if (!pem.ok()) {
-        signed_cert = pem.status();
-        break;
-      }
-      response.cert_chain_pem.push_back(*std::move(pem));
-    }
-  }
-  if (!signed_cert.ok()) {
-    FERRY_LOG(kError, "ferry-ca: signing %s failed: %s", record.identity, signed_cert.status().message());
+  absl::StatusOr<SignResponse> response =
+      signed_cert.ok() ? chainResponse(*signed_cert) : absl::StatusOr<SignResponse>(signed_cert.status());
+  if (!response.ok()) {
+    FERRY_LOG(kError, "ferry-ca: signing %s failed: %s", record.identity, response.status().message());
     co_return finish(Reason::kSigningFailed, std::move(record),
-                     absl::StrCat("signing failed: ", signed_cert.status().message()), began);
+                     absl::StrCat("signing failed: ", response.status().message()), began);
   }
   describeLeaf(record, signed_cert->leaf.get());
-  co_return finish(Reason::kSigned, std::move(record), encode(response), began);
+  co_return finish(Reason::kSigned, std::move(record), encode(*response), began);
 }
 
 void SigningService::collect(telemetry::Exposition& out) const {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,20 @@ class SigningService : public HttpsHandler {
   // Writes the audit line, counts, and makes the answer.
   HttpsAnswer finish(Reason reason, AuditRecord record, std::string body_or_message,
                      std::chrono::steady_clock::time_point began, int retry_after = -1);
+  // The steps of handle() that can refuse: each answers the refusal (finish(), which takes
+  // `record`) or nothing when the request goes on.
+  // The route (path and method), the content type, and whether ferry-ca is ready.
+  std::optional<HttpsAnswer> checkCall(const HttpsCall& call, AuditRecord& record,
+                                       std::chrono::steady_clock::time_point began);
+  // Before a TokenReview is made for `remote` (ip:port): its client's rate of reviews and the
+  // reviews in flight.
+  std::optional<HttpsAnswer> holdBackReview(const std::string& remote, AuditRecord& record,
+                                            std::chrono::steady_clock::time_point began);
+  // The reviewed caller may have `id` signed (authorize()), and its node is within its rate.
+  std::optional<HttpsAnswer> refuseCaller(const TokenReview& review, const identity::SpiffeId& id,
+                                          AuditRecord& record, std::chrono::steady_clock::time_point began);
+  // Asks the API server about `token`, counted and timed; an answer is remembered by the gate.
+  boost::asio::awaitable<absl::StatusOr<TokenReview>> reviewToken(const std::string& token);
 
   const SigningSettings settings_;
   identity::WatchedCaSource& ca_;
