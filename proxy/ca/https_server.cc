@@ -76,6 +76,59 @@ bool isMalformed(const error_code& ec) {
 // client that is still sending when the socket closes gets a reset instead of the answer.
 constexpr uint64_t kDrainLimit = 1u << 20;
 
+// Reads and drops the `left` bytes of a body that will not be served (or until an error).
+asio::awaitable<void> dropBody(Stream& stream, uint64_t left) {
+  char scratch[4096];
+  while (left > 0) {
+    auto [derr, dn] = co_await stream.async_read_some(
+        asio::buffer(scratch, std::min<uint64_t>(left, sizeof(scratch))), kTuple);
+    if (derr) break;
+    left -= dn;
+  }
+}
+
+// The answer to a request that could not be read: too large, or not HTTP/1.1; nothing when
+// the read failed otherwise (the peer left, or was too slow).
+std::optional<HttpsAnswer> refusedAsRead(HttpsHandler& handler, const error_code& ec, const std::string& remote) {
+  if (ec == http::error::body_limit) {
+    return handler.refused(TransportRefusal::kTooLarge, absl::StrCat("the body is over ", kMaxRequestBytes, " bytes"),
+                           remote);
+  }
+  if (ec == http::error::header_limit) {
+    return handler.refused(TransportRefusal::kBadRequest,
+                           absl::StrCat("the request header is over ", kMaxHeaderBytes, " bytes"), remote);
+  }
+  if (isMalformed(ec)) {
+    return handler.refused(TransportRefusal::kBadRequest, absl::StrCat("not an HTTP/1.1 request: ", ec.message()),
+                           remote);
+  }
+  return std::nullopt;
+}
+
+// What the handler is given of a request read whole (its body moved out).
+HttpsCall callOf(http::request<http::string_body>& req, const std::string& remote) {
+  HttpsCall call;
+  call.method = std::string(req.method_string());
+  call.target = std::string(req.target());
+  call.authorization = std::string(req[http::field::authorization]);
+  call.content_type = std::string(req[http::field::content_type]);
+  call.body = std::move(req.body());
+  call.remote = remote;
+  return call;
+}
+
+// The HTTP/1.1 response carrying `answer` (its body moved out).
+http::response<http::string_body> responseOf(HttpsAnswer& answer, bool keep_alive) {
+  http::response<http::string_body> res{static_cast<http::status>(answer.status), 11};
+  res.set(http::field::content_type, "application/json");
+  if (answer.retry_after_seconds >= 0) res.set(http::field::retry_after, std::to_string(answer.retry_after_seconds));
+  if (!answer.allow.empty()) res.set(http::field::allow, answer.allow);
+  res.keep_alive(keep_alive);
+  res.body() = std::move(answer.body);
+  res.prepare_payload();
+  return res;
+}
+
 }  // namespace
 
 struct HttpsServer::Connection {
@@ -225,30 +278,36 @@ asio::awaitable<void> HttpsServer::awaitFirstByte(std::shared_ptr<Connection> c)
   asio::co_spawn(io_, serve(std::move(c)), asio::detached);
 }
 
+asio::awaitable<bool> HttpsServer::handshake(Connection& c) {
+  std::shared_ptr<asio::ssl::context> tls = contexts_ ? contexts_() : nullptr;
+  if (tls == nullptr) {
+    refused_no_cert_.fetch_add(1, std::memory_order_relaxed);
+    co_return false;
+  }
+  c.stream.emplace(std::move(c.raw), *tls);
+  c.tls_keep = std::move(tls);
+  beast::get_lowest_layer(*c.stream).expires_at(c.deadline);
+  auto [herr] = co_await c.stream->async_handshake(asio::ssl::stream_base::server, kTuple);
+  if (herr) {
+    if (isTimeout(herr)) timeouts_.fetch_add(1, std::memory_order_relaxed);
+    handshake_failures_.fetch_add(1, std::memory_order_relaxed);
+    FERRY_LOG(kDebug, "ferry-ca: TLS handshake with %s failed: %s", c.remote, herr.message());
+    co_return false;
+  }
+  co_return true;
+}
+
 asio::awaitable<void> HttpsServer::serve(std::shared_ptr<Connection> c) {
   const HttpsServerOptions& o = options_;
   auto finish = [this, &c] {
     connections_.erase(c.get());
     release(c->client);
   };
-  std::shared_ptr<asio::ssl::context> tls = contexts_ ? contexts_() : nullptr;
-  if (tls == nullptr) {
-    refused_no_cert_.fetch_add(1, std::memory_order_relaxed);
+  if (!co_await handshake(*c)) {
     c->close();
     co_return finish();
   }
-  c->stream.emplace(std::move(c->raw), *tls);
-  c->tls_keep = std::move(tls);
   auto& tcp_layer = beast::get_lowest_layer(*c->stream);
-  tcp_layer.expires_at(c->deadline);
-  auto [herr] = co_await c->stream->async_handshake(asio::ssl::stream_base::server, kTuple);
-  if (herr) {
-    if (isTimeout(herr)) timeouts_.fetch_add(1, std::memory_order_relaxed);
-    handshake_failures_.fetch_add(1, std::memory_order_relaxed);
-    FERRY_LOG(kDebug, "ferry-ca: TLS handshake with %s failed: %s", c->remote, herr.message());
-    c->close();
-    co_return finish();
-  }
   beast::flat_buffer buffer(kMaxHeaderBytes);
   for (bool first = true; !stopped_; first = false) {
     http::request_parser<http::string_body> parser;
@@ -274,14 +333,7 @@ asio::awaitable<void> HttpsServer::serve(std::shared_ptr<Connection> c) {
       if (length && *length > kMaxRequestBytes) {
         if (*length <= kDrainLimit) {
           tcp_layer.expires_after(o.body_timeout);
-          uint64_t left = *length - std::min<uint64_t>(*length, buffer.size());
-          char scratch[4096];
-          while (left > 0) {
-            auto [derr, dn] = co_await c->stream->async_read_some(
-                asio::buffer(scratch, std::min<uint64_t>(left, sizeof(scratch))), kTuple);
-            if (derr) break;
-            left -= dn;
-          }
+          co_await dropBody(*c->stream, *length - std::min<uint64_t>(*length, buffer.size()));
         }
         answer = handler_.refused(TransportRefusal::kTooLarge,
                                   absl::StrCat("the body is ", *length, " bytes; at most ", kMaxRequestBytes),
@@ -291,40 +343,21 @@ asio::awaitable<void> HttpsServer::serve(std::shared_ptr<Connection> c) {
         std::tie(rerr, rn) = co_await http::async_read(*c->stream, buffer, parser, kTuple);
       }
     }
-    if (rerr == http::error::body_limit) {
-      answer = handler_.refused(TransportRefusal::kTooLarge,
-                                absl::StrCat("the body is over ", kMaxRequestBytes, " bytes"), c->remote);
-    } else if (rerr == http::error::header_limit) {
-      answer = handler_.refused(TransportRefusal::kBadRequest,
-                                absl::StrCat("the request header is over ", kMaxHeaderBytes, " bytes"), c->remote);
-    } else if (rerr && isMalformed(rerr)) {
-      answer = handler_.refused(TransportRefusal::kBadRequest,
-                                absl::StrCat("not an HTTP/1.1 request: ", rerr.message()), c->remote);
-    } else if (rerr) {
-      // The peer left, or was too slow: no one to answer.
-      if (isTimeout(rerr)) timeouts_.fetch_add(1, std::memory_order_relaxed);
-      break;
+    if (rerr) {
+      answer = refusedAsRead(handler_, rerr, c->remote);
+      if (!answer) {
+        // The peer left, or was too slow: no one to answer.
+        if (isTimeout(rerr)) timeouts_.fetch_add(1, std::memory_order_relaxed);
+        break;
+      }
     }
     bool keep_alive = false;
     if (!answer) {
       auto& req = parser.get();
       keep_alive = req.keep_alive();
-      HttpsCall call;
-      call.method = std::string(req.method_string());
-      call.target = std::string(req.target());
-      call.authorization = std::string(req[http::field::authorization]);
-      call.content_type = std::string(req[http::field::content_type]);
-      call.body = std::move(req.body());
-      call.remote = c->remote;
-      answer = co_await handler_.handle(std::move(call));
+      answer = co_await handler_.handle(callOf(req, c->remote));
     }
-    http::response<http::string_body> res{static_cast<http::status>(answer->status), 11};
-    res.set(http::field::content_type, "application/json");
-    if (answer->retry_after_seconds >= 0) res.set(http::field::retry_after, std::to_string(answer->retry_after_seconds));
-    if (!answer->allow.empty()) res.set(http::field::allow, answer->allow);
-    res.keep_alive(keep_alive && !stopped_);
-    res.body() = std::move(answer->body);
-    res.prepare_payload();
+    http::response<http::string_body> res = responseOf(*answer, keep_alive && !stopped_);
     tcp_layer.expires_after(o.write_timeout);
     auto [werr, wn] = co_await http::async_write(*c->stream, res, kTuple);
     if (werr || !res.keep_alive()) break;

@@ -106,6 +106,9 @@ class HttpsServer {
  private:
   boost::asio::awaitable<void> acceptLoop();
   boost::asio::awaitable<void> awaitFirstByte(std::shared_ptr<Connection> connection);
+  // The TLS handshake of a connection whose first byte is in, with the serving certificate
+  // of the moment; false (counted, not yet closed) when there is none or the handshake failed.
+  boost::asio::awaitable<bool> handshake(Connection& connection);
   boost::asio::awaitable<void> serve(std::shared_ptr<Connection> connection);
   bool admit(const std::string& client);
   void release(const std::string& client);
