@@ -82,72 +82,94 @@ struct Flags {
   common::LogLevel log_level = common::LogLevel::kInfo;
 };
 
+bool helpAsked(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") return true;
+  }
+  return false;
+}
+
 int usageError(const std::string& what) {
   std::fprintf(stderr, "ferry-ca: %s\n%s", what.c_str(), kUsage);
   return 2;
 }
 
-// Parses argv into `f`; a message on error.
-std::string parseFlags(int argc, char** argv, Flags& f) {
-  std::map<std::string_view, std::function<std::string(std::string_view)>> flags;
-  auto text = [](std::string& out) { return [&out](std::string_view v) { out = v; return std::string(); }; };
-  auto address = [](common::HostPort& out) {
-    return [&out](std::string_view v) -> std::string {
-      auto hp = common::parseHostPort(v, /*allow_zero_port=*/true);
-      if (!hp.ok()) return std::string(hp.status().message());
-      out = *hp;
-      return {};
-    };
+// Each flag's setter: it parses the value into its field of Flags; a message on error.
+using FlagSetter = std::function<std::string(std::string_view)>;
+using FlagTable = std::map<std::string_view, FlagSetter>;
+
+FlagSetter textFlag(std::string& out) {
+  return [&out](std::string_view v) { out = v; return std::string(); };
+}
+
+FlagSetter addressFlag(common::HostPort& out) {
+  return [&out](std::string_view v) -> std::string {
+    auto hp = common::parseHostPort(v, /*allow_zero_port=*/true);
+    if (!hp.ok()) return std::string(hp.status().message());
+    out = *hp;
+    return {};
   };
-  auto duration = [](std::chrono::seconds& out) {
-    return [&out](std::string_view v) -> std::string {
-      auto d = common::parseDuration(v);
-      if (!d.ok()) return std::string(d.status().message());
-      if (*d < std::chrono::minutes(1)) return "must be at least 1m";
-      out = std::chrono::duration_cast<std::chrono::seconds>(*d);
-      return {};
-    };
+}
+
+FlagSetter durationFlag(std::chrono::seconds& out) {
+  return [&out](std::string_view v) -> std::string {
+    auto d = common::parseDuration(v);
+    if (!d.ok()) return std::string(d.status().message());
+    if (*d < std::chrono::minutes(1)) return "must be at least 1m";
+    out = std::chrono::duration_cast<std::chrono::seconds>(*d);
+    return {};
   };
-  auto number = [](double& out) {
-    return [&out](std::string_view v) -> std::string {
-      if (!absl::SimpleAtod(common::toAbsl(v), &out) || !(out > 0)) return "must be a number above 0";
-      return {};
-    };
+}
+
+FlagSetter numberFlag(double& out) {
+  return [&out](std::string_view v) -> std::string {
+    if (!absl::SimpleAtod(common::toAbsl(v), &out) || !(out > 0)) return "must be a number above 0";
+    return {};
   };
-  auto count = [](size_t& out) {
-    return [&out](std::string_view v) -> std::string {
-      if (!absl::SimpleAtoi(common::toAbsl(v), &out) || out == 0) return "must be a whole number above 0";
-      return {};
-    };
+}
+
+FlagSetter countFlag(size_t& out) {
+  return [&out](std::string_view v) -> std::string {
+    if (!absl::SimpleAtoi(common::toAbsl(v), &out) || out == 0) return "must be a whole number above 0";
+    return {};
   };
+}
+
+// Every flag of kUsage but --help, setting its field of `f`.
+FlagTable flagTable(Flags& f) {
+  FlagTable flags;
   for (auto [name, field] : {std::pair{"--trust-domain", &f.trust_domain}, {"--ca-cert", &f.ca_cert},
                              {"--ca-key", &f.ca_key}, {"--bundle", &f.bundle}, {"--agent-namespace", &f.agent_namespace},
                              {"--agent-service-account", &f.agent_service_account}, {"--audience", &f.audience},
                              {"--service-name", &f.service_name}, {"--namespace", &f.namespace_name},
                              {"--kubeconfig", &f.kubeconfig}, {"--bundle-configmap", &f.bundle_config_map},
                              {"--bundle-configmap-key", &f.bundle_config_map_key}}) {
-    flags[name] = text(*field);
+    flags[name] = textFlag(*field);
   }
-  flags["--listen"] = address(f.listen);
-  flags["--monitoring-listen"] = address(f.monitoring);
+  flags["--listen"] = addressFlag(f.listen);
+  flags["--monitoring-listen"] = addressFlag(f.monitoring);
   flags["--server-name"] = [&f](std::string_view v) {
     f.server_names.emplace_back(v);
     return std::string();
   };
-  flags["--default-validity"] = duration(f.default_validity);
-  flags["--max-validity"] = duration(f.max_validity);
-  flags["--node-rate"] = number(f.node_rate);
-  flags["--node-burst"] = number(f.node_burst);
-  flags["--max-connections"] = count(f.max_connections);
-  flags["--max-connections-per-client"] = count(f.max_connections_per_client);
+  flags["--default-validity"] = durationFlag(f.default_validity);
+  flags["--max-validity"] = durationFlag(f.max_validity);
+  flags["--node-rate"] = numberFlag(f.node_rate);
+  flags["--node-burst"] = numberFlag(f.node_burst);
+  flags["--max-connections"] = countFlag(f.max_connections);
+  flags["--max-connections-per-client"] = countFlag(f.max_connections_per_client);
   flags["--log-level"] = [&f](std::string_view v) -> std::string {
     auto level = common::parseLogLevel(v);
     if (!level.ok()) return std::string(level.status().message());
     f.log_level = *level;
     return {};
   };
-  const char* pod_namespace = std::getenv("POD_NAMESPACE");
-  if (pod_namespace != nullptr) f.agent_namespace = f.namespace_name = pod_namespace;
+  return flags;
+}
+
+// Applies argv's flags (`--name value` or `--name=value`) in order; a message at the first
+// that is unknown, lacks its value or has a bad one.
+std::string applyArgs(int argc, char** argv, const FlagTable& flags) {
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i], value;
     bool inline_value = false;
@@ -164,6 +186,12 @@ std::string parseFlags(int argc, char** argv, Flags& f) {
     }
     if (std::string err = it->second(value); !err.empty()) return absl::StrCat(common::toAbsl(arg), " ", common::toAbsl(value), ": ", err);
   }
+  return {};
+}
+
+// The flags as a whole: the required ones given, the trust domain valid, the namespaces
+// known (--namespace defaults to the agents'), the validities in order; a message if not.
+std::string checkFlags(Flags& f) {
   for (auto [name, value] : {std::pair{"--trust-domain", &f.trust_domain}, {"--ca-cert", &f.ca_cert},
                              {"--ca-key", &f.ca_key}, {"--bundle", &f.bundle}}) {
     if (value->empty()) return absl::StrCat(name, " is required");
@@ -176,6 +204,15 @@ std::string parseFlags(int argc, char** argv, Flags& f) {
   if (f.default_validity > f.max_validity) return "--default-validity is longer than --max-validity";
   if (!f.bundle_config_map.empty() && f.bundle_config_map_key.empty()) return "--bundle-configmap-key is empty";
   return {};
+}
+
+// Parses argv into `f`; a message on error.
+std::string parseFlags(int argc, char** argv, Flags& f) {
+  FlagTable flags = flagTable(f);
+  const char* pod_namespace = std::getenv("POD_NAMESPACE");
+  if (pod_namespace != nullptr) f.agent_namespace = f.namespace_name = pod_namespace;
+  if (std::string err = applyArgs(argc, argv, flags); !err.empty()) return err;
+  return checkFlags(f);
 }
 
 absl::StatusOr<k8s::ClusterAccess> clusterAccess(const std::string& kubeconfig) {
@@ -192,6 +229,73 @@ absl::StatusOr<k8s::ClusterAccess> clusterAccess(const std::string& kubeconfig) 
   return k8s::accessFrom(*file);
 }
 
+// The API client, in-cluster or from --kubeconfig.
+absl::StatusOr<std::unique_ptr<k8s::ApiClient>> apiClient(asio::io_context& io, const std::string& kubeconfig) {
+  auto access = clusterAccess(kubeconfig);
+  if (!access.ok()) return access.status();
+  k8s::Options k8s_options;
+  k8s_options.user_agent = "ferry-ca";
+  auto client = k8s::ApiClient::create(io, *std::move(access), k8s_options);
+  if (!client.ok()) return absl::Status(client.status().code(), absl::StrCat("kubernetes: ", client.status().message()));
+  return client;
+}
+
+ca::HttpsServerOptions signingServerOptions(const Flags& f) {
+  ca::HttpsServerOptions options;
+  options.listen = f.listen;
+  options.max_connections = f.max_connections;
+  options.max_connections_per_client = f.max_connections_per_client;
+  return options;
+}
+
+ca::SigningSettings signingSettings(const Flags& f) {
+  ca::SigningSettings settings;
+  settings.authorizer = ca::AuthorizerSettings{f.trust_domain, f.agent_namespace, f.agent_service_account, f.audience};
+  settings.default_validity = f.default_validity;
+  settings.max_validity = f.max_validity;
+  return settings;
+}
+
+// /metrics: the signing service's, the signing port's, the serving certificate's, the API
+// client's, and the CA's expiry; each registration lives as long as what it reads.
+std::vector<telemetry::Registry::Registration> registerMetrics(telemetry::Registry& registry,
+                                                               ca::SigningService& service, ca::HttpsServer& signing,
+                                                               ca::ServingCertificate& serving,
+                                                               k8s::ApiClient& client,
+                                                               identity::WatchedCaSource& ca) {
+  std::vector<telemetry::Registry::Registration> registrations;
+  registrations.push_back(registry.add([&service](telemetry::Exposition& out) { service.collect(out); }));
+  registrations.push_back(registry.add([&signing](telemetry::Exposition& out) { signing.collect(out); }));
+  registrations.push_back(registry.add([&serving](telemetry::Exposition& out) {
+    out.counter("ferry_ca_serving_certificates_total", "Serving certificates issued (start, CA change, half life)",
+                static_cast<double>(serving.issued()));
+  }));
+  registrations.push_back(registry.add([&client](telemetry::Exposition& out) { client.collect(out); }));
+  // When the CA stops signing (its certificate or chain expires) and when the roots do: the
+  // chart's alerts warn ahead of both (docs/operations.md, "Alerts").
+  registrations.push_back(registry.add([&ca](telemetry::Exposition& out) {
+    identity::CertificateExpiry expiry;
+    if (auto source = ca.current()) expiry.addIssuer(source->authorityNotAfter());
+    if (auto bundle = ca.bundle(); bundle.ok()) expiry.addRoots(**bundle);
+    auto family = out.gauge(identity::CertificateExpiry::kMetric, identity::CertificateExpiry::kHelp);
+    for (const auto& [kind, at] : expiry.samples()) family.add(at, {{"kind", kind}});
+  }));
+  return registrations;
+}
+
+// The monitoring port's pages: /metrics and /healthz/ready (ready once a CA is loaded and the
+// pod view has synced).
+void routeMonitoring(server::HttpServer& monitoring, telemetry::Registry& registry, ca::SigningService& service) {
+  monitoring.route("/metrics", [&registry] {
+    return server::HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", registry.render()};
+  });
+  monitoring.route("/healthz/ready", [&service] {
+    absl::Status st = service.ready();
+    if (st.ok()) return server::HttpResponse{200, "text/plain; charset=utf-8", "ready\n"};
+    return server::HttpResponse{503, "text/plain; charset=utf-8", absl::StrCat("not ready: ", st.message(), "\n")};
+  });
+}
+
 void pollCa(asio::steady_timer& timer, identity::WatchedCaSource& ca, ca::BundlePublisher* bundle) {
   timer.expires_after(kCaPollInterval);
   timer.async_wait([&timer, &ca, bundle](const boost::system::error_code& ec) {
@@ -202,14 +306,28 @@ void pollCa(asio::steady_timer& timer, identity::WatchedCaSource& ca, ca::Bundle
   });
 }
 
+// SIGTERM or SIGINT stops the ports, the API client and the polling, then the io loop.
+void stopOnSignal(asio::signal_set& signals, asio::io_context& io, ca::HttpsServer& signing,
+                  server::HttpServer& monitoring, k8s::ApiClient& client, asio::steady_timer& poll_timer) {
+  signals.async_wait([&io, &signing, &monitoring, &client, &poll_timer](const boost::system::error_code& ec,
+                                                                        int signal) {
+    if (ec) return;
+    FERRY_LOG(kInfo, "ferry-ca: signal %d: stopping", signal);
+    signing.stop();
+    monitoring.stop();
+    client.stop();
+    poll_timer.cancel();
+    // What is in flight ends at its next step; nothing new starts.
+    io.stop();
+  });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
+  if (helpAsked(argc, argv)) {
+    std::fputs(kUsage, stdout);
+    return 0;
   }
   Flags f;
   if (std::string err = parseFlags(argc, argv, f); !err.empty()) return usageError(err);
@@ -222,16 +340,9 @@ int main(int argc, char** argv) {
   ca.poll();
   if (auto st = ca.status(); !st.ok()) FERRY_LOG(kWarn, "ferry-ca: not ready: %s", st.message());
 
-  auto access = clusterAccess(f.kubeconfig);
-  if (!access.ok()) {
-    std::fprintf(stderr, "ferry-ca: %s\n", std::string(access.status().message()).c_str());
-    return 1;
-  }
-  k8s::Options k8s_options;
-  k8s_options.user_agent = "ferry-ca";
-  auto client = k8s::ApiClient::create(io, *std::move(access), k8s_options);
+  auto client = apiClient(io, f.kubeconfig);
   if (!client.ok()) {
-    std::fprintf(stderr, "ferry-ca: kubernetes: %s\n", std::string(client.status().message()).c_str());
+    std::fprintf(stderr, "ferry-ca: %s\n", std::string(client.status().message()).c_str());
     return 1;
   }
   ca::PodIndex pods;
@@ -240,37 +351,14 @@ int main(int argc, char** argv) {
   if (!limiter.ok()) return usageError(std::string(limiter.status().message()));
   auto reviewer = ca::apiTokenReviewer(**client, f.audience);
   ca::AuditLog audit(ca::stdoutAuditSink());
-  ca::SigningSettings settings;
-  settings.authorizer = ca::AuthorizerSettings{f.trust_domain, f.agent_namespace, f.agent_service_account, f.audience};
-  settings.default_validity = f.default_validity;
-  settings.max_validity = f.max_validity;
-  ca::SigningService service(settings, ca, pods, *reviewer, **limiter, audit);
+  ca::SigningService service(signingSettings(f), ca, pods, *reviewer, **limiter, audit);
   ca::ServingCertificate serving(ca, ca::servingNames(f.service_name, f.namespace_name, f.server_names), f.max_validity);
 
-  ca::HttpsServerOptions server_options;
-  server_options.listen = f.listen;
-  server_options.max_connections = f.max_connections;
-  server_options.max_connections_per_client = f.max_connections_per_client;
-  ca::HttpsServer signing(io, server_options, [&serving] { return serving.current(); }, service);
+  ca::HttpsServer signing(io, signingServerOptions(f), [&serving] { return serving.current(); }, service);
 
   telemetry::Registry registry;
-  std::vector<telemetry::Registry::Registration> registrations;
-  registrations.push_back(registry.add([&service](telemetry::Exposition& out) { service.collect(out); }));
-  registrations.push_back(registry.add([&signing](telemetry::Exposition& out) { signing.collect(out); }));
-  registrations.push_back(registry.add([&serving](telemetry::Exposition& out) {
-    out.counter("ferry_ca_serving_certificates_total", "Serving certificates issued (start, CA change, half life)",
-                static_cast<double>(serving.issued()));
-  }));
-  registrations.push_back(registry.add([&client](telemetry::Exposition& out) { (*client)->collect(out); }));
-  // When the CA stops signing (its certificate or chain expires) and when the roots do: the
-  // chart's alerts warn ahead of both (docs/operations.md, "Alerts").
-  registrations.push_back(registry.add([&ca](telemetry::Exposition& out) {
-    identity::CertificateExpiry expiry;
-    if (auto source = ca.current()) expiry.addIssuer(source->authorityNotAfter());
-    if (auto bundle = ca.bundle(); bundle.ok()) expiry.addRoots(**bundle);
-    auto family = out.gauge(identity::CertificateExpiry::kMetric, identity::CertificateExpiry::kHelp);
-    for (const auto& [kind, at] : expiry.samples()) family.add(at, {{"kind", kind}});
-  }));
+  std::vector<telemetry::Registry::Registration> registrations =
+      registerMetrics(registry, service, signing, serving, **client, ca);
   // The trust bundle ConfigMap ferryd mounts, kept by ferry-ca (docs/ferry-ca.md).
   std::unique_ptr<ca::BundlePublisher> bundle;
   if (!f.bundle_config_map.empty()) {
@@ -281,14 +369,7 @@ int main(int argc, char** argv) {
     registrations.push_back(registry.add([&bundle](telemetry::Exposition& out) { bundle->collect(out); }));
   }
   server::HttpServer monitoring(io, "monitoring");
-  monitoring.route("/metrics", [&registry] {
-    return server::HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", registry.render()};
-  });
-  monitoring.route("/healthz/ready", [&service] {
-    absl::Status st = service.ready();
-    if (st.ok()) return server::HttpResponse{200, "text/plain; charset=utf-8", "ready\n"};
-    return server::HttpResponse{503, "text/plain; charset=utf-8", absl::StrCat("not ready: ", st.message(), "\n")};
-  });
+  routeMonitoring(monitoring, registry, service);
 
   if (auto st = signing.listen(); !st.ok()) {
     std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
@@ -304,16 +385,7 @@ int main(int argc, char** argv) {
   pollCa(poll_timer, ca, bundle.get());
 
   asio::signal_set signals(io, SIGTERM, SIGINT);
-  signals.async_wait([&](const boost::system::error_code& ec, int signal) {
-    if (ec) return;
-    FERRY_LOG(kInfo, "ferry-ca: signal %d: stopping", signal);
-    signing.stop();
-    monitoring.stop();
-    (*client)->stop();
-    poll_timer.cancel();
-    // What is in flight ends at its next step; nothing new starts.
-    io.stop();
-  });
+  stopOnSignal(signals, io, signing, monitoring, **client, poll_timer);
   FERRY_LOG(kInfo, "ferry-ca: signing on %s (trust domain %s, agents %s/%s), monitoring on %s",
             common::formatHostPort(f.listen), f.trust_domain, f.agent_namespace, f.agent_service_account,
             common::formatHostPort(f.monitoring));
