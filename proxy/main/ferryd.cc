@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <unistd.h>
 
@@ -16,14 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "proxy/config/config.h"
 #include "proxy/config/memory_budget.h"
-#include "proxy/config/kubeconfig.h"
-#include "proxy/identity/dir_cert_source.h"
-#include "proxy/identity/watched_ca_source.h"
-#include "proxy/policy/files.h"
-#include "proxy/policy/store.h"
-#include "proxy/server/cni_credentials.h"
+#include "proxy/server/check_config.h"
 #include "proxy/server/server.h"
-#include "proxy/workloads/file_source.h"
 
 namespace {
 
@@ -90,58 +85,11 @@ int main(int argc, char** argv) {
     return fail(absl::StrCat(config_path, ": ", st.message()));
   }
   if (check_only) {
-    if (config->workload_source == ferry::config::WorkloadSourceKind::kKubernetes) {
-      // The API server is not asked (it may not be reachable from where the file is
-      // checked); a kubeconfig the config names must parse.
-      if (!config->kubernetes.kubeconfig.empty()) {
-        auto kc = ferry::config::loadKubeconfig(config->kubernetes.kubeconfig);
-        if (!kc.ok()) return fail(absl::StrCat("kubernetes.kubeconfig: ", kc.status().message()));
-        // As ferryd's start does (Server::makeWorkloadSource): ferry-cni must verify the API server.
-        if (config->cni.install && !config->cni.service_account.empty()) {
-          auto ca = ferry::server::pluginApiServerCa(kc->ca_pem, kc->ca_file,
-                                                     absl::StrCat("the API server of ", config->kubernetes.kubeconfig));
-          if (!ca.ok()) return fail(std::string(ca.status().message()));
-        }
-      }
-      std::printf("%s: OK (node %s, workloads from the Kubernetes API: %s)\n", config_path.c_str(),
-                  config->node.c_str(),
-                  config->kubernetes.kubeconfig.empty() ? "in-cluster" : config->kubernetes.kubeconfig.c_str());
-    } else {
-      ferry::workloads::Store store(config->node);
-      ferry::workloads::FileSource source(config->workloads_file);
-      if (auto st = source.start(store); !st.ok()) return fail(std::string(st.message()));
-      std::printf("%s: OK (node %s, %zu workloads, %zu local)\n", config_path.c_str(),
-                  config->node.c_str(), store.current()->size(), store.current()->localCount());
-    }
-    // Policy files: one that cannot be read or parsed as a whole stops ferryd's start
-    // (Server::startPolicies); a refused object in one does not, and is listed.
-    ferry::policy::Store policies(config->policy.root_namespace);
-    ferry::policy::PolicyFiles policy_files(config->policy.files);
-    if (auto st = policy_files.start(policies); !st.ok()) return fail(absl::StrCat("policy.files: ", st.message()));
-    for (const auto& refused : policies.refusals()) {
-      std::printf("warning: %s: %s %s refused: %s\n", refused.origin.c_str(), refused.kind.c_str(), refused.key.c_str(),
-                  refused.reason.c_str());
-    }
-    std::printf("memory: %s\n", ferry::config::describeBudget(config->memory_budget).c_str());
-    // Certificates and CA material may legitimately appear later (written by an agent), so
-    // their absence is a warning here, not an error; ferryd itself starts not ready and fails
-    // closed until they exist.
-    if (config->identity.source == ferry::config::CertSourceKind::kCa) {
-      const auto& id = config->identity;
-      ferry::identity::WatchedCaSource ca(
-          ferry::identity::CaFiles{id.ca_cert, id.ca_key, config->cert_dir + "/bundle.pem"}, config->trust_domain,
-          std::chrono::duration_cast<std::chrono::seconds>(id.leaf_lifetime));
-      ca.poll();
-      if (auto st = ca.status(); !st.ok()) {
-        std::printf("warning: %s\n", std::string(st.message()).c_str());
-      }
-      return 0;
-    }
-    ferry::identity::DirCertSource certs(config->cert_dir, config->trust_domain);
-    if (auto bundle = certs.bundle(); !bundle.ok()) {
-      std::printf("warning: trust bundle: %s\n", std::string(bundle.status().message()).c_str());
-    }
-    return 0;
+    // What the start would build, through the same builders (proxy/server/check_config.h).
+    std::vector<std::string> report;
+    absl::Status st = ferry::server::checkConfig(*config, config_path, report);
+    for (const auto& line : report) std::printf("%s\n", line.c_str());
+    return st.ok() ? 0 : fail(std::string(st.message()));
   }
   applyMallocTunables(argv);
   // Writes to a peer that reset must return EPIPE, not kill the process.

@@ -82,6 +82,8 @@ class IdentityRuntime {
   identity::TlsContextCache& tls() { return *tls_; }
   // The readiness condition: "not ready: ..." while certificates cannot be had.
   absl::Status health();
+  // The source's own word on it (health() without "not ready: "): --check-config's warning.
+  absl::Status sourceStatus() { return source_->status(); }
   // The poll timer (when the source has one), and ferry-ca asked for the local identities.
   void start();
   // No more polls (draining, retiring); the source itself goes on.

@@ -18,7 +18,7 @@ absl::Status PolicyRuntime::start(std::function<void(const policy::PolicySet&)> 
   FERRY_LOG(kInfo, "policy: %u AuthorizationPolicies and %u PeerAuthentications in force (root namespace %s)",
             static_cast<unsigned>(set->authorizationCount()), static_cast<unsigned>(set->peerAuthenticationCount()),
             set->rootNamespace());
-  store_.subscribe(std::move(on_change));
+  if (on_change) store_.subscribe(std::move(on_change));
   return absl::OkStatus();
 }
 

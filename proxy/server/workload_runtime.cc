@@ -46,38 +46,61 @@ absl::Status WorkloadRuntime::startSource(PolicyRuntime& policy, std::function<v
   return absl::OkStatus();
 }
 
-absl::Status WorkloadRuntime::makeSource(PolicyRuntime& policy, std::function<void()> on_policies_synced) {
-  if (config_.workload_source == config::WorkloadSourceKind::kFile) {
-    source_ = std::make_unique<workloads::FileSource>(config_.workloads_file);
-    return absl::OkStatus();
-  }
-  const auto& kc = config_.kubernetes;
+namespace {
+
+// The API server ferryd follows, and what ferry-cni's fallback needs to reach it.
+struct ApiServer {
   k8s::ClusterAccess access;
-  std::string where;
+  std::string where;      // for messages: "the in-cluster API server", "the API server of FILE"
+  std::string plugin_ca;  // cni.install with cni.service_account: the CA ferry-cni verifies it by
+};
+
+absl::StatusOr<ApiServer> resolveApiServer(const config::Config& config) {
+  const auto& kc = config.kubernetes;
+  ApiServer api;
   if (kc.kubeconfig.empty()) {
     auto in_cluster = k8s::inClusterAccess([](const char* name) { return std::getenv(name); });
     if (!in_cluster.ok()) {
       return absl::FailedPreconditionError(absl::StrCat("kubernetes: in-cluster credentials: ", in_cluster.status().message(),
                                                         " (outside a cluster, set kubernetes.kubeconfig)"));
     }
-    access = *std::move(in_cluster);
-    where = "the in-cluster API server";
+    api.access = *std::move(in_cluster);
+    api.where = "the in-cluster API server";
   } else {
     auto file = config::loadKubeconfig(kc.kubeconfig);
     if (!file.ok()) return absl::FailedPreconditionError(absl::StrCat("kubernetes.kubeconfig: ", file.status().message()));
-    access = k8s::accessFrom(*file);
-    where = absl::StrCat("the API server of ", kc.kubeconfig);
+    api.access = k8s::accessFrom(*file);
+    api.where = absl::StrCat("the API server of ", kc.kubeconfig);
   }
-  std::string describe = absl::StrCat("kubernetes ", access.server);
   // ferry-cni's fallback reaches the same API server, from the node (ferryd's netns).
-  const bool plugin_credentials = config_.cni.install && !config_.cni.service_account.empty();
-  std::string plugin_server = access.server, plugin_ca;
-  if (plugin_credentials) {
-    auto ca = pluginApiServerCa(access.ca_pem, access.ca_file, where);
+  if (config.cni.install && !config.cni.service_account.empty()) {
+    auto ca = pluginApiServerCa(api.access.ca_pem, api.access.ca_file, api.where);
     if (!ca.ok()) return ca.status();
-    plugin_ca = *std::move(ca);
+    api.plugin_ca = *std::move(ca);
   }
-  auto client = k8s::ApiClient::create(control_, std::move(access), k8s::Options{});
+  return api;
+}
+
+}  // namespace
+
+absl::Status WorkloadRuntime::checkApiServer(const config::Config& config) {
+  if (config.workload_source != config::WorkloadSourceKind::kKubernetes || config.kubernetes.kubeconfig.empty()) {
+    return absl::OkStatus();
+  }
+  return resolveApiServer(config).status();
+}
+
+absl::Status WorkloadRuntime::makeSource(PolicyRuntime& policy, std::function<void()> on_policies_synced) {
+  if (config_.workload_source == config::WorkloadSourceKind::kFile) {
+    source_ = std::make_unique<workloads::FileSource>(config_.workloads_file);
+    return absl::OkStatus();
+  }
+  auto api = resolveApiServer(config_);
+  if (!api.ok()) return api.status();
+  const auto& kc = config_.kubernetes;
+  std::string describe = absl::StrCat("kubernetes ", api->access.server);
+  const std::string plugin_server = api->access.server;
+  auto client = k8s::ApiClient::create(control_, std::move(api->access), k8s::Options{});
   if (!client.ok()) return absl::FailedPreconditionError(absl::StrCat("kubernetes: ", client.status().message()));
   workloads::KubernetesSourceOptions options{kc.istio_ambient, kc.max_state_age, kc.daemonset_namespace,
                                              kc.daemonset_name, /*add_informers=*/{}};
@@ -88,13 +111,13 @@ absl::Status WorkloadRuntime::makeSource(PolicyRuntime& policy, std::function<vo
   }
   auto source = std::make_unique<workloads::KubernetesSource>(*std::move(client), options, describe);
   k8s_source_ = source.get();
-  if (plugin_credentials) {
+  if (!api->plugin_ca.empty()) {
     cni_credentials_ = std::make_unique<CniCredentials>(
-        control_, *source->client(), plugin_server, plugin_ca, config_.cni.service_account, config_.cni.token_lifetime,
+        control_, *source->client(), plugin_server, api->plugin_ca, config_.cni.service_account, config_.cni.token_lifetime,
         CniInstaller::kubeconfigPathIn(config_.cni.conf_dir));
   }
   source_ = std::move(source);
-  FERRY_LOG(kInfo, "workloads: from %s (%s)", where, describe);
+  FERRY_LOG(kInfo, "workloads: from %s (%s)", api->where, describe);
   return absl::OkStatus();
 }
 

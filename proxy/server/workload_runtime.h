@@ -51,6 +51,10 @@ class WorkloadRuntime {
   // policy.kubernetes, the cluster's policies come over the same API connection
   // (`on_policies_synced` once both kinds have delivered a first state).
   absl::Status startSource(PolicyRuntime& policy, std::function<void()> on_policies_synced);
+  // ferryd --check-config: a kubeconfig the config names, and what ferry-cni needs of it,
+  // as start reads them, without asking the API server (OK for the workloads file, and
+  // in-cluster credentials, which only exist in the pod).
+  static absl::Status checkApiServer(const config::Config& config);
   // The source's state can be trusted (listed, fresh); not OK says why.
   absl::Status health() const;
   std::string describeSource() const;

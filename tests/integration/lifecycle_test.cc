@@ -279,8 +279,9 @@ TEST_F(LifecycleTest, KilledFerrydResetsEveryConnectionItCarried) {
       << "; mesh: reset " << mesh_app.ended_by_reset.load() << " fin " << mesh_app.ended_by_fin.load();
 }
 
-// `ferryd --check-config` refuses what ferryd's start refuses: a policy file that
-// does not parse as a whole, and cni.enabled without the datapath; it names the setting.
+// `ferryd --check-config` refuses what ferryd's start refuses (it builds through the same
+// builders): a policy file that does not parse as a whole, and cni.enabled without the
+// datapath; it names the setting. What may appear later is a warning.
 TEST_F(LifecycleTest, CheckConfigRefusesWhatTheStartWouldRefuse) {
   auto check = [&](const std::string& extra, std::string* out) {
     std::string path = files_.dir() + "/check.yaml";
@@ -297,6 +298,16 @@ TEST_F(LifecycleTest, CheckConfigRefusesWhatTheStartWouldRefuse) {
   EXPECT_NE(out.find("bad-policy.yaml"), std::string::npos) << out;
   EXPECT_EQ(check("cni: {enabled: true}\n", &out), 1) << out;
   EXPECT_NE(out.find("cni: enabled needs the tc datapath (datapath.enabled: true)"), std::string::npos) << out;
+  // CA material that is not there yet is no start-up error: the identity runtime's own
+  // reason, as /healthz/ready would give it, is a warning and the check passes.
+  const std::string ca_cert = files_.dir() + "/not-yet/ca.pem";
+  EXPECT_EQ(check("identity: {source: ca, ca_cert: " + ca_cert + ", ca_key: " + files_.dir() + "/not-yet/ca.key}\n",
+                  &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("warning: "), std::string::npos) << out;
+  EXPECT_NE(out.find(ca_cert), std::string::npos) << out;
+  EXPECT_NE(out.find("OK (node n1"), std::string::npos) << out;
 }
 
 }  // namespace
