@@ -73,32 +73,20 @@ void Registry::forEach(const std::function<void(const Workload&)>& visit) const 
 
 Store::Store(std::string_view local_node) : local_node_(intern(local_node)), current_(Registry::empty(local_node)) {}
 
-Registry::Shard& Store::writable(std::array<std::shared_ptr<Registry::Shard>, Registry::kShards>& copies,
-                                 size_t shard) {
+Registry::Shard& Store::writable(ShardCopies& copies, size_t shard) {
   if (!copies[shard]) copies[shard] = std::make_shared<Registry::Shard>(*current_->shards_[shard]);
   return *copies[shard];
 }
 
-Store::Result Store::apply(std::vector<Update> updates) {
-  Result result;
-  Delta delta;
-  std::array<std::shared_ptr<Registry::Shard>, Registry::kShards> copies;
-  bool local_changed = false;
-  auto ownerOf = [&](const IpAddress& ip) -> const WorkloadPtr* {
-    size_t s = Registry::shardOf(ip);
-    const Registry::Shard& shard = copies[s] ? *copies[s] : *current_->shards_[s];
-    auto it = shard.find(ip);
-    return it == shard.end() ? nullptr : &it->second;
-  };
-  auto index = [&](const WorkloadPtr& w) {
-    for (const auto& ip : w->ips) writable(copies, Registry::shardOf(ip))[ip] = w;
-  };
+const WorkloadPtr* Store::ownerOf(const ShardCopies& copies, const IpAddress& ip) const {
+  size_t s = Registry::shardOf(ip);
+  const Registry::Shard& shard = copies[s] ? *copies[s] : *current_->shards_[s];
+  auto it = shard.find(ip);
+  return it == shard.end() ? nullptr : &it->second;
+}
 
+std::vector<Store::Pending> Store::changesOf(std::vector<Update>& updates) const {
   // The last update of a key wins (a source may batch a pod's add and its removal).
-  struct Pending {
-    Update* update;
-    WorkloadPtr before;
-  };
   std::vector<Pending> pending;
   absl::flat_hash_map<std::string_view, size_t> slot;
   for (Update& update : updates) {
@@ -109,14 +97,47 @@ Store::Result Store::apply(std::vector<Update> updates) {
       pending[it->second].update = &update;
     }
   }
-  // Every workload that changes leaves the index first, so that IPs can move between
-  // workloads of one batch (two pods swapping addresses, an IP reused by a new pod).
   std::erase_if(pending, [&](Pending& p) {
     auto it = by_key_.find(p.update->key);
     if (it != by_key_.end()) p.before = it->second;
     if (p.update->workload) return p.before && *p.before == *p.update->workload;
     return !p.before;
   });
+  return pending;
+}
+
+std::string Store::conflictOf(const std::string& key, const Workload& w, const ShardCopies& copies) const {
+  // A workload without an address could never be found; a source must not send one.
+  std::string conflict = w.ips.empty() ? absl::StrCat(key, ": has no IP address") : "";
+  for (const auto& ip : w.ips) {
+    if (const WorkloadPtr* owner = ownerOf(copies, ip)) {
+      conflict = absl::StrCat(key, ": ", ip.to_string(), " is already used by ", (*owner)->displayName());
+      break;
+    }
+  }
+  return conflict;
+}
+
+bool Store::updateLocal(const std::string& key, const WorkloadPtr& before, const WorkloadPtr& after) {
+  bool was_local = before && before->node == local_node_;
+  bool is_local = after && after->node == local_node_;
+  if (!was_local && !is_local) return false;
+  if (is_local) {
+    local_by_key_[key] = after;
+  } else {
+    local_by_key_.erase(key);
+  }
+  return true;
+}
+
+Store::Result Store::apply(std::vector<Update> updates) {
+  Result result;
+  Delta delta;
+  ShardCopies copies;
+  bool local_changed = false;
+  std::vector<Pending> pending = changesOf(updates);
+  // Every workload that changes leaves the index first, so that IPs can move between
+  // workloads of one batch (two pods swapping addresses, an IP reused by a new pod).
   for (const Pending& p : pending) {
     if (!p.before) continue;
     for (const auto& ip : p.before->ips) {
@@ -128,46 +149,33 @@ Store::Result Store::apply(std::vector<Update> updates) {
     const std::string& key = p.update->key;
     WorkloadPtr after;
     if (p.update->workload) {
-      // A workload without an address could never be found; a source must not send one.
-      std::string conflict = p.update->workload->ips.empty() ? absl::StrCat(key, ": has no IP address") : "";
-      for (const auto& ip : p.update->workload->ips) {
-        if (const WorkloadPtr* owner = ownerOf(ip)) {
-          conflict = absl::StrCat(key, ": ", ip.to_string(), " is already used by ", (*owner)->displayName());
-          break;
-        }
-      }
-      if (!conflict.empty()) {
+      if (std::string conflict = conflictOf(key, *p.update->workload, copies); !conflict.empty()) {
         // Refused: the workload stays as it was, on those of its IPs nobody took meanwhile.
         result.rejected.push_back(std::move(conflict));
         rejected_.fetch_add(1, std::memory_order_relaxed);
         if (p.before) {
           for (const auto& ip : p.before->ips) {
-            if (ownerOf(ip) == nullptr) writable(copies, Registry::shardOf(ip))[ip] = p.before;
+            if (ownerOf(copies, ip) == nullptr) writable(copies, Registry::shardOf(ip))[ip] = p.before;
           }
         }
         continue;
       }
       after = std::make_shared<const Workload>(*std::move(p.update->workload));
-      index(after);
+      for (const auto& ip : after->ips) writable(copies, Registry::shardOf(ip))[ip] = after;
       by_key_[key] = after;
     } else {
       by_key_.erase(key);
     }
-    bool was_local = p.before && p.before->node == local_node_;
-    bool is_local = after && after->node == local_node_;
-    if (was_local || is_local) {
-      local_changed = true;
-      if (is_local) {
-        local_by_key_[key] = after;
-      } else {
-        local_by_key_.erase(key);
-      }
-    }
+    if (updateLocal(key, p.before, after)) local_changed = true;
     delta.changes.push_back(Change{std::move(p.before), std::move(after)});
   }
   result.changed = delta.changes.size();
   if (delta.empty()) return result;
+  publish(copies, local_changed, delta);
+  return result;
+}
 
+void Store::publish(ShardCopies& copies, bool local_changed, const Delta& delta) {
   auto next = std::make_shared<Registry>(*current_);
   for (size_t s = 0; s < Registry::kShards; ++s) {
     if (copies[s]) next->shards_[s] = std::move(copies[s]);
@@ -188,7 +196,6 @@ Store::Result Store::apply(std::vector<Update> updates) {
   }
   generation_.fetch_add(1, std::memory_order_relaxed);
   for (const auto& listener : listeners_) listener(*next, delta);
-  return result;
 }
 
 Store::Result Store::replaceAll(std::vector<Workload> all) {

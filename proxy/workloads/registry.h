@@ -179,8 +179,28 @@ class Store {
   Result replaceAll(std::vector<Workload> all);
 
  private:
+  // The shards a batch changes, copied from the snapshot on first touch (null: untouched).
+  using ShardCopies = std::array<std::shared_ptr<Registry::Shard>, Registry::kShards>;
+  // A change of the batch being applied: the last update of its key, and what it replaces.
+  struct Pending {
+    Update* update;
+    WorkloadPtr before;
+  };
+
   // A shard being changed by the current batch: copied from the snapshot on first touch.
-  Registry::Shard& writable(std::array<std::shared_ptr<Registry::Shard>, Registry::kShards>& copies, size_t shard);
+  Registry::Shard& writable(ShardCopies& copies, size_t shard);
+  // The workload holding `ip` as the batch has it so far; null when none does.
+  const WorkloadPtr* ownerOf(const ShardCopies& copies, const IpAddress& ip) const;
+  // The updates that change something, the last of each key, in the order of their keys'
+  // first updates.
+  std::vector<Pending> changesOf(std::vector<Update>& updates) const;
+  // Why the workload of update `key` cannot be indexed (no IP, or one another workload
+  // holds); empty when it can.
+  std::string conflictOf(const std::string& key, const Workload& w, const ShardCopies& copies) const;
+  // Keeps local_by_key_ for a change of `key`; whether the local workloads changed.
+  bool updateLocal(const std::string& key, const WorkloadPtr& before, const WorkloadPtr& after);
+  // Makes the batch's shards the current registry and tells the listeners.
+  void publish(ShardCopies& copies, bool local_changed, const Delta& delta);
 
   InternedString local_node_;
   mutable std::mutex current_mu_;  // not std::atomic<shared_ptr>: see registry.cc
