@@ -96,6 +96,69 @@ const char* reasonName(uint32_t reason) {
   return "UNKNOWN";
 }
 
+// The proxy netns's side of the proxy link, as the BPF programs need it.
+struct ProxyInterface {
+  uint32_t ip = 0;  // IPv4, network order
+  int ifindex = 0;  // in the proxy netns
+};
+
+absl::StatusOr<ProxyInterface> proxyInterface(const NetnsFd& proxy_netns, const std::string& name) {
+  auto in_proxy = ScopedNetns::enter(proxy_netns);
+  if (!in_proxy.ok()) return in_proxy.status();
+  auto ip = interfaceIpv4(name);
+  if (!ip.ok()) return absl::Status(ip.status().code(), absl::StrCat("datapath.proxy_interface: ", ip.status().message()));
+  return ProxyInterface{*ip, static_cast<int>(if_nametoindex(name.c_str()))};
+}
+
+// The programs' load-time constants (.rodata): how to inject, where the proxy is, ferryd's
+// mark and listening ports.
+void setLoadTimeConstants(ferry_datapath& skel, const config::Config& config, const InjectionChoice& injection,
+                          uint64_t proxy_netns_id, uint32_t proxy_host_ifindex, uint32_t proxy_ip) {
+  const auto& cfg = config.datapath;
+  auto* ro = skel.rodata;
+  switch (injection.mode) {
+    case config::Injection::kPeerEgress: ro->injection_mode = FERRY_INJECT_PEER_EGRESS; break;
+    case config::Injection::kIngressRedirect: ro->injection_mode = FERRY_INJECT_INGRESS_REDIRECT; break;
+    default: ro->injection_mode = FERRY_INJECT_NONE; break;
+  }
+  ro->egress_flag = cfg.egress_flag;
+  ro->proxy_netns_id = proxy_netns_id;
+  ro->proxy_host_ifindex = proxy_host_ifindex;
+  ro->proxy_ipv4 = proxy_ip;
+  ro->proxy_mark = cfg.mark;
+  ro->exempt_node = cfg.exempt_node ? 1 : 0;
+  auto firstPort = [](const std::vector<common::HostPort>& v, uint16_t dflt) {
+    return v.empty() ? dflt : v.front().port;
+  };
+  ro->port_outbound = firstPort(config.listen.outbound, FERRY_PORT_OUTBOUND);
+  ro->port_inbound_plain = firstPort(config.listen.inbound_plaintext, FERRY_PORT_INBOUND_PLAIN);
+  ro->port_hbone = firstPort(config.listen.hbone, FERRY_PORT_HBONE);
+}
+
+// The settings map's one entry, as the programs start with it.
+void writeSettings(ferry_datapath& skel, const config::Datapath& cfg, bool taking_over) {
+  uint32_t zero = 0;
+  ferry_settings settings{};
+  if (cfg.capture == config::Capture::kAll) settings.flags |= FERRY_SETTING_CAPTURE_ALL;
+  // Paused until the server listens (setHbonePaused(false)): a peer's SYN meanwhile is
+  // dropped and retransmitted, not reset (bpf/to_proxy.bpf.c). Taken over, it listens.
+  if (!taking_over) settings.flags |= FERRY_SETTING_HBONE_PAUSED;
+  bpf_map__update_elem(skel.maps.ferry_settings, &zero, sizeof(zero), &settings,
+                       sizeof(settings), BPF_ANY);
+}
+
+// A ferryd that failed closed before left its links pinned; failing open, nothing may keep
+// steering pods once this ferryd is gone: removing the pins detaches them.
+void removePinnedLinks(const std::string& pin_dir) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(pin_dir, ec)) {
+    auto name = entry.path().filename().string();
+    if (name.rfind("link_", 0) == 0 && ::unlink(entry.path().c_str()) == 0) {
+      FERRY_LOG(kInfo, "datapath: failure_mode open: removed pinned link %s", name);
+    }
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Datapath>> Datapath::create(const config::Config& config,
@@ -117,16 +180,8 @@ absl::StatusOr<std::unique_ptr<Datapath>> Datapath::create(const config::Config&
                                             absl::StrCat("datapath.host_proxy_interface: ", host_proxy.status().message()));
   auto nsid = netnsIdOf(proxy_netns);
   if (!nsid.ok()) return nsid.status();
-  uint32_t proxy_ip = 0;
-  int proxy_ifindex = 0;
-  {
-    auto in_proxy = ScopedNetns::enter(proxy_netns);
-    if (!in_proxy.ok()) return in_proxy.status();
-    auto ip = interfaceIpv4(cfg.proxy_interface);
-    if (!ip.ok()) return absl::Status(ip.status().code(), absl::StrCat("datapath.proxy_interface: ", ip.status().message()));
-    proxy_ip = *ip;
-    proxy_ifindex = static_cast<int>(if_nametoindex(cfg.proxy_interface.c_str()));
-  }
+  auto proxy = proxyInterface(proxy_netns, cfg.proxy_interface);
+  if (!proxy.ok()) return proxy.status();
 
   dropResizedCapturePin(dp->pin_dir_);
   LIBBPF_OPTS(bpf_object_open_opts, open_opts, .pin_root_path = dp->pin_dir_.c_str());
@@ -134,75 +189,44 @@ absl::StatusOr<std::unique_ptr<Datapath>> Datapath::create(const config::Config&
   if (dp->skel_ == nullptr) {
     return absl::InternalError(absl::StrCat("opening the BPF programs: ", strerror(errno)));
   }
-  auto* ro = dp->skel_->rodata;
-  switch (dp->injection_.mode) {
-    case config::Injection::kPeerEgress: ro->injection_mode = FERRY_INJECT_PEER_EGRESS; break;
-    case config::Injection::kIngressRedirect: ro->injection_mode = FERRY_INJECT_INGRESS_REDIRECT; break;
-    default: ro->injection_mode = FERRY_INJECT_NONE; break;
-  }
-  ro->egress_flag = cfg.egress_flag;
-  ro->proxy_netns_id = static_cast<uint64_t>(*nsid);
-  ro->proxy_host_ifindex = static_cast<uint32_t>(host_proxy->ifindex);
-  ro->proxy_ipv4 = proxy_ip;
-  ro->proxy_mark = cfg.mark;
-  ro->exempt_node = cfg.exempt_node ? 1 : 0;
-  auto firstPort = [](const std::vector<common::HostPort>& v, uint16_t dflt) {
-    return v.empty() ? dflt : v.front().port;
-  };
-  ro->port_outbound = firstPort(config.listen.outbound, FERRY_PORT_OUTBOUND);
-  ro->port_inbound_plain = firstPort(config.listen.inbound_plaintext, FERRY_PORT_INBOUND_PLAIN);
-  ro->port_hbone = firstPort(config.listen.hbone, FERRY_PORT_HBONE);
+  setLoadTimeConstants(*dp->skel_, config, dp->injection_, static_cast<uint64_t>(*nsid),
+                       static_cast<uint32_t>(host_proxy->ifindex), proxy->ip);
   if (int rc = ferry_datapath__load(dp->skel_); rc != 0) {
     return absl::InternalError(absl::StrCat(
         "loading the BPF programs (verifier or pinned-map mismatch; see libbpf's messages above): ",
         strerror(-rc)));
   }
+  writeSettings(*dp->skel_, cfg, taking_over);
 
-  uint32_t zero = 0;
-  ferry_settings settings{};
-  if (cfg.capture == config::Capture::kAll) settings.flags |= FERRY_SETTING_CAPTURE_ALL;
-  // Paused until the server listens (setHbonePaused(false)): a peer's SYN meanwhile is
-  // dropped and retransmitted, not reset (bpf/to_proxy.bpf.c). Taken over, it listens.
-  if (!taking_over) settings.flags |= FERRY_SETTING_HBONE_PAUSED;
-  bpf_map__update_elem(dp->skel_->maps.ferry_settings, &zero, sizeof(zero), &settings,
-                       sizeof(settings), BPF_ANY);
+  if (cfg.failure_mode == config::FailureMode::kOpen && !taking_over) removePinnedLinks(dp->pin_dir_);
+  if (auto st = dp->attachProxyPrograms(proxy_netns, host_proxy->ifindex, proxy->ifindex); !st.ok()) return st;
+  FERRY_LOG(kInfo, "datapath: attached with %s; maps pinned under %s",
+            dp->features_.tcx ? "TCX (first)" : "cls_bpf (priority 1)", dp->pin_dir_);
+  return dp;
+}
 
-  bool tcx = dp->features_.tcx;
-  if (cfg.failure_mode == config::FailureMode::kOpen && !taking_over) {
-    // A ferryd that failed closed before left its links pinned; failing open, nothing may
-    // keep steering pods once this ferryd is gone: removing the pins detaches them.
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator(dp->pin_dir_, ec)) {
-      auto name = entry.path().filename().string();
-      if (name.rfind("link_", 0) == 0 && ::unlink(entry.path().c_str()) == 0) {
-        FERRY_LOG(kInfo, "datapath: failure_mode open: removed pinned link %s", name);
-      }
-    }
-  }
+absl::Status Datapath::attachProxyPrograms(const NetnsFd& proxy_netns, int host_proxy_ifindex, int proxy_ifindex) {
+  bool tcx = features_.tcx;
   // Links are pinned when failing closed: if ferryd dies, pods stay steered into the
   // (now empty) proxy netns, so mesh traffic stops instead of leaving in plaintext.
-  bool pin_links = tcx && cfg.failure_mode == config::FailureMode::kClosed;
+  bool pin_links = tcx && cfg_.failure_mode == config::FailureMode::kClosed;
   auto pinFor = [&](const std::string& name) {
-    return pin_links ? absl::StrCat(dp->pin_dir_, "/link_", name) : std::string();
+    return pin_links ? absl::StrCat(pin_dir_, "/link_", name) : std::string();
   };
-  auto from = Attachment::attach(bpf_program__fd(dp->skel_->progs.from_proxy), host_proxy->ifindex,
-                                 Hook::kIngress, tcx, absl::StrCat("from_proxy on ", cfg.host_proxy_interface),
-                                 pinFor(cfg.host_proxy_interface + "_in"));
+  auto from = Attachment::attach(bpf_program__fd(skel_->progs.from_proxy), host_proxy_ifindex,
+                                 Hook::kIngress, tcx, absl::StrCat("from_proxy on ", cfg_.host_proxy_interface),
+                                 pinFor(cfg_.host_proxy_interface + "_in"));
   if (!from.ok()) return from.status();
-  dp->from_proxy_ = std::make_unique<Attachment>(std::move(*from));
-  {
-    auto in_proxy = ScopedNetns::enter(proxy_netns);
-    if (!in_proxy.ok()) return in_proxy.status();
-    // The pin path is on the bpffs, which is the same mount in both netns.
-    auto to = Attachment::attach(bpf_program__fd(dp->skel_->progs.to_proxy), proxy_ifindex, Hook::kIngress,
-                                 tcx, absl::StrCat("to_proxy on ", cfg.proxy_interface, " (proxy netns)"),
-                                 pinFor("proxy_" + cfg.proxy_interface + "_in"));
-    if (!to.ok()) return to.status();
-    dp->to_proxy_ = std::make_unique<Attachment>(std::move(*to));
-  }
-  FERRY_LOG(kInfo, "datapath: attached with %s; maps pinned under %s", tcx ? "TCX (first)" : "cls_bpf (priority 1)",
-            dp->pin_dir_);
-  return dp;
+  from_proxy_ = std::make_unique<Attachment>(std::move(*from));
+  auto in_proxy = ScopedNetns::enter(proxy_netns);
+  if (!in_proxy.ok()) return in_proxy.status();
+  // The pin path is on the bpffs, which is the same mount in both netns.
+  auto to = Attachment::attach(bpf_program__fd(skel_->progs.to_proxy), proxy_ifindex, Hook::kIngress,
+                               tcx, absl::StrCat("to_proxy on ", cfg_.proxy_interface, " (proxy netns)"),
+                               pinFor("proxy_" + cfg_.proxy_interface + "_in"));
+  if (!to.ok()) return to.status();
+  to_proxy_ = std::make_unique<Attachment>(std::move(*to));
+  return absl::OkStatus();
 }
 
 Datapath::~Datapath() {

@@ -110,6 +110,8 @@ class Datapath : private PodSteering {
 
  private:
   Datapath() = default;
+  // from_proxy on the host side of the proxy link, to_proxy on the proxy netns's side.
+  absl::Status attachProxyPrograms(const NetnsFd& proxy_netns, int host_proxy_ifindex, int proxy_ifindex);
   struct Pod {
     std::string ifname;
     int ifindex = 0;
