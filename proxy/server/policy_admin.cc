@@ -63,6 +63,45 @@ json::object objectJson(const policy::Object& object) {
   return o;
 }
 
+json::object destinationJson(const workloads::Workload& destination, const common::IpAddress& ip, uint32_t port) {
+  return json::object{{"workload", destination.displayName()}, {"ip", ip.to_string()}, {"port", port}};
+}
+
+// The policies an explanation went through, in order, each with whether it matched and why.
+json::array stepsJson(const std::vector<policy::Explanation::Step>& explained) {
+  json::array steps;
+  for (const auto& step : explained) {
+    json::object s;
+    s["name"] = step.policy->meta.key();
+    s["action"] = policy::actionName(step.policy->action);
+    if (step.policy->dry_run) s["dry_run"] = true;
+    s["matched"] = step.matched;
+    s["rule"] = step.rule;
+    s["detail"] = step.detail;
+    steps.push_back(std::move(s));
+  }
+  return steps;
+}
+
+// The answer about a connection from the node itself, when the datapath exempts the node:
+// rule 3b of pod_ingress (docs/datapath.md) lets it through, and ferryd never sees it.
+HttpResponse nodeExemptAnswer(json::object destination) {
+  return jsonResponse(
+      200, json::object{
+               {"source", json::object{{"ip", nullptr}, {"workload", nullptr}, {"principal", nullptr}, {"node", true}}},
+               {"destination", std::move(destination)},
+               {"mtls", json::object{{"mode", "not applied"}, {"policy", nullptr}, {"port_level", false}}},
+               {"policies", json::array{}},
+               {"judged", false},
+               {"verdict", "allow"},
+               {"reason", "allowed: a socket of the node itself (the kubelet's probes) reaches the pod without "
+                          "ferryd, whatever its mTLS mode and policies (datapath.exempt_node; docs/security.md, "
+                          "\"Probes\")"},
+               {"policy", nullptr},
+               {"rule", -1},
+           });
+}
+
 }  // namespace
 
 boost::json::object policiesJson(const policy::Store& store) {
@@ -116,23 +155,7 @@ HttpResponse policyCheck(const std::string& query, const workloads::Registry& re
           "from: node: datapath.exempt_node is off (or the datapath is), so the node's connections are judged as "
           "any plaintext client's: ask with the node's address as the pod sees it");
     }
-    // Rule 3b of pod_ingress (docs/datapath.md): the datapath lets it through, ferryd never sees it.
-    return jsonResponse(
-        200, json::object{
-                 {"source", json::object{{"ip", nullptr}, {"workload", nullptr}, {"principal", nullptr}, {"node", true}}},
-                 {"destination", json::object{{"workload", destination->displayName()},
-                                              {"ip", request.destination_ip.to_string()},
-                                              {"port", port}}},
-                 {"mtls", json::object{{"mode", "not applied"}, {"policy", nullptr}, {"port_level", false}}},
-                 {"policies", json::array{}},
-                 {"judged", false},
-                 {"verdict", "allow"},
-                 {"reason", "allowed: a socket of the node itself (the kubelet's probes) reaches the pod without "
-                            "ferryd, whatever its mTLS mode and policies (datapath.exempt_node; docs/security.md, "
-                            "\"Probes\")"},
-                 {"policy", nullptr},
-                 {"rule", -1},
-             });
+    return nodeExemptAnswer(destinationJson(*destination, request.destination_ip, port));
   }
   const workloads::Workload* client = nullptr;
   if (auto ip = common::parseIp(from); ip.ok()) {
@@ -151,17 +174,6 @@ HttpResponse policyCheck(const std::string& query, const workloads::Registry& re
   source["principal"] = plaintext ? json::value(nullptr) : json::value(request.principal);
 
   auto e = policies.explain(*destination, request, session::fallbackMode(*destination));
-  json::array steps;
-  for (const auto& step : e.steps) {
-    json::object s;
-    s["name"] = step.policy->meta.key();
-    s["action"] = policy::actionName(step.policy->action);
-    if (step.policy->dry_run) s["dry_run"] = true;
-    s["matched"] = step.matched;
-    s["rule"] = step.rule;
-    s["detail"] = step.detail;
-    steps.push_back(std::move(s));
-  }
   json::object mtls{{"mode", policy::mtlsModeName(e.mtls.mode)},
                     {"policy", e.mtls.policy ? json::value(e.mtls.policy->meta.key()) : json::value(nullptr)},
                     {"port_level", e.mtls.port_level}};
@@ -171,11 +183,9 @@ HttpResponse policyCheck(const std::string& query, const workloads::Registry& re
                            : e.decision.reason;
   return jsonResponse(200, json::object{
                                {"source", std::move(source)},
-                               {"destination", json::object{{"workload", destination->displayName()},
-                                                            {"ip", request.destination_ip.to_string()},
-                                                            {"port", port}}},
+                               {"destination", destinationJson(*destination, request.destination_ip, port)},
                                {"mtls", std::move(mtls)},
-                               {"policies", std::move(steps)},
+                               {"policies", stepsJson(e.steps)},
                                {"verdict", allowed ? "allow" : "deny"},
                                {"reason", reason},
                                {"policy", e.decision.policy ? json::value(e.decision.policy->meta.key()) : json::value(nullptr)},
