@@ -85,22 +85,10 @@ std::vector<std::string> uriSans(X509* cert) {
   return out;
 }
 
-absl::StatusOr<SpiffeId> validateSvidLeaf(X509* leaf, SvidRejection* reason) {
-  SvidRejection unused;
-  SvidRejection& why = reason != nullptr ? *reason : unused;
-  if (leaf == nullptr) {
-    why = SvidRejection::kNoCertificate;
-    return invalidSvid("no certificate");
-  }
-  // Computes and caches the parsed extensions; EXFLAG_INVALID means one of them is malformed
-  // or duplicated, and nothing else about the certificate can be trusted.
-  uint32_t flags = X509_get_extension_flags(leaf);
-  ERR_clear_error();
-  if ((flags & EXFLAG_INVALID) != 0) {
-    why = SvidRejection::kMalformedExtension;
-    return invalidSvid("malformed or duplicate X.509v3 extension");
-  }
+namespace {
 
+// The leaf's one URI SAN as a SPIFFE ID with a path (X509-SVID §2, §3.1).
+absl::StatusOr<SpiffeId> leafSpiffeId(X509* leaf, SvidRejection& why) {
   int crit = -1;
   GeneralNamesPtr names(
       static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(leaf, NID_subject_alt_name, &crit, nullptr)));
@@ -139,7 +127,12 @@ absl::StatusOr<SpiffeId> validateSvidLeaf(X509* leaf, SvidRejection* reason) {
     return invalidSvid(absl::StrCat("leaf SPIFFE ID must have a non-root path (X509-SVID §3.1), got ",
                                     id->str()));
   }
+  return id;
+}
 
+// A leaf's constraints (X509-SVID §4): no CA, keyUsage digitalSignature and nothing of a CA's,
+// and an extendedKeyUsage, if any, for both ends of mTLS. `flags` are the leaf's extension flags.
+absl::Status checkLeafUsage(X509* leaf, uint32_t flags, SvidRejection& why) {
   if ((flags & EXFLAG_CA) != 0) {
     why = SvidRejection::kLeafIsCa;
     return invalidSvid("leaf must not be a CA: basicConstraints cA must be false (X509-SVID §4.1)");
@@ -172,6 +165,29 @@ absl::StatusOr<SpiffeId> validateSvidLeaf(X509* leaf, SvidRejection* reason) {
       return invalidSvid("extendedKeyUsage must include clientAuth (X509-SVID §4.4)");
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<SpiffeId> validateSvidLeaf(X509* leaf, SvidRejection* reason) {
+  SvidRejection unused;
+  SvidRejection& why = reason != nullptr ? *reason : unused;
+  if (leaf == nullptr) {
+    why = SvidRejection::kNoCertificate;
+    return invalidSvid("no certificate");
+  }
+  // Computes and caches the parsed extensions; EXFLAG_INVALID means one of them is malformed
+  // or duplicated, and nothing else about the certificate can be trusted.
+  uint32_t flags = X509_get_extension_flags(leaf);
+  ERR_clear_error();
+  if ((flags & EXFLAG_INVALID) != 0) {
+    why = SvidRejection::kMalformedExtension;
+    return invalidSvid("malformed or duplicate X.509v3 extension");
+  }
+  auto id = leafSpiffeId(leaf, why);
+  if (!id.ok()) return id.status();
+  if (auto st = checkLeafUsage(leaf, flags, why); !st.ok()) return st;
   return *std::move(id);
 }
 
