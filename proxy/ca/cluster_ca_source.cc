@@ -424,51 +424,59 @@ asio::awaitable<void> ClusterCaSource::request(SpiffeId id, std::shared_ptr<Entr
     failures_[kNetwork].fetch_add(1, std::memory_order_relaxed);
     failed(id, *entry, answer.status(), -1);
   } else if (answer->status == 200) {
-    auto decoded = decodeSignResponse(answer->body);
-    std::shared_ptr<const TrustBundle> bundle;
-    {
-      std::lock_guard lock(mu_);
-      bundle = bundle_;
-    }
-    auto now = clock_.now();
-    absl::StatusOr<std::shared_ptr<const Svid>> svid = absl::UnknownError("not decoded");
-    if (decoded.ok()) {
-      svid = svidFromAnswer(*decoded, id, entry->key.get(), *bundle, now);
-    } else {
-      svid = decoded.status();
-    }
-    if (!svid.ok()) {
-      failures_[decoded.ok() ? kInvalidCertificate : kBadAnswer].fetch_add(1, std::memory_order_relaxed);
-      failed(id, *entry, absl::Status(svid.status().code(), absl::StrCat("unusable answer: ", svid.status().message())), -1);
-    } else {
-      signed_.fetch_add(1, std::memory_order_relaxed);
-      std::lock_guard lock(mu_);
-      entry->svid = *std::move(svid);
-      entry->in_flight = false;
-      entry->failures = 0;
-      entry->why_none = absl::UnavailableError("waiting for ferry-ca's answer");
-      entry->next_attempt = refreshTime(now, entry->svid->not_after);
-      FERRY_LOG(kInfo, "identity: %s signed %s until %s (refresh at %s)", location_, id.str(),
-                identity::formatTime(entry->svid->not_after), identity::formatTime(entry->next_attempt));
-    }
+    signedAnswer(id, *entry, answer->body);
   } else {
-    auto error = decodeErrorBody(answer->body);
-    std::string code = absl::StrCat("HTTP ", answer->status);
-    std::string message = "no error body";
-    if (error.ok()) {
-      code = error->code;
-      message = error->message;
-    }
-    {
-      std::lock_guard lock(mu_);
-      ++refused_[std::string(knownCode(code))];
-    }
-    bool may_say_when = answer->status == 429 || answer->status == 503;
-    failed(id, *entry,
-           absl::PermissionDeniedError(absl::StrCat("refused (HTTP ", answer->status, " ", code, "): ", message)),
-           may_say_when ? answer->retry_after : -1);
+    refusedAnswer(id, *entry, *answer);
   }
   arm();
+}
+
+void ClusterCaSource::signedAnswer(const SpiffeId& id, Entry& entry, const std::string& body) {
+  auto decoded = decodeSignResponse(body);
+  std::shared_ptr<const TrustBundle> bundle;
+  {
+    std::lock_guard lock(mu_);
+    bundle = bundle_;
+  }
+  auto now = clock_.now();
+  absl::StatusOr<std::shared_ptr<const Svid>> svid = absl::UnknownError("not decoded");
+  if (decoded.ok()) {
+    svid = svidFromAnswer(*decoded, id, entry.key.get(), *bundle, now);
+  } else {
+    svid = decoded.status();
+  }
+  if (!svid.ok()) {
+    failures_[decoded.ok() ? kInvalidCertificate : kBadAnswer].fetch_add(1, std::memory_order_relaxed);
+    failed(id, entry, absl::Status(svid.status().code(), absl::StrCat("unusable answer: ", svid.status().message())), -1);
+    return;
+  }
+  signed_.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard lock(mu_);
+  entry.svid = *std::move(svid);
+  entry.in_flight = false;
+  entry.failures = 0;
+  entry.why_none = absl::UnavailableError("waiting for ferry-ca's answer");
+  entry.next_attempt = refreshTime(now, entry.svid->not_after);
+  FERRY_LOG(kInfo, "identity: %s signed %s until %s (refresh at %s)", location_, id.str(),
+            identity::formatTime(entry.svid->not_after), identity::formatTime(entry.next_attempt));
+}
+
+void ClusterCaSource::refusedAnswer(const SpiffeId& id, Entry& entry, const Exchange& answer) {
+  auto error = decodeErrorBody(answer.body);
+  std::string code = absl::StrCat("HTTP ", answer.status);
+  std::string message = "no error body";
+  if (error.ok()) {
+    code = error->code;
+    message = error->message;
+  }
+  {
+    std::lock_guard lock(mu_);
+    ++refused_[std::string(knownCode(code))];
+  }
+  bool may_say_when = answer.status == 429 || answer.status == 503;
+  failed(id, entry,
+         absl::PermissionDeniedError(absl::StrCat("refused (HTTP ", answer.status, " ", code, "): ", message)),
+         may_say_when ? answer.retry_after : -1);
 }
 
 asio::awaitable<void> ClusterCaSource::probe() {

@@ -173,6 +173,10 @@ class ClusterCaSource : public identity::CertSource {
   // The arguments are the caller's locals: it awaits this at once.
   boost::asio::awaitable<absl::StatusOr<Exchange>> exchange(const std::string& method, const std::string& bearer,
                                                             const std::string& body);
+  // ferry-ca's answers to a request: a 200 whose SVID is taken if usable, or a refusal, which
+  // is counted by its code and kept as the entry's reason.
+  void signedAnswer(const identity::SpiffeId& id, Entry& entry, const std::string& body);
+  void refusedAnswer(const identity::SpiffeId& id, Entry& entry, const Exchange& answer);
   // Reads token_file into token_ (trimmed); the error says why there is none.
   absl::Status readToken();
   // After a failed or refused request: the entry waits, its reason is kept.
