@@ -172,7 +172,7 @@ ClusterCaSource::ClusterCaSource(asio::io_context& io, ClusterCaOptions options,
       bundle_file_(options_.bundle_file, identity::kMaxPemFileBytes),
       timer_(std::make_unique<asio::steady_timer>(io)),
       random_(std::random_device{}()),
-      latency_(latencyBounds()) {}
+      counters_{.latency = common::DurationHistogram(latencyBounds())} {}
 
 ClusterCaSource::~ClusterCaSource() { stop(); }
 
@@ -246,12 +246,12 @@ void ClusterCaSource::tick() {
         due.emplace_back(id, entry);
       }
       // Nothing to ask for, and readiness waits for ferry-ca's first answer: ask it anything.
-      start_probe = entries_.empty() && !answered_ && !probing_ && now >= probe_at_;
+      start_probe = entries_.empty() && !answered_ && !probe_.running && now >= probe_.at;
     }
   }
   for (auto& [id, entry] : due) asio::co_spawn(io_, request(id, entry), asio::detached);
   if (start_probe) {
-    probing_ = true;
+    probe_.running = true;
     asio::co_spawn(io_, probe(), asio::detached);
   }
   arm();
@@ -265,7 +265,7 @@ void ClusterCaSource::arm() {
     for (auto& [id, entry] : entries_) {
       if (!entry->in_flight) next = std::min(next, entry->next_attempt);
     }
-    if (entries_.empty() && !answered_ && !probing_) next = std::min(next, probe_at_);
+    if (entries_.empty() && !answered_ && !probe_.running) next = std::min(next, probe_.at);
   }
   if (!timer_) return;
   timer_->expires_after(std::max<system_clock::duration>(next - now, system_clock::duration::zero()));
@@ -304,7 +304,7 @@ size_t ClusterCaSource::retain(const absl::flat_hash_set<SpiffeId>& keep) {
       added = true;
     }
   }
-  forgotten_.fetch_add(dropped, std::memory_order_relaxed);
+  counters_.forgotten.fetch_add(dropped, std::memory_order_relaxed);
   if (added) tick();
   return dropped;
 }
@@ -388,7 +388,7 @@ asio::awaitable<void> ClusterCaSource::request(SpiffeId id, std::shared_ptr<Entr
   std::weak_ptr<bool> alive = alive_;
   if (!entry->key) entry->key.reset(EVP_EC_gen("P-256"));
   if (!entry->key) {
-    failures_[kLocal].fetch_add(1, std::memory_order_relaxed);
+    counters_.failures[kLocal].fetch_add(1, std::memory_order_relaxed);
     failed(id, *entry, identity::openSslError("cannot generate an ECDSA P-256 key"), -1);
     co_return;
   }
@@ -396,7 +396,7 @@ asio::awaitable<void> ClusterCaSource::request(SpiffeId id, std::shared_ptr<Entr
   // coroutines twice: this coroutine builds every value in a named local, with if/else.
   auto csr = makeCsr(id, entry->key.get());
   if (!csr.ok()) {
-    failures_[kLocal].fetch_add(1, std::memory_order_relaxed);
+    counters_.failures[kLocal].fetch_add(1, std::memory_order_relaxed);
     failed(id, *entry, csr.status(), -1);
     co_return;
   }
@@ -404,24 +404,24 @@ asio::awaitable<void> ClusterCaSource::request(SpiffeId id, std::shared_ptr<Entr
   std::string bearer;
   if (token_error.ok()) bearer = token_;
   if (!token_error.ok()) {
-    failures_[kToken].fetch_add(1, std::memory_order_relaxed);
+    counters_.failures[kToken].fetch_add(1, std::memory_order_relaxed);
     failed(id, *entry, token_error, -1);
     co_return;
   }
-  requests_.fetch_add(1, std::memory_order_relaxed);
+  counters_.requests.fetch_add(1, std::memory_order_relaxed);
   auto started = std::chrono::steady_clock::now();
   const std::string method = "POST";
   const std::string body = encode(SignRequest{*std::move(csr), options_.validity});
   auto answer = co_await exchange(method, bearer, body);
   if (alive.expired()) co_return;
-  latency_.observe(std::chrono::steady_clock::now() - started);
+  counters_.latency.observe(std::chrono::steady_clock::now() - started);
   {
     std::lock_guard lock(mu_);
     auto it = entries_.find(id);
     if (it == entries_.end() || it->second != entry) co_return;  // forgotten meanwhile
   }
   if (!answer.ok()) {
-    failures_[kNetwork].fetch_add(1, std::memory_order_relaxed);
+    counters_.failures[kNetwork].fetch_add(1, std::memory_order_relaxed);
     failed(id, *entry, answer.status(), -1);
   } else if (answer->status == 200) {
     signedAnswer(id, *entry, answer->body);
@@ -446,11 +446,11 @@ void ClusterCaSource::signedAnswer(const SpiffeId& id, Entry& entry, const std::
     svid = decoded.status();
   }
   if (!svid.ok()) {
-    failures_[decoded.ok() ? kInvalidCertificate : kBadAnswer].fetch_add(1, std::memory_order_relaxed);
+    counters_.failures[decoded.ok() ? kInvalidCertificate : kBadAnswer].fetch_add(1, std::memory_order_relaxed);
     failed(id, entry, absl::Status(svid.status().code(), absl::StrCat("unusable answer: ", svid.status().message())), -1);
     return;
   }
-  signed_.fetch_add(1, std::memory_order_relaxed);
+  counters_.signed_certificates.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard lock(mu_);
   entry.svid = *std::move(svid);
   entry.in_flight = false;
@@ -484,16 +484,16 @@ asio::awaitable<void> ClusterCaSource::probe() {
   const std::string method = "GET", none;
   auto answer = co_await exchange(method, none, none);
   if (alive.expired()) co_return;
-  probing_ = false;
+  probe_.running = false;
   if (answer.ok()) {
     FERRY_LOG(kInfo, "identity: %s answers (HTTP %d to a probe: no local workload needs a certificate yet)",
               location_, answer->status);
   } else {
-    ++probe_failures_;
+    ++probe_.failures;
     std::uniform_real_distribution<double> unit(0, 1);
-    probe_at_ = clock_.now() + retryDelay(probe_failures_, unit(random_));
+    probe_.at = clock_.now() + retryDelay(probe_.failures, unit(random_));
     FERRY_LOG(kWarn, "identity: %s: %s; trying again at %s", location_, answer.status().message(),
-              identity::formatTime(probe_at_));
+              identity::formatTime(probe_.at));
   }
   arm();
 }
@@ -577,7 +577,7 @@ uint64_t ClusterCaSource::refusedCount() const {
 
 uint64_t ClusterCaSource::failureCount() const {
   uint64_t total = 0;
-  for (const auto& n : failures_) total += n.load(std::memory_order_relaxed);
+  for (const auto& n : counters_.failures) total += n.load(std::memory_order_relaxed);
   return total;
 }
 
@@ -597,12 +597,12 @@ void ClusterCaSource::collect(telemetry::Exposition& out) const {
   auto failures = out.counter("ferry_cluster_ca_failures_total",
                               "Requests that got no usable answer (network, token file, malformed or unusable answer)");
   for (int i = 0; i < kFailureCount; ++i) {
-    failures.add(value(failures_[i].load(std::memory_order_relaxed)), {{"reason", kFailureLabels[i]}});
+    failures.add(value(counters_.failures[i].load(std::memory_order_relaxed)), {{"reason", kFailureLabels[i]}});
   }
   out.histogram("ferry_cluster_ca_request_duration_seconds", "Time from sending a request to ferry-ca's answer")
-      .add(latency_);
+      .add(counters_.latency);
   out.counter("ferry_certificates_forgotten_total", "SVIDs dropped because no local workload uses the identity",
-              value(forgotten_.load(std::memory_order_relaxed)));
+              value(counters_.forgotten.load(std::memory_order_relaxed)));
   out.gauge("ferry_certificates_cached", "Identities with an SVID held now", value(held().size()));
 }
 

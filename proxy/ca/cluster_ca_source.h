@@ -141,8 +141,8 @@ class ClusterCaSource : public identity::CertSource {
 
   // ferry_cluster_ca_* (docs/operations.md).
   void collect(telemetry::Exposition& out) const;
-  uint64_t signedCount() const { return signed_.load(std::memory_order_relaxed); }
-  uint64_t requestCount() const { return requests_.load(std::memory_order_relaxed); }
+  uint64_t signedCount() const { return counters_.signed_certificates.load(std::memory_order_relaxed); }
+  uint64_t requestCount() const { return counters_.requests.load(std::memory_order_relaxed); }
   uint64_t refusedCount() const;
   uint64_t failureCount() const;
 
@@ -196,9 +196,13 @@ class ClusterCaSource : public identity::CertSource {
   std::unique_ptr<boost::asio::steady_timer> timer_;  // null once stopped
   std::mt19937_64 random_;
   std::string token_;  // as last read
-  bool probing_ = false;
-  int probe_failures_ = 0;
-  std::chrono::system_clock::time_point probe_at_{};
+  // With no identity to ask for, ferry-ca is probed (readiness needs one answer) on this
+  // schedule.
+  struct Probe {
+    bool running = false;
+    int failures = 0;  // in a row
+    std::chrono::system_clock::time_point at{};
+  } probe_;
 
   mutable std::mutex mu_;  // guards what follows
   absl::flat_hash_map<identity::SpiffeId, std::shared_ptr<Entry>> entries_;
@@ -209,11 +213,14 @@ class ClusterCaSource : public identity::CertSource {
   bool wake_posted_ = false;
   std::map<std::string, uint64_t> refused_;  // by code (a known code, or "other")
 
-  std::atomic<uint64_t> requests_{0};
-  std::atomic<uint64_t> signed_{0};
-  std::atomic<uint64_t> forgotten_{0};
-  std::atomic<uint64_t> failures_[kFailureCount] = {};
-  common::DurationHistogram latency_;
+  // ferry_cluster_ca_* and ferry_certificates_forgotten_total (collect()); any thread.
+  struct Counters {
+    std::atomic<uint64_t> requests{0};
+    std::atomic<uint64_t> signed_certificates{0};
+    std::atomic<uint64_t> forgotten{0};
+    std::atomic<uint64_t> failures[kFailureCount] = {};
+    common::DurationHistogram latency;
+  } counters_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
