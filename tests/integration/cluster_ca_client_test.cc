@@ -33,9 +33,9 @@
 #include "proxy/ca/protocol.h"
 #include "proxy/identity/ca.h"
 #include "proxy/identity/tls_context.h"
-#include "tests/unit/tls_handshake.h"
-#include "tests/support/temp_dir.h"
 #include "tests/support/fake_clock.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/tls_handshake.h"
 
 namespace ferry::ca {
 namespace {
@@ -298,7 +298,7 @@ TEST_F(ClusterCaClientTest, FirstCertificateArrivesAndMakesWorkingTlsContexts) {
   auto server = contexts.serverContext(dbId());
   ASSERT_TRUE(client.ok()) << client.status();
   ASSERT_TRUE(server.ok()) << server.status();
-  auto hs = identity::test_support::runHandshake((*client)->native_handle(), (*server)->native_handle());
+  auto hs = ferry::test_support::runHandshake((*client)->native_handle(), (*server)->native_handle());
   EXPECT_TRUE(hs.client_ok) << hs.client_error;
   EXPECT_TRUE(hs.server_ok) << hs.server_error;
   auto peer = identity::verifyPeer(hs.server.get(), kTd);

@@ -14,8 +14,8 @@
 #include "proxy/identity/ca.h"
 #include "proxy/identity/ca_cert_source.h"
 #include "proxy/identity/tls_context.h"
-#include "tests/unit/tls_handshake.h"
 #include "tests/support/fake_clock.h"
+#include "tests/support/tls_handshake.h"
 
 namespace ferry::identity {
 namespace {
@@ -448,8 +448,8 @@ TEST_F(CaSourceTest, ServingCertificateRefusesMissingOrMalformedDnsNames) {
 
 // ---------------------------------------------------------------- TLS
 
-using test_support::Handshake;
-using test_support::runHandshake;
+using ferry::test_support::Handshake;
+using ferry::test_support::runHandshake;
 
 TEST_F(CaSourceTest, MutualTlsHandshakeBetweenTwoNodesOnIntermediatesOfOneRootSucceeds) {
   // Two nodes, as in the lab: each holds its own intermediate signed by the shared root.

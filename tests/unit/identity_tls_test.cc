@@ -18,8 +18,8 @@
 #include "proxy/identity/dir_cert_source.h"
 #include "proxy/identity/tls_context.h"
 #include "tests/support/forge_cert.h"
-#include "tests/unit/tls_handshake.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/tls_handshake.h"
 
 namespace ferry::identity {
 namespace {
@@ -328,9 +328,9 @@ TEST_F(IdentityTest, DirCertSourceAcceptsBundleWithSeveralRootsDuringRootRotatio
 
 // ---------------------------------------------------------------- TLS
 
-using test_support::expectDataFlows;
-using test_support::Handshake;
-using test_support::runHandshake;
+using ferry::test_support::expectDataFlows;
+using ferry::test_support::Handshake;
+using ferry::test_support::runHandshake;
 
 class TlsTest : public IdentityTest {
  protected:

@@ -1,6 +1,6 @@
 #pragma once
-// An in-memory TLS handshake between two SSL_CTX (a BIO pair, no sockets), shared by the
-// identity tests.
+// An in-memory TLS handshake between two SSL_CTX (a BIO pair, no sockets), for tests of TLS
+// contexts and the certificates in them: header-only, linked by tests only.
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
@@ -10,10 +10,10 @@
 #include "gtest/gtest.h"
 #include "proxy/identity/openssl_util.h"
 
-namespace ferry::identity::test_support {
+namespace ferry::test_support {
 
 struct Handshake {
-  SslPtr client, server;
+  identity::SslPtr client, server;
   bool client_ok = false, server_ok = false;
   std::string client_error, server_error;
 };
@@ -22,7 +22,7 @@ struct Handshake {
 // the server has judged its certificate, so a client that "finished" then reads once to
 // collect any alert the server sent.
 inline Handshake runHandshake(SSL_CTX* client_ctx, SSL_CTX* server_ctx,
-                       const std::function<void(SSL*)>& tweak_client = nullptr) {
+                              const std::function<void(SSL*)>& tweak_client = nullptr) {
   Handshake h;
   h.client.reset(SSL_new(client_ctx));
   h.server.reset(SSL_new(server_ctx));
@@ -46,7 +46,7 @@ inline Handshake runHandshake(SSL_CTX* client_ctx, SSL_CTX* server_ctx,
     int err = SSL_get_error(ssl, rc);
     if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) return;
     failed = true;
-    error = drainOpenSslErrors();
+    error = identity::drainOpenSslErrors();
   };
   for (int round = 0; round < 20; ++round) {
     step(h.client.get(), h.client_ok, client_failed, h.client_error);
@@ -59,7 +59,7 @@ inline Handshake runHandshake(SSL_CTX* client_ctx, SSL_CTX* server_ctx,
     int err = SSL_get_error(h.client.get(), rc);
     if (err != SSL_ERROR_WANT_READ) {
       h.client_ok = false;
-      h.client_error = drainOpenSslErrors();
+      h.client_error = identity::drainOpenSslErrors();
     }
   }
   ERR_clear_error();
@@ -77,4 +77,4 @@ inline void expectDataFlows(Handshake& h) {
   EXPECT_EQ(std::string(buf, 4), "pong");
 }
 
-}  // namespace ferry::identity::test_support
+}  // namespace ferry::test_support
