@@ -35,6 +35,7 @@
 #include "proxy/identity/tls_context.h"
 #include "tests/support/fake_clock.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/test_ca.h"
 #include "tests/support/tls_handshake.h"
 
 namespace ferry::ca {
@@ -50,7 +51,7 @@ using std::chrono::minutes;
 using std::chrono::seconds;
 using std::chrono::system_clock;
 
-constexpr char kTd[] = "example.org";
+constexpr const char* kTd = ferry::test_support::kTestTrustDomain;  // newRoot's
 constexpr char kServerName[] = "ferry-ca.test";
 // A Service's name (ServiceName, proxy/ca/cluster_ca_source.h): the stand-in's certificate
 // carries it too, and nothing resolves it by DNS.
@@ -61,14 +62,8 @@ SpiffeId webId() { return SpiffeId::forWorkload(kTd, "default", "web"); }
 SpiffeId dbId() { return SpiffeId::forWorkload(kTd, "default", "db"); }
 
 using ferry::test_support::FakeClock;
-
-CertificateAuthority newRoot() {
-  auto root = CertificateAuthority::createRoot(kTd, hours(48));
-  EXPECT_TRUE(root.ok()) << root.status();
-  return *std::move(root);
-}
-
-std::string pemOf(X509* cert) { return *identity::certToPem(cert); }
+using ferry::test_support::newRoot;
+using ferry::test_support::pemOf;
 
 // The stand-in: one request per connection, answered as `mode` says.
 class StandInFerryCa {

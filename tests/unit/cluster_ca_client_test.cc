@@ -16,6 +16,7 @@
 #include "proxy/ca/cluster_ca_source.h"
 #include "proxy/identity/ca.h"
 #include "tests/support/forge_cert.h"
+#include "tests/support/test_ca.h"
 
 namespace ferry::ca {
 namespace {
@@ -26,6 +27,8 @@ using identity::SpiffeId;
 using identity::TrustBundle;
 using identity::X509Ptr;
 using ::testing::HasSubstr;
+using ferry::test_support::newRoot;
+using ferry::test_support::pemOf;
 using ferry::testing::ForgeOptions;
 using std::chrono::hours;
 using std::chrono::milliseconds;
@@ -36,19 +39,11 @@ SpiffeId webId() { return SpiffeId::forWorkload("example.org", "default", "web")
 
 EvpPkeyPtr newKey() { return EvpPkeyPtr(EVP_EC_gen("P-256")); }
 
-CertificateAuthority newRoot() {
-  auto root = CertificateAuthority::createRoot("example.org", hours(48));
-  EXPECT_TRUE(root.ok()) << root.status();
-  return *std::move(root);
-}
-
 TrustBundle bundleOf(const CertificateAuthority& root) {
   TrustBundle bundle{"example.org", {}};
   bundle.roots.push_back(identity::upRef(root.cert()));
   return bundle;
 }
-
-std::string pem(X509* cert) { return *identity::certToPem(cert); }
 
 // What ferry-ca would answer: a leaf signed by `ca` with `opts`, then `chain`.
 SignResponse answer(const CertificateAuthority& ca, ForgeOptions opts,
@@ -56,8 +51,8 @@ SignResponse answer(const CertificateAuthority& ca, ForgeOptions opts,
   auto leaf = ferry::testing::forgeLeaf(ca, opts);
   EXPECT_TRUE(leaf.ok()) << leaf.status();
   SignResponse out;
-  out.cert_chain_pem.push_back(pem(leaf->cert.get()));
-  for (X509* cert : chain) out.cert_chain_pem.push_back(pem(cert));
+  out.cert_chain_pem.push_back(pemOf(leaf->cert.get()));
+  for (X509* cert : chain) out.cert_chain_pem.push_back(pemOf(cert));
   return out;
 }
 

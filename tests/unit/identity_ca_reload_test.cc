@@ -19,6 +19,7 @@
 #include "proxy/identity/tls_context.h"
 #include "proxy/identity/watched_ca_source.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/test_ca.h"
 
 namespace ferry::identity {
 namespace {
@@ -26,26 +27,19 @@ namespace {
 using ::testing::HasSubstr;
 using std::chrono::hours;
 
-constexpr char kTd[] = "example.org";
+constexpr const char* kTd = ferry::test_support::kTestTrustDomain;  // newRoot's
 
-SpiffeId clientId() { return *SpiffeId::parse("spiffe://example.org/ns/default/sa/client"); }
-SpiffeId serverId() { return *SpiffeId::parse("spiffe://example.org/ns/default/sa/server"); }
+using ferry::test_support::clientId;
+using ferry::test_support::newRoot;
+using ferry::test_support::pemOf;
+using ferry::test_support::serverId;
 
 std::string message(const absl::Status& s) { return std::string(s.message()); }
 
-CertificateAuthority newRoot() {
-  auto root = CertificateAuthority::createRoot(kTd, hours(48));
-  EXPECT_TRUE(root.ok()) << root.status();
-  return *std::move(root);
-}
-
+// A node's signer of a day.
 CertificateAuthority intermediateOf(const CertificateAuthority& root) {
-  auto inter = root.issueIntermediate(hours(24));
-  EXPECT_TRUE(inter.ok()) << inter.status();
-  return *std::move(inter);
+  return ferry::test_support::newIntermediate(root, hours(24));
 }
-
-std::string pem(X509* cert) { return *certToPem(cert); }
 
 class CaReloadTest : public ::testing::Test {
  protected:
@@ -57,7 +51,7 @@ class CaReloadTest : public ::testing::Test {
   void writeCa(const CertificateAuthority& ca) { ASSERT_TRUE(ca.writePem(files_.ca_cert, files_.ca_key).ok()); }
   void writeBundle(const std::vector<const CertificateAuthority*>& roots) {
     std::string text;
-    for (const auto* root : roots) text += pem(root->cert());
+    for (const auto* root : roots) text += pemOf(root->cert());
     ASSERT_TRUE(writeFileAtomic(files_.bundle, text, 0644).ok());
   }
   std::unique_ptr<WatchedCaSource> makeSource() {
@@ -153,7 +147,7 @@ TEST_F(CaReloadTest, NewCertificateWithOldKeyIsRefusedUntilTheKeyFollows) {
   auto source = makeSource();
   ASSERT_TRUE(source->poll());
   CertificateAuthority renewed = intermediateOf(root_);
-  ASSERT_TRUE(writeFileAtomic(files_.ca_cert, pem(renewed.cert()), 0644).ok());
+  ASSERT_TRUE(writeFileAtomic(files_.ca_cert, pemOf(renewed.cert()), 0644).ok());
   EXPECT_FALSE(source->poll()) << "an agent writing cert and key one after the other";
   EXPECT_FALSE(issuedBy(*source, clientId(), renewed));
   writeCa(renewed);

@@ -15,6 +15,7 @@
 #include "proxy/identity/ca_cert_source.h"
 #include "proxy/identity/tls_context.h"
 #include "tests/support/fake_clock.h"
+#include "tests/support/test_ca.h"
 #include "tests/support/tls_handshake.h"
 
 namespace ferry::identity {
@@ -26,26 +27,15 @@ using std::chrono::minutes;
 using std::chrono::seconds;
 using std::chrono::system_clock;
 
-constexpr char kTd[] = "example.org";
-
-SpiffeId clientId() { return *SpiffeId::parse("spiffe://example.org/ns/default/sa/client"); }
-SpiffeId serverId() { return *SpiffeId::parse("spiffe://example.org/ns/default/sa/server"); }
+constexpr const char* kTd = ferry::test_support::kTestTrustDomain;  // newRoot's
 
 std::string statusText(const absl::Status& s) { return std::string(s.message()); }
 
+using ferry::test_support::clientId;
 using ferry::test_support::FakeClock;
-
-CertificateAuthority newRoot(std::chrono::seconds lifetime = hours(48)) {
-  auto root = CertificateAuthority::createRoot(kTd, lifetime);
-  EXPECT_TRUE(root.ok()) << root.status();
-  return *std::move(root);
-}
-
-CertificateAuthority newIntermediate(const CertificateAuthority& parent) {
-  auto inter = parent.issueIntermediate(hours(48));
-  EXPECT_TRUE(inter.ok()) << inter.status();
-  return *std::move(inter);
-}
+using ferry::test_support::newIntermediate;
+using ferry::test_support::newRoot;
+using ferry::test_support::serverId;
 
 std::vector<X509Ptr> certs(const std::vector<X509*>& in) {
   std::vector<X509Ptr> out;

@@ -19,6 +19,7 @@
 #include "proxy/identity/tls_context.h"
 #include "tests/support/forge_cert.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/test_ca.h"
 #include "tests/support/tls_handshake.h"
 
 namespace ferry::identity {
@@ -30,11 +31,10 @@ using std::chrono::hours;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-constexpr char kTd[] = "example.org";
+constexpr const char* kTd = ferry::test_support::kTestTrustDomain;  // clientId's and serverId's
 
-SpiffeId clientId() { return *SpiffeId::parse("spiffe://example.org/ns/default/sa/client"); }
-SpiffeId serverId() { return *SpiffeId::parse("spiffe://example.org/ns/default/sa/server"); }
-
+using ferry::test_support::clientId;
+using ferry::test_support::serverId;
 using ferry::test_support::TempDir;
 
 std::string statusText(const absl::Status& s) { return std::string(s.message()); }
