@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "tests/support/parse_error.h"
 
 namespace ferry::config {
 namespace {
@@ -35,13 +36,7 @@ HostPort hp(std::string_view text) { return *common::parseHostPort(text); }
 // The error is InvalidArgument and its message starts with "ferry.yaml:<line>: <prefix>".
 void expectError(const absl::StatusOr<Config>& result, int line, const std::string& prefix,
                  const std::string& detail = "") {
-  ASSERT_FALSE(result.ok()) << "expected an error at line " << line;
-  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
-  std::string message(result.status().message());
-  EXPECT_THAT(message, StartsWith(absl::StrCat(kSource, ":", line, ": ", prefix)));
-  if (!detail.empty()) {
-    EXPECT_THAT(message, HasSubstr(detail));
-  }
+  ferry::test_support::expectErrorAt(result, kSource, line, prefix, detail);
 }
 
 TEST(ConfigTest, ParsesFullFile) {

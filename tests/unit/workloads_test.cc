@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "proxy/config/workloads_file.h"
 #include "proxy/workloads/file_source.h"
+#include "tests/support/parse_error.h"
 #include "tests/unit/watched_dir.h"
 
 namespace ferry::workloads {
@@ -68,15 +69,10 @@ std::vector<Workload> list(const Registry& registry) {
   return out;
 }
 
+// The error is InvalidArgument and its message starts with "workloads.yaml:<line>: <prefix>".
 void expectError(const absl::StatusOr<std::shared_ptr<const Registry>>& result, int line,
                  const std::string& prefix, const std::string& detail = "") {
-  ASSERT_FALSE(result.ok()) << "expected an error at line " << line;
-  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
-  std::string message(result.status().message());
-  EXPECT_THAT(message, StartsWith(absl::StrCat(kSource, ":", line, ": ", prefix)));
-  if (!detail.empty()) {
-    EXPECT_THAT(message, HasSubstr(detail));
-  }
+  ferry::test_support::expectErrorAt(result, kSource, line, prefix, detail);
 }
 
 // One valid local workload, with `extra` lines appended to its entry (line 7 onwards).
