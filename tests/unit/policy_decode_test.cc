@@ -19,8 +19,8 @@ using ::testing::HasSubstr;
 using ::testing::Pair;
 using namespace testing_docs;  // NOLINT: the YAML builders read as a small language
 
-constexpr char kFile[] = "case.yaml";
-constexpr char kOrigin[] = "file case.yaml";
+constexpr const char* kFile = kCaseFile;  // what decodeOne reads, and from where
+constexpr const char* kOrigin = kCaseOrigin;
 constexpr char kAp[] = "AuthorizationPolicy foo/p";
 constexpr char kPa[] = "PeerAuthentication foo/pa";
 
@@ -30,17 +30,6 @@ std::string apSpec(const std::string& spec) { return ap("foo", "p", spec); }
 std::string apRule(const std::string& rule) { return ap("foo", "p", rules("ALLOW", rule)); }
 // A PeerAuthentication foo/pa with this spec.
 std::string paSpec(const std::string& spec) { return pa("foo", "pa", spec); }
-
-// The one object of a one-document file.
-Decoded decodeOne(const std::string& yaml) {
-  auto docs = decodeYamlFile(yaml, kFile, kOrigin);
-  EXPECT_TRUE(docs.ok()) << docs.status();
-  if (!docs.ok() || docs->size() != 1) {
-    ADD_FAILURE() << "expected one document";
-    return Decoded{"", "", absl::InternalError("no document")};
-  }
-  return std::move(docs->front());
-}
 
 struct Refused {
   std::string name;

@@ -1,6 +1,14 @@
 #pragma once
-// Policy objects as YAML text, for the policy tests: a row states only what it is about.
+// Policy objects as YAML text, for the policy tests: a row states only what it is about; and
+// that text decoded as a policy file.
 #include <string>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "absl/status/status.h"
+#include "proxy/policy/decode.h"
 
 namespace ferry::policy::testing_docs {
 
@@ -35,5 +43,25 @@ inline std::string rules(const std::string& action, const std::string& rule_list
 inline std::string from(const std::string& source) { return "{from: [{source: {" + source + "}}]}"; }
 inline std::string to(const std::string& operation) { return "{to: [{operation: {" + operation + "}}]}"; }
 inline std::string when(const std::string& condition) { return "{when: [{" + condition + "}]}"; }
+
+// The objects of `yaml` read as the file case.yaml from `origin`. A file that does not parse
+// fails the test and gives none.
+inline constexpr char kCaseFile[] = "case.yaml";
+inline constexpr char kCaseOrigin[] = "file case.yaml";
+inline std::vector<Decoded> decode(const std::string& yaml, const std::string& origin = kCaseOrigin) {
+  auto docs = decodeYamlFile(yaml, kCaseFile, origin);
+  EXPECT_TRUE(docs.ok()) << docs.status();
+  return docs.ok() ? *std::move(docs) : std::vector<Decoded>{};
+}
+
+// The one object of a one-document file; any other count fails the test.
+inline Decoded decodeOne(const std::string& yaml, const std::string& origin = kCaseOrigin) {
+  auto docs = decode(yaml, origin);
+  if (docs.size() != 1) {
+    ADD_FAILURE() << "expected one document, got " << docs.size();
+    return Decoded{"", "", absl::InternalError("not one document")};
+  }
+  return std::move(docs.front());
+}
 
 }  // namespace ferry::policy::testing_docs

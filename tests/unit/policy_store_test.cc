@@ -26,18 +26,6 @@ constexpr char kFileA[] = "file a.yaml";
 constexpr char kFileB[] = "file b.yaml";
 constexpr char kApi[] = "kubernetes";
 
-std::vector<Decoded> decode(const std::string& yaml, const std::string& origin) {
-  auto docs = decodeYamlFile(yaml, "case.yaml", origin);
-  EXPECT_TRUE(docs.ok()) << docs.status();
-  return docs.ok() ? *std::move(docs) : std::vector<Decoded>{};
-}
-
-Decoded decodeOne(const std::string& yaml, const std::string& origin) {
-  auto docs = decode(yaml, origin);
-  EXPECT_EQ(docs.size(), 1u);
-  return docs.empty() ? Decoded{"", "", absl::InternalError("none")} : std::move(docs.front());
-}
-
 std::string allowAll(const std::string& ns, const std::string& name) { return ap(ns, name, rules("ALLOW", "{}")); }
 std::string denyAll(const std::string& ns, const std::string& name) { return ap(ns, name, rules("DENY", "{}")); }
 std::string broken(const std::string& ns, const std::string& name) { return ap(ns, name, "{action: MAYBE}"); }
