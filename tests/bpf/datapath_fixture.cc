@@ -90,6 +90,15 @@ RunResult DatapathTest::run(bpf_program* prog, const Bytes& frame) {
   return result;
 }
 
+void DatapathTest::expectPassedUnchanged(ferry_prog prog, const RunResult& result, const Bytes& frame,
+                                         ferry_reason reason) {
+  EXPECT_EQ(result.verdict, kPass) << "pass must be TC_ACT_UNSPEC (TCX_NEXT), never TC_ACT_OK";
+  EXPECT_EQ(result.data, frame);
+  EXPECT_TRUE(calls(FERRY_TEST_CALL_REDIRECT_PEER).empty());
+  EXPECT_TRUE(calls(FERRY_TEST_CALL_REDIRECT).empty());
+  EXPECT_EQ(packets(prog, FERRY_VERDICT_PASS, reason), 1u);
+}
+
 std::vector<ferry_test_call> DatapathTest::calls() const {
   std::vector<ferry_test_call> log;
   const uint32_t n = std::min<uint32_t>(skel_->bss->ferry_test_ncalls, FERRY_TEST_MAX_CALLS);

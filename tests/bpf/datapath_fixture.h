@@ -76,6 +76,9 @@ class DatapathTest : public ::testing::Test {
   void setCaptureAll(bool on);
 
   RunResult run(bpf_program* prog, const Bytes& frame);
+  // `prog` let `frame` go on as it came (TC_ACT_UNSPEC), redirected nothing and counted one
+  // pass for `reason`: a pod's hook that leaves a packet to the kernel.
+  void expectPassedUnchanged(ferry_prog prog, const RunResult& result, const Bytes& frame, ferry_reason reason);
 
   // Helper-stub calls of every run so far, in order, and those of one kind.
   std::vector<ferry_test_call> calls() const;

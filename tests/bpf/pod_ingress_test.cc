@@ -22,11 +22,7 @@ class PodIngressTest : public DatapathTest {
   }
 
   void expectPassed(const RunResult& result, const Bytes& frame, ferry_reason reason) {
-    EXPECT_EQ(result.verdict, kPass) << "pass must be TC_ACT_UNSPEC (TCX_NEXT), never TC_ACT_OK";
-    EXPECT_EQ(result.data, frame);
-    EXPECT_TRUE(calls(FERRY_TEST_CALL_REDIRECT).empty());
-    EXPECT_TRUE(calls(FERRY_TEST_CALL_REDIRECT_PEER).empty());
-    EXPECT_EQ(packets(FERRY_PROG_POD_INGRESS, FERRY_VERDICT_PASS, reason), 1u);
+    expectPassedUnchanged(FERRY_PROG_POD_INGRESS, result, frame, reason);
   }
 };
 
