@@ -146,9 +146,7 @@ check "its metrics agree: 2 pods enrolled, none waiting for a device" \
   bash -c "grep -qx 'ferry_datapath_enrolled_pods 2' '$TMP/metrics' && grep -qx 'ferry_datapath_pods_waiting 0' '$TMP/metrics'"
 
 echo "== traffic"
-tcpdump -i "$BRIDGE" -n -s 128 -U --immediate-mode -w "$TMP/wire.pcap" "tcp" >"$TMP/tcpdump.log" 2>&1 &
-tcpdump_pid=$!
-wait_for 10 "tcpdump" grep -q "listening on" "$TMP/tcpdump.log"
+bridge_cap_start wire
 body=$(get "$MESH" fy-client "$server")
 check "the client gets the server's answer through the mesh ($body)" test "$body" = fy-server
 check "ferryd logged the outbound leg with the server's identity" \
@@ -157,9 +155,8 @@ check "ferryd logged the outbound leg with the server's identity" \
 check "... and the inbound HBONE leg with the client's identity" \
   wait_for 5 "inbound access line" flog_has "direction=inbound src=$client:[0-9]+ dst=$server:8080 peer=spiffe://cluster.local/ns/$MESH/sa/default reason=ok"
 check "the server saw the client's pod IP" bash -c "kubectl -n $MESH logs fy-server 2>/dev/null | grep -q '$client'"
-kill -INT "$tcpdump_pid" 2>/dev/null; wait "$tcpdump_pid" 2>/dev/null || true
-tcpdump_pid=
-grep -E "packets (captured|received)" "$TMP/tcpdump.log" | sed 's/^/  tcpdump: /' 
+bridge_cap_stop
+grep -E "packets (captured|received)" "$TMP/tcpdump-wire.log" | sed 's/^/  tcpdump: /' 
 to_app=$(tcpdump -r "$TMP/wire.pcap" -n 2>/dev/null | grep -c "$server\.8080[ :]" || true)
 to_hbone=$(tcpdump -r "$TMP/wire.pcap" -n 2>/dev/null | grep -c "$server\.15008[ :]" || true)
 tcpdump -r "$TMP/wire.pcap" -n 2>/dev/null | head -5 | sed 's/^/  wire| /'
@@ -308,9 +305,7 @@ echo_pid=
 echo "== first packet, under containerd"
 # The container's first act is the connection: captured only if the pod was enrolled when
 # its sandbox came up (docs/install.md, "The CNI chain").
-tcpdump -i "$BRIDGE" -n -s 128 -U --immediate-mode -w "$TMP/first.pcap" "tcp" >"$TMP/tcpdump-first.log" 2>&1 &
-tcpdump_pid=$!
-wait_for 10 "tcpdump" grep -q "listening on" "$TMP/tcpdump-first.log"
+bridge_cap_start first
 pod_yaml fy-first "$MESH" "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 5 $server 8080 | tail -n 1; exec sleep 3600" \
   | kq apply -f - >/dev/null
 kq -n "$MESH" wait --for=condition=Ready pod fy-first --timeout=60s >/dev/null
@@ -319,8 +314,7 @@ check "the pod's first connection got the server's answer" wait_for 10 "fy-first
   bash -c "kubectl -n $MESH logs fy-first 2>/dev/null | grep -qx fy-server"
 check "... through ferryd (outbound access line from $first)" \
   wait_for 5 "fy-first's access line" flog_has "direction=outbound src=$first:[0-9]+ dst=$server:8080 peer=spiffe://cluster.local/ns/$MESH/sa/default reason=ok"
-kill -INT "$tcpdump_pid" 2>/dev/null; wait "$tcpdump_pid" 2>/dev/null || true
-tcpdump_pid=
+bridge_cap_stop
 plain_first=$(tcpdump -r "$TMP/first.pcap" -n 2>/dev/null | grep -c "$first\.[0-9]* > $server\.8080" || true)
 check "no packet of it went to $server:8080 on the bridge (plaintext)" test "$plain_first" -eq 0
 kq -n "$MESH" delete pod fy-first --wait=true >/dev/null
@@ -417,16 +411,7 @@ kq -n "$MESH" wait --for=condition=Ready pod fy-caller --timeout=60s >/dev/null
 caller=$(pod_ip "$MESH" fy-caller)
 policies_in_force() { curl -sf --max-time 5 http://10.244.0.1:15020/metrics | grep -qx "ferry_policies{kind=\"AuthorizationPolicy\"} $1"; }
 refused_now() { curl -sf --max-time 5 http://10.244.0.1:15020/metrics | grep -qx "ferry_policy_refused_objects $1"; }
-kq apply -f - >/dev/null <<EOF
-apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: {name: fy-server-callers, namespace: $MESH}
-spec:
-  selector: {matchLabels: {app: fy-server}}
-  action: ALLOW
-  rules:
-  - from: [{source: {principals: [cluster.local/ns/$MESH/sa/fy-caller]}}]
-EOF
+allow_only_caller "$MESH" fy-server-callers fy-server fy-caller
 check "ferryd applied the AuthorizationPolicy from its watch" wait_for 10 "the policy" policies_in_force 1
 body=$(get "$MESH" fy-caller "$server") || true
 check "the allowed principal (sa fy-caller) reaches fy-server ($body)" test "$body" = fy-server

@@ -223,9 +223,7 @@ server=$(kq -n "$DEMO" get pod fy-server -o jsonpath='{.status.podIP}')
 client=$(kq -n "$DEMO" get pod fy-client -o jsonpath='{.status.podIP}')
 check "ferryd enrolled both pods" \
   wait_for 15 "enrolment" bash -c "flog | grep -q 'enrolled $DEMO/fy-server' && flog | grep -q 'enrolled $DEMO/fy-client'"
-tcpdump -i "$BRIDGE" -n -s 128 -U --immediate-mode -w "$TMP/wire.pcap" "tcp" >"$TMP/tcpdump.log" 2>&1 &
-tcpdump_pid=$!
-wait_for 10 "tcpdump" grep -q "listening on" "$TMP/tcpdump.log"
+bridge_cap_start wire
 body=$(kq -n "$DEMO" exec fy-client -- sh -c "printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 $server 8080 | tail -n 1")
 check "the client gets the server's answer through the mesh ($body)" test "$body" = fy-server
 id="spiffe://cluster.local/ns/$DEMO/sa/default"
@@ -234,8 +232,7 @@ check "ferryd logged the outbound leg with the server's identity" \
 check "... and the inbound leg with the client's" \
   wait_for 10 "inbound access line" flog_has "direction=inbound src=$client:[0-9]+ dst=$server:8080 peer=$id reason=ok"
 check "the server saw the client's pod IP" bash -c "kubectl -n $DEMO logs fy-server 2>/dev/null | grep -q '$client'"
-kill -INT "$tcpdump_pid" 2>/dev/null; wait "$tcpdump_pid" 2>/dev/null || true
-tcpdump_pid=
+bridge_cap_stop
 to_app=$(tcpdump -r "$TMP/wire.pcap" -n 2>/dev/null | grep -c "$server\.8080[ :]" || true)
 to_hbone=$(tcpdump -r "$TMP/wire.pcap" -n 2>/dev/null | grep -c "$server\.15008[ :]" || true)
 echo "  bridge: $to_hbone packets to or from $server:15008, $to_app to or from :8080"

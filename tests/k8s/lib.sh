@@ -118,6 +118,34 @@ $5}
 EOF
 }
 
+# allow_only_caller NAMESPACE POLICY APP SERVICEACCOUNT: the AuthorizationPolicy POLICY in
+# NAMESPACE that lets only SERVICEACCOUNT of NAMESPACE reach the pods labelled app: APP.
+allow_only_caller() {
+  kq apply -f - >/dev/null <<EOF
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: $2, namespace: $1}
+spec:
+  selector: {matchLabels: {app: $3}}
+  action: ALLOW
+  rules:
+  - from: [{source: {principals: [cluster.local/ns/$1/sa/$4]}}]
+EOF
+}
+
+# bridge_cap_start NAME: TCP on the lab's bridge (BRIDGE) captured into $TMP/NAME.pcap (128
+# bytes a packet: the headers), returning once tcpdump listens; its PID is tcpdump_pid, which
+# the caller's exit step kills. bridge_cap_stop ends it (SIGINT: it flushes the file).
+bridge_cap_start() {
+  tcpdump -i "$BRIDGE" -n -s 128 -U --immediate-mode -w "$TMP/$1.pcap" "tcp" >"$TMP/tcpdump-$1.log" 2>&1 &
+  tcpdump_pid=$!
+  wait_for 10 "tcpdump" grep -q "listening on" "$TMP/tcpdump-$1.log"
+}
+bridge_cap_stop() {
+  kill -INT "$tcpdump_pid" 2>/dev/null; wait "$tcpdump_pid" 2>/dev/null || true
+  tcpdump_pid=
+}
+
 # k8s_ca_secret ROOT_DIR SIGNER_DIR TRUST_DOMAIN: a root CA kept in ROOT_DIR (as `ferryctl ca
 # init` on an operator's machine), an intermediate of it in SIGNER_DIR, and RNS made afresh
 # holding them as the Secret ferry-ca (ca.pem, ca.key: the intermediate; bundle.pem: the root).

@@ -136,16 +136,7 @@ check "... by ferryd (strict_plaintext from $outsider)" \
   wait_for 10 "the refusal" flog_has "direction=inbound_plaintext src=$outsider:[0-9]+ dst=$http:8080 .*reason=strict_plaintext"
 body=$(get "$MESH" fy-client "$http") || true
 check "a mesh client reaches the same port over mTLS ($body)" test "$body" = fy-http
-kq apply -f - >/dev/null <<EOF
-apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: {name: fy-http-callers, namespace: $MESH}
-spec:
-  selector: {matchLabels: {app: fy-http}}
-  action: ALLOW
-  rules:
-  - from: [{source: {principals: [cluster.local/ns/$MESH/sa/fy-caller]}}]
-EOF
+allow_only_caller "$MESH" fy-http-callers fy-http fy-caller
 check "ferryd applied an ALLOW policy naming one caller" wait_for 10 "the policy" \
   flog_has "policy: kubernetes AuthorizationPolicy $MESH/fy-http-callers added: applied"
 body=$(get "$MESH" fy-caller "$http") || true
