@@ -6,9 +6,12 @@
 
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include "gtest/gtest.h"
 #include "proxy/identity/openssl_util.h"
+#include "proxy/identity/spiffe_id.h"
+#include "proxy/identity/tls_context.h"
 
 namespace ferry::test_support {
 
@@ -64,6 +67,18 @@ inline Handshake runHandshake(SSL_CTX* client_ctx, SSL_CTX* server_ctx,
   }
   ERR_clear_error();
   return h;
+}
+
+// Over a finished handshake each end verifies the other (verifyPeer, as ferryd does after its
+// handshakes) as the identity expected. Use as ASSERT_NO_FATAL_FAILURE(expectPeers(...)).
+inline void expectPeers(const Handshake& h, std::string_view trust_domain, const identity::SpiffeId& client,
+                        const identity::SpiffeId& server) {
+  auto seen_by_server = identity::verifyPeer(h.server.get(), trust_domain);
+  ASSERT_TRUE(seen_by_server.ok()) << seen_by_server.status();
+  EXPECT_EQ(*seen_by_server, client);
+  auto seen_by_client = identity::verifyPeer(h.client.get(), trust_domain);
+  ASSERT_TRUE(seen_by_client.ok()) << seen_by_client.status();
+  EXPECT_EQ(*seen_by_client, server);
 }
 
 // Application data flows both ways over a finished handshake.

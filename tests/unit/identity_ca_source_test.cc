@@ -438,6 +438,7 @@ TEST_F(CaSourceTest, ServingCertificateRefusesMissingOrMalformedDnsNames) {
 
 // ---------------------------------------------------------------- TLS
 
+using ferry::test_support::expectPeers;
 using ferry::test_support::Handshake;
 using ferry::test_support::runHandshake;
 
@@ -456,12 +457,7 @@ TEST_F(CaSourceTest, MutualTlsHandshakeBetweenTwoNodesOnIntermediatesOfOneRootSu
   Handshake h = runHandshake((*client)->native_handle(), (*server)->native_handle());
   ASSERT_TRUE(h.client_ok) << h.client_error;
   ASSERT_TRUE(h.server_ok) << h.server_error;
-  auto seen_by_server = verifyPeer(h.server.get(), kTd);
-  ASSERT_TRUE(seen_by_server.ok()) << seen_by_server.status();
-  EXPECT_EQ(*seen_by_server, clientId());
-  auto seen_by_client = verifyPeer(h.client.get(), kTd);
-  ASSERT_TRUE(seen_by_client.ok()) << seen_by_client.status();
-  EXPECT_EQ(*seen_by_client, serverId());
+  ASSERT_NO_FATAL_FAILURE(expectPeers(h, kTd, clientId(), serverId()));
 
   ASSERT_EQ(SSL_write(h.client.get(), "ping", 4), 4);
   char buf[8] = {};

@@ -329,6 +329,7 @@ TEST_F(IdentityTest, DirCertSourceAcceptsBundleWithSeveralRootsDuringRootRotatio
 // ---------------------------------------------------------------- TLS
 
 using ferry::test_support::expectDataFlows;
+using ferry::test_support::expectPeers;
 using ferry::test_support::Handshake;
 using ferry::test_support::runHandshake;
 
@@ -395,12 +396,7 @@ TEST_F(TlsTest, MutualTlsHandshakeNegotiatesH2AndYieldsBothIdentities) {
   EXPECT_EQ(negotiatedAlpn(h.client.get()), "h2");
   EXPECT_EQ(negotiatedAlpn(h.server.get()), "h2");
 
-  auto seen_by_server = verifyPeer(h.server.get(), kTd);
-  ASSERT_TRUE(seen_by_server.ok()) << seen_by_server.status();
-  EXPECT_EQ(*seen_by_server, clientId());
-  auto seen_by_client = verifyPeer(h.client.get(), kTd);
-  ASSERT_TRUE(seen_by_client.ok()) << seen_by_client.status();
-  EXPECT_EQ(*seen_by_client, serverId());
+  ASSERT_NO_FATAL_FAILURE(expectPeers(h, kTd, clientId(), serverId()));
   expectDataFlows(h);
 }
 
