@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "proxy/common/file.h"
-#include "tests/unit/watched_dir.h"
+#include "tests/support/watched_dir.h"
 
 namespace ferry::common {
 namespace {
@@ -16,7 +16,7 @@ namespace {
 using ::testing::HasSubstr;
 using Result = WatchedFile::Result;
 
-using WatchedFileTest = testing_support::WatchedDirTest;
+using WatchedFileTest = ferry::test_support::WatchedDirTest;
 
 TEST_F(WatchedFileTest, FirstPollReadsTheFileThenNothingChanges) {
   write("one");

@@ -11,8 +11,8 @@
 
 #include "proxy/policy/files.h"
 #include "proxy/workloads/workload.h"
+#include "tests/support/watched_dir.h"
 #include "tests/unit/policy_docs.h"
-#include "tests/unit/watched_dir.h"
 
 namespace ferry::policy {
 namespace {
@@ -313,7 +313,7 @@ TEST(PolicyStoreTest, NamespaceNamesThatArePrefixesStayApart) {
 
 // --- PolicyFiles --------------------------------------------------------------------------
 
-class PolicyFilesTest : public testing_support::WatchedDirTest {
+class PolicyFilesTest : public ferry::test_support::WatchedDirTest {
  protected:
   std::string origin() const { return "file " + path_; }
 };

@@ -16,7 +16,7 @@
 #include "proxy/config/workloads_file.h"
 #include "proxy/workloads/file_source.h"
 #include "tests/support/parse_error.h"
-#include "tests/unit/watched_dir.h"
+#include "tests/support/watched_dir.h"
 
 namespace ferry::workloads {
 namespace {
@@ -513,7 +513,7 @@ TEST(RegistryMemoryTest, ReportsHeapBytesPerWorkload) {
 
 // --- FileSource: the file, watched -------------------------------------------------------
 
-class FileSourceTest : public testing_support::WatchedDirTest {
+class FileSourceTest : public ferry::test_support::WatchedDirTest {
  protected:
   FileSourceTest() { file_name_ = "workloads.yaml"; }
 };

@@ -1,7 +1,7 @@
 #pragma once
 // A fresh folder per test with one file in it, written with an mtime of its own for every
 // write: a change is then visible through the stamp alone, even when two writes land within
-// the filesystem's timestamp granularity (for watcher tests).
+// the filesystem's timestamp granularity (for watcher tests). Header-only, linked by tests only.
 #include <fcntl.h>
 #include <sys/stat.h>
 
@@ -13,13 +13,13 @@
 
 #include <gtest/gtest.h>
 
-namespace ferry::testing_support {
+namespace ferry::test_support {
 
-class WatchedDirTest : public testing::Test {
+class WatchedDirTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::path(testing::TempDir()) /
-           ("watched_" + std::string(testing::UnitTest::GetInstance()->current_test_info()->name()));
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           ("watched_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     path_ = (dir_ / file_name_).string();
@@ -41,4 +41,4 @@ class WatchedDirTest : public testing::Test {
   time_t mtime_sec_ = 1'700'000'000;
 };
 
-}  // namespace ferry::testing_support
+}  // namespace ferry::test_support
