@@ -168,12 +168,59 @@ struct ExplainResult {
   std::optional<NodeAnswer> destination;
 };
 
+std::string podPath(const std::string& ns, const std::string& name) {
+  return absl::StrCat("/api/v1/namespaces/", k8s::queryEscape(ns), "/pods/", k8s::queryEscape(name));
+}
+
+// Where `--to NAMESPACE/NAME:PORT` goes: the pod of that name (its address, and its node in
+// `destination_node`), else the Service's ClusterIP. Fills the destination of `ends`.
+asio::awaitable<absl::Status> resolveNamedDestination(k8s::ApiSession& api, const std::string& to, ExplainEnds& ends,
+                                                      std::string& destination_node) {
+  const size_t colon = to.rfind(':');
+  const size_t to_slash = to.find('/');
+  int port = 0;
+  if (colon == std::string::npos || to_slash == std::string::npos || to_slash > colon ||
+      !absl::SimpleAtoi(to.substr(colon + 1), &port) || port < 1 || port > 65535) {
+    co_return absl::InvalidArgumentError(absl::StrCat("--to ", to, ": NAMESPACE/NAME:PORT or IP:PORT"));
+  }
+  std::string ns = to.substr(0, to_slash), name = to.substr(to_slash + 1, colon - to_slash - 1);
+  auto pod_json = co_await getJson(api, podPath(ns, name));
+  if (!pod_json.ok() && !absl::IsNotFound(pod_json.status())) {
+    co_return absl::Status(pod_json.status().code(), absl::StrCat("--to ", to, ": ", pod_json.status().message()));
+  }
+  if (pod_json.ok()) {
+    auto pod = k8s::internal::decodePod(*pod_json);
+    if (!pod.ok()) co_return pod.status();
+    if (pod->pod_ips.empty()) co_return absl::FailedPreconditionError(absl::StrCat("--to ", to, ": the pod has no IP yet"));
+    ends.to = to;
+    ends.to_address = addressOf(pod->pod_ips.front(), port);
+    destination_node = pod->node_name;
+    co_return absl::OkStatus();
+  }
+  auto service_json = co_await getJson(api, absl::StrCat("/api/v1/namespaces/", k8s::queryEscape(ns), "/services/",
+                                                         k8s::queryEscape(name)));
+  if (absl::IsNotFound(service_json.status())) {
+    co_return absl::NotFoundError(absl::StrCat("--to ", to, ": no pod and no Service ", ns, "/", name));
+  }
+  if (!service_json.ok()) {
+    co_return absl::Status(service_json.status().code(),
+                           absl::StrCat("--to ", to, ": ", service_json.status().message()));
+  }
+  auto service = k8s::internal::decodeService(*service_json);
+  if (!service.ok()) co_return service.status();
+  if (service->cluster_ips.empty()) {
+    co_return absl::FailedPreconditionError(absl::StrCat("--to ", to, ": Service ", ns, "/", name,
+                                                         " has no ClusterIP (headless): name a pod instead"));
+  }
+  ends.to = absl::StrCat("Service ", ns, "/", name, ":", port);
+  ends.to_address = addressOf(service->cluster_ips.front(), port);
+  ends.to_is_service = true;
+  co_return absl::OkStatus();
+}
+
 asio::awaitable<absl::StatusOr<ExplainResult>> explainCluster(k8s::ApiSession& api, std::string ferry_namespace,
                                                               std::string from, std::string to) {
   ExplainResult r;
-  auto podPath = [](const std::string& ns, const std::string& name) {
-    return absl::StrCat("/api/v1/namespaces/", k8s::queryEscape(ns), "/pods/", k8s::queryEscape(name));
-  };
   const size_t slash = from.find('/');
   auto source_json = co_await getJson(api, podPath(from.substr(0, slash), from.substr(slash + 1)));
   if (!source_json.ok()) {
@@ -190,45 +237,8 @@ asio::awaitable<absl::StatusOr<ExplainResult>> explainCluster(k8s::ApiSession& a
   if (auto address = common::parseHostPort(to); address.ok()) {
     r.ends.to = r.ends.to_address = common::formatHostPort(*address);
   } else {
-    const size_t colon = to.rfind(':');
-    const size_t to_slash = to.find('/');
-    int port = 0;
-    if (colon == std::string::npos || to_slash == std::string::npos || to_slash > colon ||
-        !absl::SimpleAtoi(to.substr(colon + 1), &port) || port < 1 || port > 65535) {
-      co_return absl::InvalidArgumentError(absl::StrCat("--to ", to, ": NAMESPACE/NAME:PORT or IP:PORT"));
-    }
-    std::string ns = to.substr(0, to_slash), name = to.substr(to_slash + 1, colon - to_slash - 1);
-    auto pod_json = co_await getJson(api, podPath(ns, name));
-    if (!pod_json.ok() && !absl::IsNotFound(pod_json.status())) {
-      co_return absl::Status(pod_json.status().code(), absl::StrCat("--to ", to, ": ", pod_json.status().message()));
-    }
-    if (pod_json.ok()) {
-      auto pod = k8s::internal::decodePod(*pod_json);
-      if (!pod.ok()) co_return pod.status();
-      if (pod->pod_ips.empty()) co_return absl::FailedPreconditionError(absl::StrCat("--to ", to, ": the pod has no IP yet"));
-      r.ends.to = to;
-      r.ends.to_address = addressOf(pod->pod_ips.front(), port);
-      destination_node = pod->node_name;
-    } else {
-      auto service_json = co_await getJson(api, absl::StrCat("/api/v1/namespaces/", k8s::queryEscape(ns), "/services/",
-                                                             k8s::queryEscape(name)));
-      if (absl::IsNotFound(service_json.status())) {
-        co_return absl::NotFoundError(absl::StrCat("--to ", to, ": no pod and no Service ", ns, "/", name));
-      }
-      if (!service_json.ok()) {
-        co_return absl::Status(service_json.status().code(),
-                               absl::StrCat("--to ", to, ": ", service_json.status().message()));
-      }
-      auto service = k8s::internal::decodeService(*service_json);
-      if (!service.ok()) co_return service.status();
-      if (service->cluster_ips.empty()) {
-        co_return absl::FailedPreconditionError(absl::StrCat("--to ", to, ": Service ", ns, "/", name,
-                                                             " has no ClusterIP (headless): name a pod instead"));
-      }
-      r.ends.to = absl::StrCat("Service ", ns, "/", name, ":", port);
-      r.ends.to_address = addressOf(service->cluster_ips.front(), port);
-      r.ends.to_is_service = true;
-    }
+    absl::Status resolved = co_await resolveNamedDestination(api, to, r.ends, destination_node);
+    if (!resolved.ok()) co_return resolved;
   }
   r.source = co_await askNode(api, ferry_namespace, source_pod->node_name, r.ends.from_ip, r.ends.to_address);
   std::string destination_address = r.ends.to_address;
