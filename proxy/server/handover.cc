@@ -71,6 +71,40 @@ absl::StatusOr<int64_t> integer(const json::object& o, const char* key) {
   return absl::InvalidArgumentError(absl::StrCat("\"", key, "\" is not an integer"));
 }
 
+// An offer's "sockets": one entry (role, address) for each descriptor passed, in order; the
+// descriptors move into `sockets`.
+absl::Status decodeSockets(const json::object& o, std::vector<common::UniqueFd>& fds,
+                           std::vector<PassedSocket>& sockets) {
+  const json::value* named = o.if_contains("sockets");
+  const json::array* list = named != nullptr ? named->if_array() : nullptr;
+  if (list == nullptr) return absl::InvalidArgumentError("offer: no \"sockets\" list");
+  if (list->size() != fds.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("offer: ", list->size(), " sockets named, ", fds.size(), " descriptors passed"));
+  }
+  for (size_t i = 0; i < list->size(); ++i) {
+    const json::object* s = (*list)[i].if_object();
+    const json::value* role = s != nullptr ? s->if_contains("role") : nullptr;
+    const json::value* address = s != nullptr ? s->if_contains("address") : nullptr;
+    if (role == nullptr || !role->is_string() || address == nullptr || !address->is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat("offer: socket ", i, " needs a \"role\" and an \"address\""));
+    }
+    PassedSocket passed;
+    bool found = false;
+    for (const auto& r : kRoles) {
+      if (role->get_string() == r.name) passed.role = r.role, found = true;
+    }
+    if (!found) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("offer: socket ", i, " has the unknown role \"", std::string(role->get_string()), "\""));
+    }
+    passed.address = std::string(address->get_string());
+    passed.fd = std::move(fds[i]);
+    sockets.push_back(std::move(passed));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 const char* roleName(Role role) {
@@ -165,33 +199,7 @@ absl::StatusOr<Message> decode(std::string_view text, std::vector<common::Unique
     }
     return m;
   }
-  const json::value* sockets = o->if_contains("sockets");
-  const json::array* list = sockets != nullptr ? sockets->if_array() : nullptr;
-  if (list == nullptr) return absl::InvalidArgumentError("offer: no \"sockets\" list");
-  if (list->size() != fds.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("offer: ", list->size(), " sockets named, ", fds.size(), " descriptors passed"));
-  }
-  for (size_t i = 0; i < list->size(); ++i) {
-    const json::object* s = (*list)[i].if_object();
-    const json::value* role = s != nullptr ? s->if_contains("role") : nullptr;
-    const json::value* address = s != nullptr ? s->if_contains("address") : nullptr;
-    if (role == nullptr || !role->is_string() || address == nullptr || !address->is_string()) {
-      return absl::InvalidArgumentError(absl::StrCat("offer: socket ", i, " needs a \"role\" and an \"address\""));
-    }
-    PassedSocket passed;
-    bool found = false;
-    for (const auto& r : kRoles) {
-      if (role->get_string() == r.name) passed.role = r.role, found = true;
-    }
-    if (!found) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("offer: socket ", i, " has the unknown role \"", std::string(role->get_string()), "\""));
-    }
-    passed.address = std::string(address->get_string());
-    passed.fd = std::move(fds[i]);
-    m.sockets.push_back(std::move(passed));
-  }
+  if (auto st = decodeSockets(*o, fds, m.sockets); !st.ok()) return st;
   return m;
 }
 
