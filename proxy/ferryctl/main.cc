@@ -493,6 +493,25 @@ int policyCheck(const std::vector<std::string>& argv) {
   return verdict->allowed ? kExitOk : kExitDenied;
 }
 
+// The /explain answer of the ferryd at `request` about a connection from `source` to `target`.
+NodeAnswer askExplain(const AdminRequest& request, const std::string& source, const std::string& target) {
+  NodeAnswer answer;
+  auto body = askFerryd(request, absl::StrCat("/explain?from=", source, "&to=", target));
+  if (!body.ok()) {
+    answer.error = std::string(body.status().message());
+    return answer;
+  }
+  auto view = parseObject(*body, "/explain");
+  if (!view.ok()) {
+    answer.error = std::string(view.status().message());
+    return answer;
+  }
+  answer.reached = true;
+  answer.node = text(*view, "node");
+  answer.view = std::move(*view);
+  return answer;
+}
+
 // explain: what happens to a connection, and why it fails (docs/troubleshooting.md).
 // --from NAMESPACE/POD asks the cluster (both nodes); --from IP asks the ferryd at --admin
 // alone. --node-view prints that ferryd's /explain answer as it is (what the cluster form
@@ -530,23 +549,6 @@ int explain(const std::vector<std::string>& argv) {
   if (!to_address.ok()) return usage(absl::StrCat("--to ", to, ": with --from IP, an IP:PORT"));
   auto request = adminRequest(args);
   if (!request.ok()) return usage(request.status().message());
-  auto ask = [&request](const std::string& source, const std::string& target) -> NodeAnswer {
-    NodeAnswer answer;
-    auto body = askFerryd(*request, absl::StrCat("/explain?from=", source, "&to=", target));
-    if (!body.ok()) {
-      answer.error = std::string(body.status().message());
-      return answer;
-    }
-    auto view = parseObject(*body, "/explain");
-    if (!view.ok()) {
-      answer.error = std::string(view.status().message());
-      return answer;
-    }
-    answer.reached = true;
-    answer.node = text(*view, "node");
-    answer.view = std::move(*view);
-    return answer;
-  };
   ExplainEnds ends;
   ends.from = ends.from_ip = from_ip->to_string();
   ends.to = ends.to_address = common::formatHostPort(*to_address);
@@ -556,7 +558,7 @@ int explain(const std::vector<std::string>& argv) {
     std::printf("%s\n", body->c_str());
     return kExitOk;
   }
-  NodeAnswer source = ask(ends.from_ip, ends.to_address);
+  NodeAnswer source = askExplain(*request, ends.from_ip, ends.to_address);
   if (!source.reached) {
     std::fprintf(stderr, "ferryctl: %s\n", source.error.c_str());
     return kExitUnreachable;
@@ -564,7 +566,7 @@ int explain(const std::vector<std::string>& argv) {
   // This ferryd alone: the destination's view only when it runs here too.
   std::optional<NodeAnswer> destination;
   if (auto endpoint = pickEndpoint(source.view); endpoint && endpoint->node == source.node) {
-    destination = ask(ends.from_ip, endpoint->address);
+    destination = askExplain(*request, ends.from_ip, endpoint->address);
   } else if (const auto& d = member(source.view, "destination"); flag(d, "known") && flag(d, "local")) {
     destination = source;
   }
