@@ -117,7 +117,6 @@ class DataPlane {
   Housekeeping& housekeeping() { return housekeeping_; }
 
   session::Stats& stats() { return stats_; }
-  bool started() const { return shared_ != nullptr; }
   const std::vector<std::unique_ptr<session::Worker>>& workers() const { return workers_; }
   // Every data-plane listener as bound (control thread; the descriptors are the acceptors'),
   // for the next ferryd.

@@ -98,8 +98,7 @@ absl::Status HandoverRuntime::takeOverFromPrevious() {
   // Nothing is accepted from the shared listeners until this one is ready
   // (takeOverWhenReady); the running one serves them meanwhile.
   waiting_to_serve_ = true;
-  FERRY_LOG(kInfo, "handover: took %d sockets from %s", taken_->sockets.size(),
-            handover::describe(taken_->old_pid, taken_->old_name));
+  FERRY_LOG(kInfo, "handover: took %d sockets from %s", taken_->sockets.size(), previousName());
   std::lock_guard lock(mu_);
   status_.taken = 1;
   status_.previous_pid = taken_->old_pid;
@@ -360,7 +359,7 @@ bool HandoverRuntime::waitForSignal() {
 void HandoverRuntime::takeOverWhenReady() { asio::co_spawn(control_, waitUntilReady(), session::logTaskError); }
 
 asio::awaitable<void> HandoverRuntime::waitUntilReady() {
-  const std::string previous = handover::describe(taken_->old_pid, taken_->old_name);
+  const std::string previous = previousName();
   const auto deadline = Clock::now() + kSuccessorReadyTimeout;
   asio::steady_timer tick(control_);
   std::string said;

@@ -132,8 +132,7 @@ absl::Status Server::bindAllListeners() {
     in_proxy.emplace(std::move(*scoped));
   }
   if (auto st = data_plane_->bindListeners(handover_->taken(), handover_->waitingToServe()); !st.ok()) return st;
-  if (operator_in_proxy) return bindOperatorListeners();
-  in_proxy.reset();
+  if (!operator_in_proxy) in_proxy.reset();
   return bindOperatorListeners();
 }
 
@@ -313,9 +312,7 @@ void Server::beginDrain() {
   if (stopping_.exchange(true)) return;
   data_plane_->refuseNewConnections();
   workloads_->beginDrain();
-  poll_timer_.cancel();
-  identity_->stopPolling();
-  data_plane_->housekeeping().stop();
+  stopPeriodicWork();
   // Readiness keeps answering, 503 `draining` (readiness()), so that a probe tells a
   // draining ferryd from a dead one; it stops with the rest in finishDrain.
   // Stop accepting and send GOAWAY on pooled connections; live connections may finish.
@@ -345,6 +342,12 @@ void Server::finishDrain() {
   stopOperatorEndpoints();
   signals_.cancel();
   control_.stop();
+}
+
+void Server::stopPeriodicWork() {
+  poll_timer_.cancel();
+  identity_->stopPolling();
+  data_plane_->housekeeping().stop();
 }
 
 void Server::stopOperatorEndpoints() {
@@ -386,9 +389,7 @@ void Server::retire(std::chrono::steady_clock::time_point deadline) {
   data_plane_->setDrainDeadline(deadline);
   stopOperatorEndpoints();
   workloads_->retire();
-  poll_timer_.cancel();
-  identity_->stopPolling();
-  data_plane_->housekeeping().stop();
+  stopPeriodicWork();
   // Clients of its tunnels open new streams on the successor's; its own pooled tunnels take
   // no new streams; what runs on them goes on.
   data_plane_->stopAccepting(/*notice_tunnels=*/true);

@@ -144,6 +144,8 @@ class Server final : private HandoverHost {
   // uses go, and a local workload's connections are judged again.
   void onWorkloadsChanged(const workloads::Registry& after, const workloads::Delta& delta);
   void beginDrain();
+  // Draining or retiring: no more workload, config or identity polls, trims or sweeps.
+  void stopPeriodicWork();
   void stopOperatorEndpoints();
 
   // HandoverHost (handover_runtime.h).

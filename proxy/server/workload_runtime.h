@@ -45,7 +45,6 @@ class WorkloadRuntime {
   ~WorkloadRuntime();
 
   workloads::Store& store() { return store_; }
-  const workloads::Store& store() const { return store_; }
 
   // Makes the source workload_source names and brings its first state. With
   // policy.kubernetes, the cluster's policies come over the same API connection
